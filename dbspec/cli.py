@@ -1,0 +1,186 @@
+"""The ``dbspec`` command line.
+
+Each command imports what it needs inside its handler: ``validate``, ``plan`` and ``schema``
+stay free of torch, mlflow, pyspark, optuna and deepspeed, so a pull-request check is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Callable, Optional, Sequence
+
+from dbspec import __version__
+from dbspec.errors import DbspecError, Diagnostic, SpecError
+
+_VALIDATE_FORMATS = ("text", "json", "github")
+
+
+def _add_spec_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--target", "-t", metavar="NAME",
+                        help="apply the spec's targets.NAME overrides")
+    parser.add_argument("--set", dest="assignments", action="append", default=[],
+                        metavar="PATH=VALUE",
+                        help="override one value, e.g. --set training.epochs=5 (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    parser = argparse.ArgumentParser(
+        prog="dbspec",
+        description="Compile one YAML model spec into training, search, registration and "
+                    "serving runs.")
+    parser.add_argument("--version", action="version", version=f"dbspec {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    validate = commands.add_parser(
+        "validate", help="check specs and report every error (exit 1 when invalid)",
+        description="Check spec files. Without --target, the spec and each of its targets are "
+                    "checked. Exit codes: 0 valid, 1 invalid, 2 usage error or unreadable file.")
+    validate.add_argument("files", nargs="+", metavar="FILE", help="spec files")
+    _add_spec_options(validate)
+    validate.add_argument("--format", choices=_VALIDATE_FORMATS, default="text",
+                          help="text (default), json, or github workflow annotations")
+    validate.add_argument("--strict", action="store_true", help="treat warnings as errors")
+    validate.set_defaults(handler=_cmd_validate)
+
+    plan = commands.add_parser("plan", help="show the stage DAG a spec compiles to",
+                               description="Compile a spec into its DAG of stages.")
+    plan.add_argument("file", metavar="FILE", help="spec file")
+    _add_spec_options(plan)
+    plan.add_argument("--format", choices=("text", "json", "mermaid"), default="text",
+                      help="text (default), json or mermaid")
+    plan.set_defaults(handler=_cmd_plan)
+
+    schema = commands.add_parser("schema", help="print the JSON schema of specs",
+                                 description="Write the JSON schema (draft 2020-12) of a spec.")
+    schema.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
+    schema.set_defaults(handler=_cmd_schema)
+    return parser
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from dbspec.spec.loader import validate_file
+
+    results: list[Diagnostic] = []
+    status = 0
+    for file in args.files:
+        try:
+            found = validate_file(file, target=args.target, assignments=args.assignments)
+        except DbspecError as exc:
+            found = [Diagnostic(file, 0, 0, "", str(exc).removeprefix(f"{file}: "))]
+            status = max(status, exc.exit_code)
+        if args.strict:
+            found = [Diagnostic(**{**d.to_dict(), "severity": "error"}) for d in found]
+        if any(d.severity == "error" for d in found):
+            status = max(status, 1)
+        results.extend(found)
+        if args.format == "text":
+            _print_text(file, found)
+    if args.format == "json":
+        print(json.dumps([d.to_dict() for d in results], indent=2))
+    elif args.format == "github":
+        for diag in results:
+            print(_github_annotation(diag))
+    _print_summary(args.files, results, to=sys.stdout if args.format == "text" else sys.stderr)
+    return status
+
+
+def _print_text(file: str, found: list[Diagnostic]) -> None:
+    for diag in found:
+        print(diag.format())
+    if not any(d.severity == "error" for d in found):
+        warnings = sum(d.severity == "warning" for d in found)
+        print(f"{file}: ok" + (f" ({warnings} warning{'s' * (warnings != 1)})" if warnings else ""))
+
+
+def _print_summary(files: Sequence[str], results: list[Diagnostic], *, to) -> None:
+    errors = sum(d.severity == "error" for d in results)
+    warnings = len(results) - errors
+    bad = len({d.file for d in results if d.severity == "error"})
+    noun = "file" if len(files) == 1 else "files"
+    verdict = "all valid" if not bad else f"{bad} invalid"
+    print(f"{len(files)} {noun} checked: {verdict}, {errors} error{'s' * (errors != 1)}, "
+          f"{warnings} warning{'s' * (warnings != 1)}", file=to)
+
+
+def _github_annotation(diag: Diagnostic) -> str:
+    def escape(text: str) -> str:
+        return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+    def escape_property(text: str) -> str:
+        return escape(text).replace(":", "%3A").replace(",", "%2C")
+
+    level = "error" if diag.severity == "error" else "warning"
+    where = f"file={escape_property(diag.file)}"
+    if diag.line:
+        where += f",line={diag.line},col={diag.column}"
+    title = escape_property(diag.path or "dbspec")
+    return f"::{level} {where},title={title}::{escape(diag.message)}"
+
+
+def _load(args: argparse.Namespace):
+    from dbspec.spec.loader import load_spec
+
+    loaded = load_spec(args.file, target=args.target, assignments=args.assignments)
+    for diag in loaded.warnings:
+        print(diag.format(), file=sys.stderr)
+    return loaded
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from dbspec.plan import compile_plan
+    from dbspec.plan.render import RENDERERS
+
+    loaded = _load(args)
+    print(RENDERERS[args.format](compile_plan(loaded.spec)))
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from dbspec.spec.schema import schema_text
+
+    text = schema_text()
+    if args.output:
+        directory = os.path.dirname(args.output)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        with open(args.output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 invalid spec or failed run, 2 usage)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        return handler(args)
+    except SpecError as exc:
+        for diag in exc.diagnostics:
+            print(diag.format(), file=sys.stderr)
+        return exc.exit_code
+    except DbspecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def entry_point() -> None:
+    """Console-script entry: exit with :func:`main`'s code."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry_point()

@@ -1,0 +1,9 @@
+"""The spec language: models, loading, templating, validation and the JSON schema.
+
+Imports only pydantic, PyYAML and (when a spec has templates) jinja2.
+"""
+
+from dbspec.spec.loader import LoadedSpec, apply_values, load_spec, validate_file
+from dbspec.spec.models import Spec
+
+__all__ = ["LoadedSpec", "Spec", "apply_values", "load_spec", "validate_file"]

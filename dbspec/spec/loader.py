@@ -1,0 +1,225 @@
+"""From a spec file to a validated, frozen :class:`Spec`, reporting every problem in one pass.
+
+Steps: read and parse (located nodes) -> merge the target -> apply ``--set`` -> render templates
+-> validate types (pydantic) -> semantic checks -> search-space checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional, Sequence
+
+from pydantic import BaseModel, ValidationError
+
+from dbspec.errors import Diagnostic, SpecError, did_you_mean
+from dbspec.spec.document import Document, format_path, read_document
+from dbspec.spec.models import Spec
+from dbspec.spec.models.search import FloatDistribution
+from dbspec.spec.overrides import apply_assignments, apply_target, list_targets, set_path
+from dbspec.spec.semantics import check_spec
+from dbspec.spec.templating import render_document
+from dbspec.spec.translate import translate
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A validated spec with where it came from.
+
+    Attributes:
+        spec: The validated, frozen spec.
+        source: The document after target and ``--set``, before templating; search trials
+            apply their values here so templates see them.
+        target: The target that was applied, if any.
+        warnings: Findings that do not make the spec invalid.
+    """
+
+    spec: Spec
+    source: Document
+    target: Optional[str] = None
+    warnings: tuple[Diagnostic, ...] = field(default=())
+
+    @property
+    def file(self) -> str:
+        """The spec file."""
+        return self.source.file
+
+
+def default_target(document: Document) -> Optional[str]:
+    """The target marked ``default: true``, if any."""
+    targets = document.root.value.get("targets")
+    if targets is None or not isinstance(targets.value, dict):
+        return None
+    for name, node in targets.value.items():
+        if isinstance(node.value, dict) and getattr(node.value.get("default"), "value", False) is True:
+            return name
+    return None
+
+
+def load_spec(path: str, *, target: Optional[str] = None,
+              assignments: Sequence[str] = ()) -> LoadedSpec:
+    """Load and validate one spec for one target (``None``: the default target, if any).
+
+    Raises:
+        UsageError: unreadable file, unknown target, malformed ``--set``.
+        SpecError: the spec is invalid; ``diagnostics`` holds every finding.
+    """
+    document = read_document(path)
+    target = target or default_target(document)
+    return build(document, target=target, assignments=assignments)
+
+
+def build(document: Document, *, target: Optional[str] = None,
+          assignments: Sequence[str] = (), check_search: bool = True) -> LoadedSpec:
+    """Validate a parsed document for one target; see :func:`load_spec`."""
+    source = apply_target(document, target) if target else document
+    source = apply_assignments(source, list(assignments))
+    spec, warnings = _validate(source, check_search=check_search)
+    return LoadedSpec(spec, source, target, tuple(warnings))
+
+
+def apply_values(loaded: LoadedSpec, values: dict[str, Any]) -> LoadedSpec:
+    """A new spec with ``values`` set at dotted paths (a search trial's suggestions).
+
+    Raises:
+        UsageError: a path runs through a scalar or past a list.
+        SpecError: the result is invalid.
+    """
+    root = loaded.source.root.copy()
+    for dotted, value in values.items():
+        path = tuple(int(p) if p.isdigit() else p for p in dotted.split("."))
+        set_path(root, path, value, origin=f"search value {dotted}={value!r}")
+    document = Document(loaded.source.file, root, loaded.source.text)
+    spec, warnings = _validate(document, check_search=False)
+    return LoadedSpec(spec, document, loaded.target, tuple(warnings))
+
+
+def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagnostic]]:
+    rendered = render_document(source)
+    try:
+        spec = Spec.model_validate(rendered.root.to_data())
+    except ValidationError as exc:
+        raise SpecError(translate(exc, rendered, Spec)) from None
+    diagnostics = [rendered.diagnostic(f.path, f.message, f.severity, at_key=f.at_key)
+                   for f in check_spec(spec)]
+    if check_search and spec.search is not None and not _has_errors(diagnostics):
+        diagnostics.extend(_check_space(spec, source))
+    if _has_errors(diagnostics):
+        raise SpecError(diagnostics)
+    return spec, diagnostics
+
+
+def _has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
+    return any(d.severity == "error" for d in diagnostics)
+
+
+def _check_space(spec: Spec, source: Document) -> list[Diagnostic]:
+    """Each search path must exist and accept the distribution's values."""
+    out: list[Diagnostic] = []
+    loaded = LoadedSpec(spec, source)
+    for dotted, dist in spec.search.space.items():
+        where = ("search", "space", dotted)
+        problem = _resolve_path(spec, dotted)
+        if problem:
+            out.append(source.diagnostic(where, problem, at_key=True))
+            continue
+        current = _value_at(spec, dotted)
+        bounds = getattr(dist, "low_high", None)
+        if isinstance(current, int) and not isinstance(current, bool) and \
+                isinstance(dist, FloatDistribution):
+            out.append(source.diagnostic(where, f"'{dotted}' holds an integer ({current}); use "
+                                         "an int distribution", at_key=True))
+            continue
+        samples = list(bounds) if bounds is not None else list(dist.choices)
+        for sample in samples:
+            try:
+                apply_values(loaded, {dotted: sample})
+            except SpecError as exc:
+                first = next(d for d in exc.diagnostics if d.severity == "error")
+                out.append(source.diagnostic(where, f"the value {sample!r} makes the spec "
+                                             f"invalid: {first.path}: {first.message}",
+                                             at_key=True))
+                break
+    return out
+
+
+def _resolve_path(spec: Spec, dotted: str) -> Optional[str]:
+    """Why ``dotted`` is not a field of ``spec``, or None when it is."""
+    node: Any = spec
+    walked: list[str] = []
+    for part in dotted.split("."):
+        if isinstance(node, BaseModel):
+            fields = {(f.alias or n): n for n, f in type(node).model_fields.items()}
+            if part not in fields:
+                here = ".".join(walked) or "the spec"
+                return (f"'{dotted}' is not a field: {here} has no '{part}'"
+                        f"{did_you_mean(part, fields)}")
+            node = getattr(node, fields[part])
+        elif isinstance(node, dict):
+            if part not in node:
+                return (f"'{dotted}' is not set: {'.'.join(walked)} has no '{part}'"
+                        f"{did_you_mean(part, node)}")
+            node = node[part]
+        elif isinstance(node, (list, tuple)):
+            if not part.isdigit() or int(part) >= len(node):
+                return f"'{dotted}': {'.'.join(walked)} has {len(node)} entries, no '{part}'"
+            node = node[int(part)]
+        elif node is None:
+            return f"'{dotted}': {'.'.join(walked)} is not set in this spec"
+        else:
+            return f"'{dotted}': {'.'.join(walked)} is a value, not a section"
+        walked.append(part)
+    if isinstance(node, (BaseModel, dict, list)):
+        return f"'{dotted}' is a section; search a value inside it"
+    return None
+
+
+def _value_at(spec: Spec, dotted: str) -> Any:
+    node: Any = spec
+    for part in dotted.split("."):
+        if isinstance(node, BaseModel):
+            fields = {(f.alias or n): n for n, f in type(node).model_fields.items()}
+            node = getattr(node, fields[part])
+        elif isinstance(node, dict):
+            node = node[part]
+        else:
+            node = node[int(part)]
+    return node
+
+
+def validate_file(path: str, *, target: Optional[str] = None,
+                  assignments: Sequence[str] = ()) -> list[Diagnostic]:
+    """Every finding for a file: for one target, or for the spec and each of its targets.
+
+    Returns:
+        Diagnostics (errors and warnings), deduplicated, in file order.
+
+    Raises:
+        UsageError: the file cannot be read, or the target does not exist.
+    """
+    try:
+        document = read_document(path)
+    except SpecError as exc:
+        return list(exc.diagnostics)
+    targets = [target] if target else [None, *list_targets(document)]
+    found: dict[tuple, Diagnostic] = {}
+    for name in targets:
+        try:
+            diagnostics: Iterable[Diagnostic] = build(document, target=name,
+                                                      assignments=assignments).warnings
+        except SpecError as exc:
+            diagnostics = exc.diagnostics
+        for diag in diagnostics:
+            if name and not target:
+                diag = _mention_target(diag, name)
+            found.setdefault((diag.line, diag.column, diag.path, diag.message.split(" [target")[0]),
+                             diag)
+    return sorted(found.values(), key=lambda d: (d.line, d.column))
+
+
+def _mention_target(diag: Diagnostic, target: str) -> Diagnostic:
+    from dataclasses import replace
+
+    return replace(diag, message=f"{diag.message} [target {target}]")
+
+
+__all__ = ["LoadedSpec", "load_spec", "build", "apply_values", "validate_file", "format_path"]

@@ -1,0 +1,88 @@
+"""The spec models: the one source of truth for what a spec may say.
+
+The root is :class:`Spec`. Sections live in sibling modules; every model forbids unknown keys
+and is frozen.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field
+
+from dbspec.spec.models.base import SpecModel, d
+from dbspec.spec.models.compute import Compute, LocalCompute
+from dbspec.spec.models.data import DataSpec
+from dbspec.spec.models.lifecycle import (
+    EvaluationSpec,
+    RegistrySpec,
+    ServingSpec,
+    TrackingSpec,
+)
+from dbspec.spec.models.network import ModelSpec
+from dbspec.spec.models.search import SearchSpec
+from dbspec.spec.models.training import TrainingSpec
+
+SECTION_NAMES = ("vars", "description", "data", "model", "training", "compute", "tracking",
+                 "search", "evaluation", "registry", "serving", "executor", "spark")
+
+
+class SparkSpec(SpecModel):
+    """The Spark session of the spark executor."""
+
+    master: Optional[str] = d("Spark master URL; default: --master, SPARK_MASTER, else local[*].",
+                              default=None)
+    app_name: Optional[str] = d("Application name; default: dbspec-<spec name>.", default=None)
+    conf: dict[str, str] = d("Extra Spark configuration.", default_factory=dict)
+
+
+class TargetSpec(SpecModel):
+    """Overrides for one environment, merged over the spec with --target NAME."""
+
+    mode: Literal["development", "production"] = d(
+        "Deployment mode of the target (used for generated bundles).", default="development")
+    default: bool = d("The target used when none is named.", default=False)
+    vars: Optional[dict[str, Any]] = d("Overrides of vars.", default=None)
+    description: Optional[str] = d("Override of description.", default=None)
+    data: Optional[dict[str, Any]] = d("Overrides of data.", default=None)
+    model: Optional[dict[str, Any]] = d("Overrides of model.", default=None)
+    training: Optional[dict[str, Any]] = d("Overrides of training.", default=None)
+    compute: Optional[dict[str, Any]] = d("Overrides of compute.", default=None)
+    tracking: Optional[dict[str, Any]] = d("Overrides of tracking.", default=None)
+    search: Optional[dict[str, Any]] = d("Overrides of search.", default=None)
+    evaluation: Optional[dict[str, Any]] = d("Overrides of evaluation.", default=None)
+    registry: Optional[dict[str, Any]] = d("Overrides of registry.", default=None)
+    serving: Optional[dict[str, Any]] = d("Overrides of serving.", default=None)
+    executor: Optional[str] = d("Override of executor.", default=None)
+    spark: Optional[dict[str, Any]] = d("Overrides of spark.", default=None)
+
+
+class Spec(SpecModel):
+    """A dbspec model spec: data, model, training, compute, search, registry and serving."""
+
+    model_config = SpecModel.model_config | {"title": "dbspec model spec"}
+
+    name: str = d("Name of the spec; default experiment and study name.",
+                  pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=128)
+    description: str = d("What this spec trains and why.", default="")
+    vars: dict[str, Any] = d("Values for {{ templates }} in the rest of the spec.",
+                             default_factory=dict)
+    targets: dict[str, TargetSpec] = d("Per-environment overrides (dev, staging, prod...).",
+                                       default_factory=dict)
+    data: DataSpec = d("The data and the task.")
+    model: ModelSpec = d("The network.")
+    training: TrainingSpec = d("How it is trained.", default_factory=TrainingSpec)
+    compute: Compute = d("Where training runs, selected by 'kind'.",
+                         default_factory=lambda: LocalCompute(kind="local"))
+    executor: Literal["local", "spark"] = d("Run stages in this process, or on Spark.",
+                                            default="local")
+    spark: SparkSpec = d("The Spark session of the spark executor.", default_factory=SparkSpec)
+    tracking: TrackingSpec = d("MLflow tracking.", default_factory=TrackingSpec)
+    search: Optional[SearchSpec] = d("Hyperparameter search; omit to train once.", default=None)
+    evaluation: EvaluationSpec = d("Metrics and plots.", default_factory=EvaluationSpec)
+    registry: Optional[RegistrySpec] = d("Model registry entry; omit to skip registration.",
+                                         default=None)
+    serving: ServingSpec = d("How the model is served.", default_factory=ServingSpec)
+
+
+__all__ = ["Spec", "SECTION_NAMES", "TargetSpec"]

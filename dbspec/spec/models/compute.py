@@ -1,0 +1,70 @@
+"""``compute``: where training runs, selected by ``kind``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field
+
+from dbspec.spec.models.base import SpecModel, d
+
+GpuChoice = Union[bool, Literal["auto"]]
+
+
+class LocalCompute(SpecModel):
+    """One process on this machine."""
+
+    kind: Literal["local"] = d("One process; CUDA when present (device: auto).")
+    device: Literal["auto", "cpu", "cuda", "mps"] = d("Device; auto picks CUDA when present.",
+                                                      default="auto")
+
+
+class SingleGpuCompute(SpecModel):
+    """One process on one CUDA GPU; fails clearly when there is none."""
+
+    kind: Literal["single_gpu"] = d("One process on one GPU.")
+    device_index: int = d("Which CUDA device.", default=0, ge=0)
+
+
+class TorchDistributorCompute(SpecModel):
+    """DistributedDataParallel launched by pyspark's TorchDistributor."""
+
+    kind: Literal["torch_distributor"] = d("DDP through pyspark.ml.torch.distributor.TorchDistributor.")
+    num_processes: int = d("Training processes (one per GPU when use_gpu).", default=2, ge=1)
+    use_gpu: GpuChoice = d("Use GPUs (nccl) or CPUs (gloo); auto: GPUs when present.",
+                           default="auto")
+    local_mode: bool = d("Run the processes on the driver instead of on Spark executors.",
+                         default=True)
+    backend: Literal["auto", "gloo", "nccl"] = d("Process-group backend; auto: nccl on GPU, "
+                                                 "gloo on CPU.", default="auto")
+
+
+class Offload(SpecModel):
+    """Where DeepSpeed ZeRO keeps optimizer state and parameters."""
+
+    optimizer: Literal["none", "cpu", "nvme"] = d("Optimizer-state offload (ZeRO stage >= 1).",
+                                                  default="none")
+    params: Literal["none", "cpu", "nvme"] = d("Parameter offload (ZeRO stage 3 only).",
+                                               default="none")
+    nvme_path: str = d("Directory for nvme offload.", default="/local_disk0/deepspeed")
+
+
+class DeepspeedCompute(SpecModel):
+    """DeepSpeed launched by pyspark's DeepspeedTorchDistributor."""
+
+    kind: Literal["deepspeed"] = d("DeepSpeed through DeepspeedTorchDistributor.")
+    num_gpus: int = d("GPUs per node (processes on CPU when use_gpu is false).", default=1, ge=1)
+    num_nodes: int = d("Nodes.", default=1, ge=1)
+    use_gpu: bool = d("Train on GPUs; false trains on CPU with gloo (for tests).", default=True)
+    local_mode: bool = d("Run on the driver instead of on Spark executors.", default=True)
+    zero_stage: Literal[0, 1, 2, 3] = d("ZeRO optimization stage.", default=2)
+    offload: Offload = d("ZeRO offload targets.", default_factory=Offload)
+    config: dict[str, Any] = d("Extra DeepSpeed config merged over the generated one; checked "
+                               "with DeepSpeed's config classes before launch.",
+                               default_factory=dict)
+
+
+Compute = Annotated[
+    Union[LocalCompute, SingleGpuCompute, TorchDistributorCompute, DeepspeedCompute],
+    Field(discriminator="kind"),
+]

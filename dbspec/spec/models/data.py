@@ -1,0 +1,153 @@
+"""``data``: where rows come from, the task, the split and the preprocessing."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import Field
+
+from dbspec.spec.models.base import SpecModel, d, keyed_union, shorthand
+
+Task = Literal["regression", "binary", "multiclass"]
+BuiltinDataset = Literal["diabetes", "digits", "breast_cancer", "iris", "wine"]
+
+
+class SklearnSource(SpecModel):
+    """A data set that ships with scikit-learn (no download)."""
+
+    kind: Literal["sklearn"] = d("Source kind: a scikit-learn built-in data set.")
+    name: BuiltinDataset = d("Which built-in data set: diabetes, digits, breast_cancer, iris, wine.")
+
+
+class CsvSource(SpecModel):
+    """A CSV file with a header row."""
+
+    kind: Literal["csv"] = d("Source kind: a CSV file.")
+    path: str = d("Path or URI of the CSV file.", min_length=1)
+    delimiter: str = d("Field delimiter.", default=",", min_length=1, max_length=1)
+
+
+class ParquetSource(SpecModel):
+    """A Parquet file or a directory of Parquet files."""
+
+    kind: Literal["parquet"] = d("Source kind: Parquet.")
+    path: str = d("Path or URI of a Parquet file or directory.", min_length=1)
+
+
+class DeltaSource(SpecModel):
+    """A Delta Lake table, optionally at an earlier version (time travel)."""
+
+    kind: Literal["delta"] = d("Source kind: a Delta Lake table.")
+    path: str = d("Path or URI of the Delta table.", min_length=1)
+    version: Optional[int] = d("Table version to read; the latest when neither version nor "
+                               "timestamp is set. The resolved version is recorded in the run.",
+                               default=None, ge=0)
+    timestamp: Optional[str] = d("Read the table as of this ISO-8601 timestamp "
+                                 "(e.g. 2024-05-01T12:00:00Z). Exclusive with version.",
+                                 default=None, min_length=1)
+
+
+class SyntheticSource(SpecModel):
+    """Generated data with a known structure, reproducible from the seed."""
+
+    kind: Literal["synthetic"] = d("Source kind: generated data.")
+    rows: int = d("Number of rows.", default=10_000, ge=10, le=100_000_000)
+    features: int = d("Number of feature columns (named f0, f1, ...).", default=100, ge=1,
+                      le=100_000)
+    informative: Optional[int] = d("How many features carry signal; default: all, up to 10.",
+                                   default=None, ge=1)
+    classes: int = d("Classes for binary/multiclass tasks.", default=2, ge=2, le=10_000)
+    noise: float = d("Noise level added to the signal.", default=0.1, ge=0)
+    seed: int = d("Random seed of the generator.", default=0, ge=0)
+
+
+class SparkTableSource(SpecModel):
+    """A table of the Spark catalog (Unity Catalog ``catalog.schema.table`` on Databricks)."""
+
+    kind: Literal["spark_table"] = d("Source kind: a Spark catalog table.")
+    table: str = d("Table name, e.g. main.ml.features.", pattern=r"^[A-Za-z0-9_`][\w`\-]*(\.[\w`\-]+){0,2}$")
+    version: Optional[int] = d("Delta version of the table to read.", default=None, ge=0)
+
+
+Source = Annotated[
+    Union[SklearnSource, CsvSource, ParquetSource, DeltaSource, SyntheticSource, SparkTableSource],
+    Field(discriminator="kind"),
+]
+
+Columns = Union[Literal["all"], list[str]]
+
+
+class ScaleArgs(SpecModel):
+    """Arguments of a scaling step."""
+
+    columns: Columns = d("'all' feature columns, or a list of column names.", default="all")
+
+
+class ImputeArgs(SpecModel):
+    """Fill missing values, with statistics of the training split."""
+
+    columns: Columns = d("'all' feature columns, or a list of column names.", default="all")
+    strategy: Literal["mean", "median", "constant"] = d("How to fill.", default="mean")
+    fill_value: float = d("Value used by the constant strategy.", default=0.0)
+
+
+class ClipArgs(SpecModel):
+    """Clip values to quantiles of the training split."""
+
+    columns: Columns = d("'all' feature columns, or a list of column names.", default="all")
+    lower_quantile: float = d("Lower quantile.", default=0.01, ge=0, le=1)
+    upper_quantile: float = d("Upper quantile.", default=0.99, ge=0, le=1)
+
+
+_scale = shorthand("columns", Columns)
+
+
+class StandardScaleStep(SpecModel):
+    standard_scale: _scale(ScaleArgs) = d("Subtract the mean, divide by the standard deviation.")
+
+
+class MinMaxScaleStep(SpecModel):
+    minmax_scale: _scale(ScaleArgs) = d("Scale to [0, 1] with the training split's range.")
+
+
+class RobustScaleStep(SpecModel):
+    robust_scale: _scale(ScaleArgs) = d("Subtract the median, divide by the interquartile range.")
+
+
+class ImputeStep(SpecModel):
+    impute: _scale(ImputeArgs) = d("Fill missing values.")
+
+
+class ClipStep(SpecModel):
+    clip: _scale(ClipArgs) = d("Clip outliers to training quantiles.")
+
+
+PreprocessStep = keyed_union(
+    {"standard_scale": StandardScaleStep, "minmax_scale": MinMaxScaleStep,
+     "robust_scale": RobustScaleStep, "impute": ImputeStep, "clip": ClipStep},
+    bare=["standard_scale", "minmax_scale", "robust_scale", "impute", "clip"],
+)
+
+
+class SplitSpec(SpecModel):
+    """Train/validation/test fractions; the rest of the rows train."""
+
+    validation: float = d("Fraction of rows for validation.", default=0.2, ge=0, lt=1)
+    test: float = d("Fraction of rows for the test split.", default=0.2, ge=0, lt=1)
+    seed: int = d("Seed of the shuffle.", default=42, ge=0)
+    stratify: Optional[bool] = d("Keep class proportions in every split; default: on for "
+                                 "classification tasks.", default=None)
+
+
+class DataSpec(SpecModel):
+    """Where the rows come from and what to predict."""
+
+    source: Source = d("The data source, selected by 'kind'.")
+    task: Task = d("What the model predicts: regression, binary or multiclass classification.")
+    target: str = d("Name of the target column.", default="target", min_length=1)
+    features: Optional[list[str]] = d("Feature columns; default: every column but the target.",
+                                      default=None, min_length=1)
+    split: SplitSpec = d("How rows are split.", default_factory=SplitSpec)
+    preprocessing: list[PreprocessStep] = d(
+        "Steps fitted on the training split only and shipped inside the logged model.",
+        default_factory=list)

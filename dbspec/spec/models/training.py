@@ -1,0 +1,151 @@
+"""``training``: optimizer, schedule, loss, epochs and the safety nets around them."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import Field
+
+from dbspec.spec.models.base import SpecModel, d
+
+
+class _OptimizerBase(SpecModel):
+    lr: float = d("Learning rate.", default=1e-3, gt=0)
+    weight_decay: float = d("L2 penalty (decoupled for adamw).", default=0.0, ge=0)
+
+
+class AdamOptimizer(_OptimizerBase):
+    name: Literal["adam", "adamw"] = d("Adam, or AdamW with decoupled weight decay.")
+    betas: tuple[float, float] = d("Coefficients of the running averages.", default=(0.9, 0.999))
+    eps: float = d("Added to the denominator.", default=1e-8, gt=0)
+    amsgrad: bool = d("Use the AMSGrad variant.", default=False)
+
+
+class SgdOptimizer(_OptimizerBase):
+    name: Literal["sgd"] = d("Stochastic gradient descent.")
+    momentum: float = d("Momentum factor.", default=0.0, ge=0)
+    nesterov: bool = d("Nesterov momentum (needs momentum > 0).", default=False)
+    dampening: float = d("Dampening for momentum.", default=0.0, ge=0)
+
+
+class RmspropOptimizer(_OptimizerBase):
+    name: Literal["rmsprop"] = d("RMSprop.")
+    alpha: float = d("Smoothing constant.", default=0.99, gt=0, lt=1)
+    momentum: float = d("Momentum factor.", default=0.0, ge=0)
+    eps: float = d("Added to the denominator.", default=1e-8, gt=0)
+    centered: bool = d("Normalise by the estimated variance of the gradient.", default=False)
+
+
+class AdagradOptimizer(_OptimizerBase):
+    name: Literal["adagrad"] = d("Adagrad.")
+    lr_decay: float = d("Learning-rate decay.", default=0.0, ge=0)
+
+
+Optimizer = Annotated[
+    Union[AdamOptimizer, SgdOptimizer, RmspropOptimizer, AdagradOptimizer],
+    Field(discriminator="name"),
+]
+
+
+class StepScheduler(SpecModel):
+    name: Literal["step"] = d("Multiply the rate by gamma every step_size epochs.")
+    step_size: int = d("Epochs between decays.", ge=1)
+    gamma: float = d("Decay factor.", default=0.1, gt=0)
+
+
+class MultiStepScheduler(SpecModel):
+    name: Literal["multistep"] = d("Multiply the rate by gamma at the given epochs.")
+    milestones: list[int] = d("Epochs at which to decay.", min_length=1)
+    gamma: float = d("Decay factor.", default=0.1, gt=0)
+
+
+class ExponentialScheduler(SpecModel):
+    name: Literal["exponential"] = d("Multiply the rate by gamma every epoch.")
+    gamma: float = d("Decay factor per epoch.", gt=0)
+
+
+class CosineScheduler(SpecModel):
+    name: Literal["cosine"] = d("Cosine annealing.")
+    t_max: Optional[int] = d("Epochs of one half cycle; default: training.epochs.",
+                             default=None, ge=1)
+    eta_min: float = d("Lowest learning rate.", default=0.0, ge=0)
+
+
+class PlateauScheduler(SpecModel):
+    name: Literal["plateau"] = d("Reduce the rate when a metric stops improving.")
+    monitor: str = d("Metric to watch.", default="val_loss")
+    factor: float = d("Decay factor.", default=0.1, gt=0, lt=1)
+    patience: int = d("Epochs without improvement before decaying.", default=5, ge=0)
+
+
+class OneCycleScheduler(SpecModel):
+    name: Literal["onecycle"] = d("One-cycle policy, stepped every batch.")
+    max_lr: float = d("Peak learning rate.", gt=0)
+    pct_start: float = d("Fraction of the cycle spent increasing.", default=0.3, gt=0, lt=1)
+
+
+Scheduler = Annotated[
+    Union[StepScheduler, MultiStepScheduler, ExponentialScheduler, CosineScheduler,
+          PlateauScheduler, OneCycleScheduler],
+    Field(discriminator="name"),
+]
+
+LossName = Literal["auto", "mse", "mae", "huber", "smooth_l1", "bce", "cross_entropy", "nll"]
+
+#: The loss a task gets when ``training.loss`` is ``auto``.
+DEFAULT_LOSS = {"regression": "mse", "binary": "bce", "multiclass": "cross_entropy"}
+
+
+class EarlyStopping(SpecModel):
+    """Stop when a validation metric stops improving."""
+
+    monitor: str = d("Metric to watch, e.g. val_loss or val_accuracy.", default="val_loss")
+    patience: int = d("Epochs without improvement before stopping.", default=10, ge=1)
+    min_delta: float = d("Smallest change that counts as improvement.", default=0.0, ge=0)
+    mode: Literal["auto", "min", "max"] = d("Whether lower or higher is better; auto: from the "
+                                            "metric name.", default="auto")
+    restore_best: bool = d("Restore the best epoch's weights at the end.", default=True)
+
+
+class GradientClipping(SpecModel):
+    """Clip the gradient norm before each optimizer step."""
+
+    max_norm: float = d("Largest allowed gradient norm.", gt=0)
+    norm_type: float = d("Order of the norm (2 = Euclidean).", default=2.0, gt=0)
+
+
+class Checkpointing(SpecModel):
+    """Checkpoints written atomically during training, for --resume."""
+
+    enabled: bool = d("Write checkpoints.", default=True)
+    every_n_epochs: int = d("Epochs between checkpoints.", default=1, ge=1)
+    keep_last: int = d("How many checkpoints to keep.", default=2, ge=1)
+
+
+class TrainingSpec(SpecModel):
+    """How the network is trained."""
+
+    optimizer: Optimizer = d("Optimizer, selected by 'name'.",
+                             default_factory=lambda: AdamOptimizer(name="adam"))
+    scheduler: Optional[Scheduler] = d("Learning-rate schedule, selected by 'name'.", default=None)
+    loss: LossName = d("Loss; auto: mse for regression, bce for binary, cross_entropy for "
+                       "multiclass.", default="auto")
+    epochs: int = d("Passes over the training split.", default=10, ge=1, le=1_000_000)
+    batch_size: int = d("Rows per step (per process in distributed runs).", default=32, ge=1)
+    gradient_accumulation: int = d("Steps whose gradients are summed before an update.",
+                                   default=1, ge=1)
+    early_stopping: Optional[EarlyStopping] = d("Stop early on a validation metric.", default=None)
+    gradient_clipping: Optional[GradientClipping] = d("Clip gradients.", default=None)
+    precision: Literal["fp32", "bf16", "fp16"] = d("Numeric precision (bf16/fp16 through "
+                                                   "autocast).", default="fp32")
+    seed: int = d("Seed for weights, shuffling and dropout.", default=42, ge=0)
+    num_threads: Union[Annotated[int, Field(ge=1)], Literal["auto"]] = d(
+        "Intra-op torch threads; auto picks 1 for small models, where more threads only add "
+        "contention.", default="auto")
+    auto_batch_size: bool = d("On CUDA out-of-memory, retry at half the batch size.",
+                              default=False)
+    checkpointing: Checkpointing = d("Checkpoints for resume.", default_factory=Checkpointing)
+
+    def loss_for(self, task: str) -> str:
+        """The loss actually used for ``task`` (resolves ``auto``)."""
+        return DEFAULT_LOSS[task] if self.loss == "auto" else self.loss

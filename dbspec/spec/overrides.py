@@ -1,0 +1,137 @@
+"""Per-environment targets and ``--set`` overrides, applied to the located node tree."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from dbspec.errors import UsageError, did_you_mean
+from dbspec.spec.document import Document, Node
+
+#: Keys of a target that describe it rather than override the spec.
+TARGET_META = ("mode", "default")
+_SEGMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$|^\d+$")
+
+
+def list_targets(document: Document) -> list[str]:
+    """Names of the targets the spec declares (empty when it declares none)."""
+    targets = document.root.value.get("targets")
+    if targets is None or not isinstance(targets.value, dict):
+        return []
+    return list(targets.value)
+
+
+def apply_target(document: Document, target: str) -> Document:
+    """Merge ``targets.<target>`` over the spec's own sections.
+
+    Mappings merge key by key; lists and scalars are replaced. The ``mode`` key of a target
+    and ``default`` keys describe the target itself and are not merged.
+
+    Raises:
+        UsageError: the spec has no such target.
+    """
+    names = list_targets(document)
+    if target not in names:
+        known = ", ".join(names) if names else "none"
+        raise UsageError(f"{document.file}: unknown target '{target}'"
+                         f"{did_you_mean(target, names)}; the spec defines: {known}")
+    root = document.root.copy()
+    override = root.value["targets"].value[target]
+    if isinstance(override.value, dict):
+        for key, child in override.value.items():
+            if key in TARGET_META:
+                continue
+            _merge_into(root.value, key, child)
+    return Document(document.file, root, document.text)
+
+
+def _merge_into(mapping: dict[str, Node], key: str, incoming: Node) -> None:
+    existing = mapping.get(key)
+    if existing is not None and isinstance(existing.value, dict) and isinstance(incoming.value, dict):
+        for sub_key, sub_child in incoming.value.items():
+            _merge_into(existing.value, sub_key, sub_child)
+    else:
+        mapping[key] = incoming.copy()
+
+
+def parse_assignment(text: str) -> tuple[tuple, object]:
+    """Parse one ``--set dotted.path=value``; the value is read as YAML (``5`` is an int).
+
+    Raises:
+        UsageError: no ``=``, an empty or malformed path, or a value that is not valid YAML.
+    """
+    key, sep, raw_value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise UsageError(f"--set {text!r}: expected dotted.path=value, e.g. training.epochs=5")
+    segments = key.split(".")
+    if not all(_SEGMENT.match(s) for s in segments):
+        raise UsageError(f"--set {text!r}: '{key}' is not a dotted path of keys and list indices")
+    try:
+        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
+    path = tuple(int(s) if s.isdigit() else s for s in segments)
+    return path, value
+
+
+def apply_assignments(document: Document, assignments: list[str]) -> Document:
+    """Apply ``--set`` assignments in order; later ones win.
+
+    Raises:
+        UsageError: a path runs through a scalar, or a list index is out of range.
+    """
+    if not assignments:
+        return document
+    root = document.root.copy()
+    for text in assignments:
+        path, value = parse_assignment(text)
+        set_path(root, path, value, origin=f"--set {text}")
+    return Document(document.file, root, document.text)
+
+
+def set_path(root: Node, path: tuple, value: object, *, origin: str) -> None:
+    """Set ``value`` at ``path`` in a node tree, creating missing mappings on the way.
+
+    Raises:
+        UsageError: the path runs through a scalar or past the end of a list.
+    """
+    node = root
+    for depth, element in enumerate(path):
+        last = depth == len(path) - 1
+        where = ".".join(str(p) for p in path[: depth + 1])
+        if isinstance(node.value, dict):
+            key = str(element)
+            if last:
+                old = node.value.get(key)
+                node.value[key] = _node_from_value(value, origin, old)
+                return
+            if key not in node.value:
+                node.value[key] = Node({}, origin=origin)
+            node = node.value[key]
+        elif isinstance(node.value, list):
+            if not isinstance(element, int) or element >= len(node.value):
+                raise UsageError(f"{origin}: '{where}' is not an index of a list of "
+                                 f"{len(node.value)} items")
+            if last:
+                node.value[element] = _node_from_value(value, origin, node.value[element])
+                return
+            node = node.value[element]
+        else:
+            raise UsageError(f"{origin}: cannot set '{where}': its parent holds the value "
+                             f"{node.value!r}, not a mapping")
+
+
+def _node_from_value(value: object, origin: str, old: Node | None) -> Node:
+    if isinstance(value, dict):
+        built: object = {str(k): _node_from_value(v, origin, None) for k, v in value.items()}
+    elif isinstance(value, list):
+        built = [_node_from_value(v, origin, None) for v in value]
+    else:
+        built = value
+    node = Node(built, origin=origin)
+    if old is not None:  # keep the spot in the file, so errors still point somewhere useful
+        node.line, node.column, node.key_line, node.key_column = (
+            old.line, old.column, old.key_line, old.key_column)
+    return node

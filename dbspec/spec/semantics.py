@@ -1,0 +1,346 @@
+"""Checks across fields that types alone cannot express.
+
+Each check reads the validated :class:`Spec` and reports findings by dotted path; the loader
+positions them in the file. Every finding says what is wrong and what to write instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Optional
+
+from dbspec.errors import did_you_mean, one_of
+from dbspec.spec.datasets import BUILTIN_DATASETS
+from dbspec.spec.models import Spec
+from dbspec.spec.models.lifecycle import (
+    CLASSIFICATION_METRICS,
+    CLASSIFICATION_PLOTS,
+    DEFAULT_METRICS,
+    REGRESSION_METRICS,
+    REGRESSION_PLOTS,
+)
+from dbspec.spec.models.network import layer_name
+from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
+
+_LOSSES = {
+    "regression": ("mse", "mae", "huber", "smooth_l1"),
+    "binary": ("bce", "cross_entropy", "nll"),
+    "multiclass": ("cross_entropy", "nll"),
+}
+_LOWER_IS_BETTER = ("loss", "rmse", "mae", "mse", "mape", "log_loss")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A semantic problem at a dotted path of the spec."""
+
+    path: tuple
+    message: str
+    severity: str = "error"
+    at_key: bool = False
+
+
+@dataclass
+class _Findings:
+    items: list[Finding] = field(default_factory=list)
+
+    def error(self, path: tuple, message: str, *, at_key: bool = False) -> None:
+        self.items.append(Finding(path, message, "error", at_key))
+
+    def warning(self, path: tuple, message: str, *, at_key: bool = False) -> None:
+        self.items.append(Finding(path, message, "warning", at_key))
+
+
+def metric_names(spec: Spec) -> list[str]:
+    """Metric names a run of this spec logs: losses plus ``val_``/``test_`` of each metric."""
+    metrics = spec.evaluation.metrics or DEFAULT_METRICS[spec.data.task]
+    names = ["train_loss", "val_loss", "test_loss"]
+    for split in ("val", "test"):
+        names.extend(f"{split}_{m}" for m in metrics)
+    return names
+
+
+def lower_is_better(metric: str) -> bool:
+    """Direction of a metric from its name (``val_rmse`` down, ``val_accuracy`` up)."""
+    return metric.endswith(_LOWER_IS_BETTER)
+
+
+def input_width(spec: Spec) -> Optional[int]:
+    """Features per row when known without reading data, else None."""
+    source, data = spec.data.source, spec.data
+    if data.features is not None:
+        return len(data.features)
+    if source.kind == "sklearn":
+        return len(BUILTIN_DATASETS[source.name].features)
+    if source.kind == "synthetic":
+        return source.features
+    return None
+
+
+def output_classes(spec: Spec) -> Optional[int]:
+    """Classes of a classification task when known without reading data."""
+    source = spec.data.source
+    if source.kind == "sklearn":
+        return BUILTIN_DATASETS[source.name].classes
+    if source.kind == "synthetic":
+        return source.classes
+    return 2 if spec.data.task == "binary" else None
+
+
+def check_spec(spec: Spec) -> list[Finding]:
+    """Every semantic finding for a type-valid spec."""
+    found = _Findings()
+    _check_data(spec, found)
+    _check_model(spec, found)
+    _check_training(spec, found)
+    _check_compute(spec, found)
+    _check_search(spec, found)
+    _check_evaluation(spec, found)
+    _check_serving(spec, found)
+    return found.items
+
+
+def _check_data(spec: Spec, found: _Findings) -> None:
+    data, source = spec.data, spec.data.source
+    if source.kind == "delta" and source.version is not None and source.timestamp is not None:
+        found.error(("data", "source", "timestamp"), "give version or timestamp, not both")
+    if source.kind == "sklearn":
+        info = BUILTIN_DATASETS[source.name]
+        if info.task != data.task and not (info.task == "binary" and data.task == "multiclass"):
+            found.error(("data", "task"), f"'{source.name}' is a {info.task} data set, not "
+                        f"{data.task}; set task: {info.task}")
+        if data.target != "target":
+            found.error(("data", "target"), f"built-in data sets name their target 'target', "
+                        f"not '{data.target}'")
+        _check_columns(("data", "features"), data.features, info.features, found)
+        for index, step in enumerate(data.preprocessing):
+            kind = layer_name(step)
+            columns = getattr(step, kind).columns
+            if columns != "all":
+                _check_columns(("data", "preprocessing", index, kind), columns, info.features,
+                               found)
+    if source.kind == "synthetic":
+        if source.informative is not None and source.informative > source.features:
+            found.error(("data", "source", "informative"), f"{source.informative} informative "
+                        f"features but only {source.features} features")
+        if data.task == "binary" and source.classes != 2:
+            found.error(("data", "source", "classes"), "a binary task has 2 classes")
+    if data.target in (data.features or ()):
+        found.error(("data", "features"), f"the target '{data.target}' is also a feature")
+    split = data.split
+    if split.validation + split.test >= 1:
+        found.error(("data", "split"), f"validation ({split.validation}) + test ({split.test}) "
+                    "leave no rows to train on; keep their sum below 1")
+    if split.stratify and data.task == "regression":
+        found.error(("data", "split", "stratify"), "stratified splits need a classification task")
+
+
+def _check_columns(path: tuple, columns, known: tuple[str, ...], found: _Findings) -> None:
+    for index, column in enumerate(columns or ()):
+        if column not in known:
+            found.error(path + (index,), f"no column '{column}'{did_you_mean(column, known)} in "
+                        f"this data set; it has: {', '.join(known[:12])}"
+                        + (", ..." if len(known) > 12 else ""))
+
+
+def _check_model(spec: Spec, found: _Findings) -> None:
+    model, task = spec.model, spec.data.task
+    loss = spec.training.loss_for(task)
+    if model.custom is not None:
+        top = model.custom.class_.split(":")[0].split(".")[0]
+        if importlib.util.find_spec(top) is None:
+            found.warning(("model", "custom", "class"), f"module '{top}' is not importable here; "
+                          "it must be installed where the spec runs")
+        return
+    layers = model.layers or []
+    width = input_width(spec)
+    if width is None:
+        return  # the data decides; checked when the run loads it
+    shape: tuple[int, ...] = (width,)
+    try:
+        shapes = infer_shapes(layers, shape)
+    except ShapeError as exc:
+        found.error(("model", "layers", exc.index), exc.message)
+        return
+    final = shapes[-1]
+    last = ("model", "layers", len(layers) - 1)
+    if len(final) != 1:
+        found.error(last, f"the network ends with shape {format_shape(final)}; a prediction is "
+                    "a flat vector: add '- flatten' and a linear layer")
+        return
+    width_out = final[0]
+    expected = _expected_outputs(spec, loss)
+    if expected is not None and width_out != expected:
+        found.error(last, f"the network outputs {width_out} values per row; {task} with "
+                    f"loss '{loss}' needs {expected}")
+    final_layer = layer_name(layers[-1])
+    if loss in ("bce", "cross_entropy") and final_layer in ("sigmoid", "softmax"):
+        found.warning(last, f"the '{loss}' loss applies {final_layer} itself and expects raw "
+                      f"scores; remove the final {final_layer} layer")
+    if loss == "nll" and final_layer != "log_softmax":
+        found.warning(last, "the nll loss expects log-probabilities; end with '- log_softmax' "
+                      "or use the cross_entropy loss")
+
+
+def _expected_outputs(spec: Spec, loss: str) -> Optional[int]:
+    task = spec.data.task
+    if task == "regression":
+        return 1
+    if task == "binary":
+        return 1 if loss == "bce" else 2
+    return output_classes(spec)
+
+
+def _check_training(spec: Spec, found: _Findings) -> None:
+    training, task = spec.training, spec.data.task
+    if training.loss != "auto" and training.loss not in _LOSSES[task]:
+        found.error(("training", "loss"), f"loss '{training.loss}' does not fit a {task} task; "
+                    f"use {one_of(_LOSSES[task])}")
+    optimizer = training.optimizer
+    if optimizer.name == "sgd" and optimizer.nesterov and optimizer.momentum <= 0:
+        found.error(("training", "optimizer", "nesterov"), "nesterov needs momentum > 0")
+    names = metric_names(spec)
+    if training.early_stopping is not None:
+        _check_metric(("training", "early_stopping", "monitor"),
+                      training.early_stopping.monitor, names, found)
+        if spec.data.split.validation == 0 and training.early_stopping.monitor.startswith("val_"):
+            found.error(("training", "early_stopping"), "early stopping on a validation metric "
+                        "needs data.split.validation > 0")
+    scheduler = training.scheduler
+    if scheduler is not None and scheduler.name == "plateau":
+        _check_metric(("training", "scheduler", "monitor"), scheduler.monitor, names, found)
+    if scheduler is not None and scheduler.name == "multistep" and \
+            max(scheduler.milestones) > training.epochs:
+        found.warning(("training", "scheduler", "milestones"), f"milestones past the last epoch "
+                      f"({training.epochs}) never fire")
+
+
+def _check_metric(path: tuple, metric: str, names: list[str], found: _Findings) -> None:
+    candidates = [n for n in names if not n.startswith("test_")]
+    if metric not in candidates:
+        found.error(path, f"unknown metric '{metric}'{did_you_mean(metric, candidates)}; this "
+                    f"spec logs {', '.join(candidates)}")
+
+
+def _check_compute(spec: Spec, found: _Findings) -> None:
+    compute = spec.compute
+    if compute.kind == "torch_distributor" and compute.backend == "nccl" and \
+            compute.use_gpu is False:
+        found.error(("compute", "backend"), "nccl needs GPUs; use gloo, or use_gpu: true")
+    if compute.kind != "deepspeed":
+        return
+    path = ("compute",)
+    if compute.offload.params != "none" and compute.zero_stage != 3:
+        found.error(path + ("offload", "params"), f"parameter offload needs zero_stage 3, not "
+                    f"{compute.zero_stage}")
+    if compute.offload.optimizer != "none" and compute.zero_stage == 0:
+        found.error(path + ("offload", "optimizer"), "optimizer offload needs zero_stage >= 1")
+    if not compute.use_gpu and spec.training.precision == "fp16":
+        found.error(("training", "precision"), "DeepSpeed refuses fp16 on CPU; use bf16 or fp32, "
+                    "or compute.use_gpu: true")
+    if compute.use_gpu:
+        found.warning(path + ("kind",), f"DeepSpeed needs {compute.num_gpus * compute.num_nodes} "
+                      "GPU(s) at run time; set compute.use_gpu: false to train on CPU (ZeRO with "
+                      "gloo) where there is none")
+    _check_deepspeed_config(compute.config, found)
+
+
+#: Keys of ``compute.config`` that dbspec generates from the spec: set them there instead.
+_DEEPSPEED_OWNED = {
+    "train_batch_size": "training.batch_size",
+    "train_micro_batch_size_per_gpu": "training.batch_size",
+    "gradient_accumulation_steps": "training.gradient_accumulation",
+    "gradient_clipping": "training.gradient_clipping",
+    "fp16": "training.precision", "bf16": "training.precision",
+}
+_DEEPSPEED_KEYS = (
+    "optimizer", "scheduler", "zero_optimization", "activation_checkpointing", "flops_profiler",
+    "steps_per_print", "wall_clock_breakdown", "dump_state", "prescale_gradients",
+    "gradient_predivide_factor", "sparse_gradients", "communication_data_type",
+    "zero_allow_untested_optimizer", "aio", "tensorboard", "csv_monitor", "wandb",
+    "comms_logger", "memory_breakdown", "checkpoint", "data_types", "seq_parallel_communication_data_type",
+    "zero_force_ds_cpu_optimizer", "amp", "elasticity", "autotuning", "compression_training",
+    "data_efficiency", "pipeline", "torch_autocast",
+)
+
+
+def _check_deepspeed_config(config: dict, found: _Findings) -> None:
+    for key, value in config.items():
+        path = ("compute", "config", key)
+        if key in _DEEPSPEED_OWNED:
+            found.error(path, f"dbspec sets '{key}' from {_DEEPSPEED_OWNED[key]}; set it there",
+                        at_key=True)
+        elif key not in _DEEPSPEED_KEYS:
+            found.error(path, f"unknown DeepSpeed setting '{key}'"
+                        f"{did_you_mean(key, _DEEPSPEED_KEYS)} (DeepSpeed itself would ignore "
+                        "it silently)", at_key=True)
+        if value == "auto" or (isinstance(value, dict) and "auto" in value.values()):
+            found.error(path, "'auto' is resolved by the HuggingFace integration, not by "
+                        "DeepSpeed; give a concrete value")
+
+
+def _check_search(spec: Spec, found: _Findings) -> None:
+    search = spec.search
+    if search is None:
+        return
+    _check_metric(("search", "metric"), search.metric, metric_names(spec), found)
+    if search.direction != "auto":
+        natural = "minimize" if lower_is_better(search.metric) else "maximize"
+        if search.direction != natural:
+            found.warning(("search", "direction"), f"'{search.metric}' is usually {natural}d, "
+                          f"not {search.direction}d")
+    if search.parallelism > search.n_trials:
+        found.warning(("search", "parallelism"), f"parallelism {search.parallelism} exceeds "
+                      f"n_trials {search.n_trials}; only {search.n_trials} run at once")
+    for path, dist in search.space.items():
+        where = ("search", "space", path)
+        bounds = getattr(dist, "low_high", None)
+        if bounds is not None:
+            low, high = bounds
+            if low > high:
+                found.error(where, f"low ({low}) is greater than high ({high})")
+            if dist.log and low <= 0:
+                found.error(where, f"a log scale needs low > 0, got {low}")
+            if dist.log and dist.step not in (None, 1):
+                found.error(where, "log and step cannot be combined")
+        if search.sampler.name == "grid" and hasattr(dist, "low_high") and \
+                isinstance(dist.low_high[0], float) and dist.step is None:
+            found.error(where, "the grid sampler needs finite choices: give a step, or use "
+                        "int or categorical")
+
+
+def _check_evaluation(spec: Spec, found: _Findings) -> None:
+    task = spec.data.task
+    fits_metric = REGRESSION_METRICS if task == "regression" else CLASSIFICATION_METRICS
+    for index, metric in enumerate(spec.evaluation.metrics or ()):
+        if metric not in fits_metric:
+            found.error(("evaluation", "metrics", index), f"'{metric}' is not a {task} metric; "
+                        f"use {one_of(fits_metric)}")
+    fits_plot = REGRESSION_PLOTS if task == "regression" else CLASSIFICATION_PLOTS
+    for index, plot in enumerate(spec.evaluation.plots or ()):
+        if plot not in fits_plot:
+            found.error(("evaluation", "plots", index), f"'{plot}' is not a {task} plot; use "
+                        f"{one_of(fits_plot)}")
+    if spec.registry is None or spec.registry.promotion is None:
+        return
+    names = [n for n in metric_names(spec) if n != "train_loss"]
+    for index, gate in enumerate(spec.registry.promotion.gates):
+        if gate.metric not in names:
+            found.error(("registry", "promotion", "gates", index, "metric"),
+                        f"gate on '{gate.metric}'{did_you_mean(gate.metric, names)}, which this "
+                        f"spec does not compute; it computes {', '.join(names)}")
+
+
+def _check_serving(spec: Spec, found: _Findings) -> None:
+    serving = spec.serving
+    if serving.mode != "none" and spec.registry is None:
+        found.error(("serving", "mode"), f"{serving.mode} serving loads a registered model; add "
+                    "a registry section with a name")
+    if serving.mode == "batch" and serving.batch is None:
+        found.error(("serving",), "mode batch needs a 'batch' section with input and output")
+    realtime = serving.realtime
+    if serving.mode == "realtime" and realtime.host not in ("127.0.0.1", "localhost", "::1") \
+            and realtime.auth.token_env is None:
+        found.error(("serving", "realtime", "auth", "token_env"), f"binding {realtime.host} "
+                    "without a token would expose the model to the network; name a token_env")
