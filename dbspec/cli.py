@@ -16,6 +16,7 @@ from dbspec import __version__
 from dbspec.errors import DbspecError, Diagnostic, SpecError
 
 _VALIDATE_FORMATS = ("text", "json", "github")
+_LIGHT_COMMANDS = ("validate", "plan", "schema")
 
 
 def _add_spec_options(parser: argparse.ArgumentParser) -> None:
@@ -161,6 +162,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    if args.command in _LIGHT_COMMANDS:
+        # Spec models need no third-party pydantic plugins; looking them up scans every
+        # installed package's entry points, a large part of a cold `validate`.
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
         return handler(args)
     except SpecError as exc:

@@ -7,14 +7,12 @@ and exits with the error's ``exit_code``. Anything else reaching the CLI is a bu
 from __future__ import annotations
 
 import difflib
-from dataclasses import asdict, dataclass
-from typing import Iterable, Literal
+from typing import Iterable, Literal, NamedTuple
 
 Severity = Literal["error", "warning"]
 
 
-@dataclass(frozen=True, slots=True)
-class Diagnostic:
+class Diagnostic(NamedTuple):
     """One finding about a spec, located like a compiler message.
 
     Attributes:
@@ -45,7 +43,7 @@ class Diagnostic:
 
     def to_dict(self) -> dict:
         """A JSON-ready mapping with the documented keys."""
-        return asdict(self)
+        return self._asdict()
 
 
 class DbspecError(Exception):

@@ -6,12 +6,10 @@ scikit-learn installed. A test compares this table with scikit-learn itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 
-@dataclass(frozen=True)
-class BuiltinDataset:
+class BuiltinDataset(NamedTuple):
     """Facts about one built-in data set."""
 
     rows: int

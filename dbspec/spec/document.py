@@ -7,8 +7,7 @@ from the command line still points at the place it was written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 import yaml
 
@@ -25,7 +24,6 @@ _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 _constructor = yaml.constructor.SafeConstructor()
 
 
-@dataclass(slots=True)
 class Node:
     """One value of the spec with the place it was written.
 
@@ -34,12 +32,17 @@ class Node:
     ``origin`` names a source other than the file (``--set a=b``).
     """
 
-    value: Any
-    line: int = 0
-    column: int = 0
-    key_line: int = 0
-    key_column: int = 0
-    origin: str = ""
+    __slots__ = ("value", "line", "column", "key_line", "key_column", "origin")
+
+    def __init__(self, value: Any, line: int = 0, column: int = 0, key_line: int = 0,
+                 key_column: int = 0, origin: str = ""):
+        self.value = value
+        self.line, self.column = line, column
+        self.key_line, self.key_column = key_line, key_column
+        self.origin = origin
+
+    def __repr__(self) -> str:
+        return f"Node({self.value!r}, line={self.line}, column={self.column})"
 
     def to_data(self) -> Any:
         """The plain Python value (dicts, lists, scalars) without positions."""
@@ -70,13 +73,12 @@ class Node:
                 yield from child.walk(path + (index,))
 
 
-@dataclass(slots=True)
-class Document:
-    """A parsed spec file: its name and root node."""
+class Document(NamedTuple):
+    """A parsed spec file: its name, root node and text."""
 
     file: str
     root: Node
-    text: str = field(default="", repr=False)
+    text: str = ""
 
     def locate(self, path: tuple) -> tuple[tuple, Node, bool]:
         """Find the deepest node along ``path``.

@@ -6,13 +6,12 @@ Steps: read and parse (located nodes) -> merge the target -> apply ``--set`` -> 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, SpecError, did_you_mean
-from dbspec.spec.document import Document, format_path, read_document
+from dbspec.spec.document import Document, Node, format_path, read_document
 from dbspec.spec.models import Spec
 from dbspec.spec.models.search import FloatDistribution
 from dbspec.spec.overrides import apply_assignments, apply_target, list_targets, set_path
@@ -21,8 +20,7 @@ from dbspec.spec.templating import render_document
 from dbspec.spec.translate import translate
 
 
-@dataclass(frozen=True)
-class LoadedSpec:
+class LoadedSpec(NamedTuple):
     """A validated spec with where it came from.
 
     Attributes:
@@ -36,7 +34,7 @@ class LoadedSpec:
     spec: Spec
     source: Document
     target: Optional[str] = None
-    warnings: tuple[Diagnostic, ...] = field(default=())
+    warnings: tuple[Diagnostic, ...] = ()
 
     @property
     def file(self) -> str:
@@ -85,12 +83,31 @@ def apply_values(loaded: LoadedSpec, values: dict[str, Any]) -> LoadedSpec:
         SpecError: the result is invalid.
     """
     root = loaded.source.root.copy()
+    defaults = loaded.spec.model_dump(mode="json", by_alias=True)
     for dotted, value in values.items():
         path = tuple(int(p) if p.isdigit() else p for p in dotted.split("."))
-        set_path(root, path, value, origin=f"search value {dotted}={value!r}")
+        origin = f"search value {dotted}={value!r}"
+        _materialize(root, path, defaults, origin)
+        set_path(root, path, value, origin=origin)
     document = Document(loaded.source.file, root, loaded.source.text)
     spec, warnings = _validate(document, check_search=False)
     return LoadedSpec(spec, document, loaded.target, tuple(warnings))
+
+
+def _materialize(root: Node, path: tuple, defaults: dict[str, Any], origin: str) -> None:
+    """Write out the sections on ``path`` that the file leaves to defaults.
+
+    Setting ``training.optimizer.lr`` in a file without an optimizer section must keep the
+    default optimizer's other settings (its ``name`` among them).
+    """
+    node, value = root, defaults
+    for element in path[:-1]:
+        value = value.get(element) if isinstance(value, dict) else None
+        if not isinstance(node.value, dict) or not isinstance(value, dict):
+            return
+        if element not in node.value:
+            set_path(node, (element,), value, origin=origin)
+        node = node.value[element]
 
 
 def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagnostic]]:
@@ -101,8 +118,8 @@ def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagn
         raise SpecError(translate(exc, rendered, Spec)) from None
     diagnostics = [rendered.diagnostic(f.path, f.message, f.severity, at_key=f.at_key)
                    for f in check_spec(spec)]
-    if check_search and spec.search is not None and not _has_errors(diagnostics):
-        diagnostics.extend(_check_space(spec, source))
+    if check_search and spec.search is not None:
+        diagnostics.extend(_check_space(spec, source, diagnostics))
     if _has_errors(diagnostics):
         raise SpecError(diagnostics)
     return spec, diagnostics
@@ -112,12 +129,19 @@ def _has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
     return any(d.severity == "error" for d in diagnostics)
 
 
-def _check_space(spec: Spec, source: Document) -> list[Diagnostic]:
-    """Each search path must exist and accept the distribution's values."""
+def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[Diagnostic]:
+    """Each search path must exist and accept the distribution's values.
+
+    Each bound or choice is applied to the spec and validated; only errors it adds to the
+    ``known`` ones are blamed on it.
+    """
     out: list[Diagnostic] = []
+    baseline = {(d.path, d.message) for d in known}
     loaded = LoadedSpec(spec, source)
     for dotted, dist in spec.search.space.items():
         where = ("search", "space", dotted)
+        if any(d.path.startswith(format_path(where)) for d in known):
+            continue  # already reported: one complaint per entry
         problem = _resolve_path(spec, dotted)
         if problem:
             out.append(source.diagnostic(where, problem, at_key=True))
@@ -134,7 +158,11 @@ def _check_space(spec: Spec, source: Document) -> list[Diagnostic]:
             try:
                 apply_values(loaded, {dotted: sample})
             except SpecError as exc:
-                first = next(d for d in exc.diagnostics if d.severity == "error")
+                new = [d for d in exc.diagnostics if d.severity == "error"
+                       and (d.path, d.message) not in baseline]
+                if not new:
+                    continue
+                first = new[0]
                 out.append(source.diagnostic(where, f"the value {sample!r} makes the spec "
                                              f"invalid: {first.path}: {first.message}",
                                              at_key=True))
@@ -217,9 +245,7 @@ def validate_file(path: str, *, target: Optional[str] = None,
 
 
 def _mention_target(diag: Diagnostic, target: str) -> Diagnostic:
-    from dataclasses import replace
-
-    return replace(diag, message=f"{diag.message} [target {target}]")
+    return diag._replace(message=f"{diag.message} [target {target}]")
 
 
 __all__ = ["LoadedSpec", "load_spec", "build", "apply_values", "validate_file", "format_path"]

@@ -7,8 +7,7 @@ positions them in the file. Every finding says what is wrong and what to write i
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from dbspec.errors import did_you_mean, one_of
 from dbspec.spec.datasets import BUILTIN_DATASETS
@@ -20,7 +19,6 @@ from dbspec.spec.models.lifecycle import (
     REGRESSION_METRICS,
     REGRESSION_PLOTS,
 )
-from dbspec.spec.models.network import layer_name
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
 
 _LOSSES = {
@@ -31,8 +29,7 @@ _LOSSES = {
 _LOWER_IS_BETTER = ("loss", "rmse", "mae", "mse", "mape", "log_loss")
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """A semantic problem at a dotted path of the spec."""
 
     path: tuple
@@ -41,9 +38,9 @@ class Finding:
     at_key: bool = False
 
 
-@dataclass
 class _Findings:
-    items: list[Finding] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.items: list[Finding] = []
 
     def error(self, path: tuple, message: str, *, at_key: bool = False) -> None:
         self.items.append(Finding(path, message, "error", at_key))
@@ -115,8 +112,8 @@ def _check_data(spec: Spec, found: _Findings) -> None:
                         f"not '{data.target}'")
         _check_columns(("data", "features"), data.features, info.features, found)
         for index, step in enumerate(data.preprocessing):
-            kind = layer_name(step)
-            columns = getattr(step, kind).columns
+            kind = step.key
+            columns = step.args.columns
             if columns != "all":
                 _check_columns(("data", "preprocessing", index, kind), columns, info.features,
                                found)
@@ -174,7 +171,7 @@ def _check_model(spec: Spec, found: _Findings) -> None:
     if expected is not None and width_out != expected:
         found.error(last, f"the network outputs {width_out} values per row; {task} with "
                     f"loss '{loss}' needs {expected}")
-    final_layer = layer_name(layers[-1])
+    final_layer = layers[-1].key
     if loss in ("bce", "cross_entropy") and final_layer in ("sigmoid", "softmax"):
         found.warning(last, f"the '{loss}' loss applies {final_layer} itself and expects raw "
                       f"scores; remove the final {final_layer} layer")

@@ -8,22 +8,20 @@ a reshape that does not add up before a run starts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Union
 
-from dbspec.spec.models.network import layer_args, layer_name
 
 Shape = tuple[int, ...]
 _SAME_SHAPE = {"dropout", "layernorm", "relu", "leaky_relu", "gelu", "elu", "selu", "silu", "mish",
                "softplus", "tanh", "sigmoid", "softmax", "log_softmax", "identity"}
 
 
-@dataclass(frozen=True)
 class ShapeError(Exception):
     """A layer cannot take the shape it is given."""
 
-    index: int
-    message: str
+    def __init__(self, index: int, message: str):
+        super().__init__(message)
+        self.index, self.message = index, message
 
 
 def infer_shapes(layers: list, input_shape: Shape) -> list[Shape]:
@@ -35,11 +33,11 @@ def infer_shapes(layers: list, input_shape: Shape) -> list[Shape]:
     shapes, shape = [], input_shape
     for index, layer in enumerate(layers):
         try:
-            shape = _output_shape(layer_name(layer), layer_args(layer), shape)
+            shape = _output_shape(layer.key, layer.args, shape)
         except ValueError as exc:
             raise ShapeError(index, str(exc)) from None
         if any(s <= 0 for s in shape):
-            raise ShapeError(index, f"{layer_name(layer)} would produce the empty shape "
+            raise ShapeError(index, f"{layer.key} would produce the empty shape "
                              f"{_fmt(shape)} from {_fmt(shapes[-1] if shapes else input_shape)}")
         shapes.append(shape)
     return shapes

@@ -12,13 +12,16 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import Any
+from typing import Any, Optional
 
 from dbspec.errors import Diagnostic, SpecError, did_you_mean
 from dbspec.spec.document import Document, Node
 
 _WHOLE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
 _MARKERS = ("{{", "{%", "{#")
+#: ``{{ name }}`` / ``{{ vars.name }}`` / ``{{ env.NAME }}``: looked up directly, no jinja2 needed.
+_PLAIN_NAME = re.compile(r"^\s*\{\{\s*([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?\s*\}\}\s*$")
+_MISSING = object()
 
 
 def is_template(value: Any) -> bool:
@@ -50,6 +53,11 @@ def render_value(text: str, context: dict[str, Any]) -> Any:
     Raises:
         ValueError: with a user-facing message for syntax errors and undefined names.
     """
+    plain = _PLAIN_NAME.match(text)
+    if plain:
+        value = _lookup(context, plain[1], plain[2])
+        if value is not _MISSING:
+            return value
     import jinja2
 
     try:
@@ -68,6 +76,15 @@ def render_value(text: str, context: dict[str, Any]) -> Any:
         raise ValueError(f"template refused by the sandbox: {exc}") from None
     except Exception as exc:  # a user's expression may raise anything (1/0, bad filter args)
         raise ValueError(f"template failed: {type(exc).__name__}: {exc}") from None
+
+
+def _lookup(context: dict[str, Any], name: str, attribute: Optional[str]) -> Any:
+    value = context.get(name, _MISSING)
+    if attribute is None or value is _MISSING:
+        return value
+    if isinstance(value, dict) and attribute in value:
+        return dict.__getitem__(value, attribute)  # not __missing__: jinja2 reports those
+    return _MISSING
 
 
 def _undefined_message(raw: str, context: dict[str, Any]) -> str:

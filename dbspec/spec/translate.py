@@ -9,7 +9,8 @@ from typing import Any, Iterable
 from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, did_you_mean, one_of
-from dbspec.spec.document import Document, format_path
+from dbspec.spec.document import Document
+from dbspec.spec.models.base import OneKeyModel
 
 _QUOTED = re.compile(r"'([^']*)'")
 _ENTRY_WORDS = {"layers": "layer", "preprocessing": "preprocessing step"}
@@ -68,15 +69,19 @@ def _message(error: dict, loc: tuple, root: type[BaseModel]) -> tuple[str, bool]
     if kind == "missing":
         return f"required key '{loc[-1]}' is missing", False
     if kind == "extra_forbidden":
-        allowed = sorted(allowed_keys(root, loc[:-1]))
+        models = models_at(root, loc[:-1])
+        allowed = sorted({f.alias or n for m in models for n, f in m.model_fields.items()})
+        words = {m.entry_word for m in models if issubclass(m, OneKeyModel)}
+        if words:
+            what = words.pop()
+            return f"unknown {what} '{loc[-1]}'{_suggest(str(loc[-1]), allowed)}", True
         hint = did_you_mean(str(loc[-1]), allowed)
         listing = f"; allowed here: {', '.join(allowed)}" if allowed and not hint else ""
         return f"unknown key '{loc[-1]}'{hint}{listing}", True
     if kind == "literal_error":
         choices = _QUOTED.findall(ctx.get("expected", "")) or \
             re.findall(r"[\w\-]+", ctx.get("expected", ""))
-        return (f"unknown value {_show(value)}{did_you_mean(str(value), choices)}; expected "
-                f"{one_of(choices)}"), False
+        return f"unknown value {_show(value)}{_suggest(str(value), choices)}", False
     keyed = "()" in str(ctx.get("discriminator", ""))  # a single-key union, e.g. a layer
     if kind == "union_tag_invalid":
         choices = _QUOTED.findall(ctx.get("expected_tags", ""))
@@ -86,8 +91,8 @@ def _message(error: dict, loc: tuple, root: type[BaseModel]) -> tuple[str, bool]
         else:
             section = str(loc[-2]) if len(loc) >= 2 else "section"
             what = f"{section} {field}" if field == "kind" else section
-        return (f"unknown {what} {_show(ctx.get('tag'))}"
-                f"{did_you_mean(str(ctx.get('tag')), choices)}; expected {one_of(choices)}"), False
+        return f"unknown {what} {_show(ctx.get('tag'))}{_suggest(str(ctx.get('tag')), choices)}", \
+            False
     if kind == "union_tag_not_found" and keyed:
         what = _ENTRY_WORDS.get(str(loc[-2]) if len(loc) >= 2 else "", "entry")
         return (f"each {what} is one key with its settings, like '- linear: {{out: 8}}' or "
@@ -109,6 +114,14 @@ def _message(error: dict, loc: tuple, root: type[BaseModel]) -> tuple[str, bool]
     return msg[0].lower() + msg[1:], False
 
 
+def _suggest(word: str, choices: list[str]) -> str:
+    """A did-you-mean, and the choices unless a suggestion stands in for a long list."""
+    hint = did_you_mean(word, choices)
+    if hint and len(choices) > 6:
+        return hint
+    return f"{hint}; expected {one_of(choices)}"
+
+
 def _show(value: Any) -> str:
     if isinstance(value, str):
         return repr(value)
@@ -121,8 +134,8 @@ def _show(value: Any) -> str:
     return repr(value)
 
 
-def allowed_keys(root: type[BaseModel], loc: tuple) -> set[str]:
-    """The keys a spec may write at ``loc``, found by walking the model annotations."""
+def models_at(root: type[BaseModel], loc: tuple) -> list[type[BaseModel]]:
+    """The model classes that may stand at ``loc``, found by walking the annotations."""
     candidates: list[Any] = [root]
     for element in loc:
         following: list[Any] = []
@@ -136,11 +149,7 @@ def allowed_keys(root: type[BaseModel], loc: tuple) -> set[str]:
             elif typing.get_origin(tp) is dict:
                 following.extend(typing.get_args(tp)[1:2])
         candidates = following
-    keys: set[str] = set()
-    for tp in _expand(candidates):
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            keys.update(f.alias or n for n, f in tp.model_fields.items())
-    return keys
+    return [tp for tp in _expand(candidates) if isinstance(tp, type) and issubclass(tp, BaseModel)]
 
 
 def _expand(types: Iterable[Any]) -> list[Any]:
@@ -159,4 +168,4 @@ def _expand(types: Iterable[Any]) -> list[Any]:
     return out
 
 
-__all__ = ["translate", "allowed_keys", "format_path"]
+__all__ = ["translate", "models_at"]

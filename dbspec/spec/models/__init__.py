@@ -1,10 +1,8 @@
 """The spec models: the one source of truth for what a spec may say.
-
 The root is :class:`Spec`. Sections live in sibling modules; every model forbids unknown keys
 and is frozen.
 """
 
-from __future__ import annotations
 
 from typing import Any, Literal, Optional
 

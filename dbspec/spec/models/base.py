@@ -1,16 +1,21 @@
-"""Shared pieces of the spec models: the closed, frozen base model and single-key unions."""
+"""Shared pieces of the spec models: the closed, frozen base model and one-key entries."""
 
-from __future__ import annotations
+from typing import Annotated, Any, ClassVar, Literal, Union
 
-from typing import Annotated, Any, Union
-
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_serializer,
+    model_validator,
+)
 
 
 class SpecModel(BaseModel):
     """Base of every spec section: unknown keys are errors and specs are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False, defer_build=True)
 
 
 def d(text: str, **kwargs: Any) -> Any:
@@ -18,43 +23,55 @@ def d(text: str, **kwargs: Any) -> Any:
     return Field(description=text, **kwargs)
 
 
-def _sole_key(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and len(value) == 1:
-        return next(iter(value))
-    if isinstance(value, BaseModel):
-        return next(iter(type(value).model_fields))
-    return None
+class OneKeyModel(SpecModel):
+    """A mapping with exactly one key that names the entry: ``- linear: {out: 8}``.
+
+    Subclasses declare one optional field per key. ``- relu`` and ``- relu: null`` mean
+    ``- relu: {}``. Serialises back to the one key.
+    """
+
+    #: The word messages use for one entry ("layer", "preprocessing step").
+    entry_word: ClassVar[str] = "entry"
+
+    @model_validator(mode="after")
+    def _exactly_one_key(self) -> Any:
+        keys = [k for k in type(self).model_fields if getattr(self, k) is not None]
+        if len(keys) != 1:
+            raise ValueError(f"each {self.entry_word} is one key with its settings, like "
+                             f"'- {next(iter(type(self).model_fields))}: {{...}}'; found "
+                             f"{len(keys)} keys: {', '.join(keys) or 'none'}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _only_the_key(self, handler: Any) -> Any:
+        data = handler(self)
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+
+    @property
+    def key(self) -> str:
+        """Which entry this is (``linear``, ``standard_scale``...)."""
+        return next(k for k in type(self).model_fields if getattr(self, k) is not None)
+
+    @property
+    def args(self) -> Any:
+        """The settings of the entry."""
+        return getattr(self, self.key)
 
 
 def _expand_bare(value: Any) -> Any:
     """``relu`` and ``{relu: null}`` both mean ``{relu: {}}``."""
     if isinstance(value, str):
         return {value: {}}
-    if isinstance(value, dict) and len(value) == 1:
-        key, inner = next(iter(value.items()))
-        if inner is None:
-            return {key: {}}
+    if isinstance(value, dict):
+        return {k: ({} if v is None else v) for k, v in value.items()}
     return value
 
 
-def keyed_union(variants: dict[str, type[SpecModel]], bare: list[str]) -> Any:
-    """A union of single-key mappings such as ``- linear: {out: 8}``, keyed by the key.
-
-    Args:
-        variants: key -> model whose only field is that key.
-        bare: keys that may also be written alone as a string (``- relu``).
-    """
-    members = tuple(Annotated[model, Tag(key)] for key, model in variants.items())
-    union = Annotated[Union[members], Discriminator(_sole_key)]  # type: ignore[valid-type]
-    if bare:
-        from typing import Literal
-
-        bare_type = Literal[tuple(bare)]  # type: ignore[valid-type]
-        return Annotated[union, BeforeValidator(_expand_bare,
-                                                json_schema_input_type=Union[union, bare_type])]
-    return Annotated[union, BeforeValidator(_expand_bare)]
+def one_key_entry(model: type[OneKeyModel], bare: list[str]) -> Any:
+    """The list-item type for ``model``: the mapping, or one of the ``bare`` names alone."""
+    bare_type = Literal[tuple(bare)]  # type: ignore[valid-type]
+    return Annotated[model, BeforeValidator(_expand_bare,
+                                            json_schema_input_type=Union[model, bare_type])]
 
 
 def shorthand(field_name: str, shorthand_type: Any):

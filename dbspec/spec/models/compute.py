@@ -1,7 +1,5 @@
 """``compute``: where training runs, selected by ``kind``."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field

@@ -1,12 +1,10 @@
 """``data``: where rows come from, the task, the split and the preprocessing."""
 
-from __future__ import annotations
-
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, ClassVar, Literal, Optional, Union
 
 from pydantic import Field
 
-from dbspec.spec.models.base import SpecModel, d, keyed_union, shorthand
+from dbspec.spec.models.base import OneKeyModel, SpecModel, d, one_key_entry, shorthand
 
 Task = Literal["regression", "binary", "multiclass"]
 BuiltinDataset = Literal["diabetes", "digits", "breast_cancer", "iris", "wine"]
@@ -102,31 +100,25 @@ class ClipArgs(SpecModel):
 _scale = shorthand("columns", Columns)
 
 
-class StandardScaleStep(SpecModel):
-    standard_scale: _scale(ScaleArgs) = d("Subtract the mean, divide by the standard deviation.")
+class PreprocessingStepSpec(OneKeyModel):
+    """One preprocessing step: its name as the key, columns or settings as the value."""
+
+    entry_word: ClassVar[str] = "preprocessing step"
+    model_config = OneKeyModel.model_config | {
+        "json_schema_extra": {"minProperties": 1, "maxProperties": 1}}
+
+    standard_scale: Optional[_scale(ScaleArgs)] = d(
+        "Subtract the mean, divide by the standard deviation.", default=None)
+    minmax_scale: Optional[_scale(ScaleArgs)] = d("Scale to [0, 1] with the training split's "
+                                                  "range.", default=None)
+    robust_scale: Optional[_scale(ScaleArgs)] = d(
+        "Subtract the median, divide by the interquartile range.", default=None)
+    impute: Optional[_scale(ImputeArgs)] = d("Fill missing values.", default=None)
+    clip: Optional[_scale(ClipArgs)] = d("Clip outliers to training quantiles.", default=None)
 
 
-class MinMaxScaleStep(SpecModel):
-    minmax_scale: _scale(ScaleArgs) = d("Scale to [0, 1] with the training split's range.")
-
-
-class RobustScaleStep(SpecModel):
-    robust_scale: _scale(ScaleArgs) = d("Subtract the median, divide by the interquartile range.")
-
-
-class ImputeStep(SpecModel):
-    impute: _scale(ImputeArgs) = d("Fill missing values.")
-
-
-class ClipStep(SpecModel):
-    clip: _scale(ClipArgs) = d("Clip outliers to training quantiles.")
-
-
-PreprocessStep = keyed_union(
-    {"standard_scale": StandardScaleStep, "minmax_scale": MinMaxScaleStep,
-     "robust_scale": RobustScaleStep, "impute": ImputeStep, "clip": ClipStep},
-    bare=["standard_scale", "minmax_scale", "robust_scale", "impute", "clip"],
-)
+PreprocessStep = one_key_entry(PreprocessingStepSpec, bare=[
+    "standard_scale", "minmax_scale", "robust_scale", "impute", "clip"])
 
 
 class SplitSpec(SpecModel):

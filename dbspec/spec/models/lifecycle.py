@@ -1,7 +1,5 @@
 """After training: tracking, evaluation, the registry with its gates, and serving."""
 
-from __future__ import annotations
-
 from typing import Literal, Optional, Union
 
 from pydantic import model_validator

@@ -1,12 +1,11 @@
 """``model``: a closed layer vocabulary compiled to ``nn.Sequential``, or a custom class."""
 
-from __future__ import annotations
+from typing import Any, ClassVar, Literal, Optional, Union
 
-from typing import Any, Literal, Optional, Union
+from pydantic import Field, create_model, model_validator
 
-from pydantic import Field, model_validator
 
-from dbspec.spec.models.base import SpecModel, d, keyed_union
+from dbspec.spec.models.base import OneKeyModel, SpecModel, d, one_key_entry
 
 Size = Union[int, tuple[int, int]]
 
@@ -66,16 +65,6 @@ class ReshapeArgs(SpecModel):
                          min_length=1)
 
 
-def _layer(key: str, args: type[SpecModel], text: str, optional: bool) -> type[SpecModel]:
-    """Build the one-field model for ``- key: {args}``."""
-    from pydantic import create_model
-
-    default: Any = Field(default_factory=args, description=text) if optional else \
-        Field(description=text)
-    return create_model(f"{''.join(p.title() for p in key.split('_'))}Layer",
-                        __base__=SpecModel, **{key: (args, default)})
-
-
 _LAYERS: dict[str, tuple[type[SpecModel], str, bool]] = {
     "linear": (LinearArgs, "Fully connected layer.", False),
     "conv1d": (ConvArgs, "1-d convolution over (channels, length).", False),
@@ -108,18 +97,21 @@ _LAYERS: dict[str, tuple[type[SpecModel], str, bool]] = {
 }
 
 LAYER_NAMES = tuple(_LAYERS)
-LAYER_MODELS = {key: _layer(key, *spec) for key, spec in _LAYERS.items()}
-Layer = keyed_union(LAYER_MODELS, bare=[k for k, (_, _, opt) in _LAYERS.items() if opt])
 
 
-def layer_name(layer: SpecModel) -> str:
-    """The vocabulary key of a validated layer (``linear``, ``relu``...)."""
-    return next(iter(type(layer).model_fields))
+class _LayerBase(OneKeyModel):
+    entry_word: ClassVar[str] = "layer"
+    model_config = OneKeyModel.model_config | {
+        "json_schema_extra": {"minProperties": 1, "maxProperties": 1}}
 
 
-def layer_args(layer: SpecModel) -> SpecModel:
-    """The argument model of a validated layer."""
-    return getattr(layer, layer_name(layer))
+LayerSpec = create_model(
+    "LayerSpec", __base__=_LayerBase, __module__=__name__,
+    __doc__="One layer: its name as the key, its settings as the value.",
+    **{key: (Optional[args], Field(default=None, description=text))
+       for key, (args, text, _) in _LAYERS.items()},
+)
+Layer = one_key_entry(LayerSpec, bare=[k for k, (_, _, opt) in _LAYERS.items() if opt])
 
 
 class CustomModel(SpecModel):

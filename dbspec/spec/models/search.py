@@ -1,7 +1,5 @@
 """``search``: an Optuna study over dotted paths of this spec."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, Discriminator, Field, Tag

@@ -1,7 +1,5 @@
 """``training``: optimizer, schedule, loss, epochs and the safety nets around them."""
 
-from __future__ import annotations
-
 from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field
