@@ -162,7 +162,7 @@ def parse_document(text: str, file: str = "<string>") -> Document:
         raise SpecError([Diagnostic(file, 1, 1, "", "file is empty; a spec is a mapping with at "
                                     "least 'name', 'data' and 'model'")])
     builder = _TreeBuilder(file)
-    root = builder.build(composed, 0)
+    root = builder.build(composed, ())
     if builder.errors:
         raise SpecError(builder.errors)
     if not isinstance(root.value, dict):
@@ -193,19 +193,20 @@ class _TreeBuilder:
         self.count = 0
         self.errors: list[Diagnostic] = []
 
-    def build(self, node: yaml.Node, depth: int) -> Node:
+    def build(self, node: yaml.Node, path: tuple) -> Node:
         self.count += 1
         line, column = node.start_mark.line + 1, node.start_mark.column + 1
         if self.count > MAX_NODES:
             raise SpecError([Diagnostic(self.file, line, column, "", f"the document expands to "
                                         f"more than {MAX_NODES:,} values (too many aliases?)")])
-        if depth > MAX_DEPTH:
+        if len(path) > MAX_DEPTH:
             raise SpecError([Diagnostic(self.file, line, column, "",
                                         f"nesting is deeper than {MAX_DEPTH} levels")])
         if isinstance(node, yaml.MappingNode):
-            return Node(self._mapping(node, depth), line, column)
+            return Node(self._mapping(node, path), line, column)
         if isinstance(node, yaml.SequenceNode):
-            return Node([self.build(item, depth + 1) for item in node.value], line, column)
+            return Node([self.build(item, path + (i,)) for i, item in enumerate(node.value)],
+                        line, column)
         if node.tag == _TIMESTAMP_TAG:
             return Node(node.value, line, column)  # keep dates as written; fields parse them
         try:
@@ -216,12 +217,12 @@ class _TreeBuilder:
             value = node.value
         return Node(value, line, column)
 
-    def _mapping(self, node: yaml.MappingNode, depth: int) -> dict[str, Node]:
+    def _mapping(self, node: yaml.MappingNode, path: tuple) -> dict[str, Node]:
         result: dict[str, Node] = {}
         merged: dict[str, Node] = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE_TAG:
-                for source in self._merge_sources(value_node, depth):
+                for source in self._merge_sources(value_node, path):
                     for key, child in source.items():
                         merged.setdefault(key, child)
                 continue
@@ -234,21 +235,21 @@ class _TreeBuilder:
             if key in result:
                 first = result[key]
                 self.errors.append(Diagnostic(
-                    self.file, line, column, key, f"duplicate key '{key}' (first defined at line "
+                    self.file, line, column, format_path(path + (key,)), f"duplicate key '{key}' (first defined at line "
                     f"{first.key_line}); remove one of them"))
                 continue
-            child = self.build(value_node, depth + 1)
+            child = self.build(value_node, path + (key,))
             child.key_line, child.key_column = line, column
             result[key] = child
         for key, child in merged.items():
             result.setdefault(key, child)
         return result
 
-    def _merge_sources(self, value_node: yaml.Node, depth: int) -> list[dict[str, Node]]:
+    def _merge_sources(self, value_node: yaml.Node, path: tuple) -> list[dict[str, Node]]:
         nodes = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
         sources = []
         for item in nodes:
-            built = self.build(item, depth + 1)
+            built = self.build(item, path + ("<<",))
             if isinstance(built.value, dict):
                 sources.append(built.value)
             else:

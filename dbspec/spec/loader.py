@@ -140,7 +140,7 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
     loaded = LoadedSpec(spec, source)
     for dotted, dist in spec.search.space.items():
         where = ("search", "space", dotted)
-        if any(d.path.startswith(format_path(where)) for d in known):
+        if any(d.path == format_path(where) for d in known):
             continue  # already reported: one complaint per entry
         problem = _resolve_path(spec, dotted)
         if problem:

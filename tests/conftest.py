@@ -1,0 +1,44 @@
+"""Shared test helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSETS = Path(__file__).resolve().parent / "assets"
+SPECS = sorted((ROOT / "specs").glob("*.yaml"))
+
+
+def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m dbspec ARGS`` in a fresh process, as a user would."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "dbspec", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def write_spec(tmp_path):
+    """Write YAML text to a spec file in a temp dir and return its path."""
+
+    def write(text: str, name: str = "spec.yaml") -> str:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+
+    return write
+
+
+MINIMAL = """\
+name: minimal
+data: {source: {kind: sklearn, name: diabetes}, task: regression}
+model:
+  layers:
+    - linear: {out: 8}
+    - relu
+    - linear: {out: 1}
+"""
