@@ -74,7 +74,8 @@ class Spec(SpecModel):
                          default_factory=lambda: LocalCompute(kind="local"))
     executor: Literal["local", "spark"] = d("Run stages in this process, or on Spark.",
                                             default="local")
-    spark: SparkSpec = d("The Spark session of the spark executor.", default_factory=SparkSpec)
+    spark: SparkSpec = d("Master URL and configuration of the Spark session.",
+                         default_factory=SparkSpec)
     tracking: TrackingSpec = d("MLflow tracking.", default_factory=TrackingSpec)
     search: Optional[SearchSpec] = d("Hyperparameter search; omit to train once.", default=None)
     evaluation: EvaluationSpec = d("Metrics and plots.", default_factory=EvaluationSpec)

@@ -1,0 +1,83 @@
+"""Templates: vars, typed whole-value expressions, env access, targets and errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from dbspec.errors import SpecError
+from dbspec.spec import load_spec
+from dbspec.spec.document import parse_document
+from dbspec.spec.templating import render_document
+
+BASE = """\
+name: t
+vars: {hidden: 8, scale: 2}
+data: {source: {kind: sklearn, name: diabetes}, task: regression}
+model:
+  layers:
+    - linear: {out: "%s"}
+    - relu
+    - linear: {out: 1}
+"""
+
+
+def render(text: str) -> dict:
+    return render_document(parse_document(text)).root.to_data()
+
+
+@pytest.mark.parametrize("template, expected", [
+    ("{{ hidden }}", 8),
+    ("{{ vars.hidden }}", 8),
+    ("{{ hidden * scale }}", 16),
+    ("{{ [hidden, 4] | max }}", 8),
+])
+def test_whole_expressions_keep_their_type(write_spec, template, expected):
+    spec = load_spec(write_spec(BASE % template)).spec
+    assert spec.model.layers[0].args.out == expected
+
+
+def test_mixed_text_renders_to_a_string():
+    data = render("name: 'run-{{ n }}'\nvars: {n: 3}\n")
+    assert data["name"] == "run-3"
+
+
+def test_vars_may_use_earlier_vars_and_env(monkeypatch):
+    monkeypatch.setenv("DBSPEC_T_WIDTH", "5")
+    data = render("vars:\n  a: '{{ env.DBSPEC_T_WIDTH | int }}'\n  b: '{{ a * 2 }}'\nx: '{{ b }}'\n")
+    assert data["vars"] == {"a": 5, "b": 10} and data["x"] == 10
+
+
+def test_env_default_applies_when_unset(monkeypatch):
+    monkeypatch.delenv("DBSPEC_T_NOPE", raising=False)
+    assert render("x: \"{{ env.DBSPEC_T_NOPE | default('dev') }}\"\n")["x"] == "dev"
+
+
+def test_environment_is_not_a_bare_name(monkeypatch):
+    monkeypatch.setenv("HOME_LIKE", "x")
+    with pytest.raises(SpecError, match="undefined name 'HOME_LIKE'"):
+        render("x: '{{ HOME_LIKE }}'\n")
+
+
+def test_every_template_error_is_reported_at_once():
+    with pytest.raises(SpecError) as info:
+        render("a: '{{ nope }}'\nb: '{{ 1 + }}'\nc: '{{ 1 / 0 }}'\n")
+    messages = [d.message for d in info.value.diagnostics]
+    assert len(messages) == 3
+    assert "undefined name 'nope'" in messages[0]
+    assert "template syntax error" in messages[1]
+    assert "ZeroDivisionError" in messages[2]
+
+
+def test_sandbox_blocks_attribute_escapes():
+    with pytest.raises(SpecError, match="sandbox"):
+        render("a: \"{{ ''.__class__.__mro__ }}\"\n")
+
+
+def test_a_template_can_produce_a_list():
+    data = render("vars: {n: 3}\nshape: '{{ [1, n, n] }}'\n")
+    assert data["shape"] == [1, 3, 3]
+
+
+def test_templates_in_targets_see_vars(write_spec):
+    text = BASE % "{{ hidden }}" + "targets:\n  big:\n    vars: {hidden: 64}\n"
+    assert load_spec(write_spec(text), target="big").spec.model.layers[0].args.out == 64
