@@ -1,0 +1,149 @@
+"""The command line as a user meets it: exit codes, formats, no tracebacks, light imports."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.conftest import ASSETS, MINIMAL, ROOT, SPECS, run_cli
+
+INVALID = sorted(str(p) for p in (ASSETS / "invalid").glob("*.yaml"))
+HEAVY = ("torch", "mlflow", "pyspark", "optuna", "deepspeed", "sklearn", "pandas")
+
+
+def test_validate_all_examples_exits_0():
+    result = run_cli("validate", *map(str, SPECS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(SPECS)} files checked: all valid" in result.stdout
+
+
+def test_every_broken_spec_exits_1_without_a_traceback():
+    result = run_cli("validate", *INVALID, env={"DBSPEC_TEST_SURELY_UNSET": ""})
+    assert result.returncode == 1
+    assert "Traceback" not in result.stdout + result.stderr
+    assert f"{len(INVALID)} files checked: {len(INVALID)} invalid" in result.stdout
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["validate", "no/such/spec.yaml"], 2, "no/such/spec.yaml: no such file"),
+    (["validate", "specs"], 2, "is a directory"),
+    (["validate", "specs/diabetes.yaml", "--target", "prd"], 2, "unknown target 'prd'"),
+    (["validate", "specs/diabetes.yaml", "--set", "epochs"], 2, "expected dotted.path=value"),
+    (["plan", "specs/diabetes.yaml", "--set", "name.x=1"], 2, "its parent holds the value"),
+    (["plan", "no/such.yaml"], 2, "error: no/such.yaml: no such file"),
+    (["validate"], 2, "the following arguments are required: FILE"),
+    (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
+])
+def test_usage_errors_exit_2(args, code, message):
+    result = run_cli(*args)
+    assert result.returncode == code
+    assert message in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreadable_file_among_valid_ones_still_checks_the_rest():
+    result = run_cli("validate", "specs/diabetes.yaml", "missing.yaml")
+    assert result.returncode == 2
+    assert "specs/diabetes.yaml: ok" in result.stdout
+    assert "missing.yaml: no such file" in result.stdout
+
+
+def test_json_format(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(MINIMAL.replace("task: regression", "task: regresion"))
+    result = run_cli("validate", "--format", "json", str(bad), "specs/diabetes.yaml")
+    assert result.returncode == 1
+    (item,) = json.loads(result.stdout)
+    assert set(item) == {"file", "line", "column", "path", "message", "severity", "origin"}
+    assert (item["line"], item["column"], item["path"]) == (2, 55, "data.task")
+    assert item["severity"] == "error"
+    assert "1 invalid" in result.stderr  # the summary stays off stdout
+
+
+def test_github_format(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(MINIMAL + "training: {lerning_rate: 0.1}\n")
+    result = run_cli("validate", "--format", "github", str(bad))
+    (line,) = result.stdout.splitlines()
+    assert line.startswith(f"::error file={bad},line=8,col=12,title=training.lerning_rate::")
+    assert "unknown key 'lerning_rate'" in line
+
+
+def test_github_format_escapes_properties():
+    from dbspec.cli import _github_annotation
+    from dbspec.errors import Diagnostic
+
+    line = _github_annotation(Diagnostic("a,b:c.yaml", 1, 2, "x", "50% bad\nnext", "warning"))
+    assert line == "::warning file=a%2Cb%3Ac.yaml,line=1,col=2,title=x::50%25 bad%0Anext"
+
+
+def test_warnings_pass_unless_strict():
+    ok = run_cli("validate", "specs/synthetic_deepspeed.yaml")
+    assert ok.returncode == 0 and "warning: compute.kind" in ok.stdout
+    strict = run_cli("validate", "--strict", "specs/synthetic_deepspeed.yaml")
+    assert strict.returncode == 1
+
+
+def test_target_and_set_on_validate():
+    result = run_cli("validate", "specs/diabetes.yaml", "--target", "prod",
+                     "--set", "training.epochs=0")
+    assert result.returncode == 1
+    assert "training.epochs: input should be greater than or equal to 1, got 0 " \
+           "[from --set training.epochs=0]" in result.stdout
+
+
+def test_plan_formats():
+    text = run_cli("plan", "specs/diabetes.yaml")
+    assert text.returncode == 0 and text.stdout.startswith("plan for diabetes-regressor")
+    data = json.loads(run_cli("plan", "specs/diabetes.yaml", "--format", "json").stdout)
+    assert data["stages"][-1]["name"] == "promote"
+    mermaid = run_cli("plan", "specs/diabetes.yaml", "--format", "mermaid").stdout
+    assert mermaid.startswith("flowchart TD")
+
+
+def test_plan_of_an_invalid_spec_exits_1():
+    result = run_cli("plan", INVALID[0], env={"DBSPEC_TEST_SURELY_UNSET": ""})
+    assert result.returncode == 1 and result.stdout == ""
+    assert "Traceback" not in result.stderr and result.stderr
+
+
+def test_schema_command_writes_the_committed_schema(tmp_path):
+    target = tmp_path / "out" / "schema.json"
+    result = run_cli("schema", "-o", str(target))
+    assert result.returncode == 0
+    assert target.read_text() == (ROOT / "schemas" / "dbspec.schema.json").read_text()
+    assert run_cli("schema").stdout == target.read_text()
+
+
+def test_version():
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.startswith("dbspec ")
+
+
+PROBE = """
+import sys, contextlib, io
+from dbspec.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(sys.argv[1:])
+heavy = [m for m in {heavy!r} if m in sys.modules]
+print(code, ",".join(heavy))
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ["validate", *map(str, SPECS)],
+    ["plan", "specs/breast_cancer_search.yaml"],
+    ["schema"],
+])
+def test_light_commands_import_no_heavy_library(args):
+    import subprocess
+
+    for name in ("torch", "mlflow", "optuna"):
+        pytest.importorskip(name)  # the check only means something where they are installed
+    result = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    code, heavy = result.stdout.split()[0], result.stdout.split()[1:]
+    assert code == "0", result.stderr
+    assert heavy == [], f"{args[0]} imported {heavy}"
