@@ -1,0 +1,62 @@
+"""The layer contracts in pyproject.toml hold (import-linter), and the README's commands work."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+
+def test_import_contracts_are_kept():
+    lint = shutil.which("lint-imports")
+    if lint is None:
+        pytest.fail("import-linter is not installed: pip install -e '.[dev]'")
+    result = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "0 broken" in result.stdout
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```console\n(.*?)```", text, re.DOTALL)
+    return [line[2:].strip() for block in blocks for line in block.splitlines()
+            if line.startswith("$ dbspec ")]
+
+
+def test_readme_shows_the_light_commands():
+    commands = readme_commands()
+    for verb in ("validate", "plan", "schema"):
+        assert any(c.split()[1] == verb for c in commands), verb
+
+
+@pytest.mark.parametrize("command", readme_commands())
+def test_readme_command_runs(command, tmp_path):
+    args = shlex.split(command.split("  #")[0])[1:]
+    if args[0] not in ("validate", "plan", "schema"):
+        pytest.skip(f"'{args[0]}' is exercised by its own tests")
+    args = [str(p) for p in _expand(args)]
+    args = [a.replace("build/", f"{tmp_path}/") for a in args]
+    result = run_cli(*args, env={"DBSPEC_TEST_SURELY_UNSET": ""})
+    expected = 1 if "broken" in command else 0
+    assert result.returncode == expected, result.stdout + result.stderr
+
+
+def _expand(args):
+    for arg in args:
+        if "*" in arg:
+            yield from sorted(ROOT.glob(arg))
+        else:
+            yield arg
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    test_command = ci.strip().splitlines()[-1]
+    assert test_command == "python -m pytest -q"
+    assert f"$ {test_command}" in readme
