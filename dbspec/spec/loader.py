@@ -17,7 +17,6 @@ from dbspec.spec.models.search import FloatDistribution
 from dbspec.spec.overrides import apply_assignments, apply_target, list_targets, set_path
 from dbspec.spec.semantics import check_spec
 from dbspec.spec.templating import render_document
-from dbspec.spec.translate import translate
 
 
 class LoadedSpec(NamedTuple):
@@ -115,6 +114,8 @@ def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagn
     try:
         spec = Spec.model_validate(rendered.root.to_data())
     except ValidationError as exc:
+        from dbspec.spec.translate import translate  # only needed when something is wrong
+
         raise SpecError(translate(exc, rendered, Spec)) from None
     diagnostics = [rendered.diagnostic(f.path, f.message, f.severity, at_key=f.at_key)
                    for f in check_spec(spec)]

@@ -6,7 +6,6 @@ positions them in the file. Every finding says what is wrong and what to write i
 
 from __future__ import annotations
 
-import importlib.util
 from typing import NamedTuple, Optional
 
 from dbspec.errors import did_you_mean, one_of
@@ -145,6 +144,8 @@ def _check_model(spec: Spec, found: _Findings) -> None:
     model, task = spec.model, spec.data.task
     loss = spec.training.loss_for(task)
     if model.custom is not None:
+        import importlib.util
+
         top = model.custom.class_.split(":")[0].split(".")[0]
         if importlib.util.find_spec(top) is None:
             found.warning(("model", "custom", "class"), f"module '{top}' is not importable here; "
