@@ -56,6 +56,49 @@ def build_parser() -> argparse.ArgumentParser:
                       help="text (default), json or mermaid")
     plan.set_defaults(handler=_cmd_plan)
 
+    run = commands.add_parser(
+        "run", help="run the spec's pipeline locally (data, train, evaluate, register, promote)",
+        description="Run every stage of the spec's plan in this process. Unchanged stages are "
+                    "skipped; MLflow tracking and registry default to .dbspec/mlflow.db.")
+    run.add_argument("file", metavar="FILE", help="spec file")
+    _add_spec_options(run)
+    stages = run.add_mutually_exclusive_group()
+    stages.add_argument("--only", metavar="STAGE", help="run this stage alone, on recorded inputs")
+    stages.add_argument("--from", dest="from_stage", metavar="STAGE",
+                        help="rerun this stage and everything after it")
+    run.add_argument("--resume", action="store_true",
+                     help="continue an interrupted run (training from its last checkpoint)")
+    run.add_argument("--smoke", action="store_true",
+                     help="every stage on a tiny slice of the data for one epoch (for CI)")
+    run.add_argument("--summary-json", metavar="PATH", help="also write the summary as JSON")
+    run.add_argument("--state-dir", metavar="DIR", default=".dbspec",
+                     help="where stage state, the default MLflow store and artifacts live "
+                          "(default: .dbspec)")
+    run.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    run.set_defaults(handler=_cmd_run)
+
+    models = commands.add_parser("models", help="list a registered model's versions and aliases")
+    models.add_argument("name", metavar="NAME", help="registered model name")
+    models.add_argument("--format", choices=("text", "json"), default="text")
+    _add_registry_options(models)
+    models.set_defaults(handler=_cmd_models)
+
+    promote = commands.add_parser("promote", help="point an alias at a version (gates re-checked)")
+    promote.add_argument("name", metavar="NAME", help="registered model name")
+    promote.add_argument("version", metavar="VERSION", help="version to promote")
+    promote.add_argument("--alias", required=True, help="alias to move, e.g. production")
+    promote.add_argument("--force", action="store_true", help="skip the gate re-check")
+    _add_registry_options(promote)
+    promote.set_defaults(handler=_cmd_promote)
+
+    rollback = commands.add_parser("rollback", help="point an alias back at an earlier version")
+    rollback.add_argument("name", metavar="NAME", help="registered model name")
+    rollback.add_argument("--alias", required=True, help="alias to move back")
+    rollback.add_argument("--to", metavar="VERSION",
+                          help="version to restore (default: the one that held it before)")
+    _add_registry_options(rollback)
+    rollback.set_defaults(handler=_cmd_rollback)
+
     schema = commands.add_parser("schema", help="print the JSON schema of specs",
                                  description="Write the JSON schema (draft 2020-12) of a spec.")
     schema.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
@@ -138,6 +181,75 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     loaded = _load(args)
     print(RENDERERS[args.format](compile_plan(loaded.spec)))
+    return 0
+
+
+def _add_registry_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking/registry URI (default: MLFLOW_TRACKING_URI, else "
+                             ".dbspec/mlflow.db)")
+    parser.add_argument("--state-dir", metavar="DIR", default=".dbspec",
+                        help="the state directory of local runs (default: .dbspec)")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import shlex
+    from pathlib import Path
+
+    from dbspec.executors.local import LocalExecutor
+    from dbspec.executors.summary import build_summary, render_summary
+    from dbspec.stages.base import Reporter, RunOptions
+
+    loaded = _load(args)
+    options = RunOptions(smoke=args.smoke, resume=args.resume, show_progress=not args.quiet)
+    command = ["dbspec", "run", args.file] + (["--target", loaded.target] if loaded.target
+                                              else [])
+    command += [f"--set={a}" for a in args.assignments] + (["--smoke"] if args.smoke else [])
+    executor = LocalExecutor(Path(args.state_dir), options=options,
+                             reporter=Reporter(enabled=not args.quiet),
+                             resume_command=shlex.join(command))
+    record = executor.run(loaded, only=args.only, from_stage=args.from_stage)
+    summary = build_summary(record)
+    print(render_summary(summary))
+    if args.summary_json:
+        Path(args.summary_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dbspec.registry.commands import describe_models, open_registry, render_models
+
+    described = describe_models(open_registry(args.tracking_uri, Path(args.state_dir)), args.name)
+    print(json.dumps(described, indent=2) if args.format == "json" else render_models(described))
+    return 0
+
+
+def _cmd_promote(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dbspec.registry.commands import open_registry, promote
+
+    result = promote(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
+                     args.version, args.alias, force=args.force)
+    for gate in result["gates"]:
+        print(f"  gate {gate}")
+    was = f" (was v{result['previous']})" if result["previous"] else ""
+    print(f"{result['name']}@{result['alias']} -> v{result['version']}{was}")
+    return 0
+
+
+def _cmd_rollback(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dbspec.registry.commands import open_registry, rollback
+
+    result = rollback(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
+                      args.alias, args.to)
+    print(f"{result['name']}@{result['alias']} -> v{result['version']} "
+          f"(rolled back from v{result['previous']})")
     return 0
 
 

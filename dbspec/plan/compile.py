@@ -82,6 +82,14 @@ class Plan:
                 affected.add(stage.name)
         return tuple(s.name for s in self.stages if s.name in affected)
 
+    def ancestors(self, name: str) -> tuple[str, ...]:
+        """Every stage ``name`` depends on, directly or not, in order."""
+        needed = set(self[name].depends_on)
+        for stage in reversed(self.stages):
+            if stage.name in needed:
+                needed.update(stage.depends_on)
+        return tuple(s.name for s in self.stages if s.name in needed)
+
     def to_dict(self) -> dict[str, Any]:
         """``{"stages": [{"name", "depends_on", "reads", "fingerprint"}]}``."""
         return {"stages": [s.to_dict() for s in self.stages]}

@@ -1,0 +1,1 @@
+"""Metrics and plots of a served model on the validation and test splits."""

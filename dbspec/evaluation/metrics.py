@@ -1,0 +1,96 @@
+"""Metrics by name, computed from targets and the served model's predictions."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+
+def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray, names: list[str]) -> dict[str, float]:
+    """rmse, mae, mse, r2 and mape (as a fraction) of the requested ``names``."""
+    from sklearn import metrics as m
+
+    y_true, y_pred = np.asarray(y_true, dtype=np.float64), np.asarray(y_pred, dtype=np.float64)
+    out: dict[str, float] = {}
+    for name in names:
+        if name == "rmse":
+            out[name] = float(np.sqrt(m.mean_squared_error(y_true, y_pred)))
+        elif name == "mse":
+            out[name] = float(m.mean_squared_error(y_true, y_pred))
+        elif name == "mae":
+            out[name] = float(m.mean_absolute_error(y_true, y_pred))
+        elif name == "r2":
+            out[name] = float(m.r2_score(y_true, y_pred)) if len(y_true) > 1 else float("nan")
+        elif name == "mape":
+            out[name] = float(m.mean_absolute_percentage_error(y_true, y_pred))
+    return out
+
+
+def classification_metrics(y_true: np.ndarray, probabilities: np.ndarray, names: list[str], *,
+                           binary: bool, threshold: float = 0.5) -> dict[str, float]:
+    """accuracy, precision, recall, f1 (binary, or macro-averaged), roc_auc and log_loss.
+
+    Args:
+        y_true: Encoded class indices.
+        probabilities: P(class 1) for binary, (rows, classes) otherwise.
+    """
+    from sklearn import metrics as m
+
+    y_true = np.asarray(y_true)
+    probabilities = np.asarray(probabilities, dtype=np.float64)
+    if binary:
+        y_pred = (probabilities >= threshold).astype(int)
+        full = np.column_stack([1 - probabilities, probabilities])
+    else:
+        y_pred, full = probabilities.argmax(axis=1), probabilities
+    labels = list(range(full.shape[1]))
+    average = "binary" if binary else "macro"
+    out: dict[str, float] = {}
+    for name in names:
+        if name == "accuracy":
+            out[name] = float(m.accuracy_score(y_true, y_pred))
+        elif name in ("precision", "recall", "f1"):
+            fn = {"precision": m.precision_score, "recall": m.recall_score, "f1": m.f1_score}[name]
+            out[name] = float(fn(y_true, y_pred, average=average, zero_division=0))
+        elif name == "log_loss":
+            out[name] = float(m.log_loss(y_true, np.clip(full, 1e-7, 1 - 1e-7), labels=labels))
+        elif name == "roc_auc":
+            out[name] = _roc_auc(y_true, probabilities if binary else full, binary)
+    return out
+
+
+def _roc_auc(y_true, scores, binary: bool) -> float:
+    from sklearn import metrics as m
+
+    if len(np.unique(y_true)) < 2:
+        return float("nan")  # undefined with one class present (tiny smoke splits)
+    if binary:
+        return float(m.roc_auc_score(y_true, scores))
+    return float(m.roc_auc_score(y_true, scores, multi_class="ovr",
+                                 labels=list(range(scores.shape[1]))))
+
+
+def confusion(y_true: np.ndarray, y_pred: np.ndarray, classes: int) -> list[list[int]]:
+    """Confusion matrix rows = true class, columns = predicted class."""
+    from sklearn.metrics import confusion_matrix
+
+    return confusion_matrix(y_true, y_pred, labels=list(range(classes))).tolist()
+
+
+def task_metrics(task: str, y_true: np.ndarray, predictions: np.ndarray, names: list[str], *,
+                 threshold: float = 0.5) -> dict[str, float]:
+    """Dispatch on the task: regression or classification metrics."""
+    if task == "regression":
+        return regression_metrics(y_true, predictions, names)
+    return classification_metrics(y_true, predictions, names, binary=task == "binary",
+                                  threshold=threshold)
+
+
+def predicted_labels(task: str, predictions: np.ndarray, threshold: float = 0.5) -> Optional[Any]:
+    """Encoded predicted classes of a classifier's probabilities (None for regression)."""
+    if task == "regression":
+        return None
+    if task == "binary":
+        return (predictions >= threshold).astype(int)
+    return predictions.argmax(axis=1)

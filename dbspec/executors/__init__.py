@@ -1,0 +1,1 @@
+"""Executors run a plan's stages: ``LocalExecutor`` in this process."""

@@ -1,0 +1,71 @@
+"""The end-of-run summary: a table for people, JSON for scripts and CI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbspec.executors.local import RunRecord
+
+
+def build_summary(record: RunRecord) -> dict[str, Any]:
+    """run_id, experiment_id, model name and version, aliases set, gates, metrics, stages."""
+    train, evaluate = record.output("train"), record.output("evaluate")
+    register, promote = record.output("register"), record.output("promote")
+    aliases = {}
+    if promote.get("decision") == "promoted":
+        aliases[promote["alias"]] = promote["version"]
+    return {
+        "spec": record.spec,
+        "target": record.target,
+        "run_id": train.get("run_id"),
+        "experiment_id": train.get("experiment_id"),
+        "tracking_uri": train.get("tracking_uri"),
+        "model_uri": train.get("model_uri"),
+        "model_name": register.get("name"),
+        "model_version": register.get("version"),
+        "aliases_set": aliases,
+        "previous_alias_holder": promote.get("previous"),
+        "promotion": promote.get("decision"),
+        "gates": promote.get("gates", []),
+        "metrics": evaluate.get("metrics", {}),
+        "training": {k: train[k] for k in ("epochs_run", "best_epoch", "train_samples_per_second",
+                                           "device", "threads") if k in train},
+        "stages": [{"name": s.name, "action": s.action, "seconds": round(s.seconds, 3)}
+                   for s in record.stages],
+        "state_dir": str(record.run_dir),
+    }
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    """An aligned text table of the summary."""
+    rows: list[tuple[str, str]] = []
+    ran = [s["name"] for s in summary["stages"] if s["action"] == "ran"]
+    cached = [s["name"] for s in summary["stages"] if s["action"] == "cached"]
+    rows.append(("stages run", ", ".join(ran) or "none (all unchanged)"))
+    if cached:
+        rows.append(("stages cached", ", ".join(cached)))
+    for key, label in (("run_id", "MLflow run"), ("experiment_id", "experiment"),
+                       ("tracking_uri", "tracking URI")):
+        if summary.get(key):
+            rows.append((label, str(summary[key])))
+    if summary.get("model_name"):
+        rows.append(("model version", f"{summary['model_name']} v{summary['model_version']}"))
+    if summary.get("promotion"):
+        moved = ", ".join(f"@{a} -> v{v}" for a, v in summary["aliases_set"].items())
+        rows.append(("promotion", summary["promotion"] + (f" ({moved})" if moved else "")))
+        for gate in summary["gates"]:
+            rows.append(("  gate", gate))
+    training = summary.get("training", {})
+    if training:
+        rows.append(("training", f"{training.get('epochs_run')} epochs (best "
+                                 f"{training.get('best_epoch')}), "
+                                 f"{training.get('train_samples_per_second', 0):,.0f} samples/s "
+                                 f"on {training.get('device')} x{training.get('threads')} "
+                                 "threads"))
+    for name, value in sorted(summary.get("metrics", {}).items()):
+        if name.startswith("test_"):
+            rows.append((name, f"{value:.6g}"))
+    width = max(len(label) for label, _ in rows)
+    title = f"dbspec run {summary['spec']}" + (f" --target {summary['target']}"
+                                               if summary.get("target") else "")
+    return "\n".join([title] + [f"  {label.ljust(width)}  {value}" for label, value in rows])

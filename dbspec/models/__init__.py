@@ -1,0 +1,1 @@
+"""Networks from the spec, and the served model that wraps them (torch imported here)."""

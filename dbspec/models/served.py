@@ -1,0 +1,147 @@
+"""The model as it is logged and served: preprocessing + network + output head, one module.
+
+Raw feature rows go in; predictions in the target's own units come out (regression targets
+are un-standardised, classifiers return probabilities). The same module scores the test split
+in ``evaluate``, so the metrics are those of what gets served.
+
+On disk a served model is a directory: ``model.json`` (everything needed to rebuild it) and
+``weights.pt`` (its state dict).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from torch import nn
+
+from dbspec.data.prepare import FittedStep
+from dbspec.models.network import build_network
+from dbspec.spec.models.network import ModelSpec
+
+FORMAT_VERSION = 1
+
+
+class FeatureTransform(nn.Module):
+    """Fitted preprocessing steps applied to raw rows, in order."""
+
+    def __init__(self, steps: list[FittedStep], width: int):
+        super().__init__()
+        self.kinds = [s.kind for s in steps]
+        for i, step in enumerate(steps):
+            every = step.columns == list(range(width))
+            self.register_buffer(f"cols{i}", torch.tensor([] if every else step.columns,
+                                                          dtype=torch.long))
+            for name, values in step.params.items():
+                self.register_buffer(f"{name}{i}", torch.tensor(values, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.kinds:
+            return x
+        x = x.clone()
+        for i, kind in enumerate(self.kinds):
+            cols = getattr(self, f"cols{i}")
+            part = x if cols.numel() == 0 else x[:, cols]
+            if kind == "impute":
+                part = torch.where(torch.isnan(part), getattr(self, f"fill{i}"), part)
+            elif kind == "clip":
+                part = torch.minimum(torch.maximum(part, getattr(self, f"low{i}")),
+                                     getattr(self, f"high{i}"))
+            else:
+                part = (part - getattr(self, f"center{i}")) / getattr(self, f"scale{i}")
+            if cols.numel() == 0:
+                x = part
+            else:
+                x[:, cols] = part
+        return x
+
+
+@dataclass
+class ModelCard:
+    """What is needed to rebuild a served model, stored as ``model.json``."""
+
+    task: str
+    loss: str
+    feature_names: list[str]
+    out_features: int
+    model: dict[str, Any]
+    preprocessing: list[dict[str, Any]]
+    classes: Optional[list[Any]] = None
+    target_mean: float = 0.0
+    target_std: float = 1.0
+    format_version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ServedModel(nn.Module):
+    """Raw rows -> predictions: regression values, or class probabilities."""
+
+    def __init__(self, card: ModelCard, network: Optional[nn.Module] = None):
+        super().__init__()
+        self.card = card
+        width = len(card.feature_names)
+        steps = [FittedStep(**s) for s in card.preprocessing]
+        self.transform = FeatureTransform(steps, width)
+        self.network = network if network is not None else build_network(
+            ModelSpec.model_validate(card.model), width, card.out_features)
+        self.register_buffer("target_mean", torch.tensor(card.target_mean))
+        self.register_buffer("target_std", torch.tensor(card.target_std))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.network(self.transform(x))
+        return self.head(out)
+
+    def head(self, out: torch.Tensor) -> torch.Tensor:
+        """Network output -> prediction (values, P(class 1), or class probabilities)."""
+        if self.card.task == "regression":
+            return out[:, 0] * self.target_std + self.target_mean
+        if self.card.loss == "bce":
+            return torch.sigmoid(out[:, 0])
+        probabilities = out.exp() if self.card.loss == "nll" else torch.softmax(out, dim=1)
+        return probabilities[:, 1] if self.card.task == "binary" else probabilities
+
+    def predict_frame(self, features) -> "Any":
+        """Score a frame (or array) of raw features; returns a pandas DataFrame.
+
+        Columns: ``prediction`` (the value, or the class label) and, for classifiers,
+        ``probability`` (binary) or ``probability_<label>`` per class.
+        """
+        import numpy as np
+        import pandas as pd
+
+        if isinstance(features, pd.DataFrame):
+            features = features[self.card.feature_names]
+        x = torch.as_tensor(np.asarray(features, dtype=np.float32))
+        with torch.inference_mode():
+            out = self(x).numpy()
+        if self.card.task == "regression":
+            return pd.DataFrame({"prediction": out.astype(np.float64)})
+        classes = self.card.classes
+        if self.card.task == "binary":
+            labels = np.asarray(classes, dtype=object)[(out >= 0.5).astype(int)]
+            return pd.DataFrame({"prediction": labels.tolist(), "probability": out})
+        labels = np.asarray(classes, dtype=object)[out.argmax(axis=1)]
+        frame = pd.DataFrame({"prediction": labels.tolist()})
+        for j, label in enumerate(classes):
+            frame[f"probability_{label}"] = out[:, j]
+        return frame
+
+
+def save_served_model(model: ServedModel, directory: Path) -> Path:
+    """Write ``model.json`` and ``weights.pt`` into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "model.json").write_text(json.dumps(asdict(model.card), indent=2, default=str))
+    torch.save(model.state_dict(), directory / "weights.pt")
+    return directory
+
+
+def load_served_model(directory: Path) -> ServedModel:
+    """Rebuild a served model from :func:`save_served_model`'s directory, in eval mode."""
+    card = ModelCard(**json.loads((Path(directory) / "model.json").read_text()))
+    model = ServedModel(card)
+    state = torch.load(Path(directory) / "weights.pt", map_location="cpu", weights_only=True)
+    model.load_state_dict(state)
+    return model.eval()

@@ -1,0 +1,121 @@
+"""What every stage gets and gives: the context, the protocol, the progress reporter."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Protocol
+
+from dbspec.spec.loader import LoadedSpec
+from dbspec.spec.models import Spec
+
+#: Rows kept by ``--smoke`` runs; enough for every split and class.
+SMOKE_ROWS = 200
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How this invocation runs its stages."""
+
+    smoke: bool = False
+    resume: bool = False
+    show_progress: bool = True
+
+
+class Reporter:
+    """Progress for people: an updating line per epoch on a terminal, stage lines otherwise."""
+
+    def __init__(self, stream=None, *, enabled: bool = True):
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+        self.tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._last = 0.0
+
+    def line(self, text: str) -> None:
+        if self.enabled:
+            self._clear()
+            print(text, file=self.stream, flush=True)
+
+    def epoch(self, *, epoch: int, epochs: int, metrics: dict[str, float], **_: Any) -> None:
+        """An updating progress bar with the epoch's metrics (terminals only, ~10 per second)."""
+        if not self.tty:
+            return
+        now = time.monotonic()
+        if now - self._last < 0.1 and epoch + 1 < epochs:
+            return
+        self._last = now
+        done = int(20 * (epoch + 1) / epochs)
+        shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()
+                          if k in ("train_loss", "val_loss") or k.startswith("val_"))
+        self.stream.write(f"\r  [{'#' * done}{'.' * (20 - done)}] epoch {epoch + 1}/{epochs}  "
+                          f"{shown}\x1b[K")
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.tty:
+            self.stream.write("\r\x1b[K")
+
+
+@dataclass
+class StageContext:
+    """Everything a stage may use; stages read inputs here and write only to ``directory``."""
+
+    loaded: LoadedSpec
+    directory: Path
+    project_dir: Path
+    upstream: dict[str, dict[str, Any]]
+    upstream_dirs: dict[str, Path]
+    options: RunOptions
+    reporter: Reporter
+    _tracker: Any = field(default=None, repr=False)
+
+    @property
+    def spec(self) -> Spec:
+        return self.loaded.spec
+
+    @property
+    def tracker(self):
+        """The MLflow tracker, created on first use (MLflow is slow to import)."""
+        if self._tracker is None:
+            from dbspec.tracking.mlflow_tracking import Tracker
+
+            experiment = None
+            if self.options.smoke:
+                experiment = f"{self.spec.tracking.experiment or self.spec.name}-smoke"
+            self._tracker = Tracker(self.spec, self.project_dir, experiment=experiment)
+        return self._tracker
+
+    def output_of(self, stage: str) -> dict[str, Any]:
+        """The recorded output of an upstream stage."""
+        return self.upstream[stage]
+
+    def dir_of(self, stage: str) -> Path:
+        """The directory an upstream stage wrote its files to."""
+        return self.upstream_dirs[stage]
+
+
+class Stage(Protocol):
+    """A step of the plan; a small value holding the slice of the spec it reads."""
+
+    name: str
+
+    def run(self, ctx: StageContext) -> dict[str, Any]:
+        """Do the work; write files under ``ctx.directory``; return JSON-ready outputs."""
+        ...
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (a crash leaves the old file or the new one, never half)."""
+    partial = path.with_suffix(path.suffix + ".partial")
+    partial.write_text(json.dumps(data, indent=2, default=str))
+    partial.replace(path)
+
+
+def registry_name(spec: Spec, options: RunOptions) -> Optional[str]:
+    """The registered model name; smoke runs register under ``<name>_smoke``."""
+    if spec.registry is None:
+        return None
+    return spec.registry.name + ("_smoke" if options.smoke else "")

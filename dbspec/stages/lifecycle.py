@@ -1,0 +1,168 @@
+"""evaluate, register and promote: metrics of the served model, a registry version, gates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import numpy as np
+
+from dbspec.spec.models.lifecycle import DEFAULT_METRICS, DEFAULT_PLOTS
+from dbspec.stages.base import StageContext, registry_name, write_json
+from dbspec.stages.data import load_splits, load_table
+
+
+def score_split(served, table, rows: np.ndarray) -> np.ndarray:
+    """The served model's predictions on raw rows (values or probabilities)."""
+    import torch
+
+    with torch.inference_mode():
+        return served(torch.from_numpy(table.features[rows])).numpy()
+
+
+class EvaluateStage:
+    """Metrics on the validation and test splits, and plots, logged to the training run."""
+
+    name = "evaluate"
+
+    def run(self, ctx: StageContext) -> dict[str, Any]:
+        from dbspec.evaluation.metrics import confusion, predicted_labels, task_metrics
+        from dbspec.evaluation.plots import write_plots
+        from dbspec.models.served import load_served_model
+
+        spec, task = ctx.spec, ctx.spec.data.task
+        table, splits = load_table(ctx), load_splits(ctx)
+        served = load_served_model(ctx.dir_of("train") / "served")
+        names = list(spec.evaluation.metrics or DEFAULT_METRICS[task])
+        threshold = spec.evaluation.threshold
+        metrics: dict[str, float] = {}
+        predictions: dict[str, np.ndarray] = {}
+        for split, rows in (("val", splits.validation), ("test", splits.test)):
+            if len(rows) == 0:
+                continue
+            predictions[split] = score_split(served, table, rows)
+            found = task_metrics(task, table.target[rows], predictions[split], names,
+                                 threshold=threshold)
+            metrics.update({f"{split}_{k}": v for k, v in found.items()})
+            metrics[f"{split}_loss"] = _loss(served, table, rows)
+        history = json.loads((ctx.dir_of("train") / "history.json").read_text())
+        plot_split = "test" if "test" in predictions else "val"
+        plots = []
+        if plot_split in predictions:
+            rows = splits.test if plot_split == "test" else splits.validation
+            plots = write_plots(list(spec.evaluation.plots or DEFAULT_PLOTS[task]),
+                                ctx.directory / "plots", task=task, history=history,
+                                y_true=table.target[rows], predictions=predictions[plot_split],
+                                classes=table.classes, threshold=threshold)
+        extra = {}
+        if task != "regression" and "test" in predictions:
+            labels = predicted_labels(task, predictions["test"], threshold)
+            extra["confusion_matrix"] = confusion(table.target[splits.test], labels,
+                                                  len(table.classes))
+        write_json(ctx.directory / "metrics.json", {"metrics": metrics, **extra})
+        tracker = ctx.tracker
+        with tracker.run(ctx.output_of("train")["run_id"]):
+            tracker.log_metrics(metrics)
+            for path in plots:
+                tracker.log_artifact(path, "plots")
+            tracker.log_artifact(ctx.directory / "metrics.json", "evaluation")
+        return {"metrics": metrics, "plots": [p.name for p in plots], **extra}
+
+
+def _loss(served, table, rows) -> float:
+    """The training loss of the final model on ``rows`` (targets in training form)."""
+    import torch
+
+    from dbspec.training.components import build_loss
+
+    card = served.card
+    x = torch.from_numpy(table.features[rows])
+    y = torch.from_numpy(table.target[rows])
+    with torch.inference_mode():
+        out = served.network(served.transform(x))
+        if card.task == "regression":
+            y = ((y - card.target_mean) / card.target_std).unsqueeze(1)
+        elif card.loss == "bce":
+            y = y.float().unsqueeze(1)
+        else:
+            y = y.long()
+        return float(build_loss(card.loss)(out, y))
+
+
+class RegisterStage:
+    """A new registry version of the logged model, tagged with its spec and metrics."""
+
+    name = "register"
+
+    def run(self, ctx: StageContext) -> dict[str, Any]:
+        from dbspec.registry import Registry
+
+        spec = ctx.spec
+        train, evaluate = ctx.output_of("train"), ctx.output_of("evaluate")
+        name = registry_name(spec, ctx.options)
+        tags = {"dbspec.spec": spec.name, "dbspec.run_id": train["run_id"],
+                "dbspec.data_version": ctx.output_of("load_data")["data_version"],
+                **{f"metric.{k}": f"{v:.6g}" for k, v in evaluate["metrics"].items()},
+                **spec.registry.tags}
+        if spec.registry.promotion is not None:
+            gates = [g.model_dump(mode="json", exclude_none=True)
+                     for g in spec.registry.promotion.gates]
+            tags["dbspec.gates"] = json.dumps(gates)
+        version = Registry(ctx.tracker.client).register(name, train["model_uri"], train["run_id"],
+                                                        tags)
+        ctx.reporter.line(f"  registered {name} version {version}")
+        return {"name": name, "version": version}
+
+
+class PromoteStage:
+    """Check every gate; move the alias only when all pass; record results on the version."""
+
+    name = "promote"
+
+    def run(self, ctx: StageContext) -> dict[str, Any]:
+        from dbspec.registry import Registry, check_gates
+
+        spec = ctx.spec
+        promotion = spec.registry.promotion
+        registered = ctx.output_of("register")
+        name, version = registered["name"], registered["version"]
+        registry = Registry(ctx.tracker.client)
+        metrics = ctx.output_of("evaluate")["metrics"]
+        results = check_gates(promotion.gates, metrics,
+                              lambda alias, metric: self._rescore(ctx, registry, name, alias,
+                                                                  metric, version))
+        passed = all(r.passed for r in results)
+        registry.record_gates(name, version, results, "promoted" if passed else "rejected")
+        previous: Optional[str] = None
+        if passed:
+            previous = registry.move_alias(name, promotion.alias, version,
+                                           reason=f"gates passed in run "
+                                                  f"{ctx.output_of('train')['run_id']}")
+        for result in results:
+            ctx.reporter.line(f"  gate {result.describe()}")
+        return {"name": name, "version": version, "alias": promotion.alias,
+                "decision": "promoted" if passed else "rejected", "previous": previous,
+                "gates": [r.describe() for r in results], "passed": passed}
+
+    @staticmethod
+    def _rescore(ctx: StageContext, registry, name: str, alias: str, metric: str,
+                 candidate: str) -> Optional[float]:
+        """The alias holder's ``metric`` on this run's own split (champion vs challenger)."""
+        import mlflow
+
+        from dbspec.evaluation.metrics import task_metrics
+
+        holder = registry.holder(name, alias)
+        if holder is None or str(holder.version) == candidate:
+            return None
+        split, _, base = metric.partition("_")
+        table, splits = load_table(ctx), load_splits(ctx)
+        rows = splits.test if split == "test" else splits.validation
+        model = mlflow.pyfunc.load_model(f"models:/{name}/{holder.version}")
+        served = model.unwrap_python_model().model
+        if base == "loss":
+            return _loss(served, table, rows)
+        found = task_metrics(ctx.spec.data.task, table.target[rows],
+                             score_split(served, table, rows), [base],
+                             threshold=ctx.spec.evaluation.threshold)
+        return found[base]

@@ -1,0 +1,1 @@
+"""MLflow tracking: runs, buffered metrics, artifacts and the logged model."""

@@ -1,0 +1,178 @@
+"""One place that talks to MLflow tracking for a dbspec run.
+
+Defaults need nothing running: a SQLite tracking and registry store and artifacts under
+``.dbspec/`` in the working directory. ``MLFLOW_TRACKING_URI`` in the environment wins over
+the spec, as MLflow users expect. Metrics are buffered and sent in batches (one
+``log_metric`` per step costs more than a small model's step).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from dbspec.spec.models import Spec
+
+_PARAM_LIMIT = 6000
+_FLUSH_SECONDS = 5.0
+
+
+def quiet_mlflow() -> None:
+    """MLflow's INFO lines (database migrations, 'created version') would bury our output."""
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+def resolve_tracking_uri(spec: Spec, state_dir: Path) -> str:
+    """``MLFLOW_TRACKING_URI`` > ``tracking.tracking_uri`` > SQLite under the state dir."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or spec.tracking.tracking_uri
+    if uri:
+        return uri
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(state_dir / 'mlflow.db').resolve()}"
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, str]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": "1"}``; lists keep their index."""
+    out: dict[str, str] = {}
+    if isinstance(data, dict):
+        for key, value in data.items():
+            out.update(flatten(value, f"{prefix}{key}."))
+    elif isinstance(data, list) and data and all(isinstance(v, (dict, list)) for v in data):
+        for index, value in enumerate(data):
+            out.update(flatten(value, f"{prefix}{index}."))
+    else:
+        out[prefix[:-1]] = str(data)[:_PARAM_LIMIT]
+    return out
+
+
+class Tracker:
+    """MLflow experiment, run and logging for one spec.
+
+    Args:
+        spec: The validated spec.
+        state_dir: The run's ``.dbspec`` directory (default store and artifacts live there).
+        experiment: Experiment name override (smoke runs use their own).
+    """
+
+    def __init__(self, spec: Spec, state_dir: Path, *, experiment: Optional[str] = None):
+        import mlflow
+
+        quiet_mlflow()
+        self.spec = spec
+        self.tracking_uri = resolve_tracking_uri(spec, state_dir)
+        mlflow.set_tracking_uri(self.tracking_uri)
+        if spec.tracking.registry_uri:
+            mlflow.set_registry_uri(spec.tracking.registry_uri)
+        self.client = mlflow.MlflowClient()
+        self.experiment_name = experiment or spec.tracking.experiment or spec.name
+        self.experiment_id = self._experiment(state_dir)
+        self._buffer: list[Any] = []
+        self._last_flush = time.monotonic()
+        self.run_id: Optional[str] = None
+
+    def _experiment(self, state_dir: Path) -> str:
+        found = self.client.get_experiment_by_name(self.experiment_name)
+        if found is not None:
+            return found.experiment_id
+        location = None
+        if self.tracking_uri.startswith("sqlite:") or self.tracking_uri.startswith("file:"):
+            artifacts = (state_dir / "mlartifacts").resolve()
+            artifacts.mkdir(parents=True, exist_ok=True)
+            location = artifacts.as_uri()
+        return self.client.create_experiment(self.experiment_name, artifact_location=location)
+
+    @contextlib.contextmanager
+    def run(self, run_id: Optional[str] = None, *, tags: Optional[dict[str, str]] = None,
+            system_metrics: bool = False) -> Iterator[str]:
+        """Start (or re-open) the run; ends it FAILED on an exception, KILLED on Ctrl-C."""
+        import mlflow
+
+        if system_metrics:
+            mlflow.set_system_metrics_sampling_interval(
+                self.spec.tracking.system_metrics_interval)
+        active = mlflow.start_run(run_id=run_id, experiment_id=self.experiment_id,
+                                  run_name=None if run_id else self.spec.tracking.run_name,
+                                  tags=tags, log_system_metrics=system_metrics)
+        self.run_id = active.info.run_id
+        status = "FINISHED"
+        try:
+            yield self.run_id
+        except KeyboardInterrupt:
+            status = "KILLED"
+            raise
+        except BaseException:
+            status = "FAILED"
+            raise
+        finally:
+            self.flush()
+            mlflow.end_run(status=status)
+
+    def log_params(self, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k[:250], v) for k, v in params.items()]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[start:start + 100])
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
+
+    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
+        """Buffer metrics; they are sent every few seconds and when the run ends."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._buffer.extend(Metric(k, float(v), now, step or 0) for k, v in metrics.items()
+                            if v is not None)
+        if time.monotonic() - self._last_flush > _FLUSH_SECONDS or len(self._buffer) > 5000:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send buffered metrics in batches of MLflow's size limit."""
+        if self.run_id is None:
+            return
+        buffer, self._buffer = self._buffer, []
+        for start in range(0, len(buffer), 1000):
+            self.client.log_batch(self.run_id, metrics=buffer[start:start + 1000])
+        self._last_flush = time.monotonic()
+
+    def log_artifact(self, path: Path, artifact_path: Optional[str] = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def log_dataset(self, frame, *, source: str, target: str, version: str, name: str) -> None:
+        import mlflow
+        from mlflow.data.code_dataset_source import CodeDatasetSource
+
+        located: Any = source
+        if not Path(source).exists():  # built-in and generated data have no file to point at
+            located = CodeDatasetSource({"dbspec.source": source, "dbspec.version": version})
+        dataset = mlflow.data.from_pandas(frame, source=located, targets=target, name=name)
+        mlflow.log_input(dataset, context="training", tags={"data_version": version})
+
+    def log_model(self, served_dir: Path, example, prediction) -> str:
+        """Log the served model as a pyfunc with signature and input example; returns its URI."""
+        import importlib.metadata
+
+        import mlflow
+        from mlflow.models import infer_signature
+
+        import dbspec
+        from dbspec.models import pyfunc
+
+        requirements = [f"{dist}=={importlib.metadata.version(dist)}"
+                        for dist in ("torch", "pandas", "numpy", "pydantic", "PyYAML", "jinja2")]
+        info = mlflow.pyfunc.log_model(
+            name="model", python_model=pyfunc.__file__,
+            artifacts={"served_model": str(served_dir)},
+            code_paths=[str(Path(dbspec.__file__).parent)],
+            signature=infer_signature(example, prediction), input_example=example,
+            pip_requirements=requirements)
+        return info.model_uri

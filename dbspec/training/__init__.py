@@ -1,0 +1,1 @@
+"""Training: the loop, its components and checkpoints (torch imported here)."""

@@ -1,0 +1,58 @@
+"""Checkpoints written atomically, so a crash mid-write never leaves a broken newest file."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+_NAME = re.compile(r"^epoch-(\d+)\.pt$")
+
+
+class CheckpointStore:
+    """``epoch-N.pt`` files in one directory; the newest ``keep`` are kept."""
+
+    def __init__(self, directory: Path, *, every: int = 1, keep: int = 2):
+        self.directory = Path(directory)
+        self.every, self.keep = every, keep
+
+    def due(self, epoch: int, *, last: bool) -> bool:
+        """Whether ``epoch`` (0-based) gets a checkpoint."""
+        return last or (epoch + 1) % self.every == 0
+
+    def save(self, epoch: int, state: dict[str, Any]) -> Path:
+        """Write ``state`` for ``epoch``: to a temporary name, fsync, then rename."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        final = self.directory / f"epoch-{epoch}.pt"
+        partial = final.with_suffix(".pt.partial")
+        with open(partial, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, final)
+        for old in self.epochs()[:-self.keep]:
+            (self.directory / f"epoch-{old}.pt").unlink(missing_ok=True)
+        return final
+
+    def epochs(self) -> list[int]:
+        """Epochs that have a complete checkpoint, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = (_NAME.match(p.name) for p in self.directory.iterdir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def load_latest(self) -> Optional[dict[str, Any]]:
+        """The newest checkpoint's state, or None when there is none."""
+        epochs = self.epochs()
+        if not epochs:
+            return None
+        return torch.load(self.directory / f"epoch-{epochs[-1]}.pt", map_location="cpu",
+                          weights_only=False)
+
+    def clear(self) -> None:
+        """Remove every checkpoint (a fresh, non-resumed run)."""
+        for epoch in self.epochs():
+            (self.directory / f"epoch-{epoch}.pt").unlink(missing_ok=True)

@@ -1,0 +1,64 @@
+"""Losses, optimizers and schedulers named in the spec, as torch objects."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from dbspec.spec.models.training import TrainingSpec
+
+_LOSSES = {
+    "mse": nn.MSELoss, "mae": nn.L1Loss, "huber": nn.HuberLoss, "smooth_l1": nn.SmoothL1Loss,
+    "bce": nn.BCEWithLogitsLoss, "cross_entropy": nn.CrossEntropyLoss, "nll": nn.NLLLoss,
+}
+
+
+def build_loss(name: str) -> nn.Module:
+    """The loss module for a resolved loss name."""
+    return _LOSSES[name]()
+
+
+def build_optimizer(network: nn.Module, spec) -> torch.optim.Optimizer:
+    """The optimizer of ``training.optimizer`` over the network's parameters."""
+    params = network.parameters()
+    common = {"lr": spec.lr, "weight_decay": spec.weight_decay}
+    if spec.name in ("adam", "adamw"):
+        cls = torch.optim.Adam if spec.name == "adam" else torch.optim.AdamW
+        return cls(params, betas=spec.betas, eps=spec.eps, amsgrad=spec.amsgrad, **common)
+    if spec.name == "sgd":
+        return torch.optim.SGD(params, momentum=spec.momentum, nesterov=spec.nesterov,
+                               dampening=spec.dampening, **common)
+    if spec.name == "rmsprop":
+        return torch.optim.RMSprop(params, alpha=spec.alpha, momentum=spec.momentum, eps=spec.eps,
+                                   centered=spec.centered, **common)
+    return torch.optim.Adagrad(params, lr_decay=spec.lr_decay, **common)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, training: TrainingSpec, epochs: int,
+                    updates_per_epoch: int) -> Optional[object]:
+    """The learning-rate scheduler, or None; ``onecycle`` steps per update, the rest per epoch."""
+    spec = training.scheduler
+    if spec is None:
+        return None
+    sched = torch.optim.lr_scheduler
+    if spec.name == "step":
+        return sched.StepLR(optimizer, step_size=spec.step_size, gamma=spec.gamma)
+    if spec.name == "multistep":
+        return sched.MultiStepLR(optimizer, milestones=spec.milestones, gamma=spec.gamma)
+    if spec.name == "exponential":
+        return sched.ExponentialLR(optimizer, gamma=spec.gamma)
+    if spec.name == "cosine":
+        return sched.CosineAnnealingLR(optimizer, T_max=spec.t_max or epochs, eta_min=spec.eta_min)
+    if spec.name == "plateau":
+        return sched.ReduceLROnPlateau(optimizer, mode="min" if _minimize(spec.monitor) else "max",
+                                       factor=spec.factor, patience=spec.patience)
+    return sched.OneCycleLR(optimizer, max_lr=spec.max_lr, epochs=epochs,
+                            steps_per_epoch=updates_per_epoch, pct_start=spec.pct_start)
+
+
+def _minimize(metric: str) -> bool:
+    from dbspec.spec.semantics import lower_is_better
+
+    return lower_is_better(metric)

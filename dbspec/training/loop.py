@@ -1,0 +1,250 @@
+"""The training loop: in-memory tensors batched by index slicing, not a per-sample DataLoader.
+
+Measured on this kind of machine, a ``DataLoader(TensorDataset)`` runs at ~0.2x and Lightning
+at ~0.17x of indexing the tensors directly, so the loop gathers each batch with one index
+operation on the device. Everything else a run needs — early stopping with restore-best,
+schedulers, clipping, accumulation, autocast, atomic checkpoints and resume — sits around that
+inner loop without adding work per step beyond what a hand-written loop does.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import torch
+from torch import nn
+
+from dbspec.errors import DbspecError
+from dbspec.spec.models.training import TrainingSpec
+from dbspec.spec.semantics import lower_is_better
+from dbspec.training.checkpoints import CheckpointStore
+from dbspec.training.components import build_loss, build_optimizer, build_scheduler
+
+
+class TrainingError(DbspecError):
+    """Training cannot go on (a non-finite loss, a device that is not there)."""
+
+
+@dataclass
+class Tensors:
+    """Preprocessed inputs and training targets, already on the training device."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: Optional[torch.Tensor] = None
+    y_val: Optional[torch.Tensor] = None
+
+
+@dataclass
+class TrainOutcome:
+    """What a finished training run produced."""
+
+    history: list[dict[str, float]]
+    best_epoch: int
+    best_value: Optional[float]
+    stopped_early: bool
+    epochs_run: int
+    samples_per_second: float
+    resumed_from: Optional[int] = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class EpochCallback(Protocol):
+    """Called after each epoch; may raise to stop training (a pruned search trial)."""
+
+    def __call__(self, *, epoch: int, metrics: dict[str, float], **future: Any) -> None: ...
+
+
+ScoreFn = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
+
+
+def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss: str,
+          device: torch.device, epochs: Optional[int] = None,
+          score_validation: Optional[ScoreFn] = None, checkpoints: Optional[CheckpointStore] = None,
+          resume: bool = False, callbacks: Sequence[EpochCallback] = ()) -> TrainOutcome:
+    """Train ``network`` in place and return its history.
+
+    Args:
+        network: The module to train (on ``device``).
+        tensors: Inputs and targets on ``device``.
+        training: The spec's training section.
+        loss: The resolved loss name.
+        device: Where the tensors live.
+        epochs: Override of ``training.epochs`` (smoke runs).
+        score_validation: Metrics beyond ``val_loss`` from (network outputs, targets), called
+            each epoch when a monitored metric needs them.
+        checkpoints: Where to write checkpoints; None writes none.
+        resume: Continue from the newest checkpoint when there is one.
+        callbacks: Called with each epoch's metrics.
+
+    Raises:
+        TrainingError: the loss became NaN or infinite.
+    """
+    epochs = epochs or training.epochs
+    loss_fn = build_loss(loss)
+    optimizer = build_optimizer(network, training.optimizer)
+    steps_per_epoch = math.ceil(len(tensors.x_train) / training.batch_size)
+    updates_per_epoch = math.ceil(steps_per_epoch / training.gradient_accumulation)
+    scheduler = build_scheduler(optimizer, training, epochs, updates_per_epoch)
+    stopper = _EarlyStopping(training)
+    generator = torch.Generator(device="cpu").manual_seed(training.seed)
+    history: list[dict[str, float]] = []
+    start_epoch, resumed_from = 0, None
+    if resume and checkpoints is not None and (state := checkpoints.load_latest()) is not None:
+        network.load_state_dict(state["network"])
+        optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None and state.get("scheduler") is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        generator.set_state(state["generator"])
+        stopper.load(state["stopper"])
+        history = state["history"]
+        start_epoch = resumed_from = state["epoch"] + 1
+    autocast = _autocast(training.precision, device)
+    scaler = torch.amp.GradScaler("cuda") if training.precision == "fp16" and \
+        device.type == "cuda" else None
+    needs_scores = score_validation is not None
+    samples, seconds = 0, 0.0
+    for epoch in range(start_epoch, epochs):
+        started = time.perf_counter()
+        network.train()
+        total = _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler, generator,
+                           autocast, scaler)
+        metrics = {"train_loss": total / len(tensors.x_train)}
+        if not math.isfinite(metrics["train_loss"]):
+            raise TrainingError(f"training.loss: the loss became {metrics['train_loss']} at "
+                                f"epoch {epoch + 1}; lower training.optimizer.lr or add "
+                                "gradient_clipping")
+        if tensors.x_val is not None and len(tensors.x_val):
+            metrics.update(_validate(network, tensors, loss_fn, autocast,
+                                     score_validation if needs_scores else None))
+        metrics["lr"] = optimizer.param_groups[0]["lr"]
+        elapsed = time.perf_counter() - started
+        samples += len(tensors.x_train)
+        seconds += elapsed
+        metrics["epoch_seconds"] = elapsed
+        metrics["samples_per_second"] = len(tensors.x_train) / elapsed if elapsed else 0.0
+        if scheduler is not None and training.scheduler.name == "plateau":
+            scheduler.step(metrics.get(training.scheduler.monitor, metrics["train_loss"]))
+        elif scheduler is not None and training.scheduler.name != "onecycle":
+            scheduler.step()
+        history.append(metrics)
+        improved = stopper.update(epoch, metrics, network)
+        for callback in callbacks:
+            callback(epoch=epoch, metrics=metrics, improved=improved)
+        if checkpoints is not None and checkpoints.due(epoch, last=epoch == epochs - 1):
+            checkpoints.save(epoch, {
+                "epoch": epoch, "network": network.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "generator": generator.get_state(), "stopper": stopper.state(),
+                "history": history})
+        if stopper.should_stop:
+            break
+    stopper.restore(network)
+    return TrainOutcome(history, stopper.best_epoch, stopper.best_value, stopper.should_stop,
+                        len(history), samples / seconds if seconds else 0.0, resumed_from)
+
+
+def _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler, generator, autocast,
+               scaler) -> float:
+    """One pass over the training rows; returns the summed loss."""
+    x, y = tensors.x_train, tensors.y_train
+    n, batch = len(x), training.batch_size
+    order = torch.randperm(n, generator=generator).to(x.device)
+    accumulate = training.gradient_accumulation
+    clipping = training.gradient_clipping
+    per_batch_scheduler = scheduler is not None and training.scheduler.name == "onecycle"
+    total = torch.zeros((), device=x.device)
+    optimizer.zero_grad(set_to_none=True)
+    for step, start in enumerate(range(0, n, batch)):
+        index = order[start:start + batch]
+        xb, yb = x[index], y[index]
+        with autocast():
+            loss = loss_fn(network(xb), yb)
+        scaled = loss / accumulate if accumulate > 1 else loss
+        if scaler is not None:
+            scaler.scale(scaled).backward()
+        else:
+            scaled.backward()
+        total += loss.detach() * len(index)
+        if (step + 1) % accumulate == 0 or start + batch >= n:
+            if clipping is not None:
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
+                nn.utils.clip_grad_norm_(network.parameters(), clipping.max_norm,
+                                         norm_type=clipping.norm_type)
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if per_batch_scheduler:
+                scheduler.step()
+    return float(total)
+
+
+def _validate(network, tensors, loss_fn, autocast, score) -> dict[str, float]:
+    network.eval()
+    with torch.inference_mode(), autocast():
+        out = network(tensors.x_val)
+        metrics = {"val_loss": float(loss_fn(out, tensors.y_val))}
+    if score is not None:
+        metrics.update(score(out.float(), tensors.y_val))
+    return metrics
+
+
+def _autocast(precision: str, device: torch.device):
+    import contextlib
+
+    if precision == "fp32":
+        return contextlib.nullcontext
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+
+
+class _EarlyStopping:
+    """Tracks the best epoch of the monitored metric; keeps its weights when asked."""
+
+    def __init__(self, training: TrainingSpec):
+        spec = training.early_stopping
+        self.spec = spec
+        self.monitor = spec.monitor if spec else "val_loss"
+        mode = spec.mode if spec else "auto"
+        self.minimize = lower_is_better(self.monitor) if mode == "auto" else mode == "min"
+        self.best_value: Optional[float] = None
+        self.best_epoch = -1
+        self.best_state: Optional[dict] = None
+        self.wait = 0
+        self.should_stop = False
+
+    def update(self, epoch: int, metrics: dict[str, float], network: nn.Module) -> bool:
+        value = metrics.get(self.monitor, metrics.get("val_loss", metrics["train_loss"]))
+        delta = self.spec.min_delta if self.spec else 0.0
+        better = self.best_value is None or (
+            value < self.best_value - delta if self.minimize else value > self.best_value + delta)
+        if better:
+            self.best_value, self.best_epoch, self.wait = value, epoch, 0
+            if self.spec is not None and self.spec.restore_best:
+                self.best_state = copy.deepcopy(network.state_dict())
+        else:
+            self.wait += 1
+            if self.spec is not None and self.wait >= self.spec.patience:
+                self.should_stop = True
+        return better
+
+    def restore(self, network: nn.Module) -> None:
+        if self.best_state is not None:
+            network.load_state_dict(self.best_state)
+
+    def state(self) -> dict[str, Any]:
+        return {"best_value": self.best_value, "best_epoch": self.best_epoch, "wait": self.wait,
+                "best_state": self.best_state}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.best_value, self.best_epoch = state["best_value"], state["best_epoch"]
+        self.wait, self.best_state = state["wait"], state["best_state"]
