@@ -1,0 +1,142 @@
+"""Reading sources, checking columns, splitting and fitting preprocessing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dbspec.data.prepare import build_table, fit_preprocessing, split_rows
+from dbspec.data.sources import DataError, read_source, resolve_version
+from dbspec.spec.models.data import DataSpec
+
+
+def data_spec(**overrides) -> DataSpec:
+    base = {"source": {"kind": "csv", "path": "rows.csv"}, "task": "regression"}
+    return DataSpec.model_validate({**base, **overrides})
+
+
+@pytest.fixture
+def frame():
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"a": rng.normal(5, 2, 100), "b": rng.normal(-1, 0.5, 100),
+                         "label": rng.integers(0, 3, 100), "y": rng.normal(0, 1, 100)})
+
+
+def test_target_missing_lists_the_columns(frame):
+    with pytest.raises(DataError, match=r"no column 'z'; the data has: a, b, label, y"):
+        build_table(frame, data_spec(target="z"))
+
+
+def test_target_typo_suggests(frame):
+    with pytest.raises(DataError, match=r"no column 'lable' \(did you mean 'label'\?\)"):
+        build_table(frame, data_spec(target="lable"))
+
+
+def test_non_numeric_features_are_named(frame):
+    frame["city"] = "x"
+    with pytest.raises(DataError, match=r"non-numeric columns city \((object|str)\)"):
+        build_table(frame, data_spec(target="y"))
+
+
+def test_infinite_values_are_refused(frame):
+    frame.loc[3, "b"] = np.inf
+    with pytest.raises(DataError, match="infinite values in b"):
+        build_table(frame, data_spec(target="y"))
+
+
+def test_missing_values_need_an_impute_step(frame):
+    frame.loc[3, "a"] = np.nan
+    spec = data_spec(target="y", features=["a", "b"], preprocessing=["standard_scale"])
+    table = build_table(frame, spec)
+    splits = split_rows(table, spec)
+    with pytest.raises(DataError, match="missing values in a; put an impute step before it"):
+        fit_preprocessing(spec, table, np.arange(100))
+    fixed = data_spec(target="y", features=["a", "b"],
+                      preprocessing=[{"impute": {"strategy": "median"}}, "standard_scale"])
+    steps = fit_preprocessing(fixed, table, splits.train)
+    assert [s.kind for s in steps] == ["impute", "scale"]
+
+
+def test_binary_needs_two_classes(frame):
+    with pytest.raises(DataError, match="binary needs exactly 2 target classes, found 3"):
+        build_table(frame, data_spec(target="label", task="binary"))
+
+
+def test_labels_are_encoded_and_kept(frame):
+    frame["label"] = frame["label"].map({0: "cat", 1: "dog", 2: "eel"})
+    table = build_table(frame, data_spec(target="label", task="multiclass", features=["a", "b"]))
+    assert table.classes == ["cat", "dog", "eel"]
+    assert set(np.unique(table.target)) == {0, 1, 2}
+
+
+def test_split_is_reproducible_stratified_and_disjoint(frame):
+    spec = data_spec(target="label", task="multiclass",
+                     split={"validation": 0.2, "test": 0.2, "seed": 3})
+    table = build_table(frame, spec)
+    first, again = split_rows(table, spec), split_rows(table, spec)
+    assert np.array_equal(first.test, again.test)
+    sizes = (len(first.train), len(first.validation), len(first.test))
+    assert sizes == (60, 20, 20)
+    assert not set(first.train) & set(first.test)
+    overall = np.bincount(table.target) / len(table.target)
+    test_share = np.bincount(table.target[first.test], minlength=3) / len(first.test)
+    assert np.abs(overall - test_share).max() < 0.06
+
+
+def test_preprocessing_is_fitted_on_training_rows_only(frame):
+    spec = data_spec(target="y", features=["a"], preprocessing=["standard_scale"])
+    table = build_table(frame, spec)
+    train = np.arange(50)
+    (step,) = fit_preprocessing(spec, table, train)
+    assert step.params["center"][0] == pytest.approx(table.features[train, 0].mean(), rel=1e-5)
+
+
+def test_csv_source_and_version(tmp_path, frame):
+    path = tmp_path / "rows.csv"
+    frame.to_csv(path, index=False)
+    spec = data_spec(source={"kind": "csv", "path": str(path)}, target="y")
+    read = read_source(spec, base=Path.cwd())
+    assert len(read.frame) == 100 and read.version == resolve_version(spec, base=Path.cwd())
+    frame.iloc[:50].to_csv(path, index=False)
+    assert resolve_version(spec, base=Path.cwd()) != read.version
+
+
+def test_missing_file_is_a_data_error(tmp_path):
+    spec = data_spec(source={"kind": "parquet", "path": str(tmp_path / "none.parquet")})
+    with pytest.raises(DataError, match="does not exist"):
+        read_source(spec, base=tmp_path)
+
+
+def test_delta_time_travel_records_the_version(tmp_path, frame):
+    from deltalake import write_deltalake
+
+    path = tmp_path / "table"
+    write_deltalake(str(path), frame.iloc[:40])
+    write_deltalake(str(path), frame.iloc[40:], mode="append")
+    latest = data_spec(source={"kind": "delta", "path": str(path)}, target="y")
+    old = data_spec(source={"kind": "delta", "path": str(path), "version": 0}, target="y")
+    assert len(read_source(latest, base=tmp_path).frame) == 100
+    first = read_source(old, base=tmp_path)
+    assert len(first.frame) == 40 and first.version == "delta-v0"
+    assert resolve_version(latest, base=tmp_path) == "delta-v1"
+    missing = data_spec(source={"kind": "delta", "path": str(path), "version": 7}, target="y")
+    with pytest.raises(DataError, match="cannot open Delta table .* at version 7"):
+        read_source(missing, base=tmp_path)
+
+
+def test_not_a_delta_table(tmp_path):
+    (tmp_path / "plain").mkdir()
+    spec = data_spec(source={"kind": "delta", "path": str(tmp_path / "plain")})
+    with pytest.raises(DataError, match="not a Delta table"):
+        read_source(spec, base=tmp_path)
+
+
+def test_synthetic_source_is_deterministic():
+    spec = data_spec(source={"kind": "synthetic", "rows": 300, "features": 7, "classes": 3,
+                             "seed": 5}, task="multiclass")
+    a, b = read_source(spec, base=Path.cwd()), read_source(spec, base=Path.cwd())
+    assert a.frame.equals(b.frame) and a.frame.shape == (300, 8)
+    assert set(a.frame["target"]) == {0, 1, 2}
