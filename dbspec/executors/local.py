@@ -77,6 +77,10 @@ class LocalExecutor:
             if name is not None and name not in plan.names:
                 raise UsageError(f"no stage '{name}' in this plan{did_you_mean(name, plan.names)}"
                                  f"; stages: {', '.join(plan.names)}")
+        for planned in plan:  # fail before any work when a stage cannot run here
+            stage = build_stage(planned)
+            if hasattr(stage, "check"):
+                stage.check(loaded.spec)
         run_dir = self.run_dir(loaded)
         state = _load_state(run_dir)
         if only is not None:
@@ -102,10 +106,12 @@ class LocalExecutor:
         records: list[StageRecord] = []
         tracker = None
         for planned in plan:
-            if only is not None and planned.name != only:
-                continue
             recorded = state["stages"].get(planned.name, {})
             current = recorded.get("fingerprint") == planned.fingerprint
+            if only is not None and planned.name != only:
+                if current and recorded.get("status") == "done":  # for the summary only
+                    records.append(StageRecord(planned.name, "cached", 0.0, recorded["output"]))
+                continue
             if only is None and planned.name not in forced and current and \
                     recorded.get("status") == "done":
                 self.reporter.line(f"= {planned.name:<11} unchanged, skipped")

@@ -62,7 +62,8 @@ class EvaluateStage:
         write_json(ctx.directory / "metrics.json", {"metrics": metrics, **extra})
         tracker = ctx.tracker
         with tracker.run(ctx.output_of("train")["run_id"]):
-            tracker.log_metrics(metrics)
+            # val_loss already has one value per epoch from training; keep its history clean
+            tracker.log_metrics({k: v for k, v in metrics.items() if k != "val_loss"})
             for path in plots:
                 tracker.log_artifact(path, "plots")
             tracker.log_artifact(ctx.directory / "metrics.json", "evaluation")

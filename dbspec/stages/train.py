@@ -29,10 +29,6 @@ def select_device(compute):
             raise DbspecError(f"compute.device_index {compute.device_index}: only "
                               f"{torch.cuda.device_count()} GPU(s) present")
         return torch.device("cuda", compute.device_index)
-    if compute.kind != "local":
-        raise DbspecError(f"compute.kind {compute.kind} trains through Spark's distributors, "
-                          "which this version of dbspec does not launch yet; use kind: local "
-                          "or single_gpu")
     wanted = compute.device
     if wanted == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -77,6 +73,14 @@ class TrainStage:
     """Train the network and log the run, its metrics and the served model."""
 
     name = "train"
+
+    @staticmethod
+    def check(spec) -> None:
+        """Refuse compute kinds this executor cannot launch before any stage runs."""
+        if spec.compute.kind not in ("local", "single_gpu"):
+            raise DbspecError(f"compute.kind {spec.compute.kind} trains through Spark's "
+                              "distributors, which this version of dbspec does not launch yet; "
+                              "use kind: local or single_gpu")
 
     def run(self, ctx: StageContext) -> dict[str, Any]:
         import torch
