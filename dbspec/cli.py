@@ -258,11 +258,16 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
     text = schema_text()
     if args.output:
-        directory = os.path.dirname(args.output)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        with open(args.output, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        from dbspec.errors import UsageError
+
+        try:
+            directory = os.path.dirname(args.output)
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+            with open(args.output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)

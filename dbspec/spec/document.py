@@ -153,6 +153,12 @@ def parse_document(text: str, file: str = "<string>") -> Document:
         composed = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         raise SpecError([_yaml_diagnostic(exc, file, text)]) from None
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        char = exc.character if isinstance(exc.character, str) else chr(exc.character)
+        raise SpecError([Diagnostic(file, line, column, "", f"invalid YAML: the character "
+                                    f"{char!r} is not allowed in YAML text")]) from None
     except yaml.YAMLError as exc:
         raise SpecError([Diagnostic(file, 1, 1, "", f"invalid YAML: {exc}")]) from None
     except RecursionError:
@@ -170,6 +176,27 @@ def parse_document(text: str, file: str = "<string>") -> Document:
         raise SpecError([Diagnostic(file, root.line, root.column, "", f"expected a mapping "
                                     f"(key: value lines) at the top level, found {found}")])
     return Document(file, root, text)
+
+
+def parse_value(text: str, origin: str) -> Any:
+    """A command-line value read as YAML, with the same scalar rules as spec files.
+
+    Raises:
+        SpecError: the text is not valid YAML.
+    """
+    if not text.strip():
+        return ""
+    try:
+        composed = yaml.compose(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError([Diagnostic(origin, 0, 0, "", f"not a valid YAML value ({problem}); "
+                                    "quote it")]) from None
+    builder = _TreeBuilder(origin)
+    value = builder.build(composed, ()).to_data() if composed is not None else None
+    if builder.errors:
+        raise SpecError(builder.errors)
+    return value
 
 
 def _yaml_diagnostic(exc: yaml.MarkedYAMLError, file: str, text: str) -> Diagnostic:
@@ -211,9 +238,10 @@ class _TreeBuilder:
             return Node(node.value, line, column)  # keep dates as written; fields parse them
         try:
             value = _constructor.construct_object(node)
-        except yaml.constructor.ConstructorError as exc:
-            self.errors.append(Diagnostic(self.file, line, column, "", f"invalid YAML value: "
-                                          f"{exc.problem}"))
+        except Exception as exc:  # PyYAML raises ValueError/KeyError/IndexError for bad !!tags
+            problem = getattr(exc, "problem", None) or f"{node.value!r} is not a valid {node.tag}"
+            self.errors.append(Diagnostic(self.file, line, column, format_path(path),
+                                          f"invalid YAML value: {problem}"))
             value = node.value
         return Node(value, line, column)
 

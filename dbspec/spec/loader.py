@@ -97,7 +97,8 @@ def _materialize(root: Node, path: tuple, defaults: dict[str, Any], origin: str)
     """Write out the sections on ``path`` that the file leaves to defaults.
 
     Setting ``training.optimizer.lr`` in a file without an optimizer section must keep the
-    default optimizer's other settings (its ``name`` among them).
+    default optimizer (its ``name``); only the selector keys are written, so that setting the
+    selector itself (``training.optimizer.name: sgd``) leaves no settings of the old kind.
     """
     node, value = root, defaults
     for element in path[:-1]:
@@ -105,7 +106,8 @@ def _materialize(root: Node, path: tuple, defaults: dict[str, Any], origin: str)
         if not isinstance(node.value, dict) or not isinstance(value, dict):
             return
         if element not in node.value:
-            set_path(node, (element,), value, origin=origin)
+            selectors = {k: value[k] for k in ("kind", "name") if k in value}
+            set_path(node, (element,), selectors, origin=origin)
         node = node.value[element]
 
 
@@ -150,7 +152,7 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
         current = _value_at(spec, dotted)
         bounds = getattr(dist, "low_high", None)
         if isinstance(current, int) and not isinstance(current, bool) and \
-                isinstance(dist, FloatDistribution):
+                isinstance(dist, FloatDistribution) and not dotted.startswith("vars."):
             out.append(source.diagnostic(where, f"'{dotted}' holds an integer ({current}); use "
                                          "an int distribution", at_key=True))
             continue
@@ -242,7 +244,11 @@ def validate_file(path: str, *, target: Optional[str] = None,
                 diag = _mention_target(diag, name)
             found.setdefault((diag.line, diag.column, diag.path, diag.message.split(" [target")[0]),
                              diag)
-    return sorted(found.values(), key=lambda d: (d.line, d.column))
+    merged = {(d.line, d.column) for d in found.values() if not d.path.startswith("targets.")}
+    # a mistake inside a target shows up twice: in targets.<name> and merged; keep the latter
+    kept = [d for d in found.values()
+            if not (d.path.startswith("targets.") and (d.line, d.column) in merged)]
+    return sorted(kept, key=lambda d: (d.line, d.column))
 
 
 def _mention_target(diag: Diagnostic, target: str) -> Diagnostic:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import re
 
-import yaml
-
-from dbspec.errors import UsageError, did_you_mean
-from dbspec.spec.document import Document, Node
+from dbspec.errors import SpecError, UsageError, did_you_mean
+from dbspec.spec.document import Document, Node, parse_value
 
 #: Keys of a target that describe it rather than override the spec.
 TARGET_META = ("mode", "default")
@@ -69,9 +67,9 @@ def parse_assignment(text: str) -> tuple[tuple, object]:
     if not all(_SEGMENT.match(s) for s in segments):
         raise UsageError(f"--set {text!r}: '{key}' is not a dotted path of keys and list indices")
     try:
-        value = yaml.safe_load(raw_value) if raw_value.strip() else ""
-    except yaml.YAMLError as exc:
-        raise UsageError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
+        value = parse_value(raw_value, "--set")
+    except SpecError as exc:
+        raise UsageError(f"--set {text!r}: {exc.diagnostics[0].message}") from None
     path = tuple(int(s) if s.isdigit() else s for s in segments)
     return path, value
 

@@ -87,6 +87,10 @@ def output_classes(spec: Spec) -> Optional[int]:
 def check_spec(spec: Spec) -> list[Finding]:
     """Every semantic finding for a type-valid spec."""
     found = _Findings()
+    defaults = [name for name, target in spec.targets.items() if target.default]
+    if len(defaults) > 1:
+        found.error(("targets", defaults[1], "default"), f"only one target can be the default; "
+                    f"'{defaults[0]}' already is")
     _check_data(spec, found)
     _check_model(spec, found)
     _check_training(spec, found)
@@ -122,6 +126,11 @@ def _check_data(spec: Spec, found: _Findings) -> None:
                         f"features but only {source.features} features")
         if data.task == "binary" and source.classes != 2:
             found.error(("data", "source", "classes"), "a binary task has 2 classes")
+    for index, step in enumerate(data.preprocessing):
+        if step.key == "clip" and step.args.lower_quantile >= step.args.upper_quantile:
+            found.error(("data", "preprocessing", index, "clip"), "lower_quantile must be below "
+                        "upper_quantile")
+    _check_unique(("data", "features"), data.features or [], found)
     if data.target in (data.features or ()):
         found.error(("data", "features"), f"the target '{data.target}' is also a feature")
     split = data.split
@@ -130,6 +139,14 @@ def _check_data(spec: Spec, found: _Findings) -> None:
                     "leave no rows to train on; keep their sum below 1")
     if split.stratify and data.task == "regression":
         found.error(("data", "split", "stratify"), "stratified splits need a classification task")
+
+
+def _check_unique(path: tuple, items: list, found: _Findings) -> None:
+    seen = set()
+    for index, item in enumerate(items):
+        if item in seen:
+            found.error(path + (index,), f"'{item}' is listed twice")
+        seen.add(item)
 
 
 def _check_columns(path: tuple, columns, known: tuple[str, ...], found: _Findings) -> None:
@@ -152,7 +169,7 @@ def _check_model(spec: Spec, found: _Findings) -> None:
                           "it must be installed where the spec runs")
         return
     layers = model.layers or []
-    width = input_width(spec)
+    width = input_width(spec) if _check_layer_settings(layers, found) else None
     if width is None:
         return  # the data decides; checked when the run loads it
     shape: tuple[int, ...] = (width,)
@@ -170,8 +187,8 @@ def _check_model(spec: Spec, found: _Findings) -> None:
     width_out = final[0]
     expected = _expected_outputs(spec, loss)
     if expected is not None and width_out != expected:
-        found.error(last, f"the network outputs {width_out} values per row; {task} with "
-                    f"loss '{loss}' needs {expected}")
+        found.error(last, f"the network outputs {_count(width_out, 'value')} per row; {task} "
+                    f"with loss '{loss}' needs {expected}")
     final_layer = layers[-1].key
     if loss in ("bce", "cross_entropy") and final_layer in ("sigmoid", "softmax"):
         found.warning(last, f"the '{loss}' loss applies {final_layer} itself and expects raw "
@@ -179,6 +196,27 @@ def _check_model(spec: Spec, found: _Findings) -> None:
     if loss == "nll" and final_layer != "log_softmax":
         found.warning(last, "the nll loss expects log-probabilities; end with '- log_softmax' "
                       "or use the cross_entropy loss")
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'s' * (number != 1)}"
+
+
+_ONE_D = ("conv1d", "maxpool1d", "avgpool1d", "adaptive_avgpool1d")
+
+
+def _check_layer_settings(layers, found: _Findings) -> bool:
+    """1-d layers take single numbers; a pair would be silently half-ignored."""
+    clean = True
+    for index, layer in enumerate(layers):
+        if layer.key not in _ONE_D:
+            continue
+        for name, value in layer.args:
+            if isinstance(value, tuple):
+                found.error(("model", "layers", index, layer.key, name),
+                            f"{layer.key} takes one number for {name}, not a pair")
+                clean = False
+    return clean
 
 
 def _expected_outputs(spec: Spec, loss: str) -> Optional[int]:
@@ -310,6 +348,8 @@ def _check_search(spec: Spec, found: _Findings) -> None:
 
 def _check_evaluation(spec: Spec, found: _Findings) -> None:
     task = spec.data.task
+    _check_unique(("evaluation", "metrics"), spec.evaluation.metrics or [], found)
+    _check_unique(("evaluation", "plots"), spec.evaluation.plots or [], found)
     fits_metric = REGRESSION_METRICS if task == "regression" else CLASSIFICATION_METRICS
     for index, metric in enumerate(spec.evaluation.metrics or ()):
         if metric not in fits_metric:

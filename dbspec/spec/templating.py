@@ -17,10 +17,12 @@ from typing import Any, Optional
 from dbspec.errors import Diagnostic, SpecError, did_you_mean
 from dbspec.spec.document import Document, Node
 
-_WHOLE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
+_WHOLE_EXPRESSION = re.compile(r"^\s*\{\{-?(?P<expr>(?:(?!-?\}\}).)*)-?\}\}\s*$", re.DOTALL)
 _MARKERS = ("{{", "{%", "{#")
 #: ``{{ name }}`` / ``{{ vars.name }}`` / ``{{ env.NAME }}``: looked up directly, no jinja2 needed.
-_PLAIN_NAME = re.compile(r"^\s*\{\{\s*([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?\s*\}\}\s*$")
+_PLAIN_NAME = re.compile(r"^\s*\{\{-?\s*([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?\s*-?\}\}\s*$")
+#: Largest string or list a template may build: specs are small, templates should be too.
+MAX_TEMPLATE_SIZE = 100_000
 _MISSING = object()
 
 
@@ -32,9 +34,27 @@ def is_template(value: Any) -> bool:
 @functools.lru_cache(maxsize=1)
 def _environment():
     from jinja2 import StrictUndefined
+    from jinja2.exceptions import SecurityError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    return ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+    class BoundedEnvironment(ImmutableSandboxedEnvironment):
+        """The sandbox, plus a size bound on ``*`` and ``**`` so a spec cannot eat memory."""
+
+        intercepted_binops = frozenset(["*", "**"])
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(right, (int, float)) and abs(right) > 1000:
+                raise SecurityError(f"exponent {right} is too large for a spec template")
+            if operator == "*":
+                sized = [v for v in (left, right) if isinstance(v, (str, list, tuple))]
+                counts = [v for v in (left, right) if isinstance(v, int)]
+                if sized and counts and len(sized[0]) * counts[0] > MAX_TEMPLATE_SIZE:
+                    raise SecurityError(f"the result would exceed {MAX_TEMPLATE_SIZE:,} items")
+            return super().call_binop(context, operator, left, right)
+
+    environment = BoundedEnvironment(undefined=StrictUndefined, autoescape=False)
+    environment.globals.pop("lipsum", None)  # generates unbounded text; no use in a spec
+    return environment
 
 
 @functools.lru_cache(maxsize=4096)
@@ -66,16 +86,22 @@ def render_value(text: str, context: dict[str, Any]) -> Any:
             result = compiled(**context)
             if isinstance(result, jinja2.Undefined):
                 result._fail_with_undefined_error()
-            return result
-        return compiled.render(**context)
+        else:
+            result = compiled.render(**context)
+        if isinstance(result, (str, list, tuple, dict)) and len(result) > MAX_TEMPLATE_SIZE:
+            raise ValueError(f"the template produced {len(result):,} items; the limit is "
+                             f"{MAX_TEMPLATE_SIZE:,}")
+        return result
     except jinja2.UndefinedError as exc:
         raise ValueError(_undefined_message(str(exc), context)) from None
     except jinja2.TemplateSyntaxError as exc:
         raise ValueError(f"template syntax error: {exc.message}") from None
     except jinja2.exceptions.SecurityError as exc:
         raise ValueError(f"template refused by the sandbox: {exc}") from None
+    except ValueError:
+        raise
     except Exception as exc:  # a user's expression may raise anything (1/0, bad filter args)
-        raise ValueError(f"template failed: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"template failed: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
 def _lookup(context: dict[str, Any], name: str, attribute: Optional[str]) -> Any:
@@ -96,7 +122,8 @@ def _undefined_message(raw: str, context: dict[str, Any]) -> str:
         names = [k for k in context if k not in ("env", "vars")]
         known = ", ".join(sorted(names)) or "none"
         return (f"undefined name '{name}'{did_you_mean(name, names)}; names come from 'vars' "
-                f"(defined: {known}), the environment from {{{{ env.NAME }}}}")
+                f"(defined so far: {known}; a var sees only the vars above it), the environment "
+                f"from {{{{ env.NAME }}}}")
     return f"template error: {raw}"
 
 
@@ -137,7 +164,8 @@ def render_document(document: Document) -> Document:
     context.update(rendered_vars)
     context["vars"] = rendered_vars
     for key, child in root.value.items():
-        if key != "vars":
+        # targets are templated when they are merged in (their own validation), not here
+        if key not in ("vars", "targets"):
             _render_tree(document, child, (key,), context, errors)
     if errors:
         raise SpecError(errors)

@@ -1,117 +1,223 @@
-"""pydantic validation errors turned into located, actionable diagnostics."""
+"""pydantic validation errors turned into located, actionable diagnostics.
+
+pydantic reports locations with its own union member labels in them and words its messages for
+Python programmers; this module maps each error back to the place in the YAML file, merges the
+per-member errors of one union value into one message, and says what to write instead.
+"""
 
 from __future__ import annotations
 
 import re
 import typing
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, did_you_mean, one_of
-from dbspec.spec.document import Document
+from dbspec.spec.document import Document, Node
 from dbspec.spec.models.base import OneKeyModel
 
 _QUOTED = re.compile(r"'([^']*)'")
-_ENTRY_WORDS = {"layers": "layer", "preprocessing": "preprocessing step"}
 _TYPE_WORDS = {
     "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "a whole number",
-    "float_type": "a number", "float_parsing": "a number", "bool_type": "true or false",
-    "bool_parsing": "true or false", "string_type": "a string", "list_type": "a list",
-    "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
-    "tuple_type": "a list",
+    "float_type": "a number", "float_parsing": "a number", "finite_number": "a finite number",
+    "bool_type": "true or false", "bool_parsing": "true or false", "string_type": "a string",
+    "list_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
+    "model_attributes_type": "a mapping", "tuple_type": "a list",
 }
+#: Names pydantic gives union members and wrappers in error locations.
+_LABELS = {"int", "float", "bool", "str", "list", "dict", "tuple", "none", "literal",
+           "constrained-int", "constrained-float", "constrained-str", "is-instance"}
+_YAML_BOOLEANS = "YAML reads yes/no/on/off/true/false as booleans; quote the value"
+_SHOW_LIMIT = 60
 
 
 def translate(exc: ValidationError, document: Document, root: type[BaseModel]) -> list[Diagnostic]:
-    """One diagnostic per pydantic error, positioned in the document, messages rewritten."""
-    out: list[Diagnostic] = []
-    seen: set[tuple] = set()
+    """Diagnostics for every pydantic error: positioned, merged per value, rewritten."""
+    groups: dict[tuple, list[dict]] = {}
     for error in exc.errors(include_url=False):
         loc = _clean_loc(error["loc"], document)
         discriminator = str((error.get("ctx") or {}).get("discriminator", ""))
         if error["type"] == "union_tag_invalid" and "()" not in discriminator:
             loc += (discriminator.strip("'"),)  # point at the value of `kind:` / `name:`
-        message, at_key = _message(error, loc, root)
-        key = (loc, message)
-        if key in seen:
+        groups.setdefault(loc, []).append(error)
+    # a value that fits no member of a union: drop the "wrong type" complaint of the members
+    # it was not meant for when another member reports something more specific deeper down
+    deeper = {loc[:n] for loc in groups for n in range(len(loc))}
+    groups = {loc: errors for loc, errors in groups.items()
+              if not (loc in deeper and all(e["type"] in _TYPE_WORDS for e in errors))}
+    out: list[Diagnostic] = []
+    for loc, errors in groups.items():
+        if len(errors) > 1 and all(_is_simple(e) for e in errors):
+            out.append(document.diagnostic(loc, _merged(errors)))
             continue
-        seen.add(key)
-        out.append(document.diagnostic(loc, message, at_key=at_key))
+        seen = set()
+        for error in errors:
+            message, at_key = _message(error, loc, root, document)
+            if message not in seen:
+                seen.add(message)
+                out.append(document.diagnostic(loc, message, at_key=at_key))
     return out
 
 
 def _clean_loc(loc: tuple, document: Document) -> tuple:
-    """Drop the union tags pydantic puts in locations (``compute.deepspeed.zero_stage``).
-
-    An element is a tag when the document has no such key at that place but has the next one.
-    """
+    """Keep the elements that are keys or indexes of the document (or a missing last key)."""
     cleaned: list[Any] = []
-    node = document.root
+    node: Optional[Node] = document.root
     for i, element in enumerate(loc):
         value = node.value if node is not None else None
         if isinstance(value, dict) and element in value:
             node = value[element]
-        elif isinstance(value, list) and isinstance(element, int) and element < len(value):
+        elif isinstance(value, list) and isinstance(element, int) and 0 <= element < len(value):
             node = value[element]
-        elif isinstance(value, dict) and i + 1 < len(loc) and loc[i + 1] in value:
-            continue  # a tag
-        elif isinstance(element, str) and ("[" in element or element.startswith("function-")):
-            continue  # pydantic's names for union members and validator wrappers
-        else:
-            node = None
+        elif i < len(loc) - 1 or _is_label(element) or (cleaned and element == cleaned[-1]):
+            continue  # a union member's tag or pydantic's label for it
         cleaned.append(element)
     return tuple(cleaned)
 
 
-def _message(error: dict, loc: tuple, root: type[BaseModel]) -> tuple[str, bool]:
+def _is_label(element: Any) -> bool:
+    return isinstance(element, str) and ("[" in element or element.startswith("function-")
+                                         or element in _LABELS)
+
+
+def _is_simple(error: dict) -> bool:
+    return error["type"] in _TYPE_WORDS or error["type"] in (
+        "literal_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal")
+
+
+def _expectation(error: dict) -> str:
+    if error["type"] in _TYPE_WORDS:
+        return _TYPE_WORDS[error["type"]]
+    if error["type"] == "literal_error":
+        return one_of(_choices(error))
+    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+              "less_than_equal": "<="}
+    ctx = error.get("ctx") or {}
+    for kind, sign in bounds.items():
+        if error["type"] == kind:
+            limit = next(iter(v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")), "?")
+            return f"a number {sign} {limit}"
+    return error["msg"].removeprefix("Input should be ")
+
+
+def _merged(errors: list[dict]) -> str:
+    """One message for a value that fits none of a union's members."""
+    expected: list[str] = []
+    for error in errors:
+        if (text := _expectation(error)) not in expected:
+            expected.append(text)
+    value = errors[0].get("input")
+    hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""
+    return f"expected {' or '.join(expected)}, got {_show(value)}{hint}"
+
+
+def _choices(error: dict) -> list[str]:
+    expected = str((error.get("ctx") or {}).get("expected", ""))
+    quoted = _QUOTED.findall(expected)
+    return quoted or [c for c in re.split(r",\s*|\s+or\s+", expected) if c]
+
+
+def _message(error: dict, loc: tuple, root: type[BaseModel],
+             document: Document) -> tuple[str, bool]:
     kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    keyed = "()" in str(ctx.get("discriminator", ""))  # a one-key union such as a distribution
+    if kind == "missing" and isinstance(loc[-1], int):
+        return f"the list is too short: item {loc[-1] + 1} is missing", False
     if kind == "missing":
         return f"required key '{loc[-1]}' is missing", False
+    if kind in ("too_short", "too_long"):
+        limit = ctx.get("min_length" if kind == "too_short" else "max_length")
+        bound = "at least" if kind == "too_short" else "at most"
+        return f"needs {bound} {limit} item{'s' * (limit != 1)}, got {ctx.get('actual_length')}", \
+            False
     if kind == "extra_forbidden":
-        models = models_at(root, loc[:-1])
-        allowed = sorted({f.alias or n for m in models for n, f in m.model_fields.items()})
-        words = {m.entry_word for m in models if issubclass(m, OneKeyModel)}
-        if words:
-            what = words.pop()
-            return f"unknown {what} '{loc[-1]}'{_suggest(str(loc[-1]), allowed)}", True
-        hint = did_you_mean(str(loc[-1]), allowed)
-        listing = f"; allowed here: {', '.join(allowed)}" if allowed and not hint else ""
-        return f"unknown key '{loc[-1]}'{hint}{listing}", True
+        return _unknown_key(loc, root, document), True
     if kind == "literal_error":
-        choices = _QUOTED.findall(ctx.get("expected", "")) or \
-            re.findall(r"[\w\-]+", ctx.get("expected", ""))
-        return f"unknown value {_show(value)}{_suggest(str(value), choices)}", False
-    keyed = "()" in str(ctx.get("discriminator", ""))  # a single-key union, e.g. a layer
+        choices = _choices(error)
+        if str(value) in choices and not isinstance(value, bool):
+            return f"{_show(value)} is a string here; write {value} without quotes", False
+        hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""
+        return f"unknown value {_show(value)}{_suggest(str(value), choices)}{hint}", False
     if kind == "union_tag_invalid":
         choices = _QUOTED.findall(ctx.get("expected_tags", ""))
         field = str(ctx.get("discriminator", "")).strip("'")
-        if keyed:
-            what = _ENTRY_WORDS.get(str(loc[-2]) if len(loc) >= 2 else "", "entry")
-        else:
-            section = str(loc[-2]) if len(loc) >= 2 else "section"
-            what = f"{section} {field}" if field == "kind" else section
+        section = str(loc[-2]) if len(loc) >= 2 else "section"
+        what = f"{section} {field}" if field == "kind" else section
         return f"unknown {what} {_show(ctx.get('tag'))}{_suggest(str(ctx.get('tag')), choices)}", \
             False
-    if kind == "union_tag_not_found" and keyed:
-        what = _ENTRY_WORDS.get(str(loc[-2]) if len(loc) >= 2 else "", "entry")
-        return (f"each {what} is one key with its settings, like '- linear: {{out: 8}}' or "
-                f"'- relu'; found {_show(value)}"), False
-    if kind == "union_tag_not_found":
+    if kind == "union_tag_not_found" and not keyed:
         field = str(ctx.get("discriminator", "")).strip("'")
         return f"required key '{field}' is missing (it selects the kind of this section)", False
-    if kind == "distribution_kind":
-        return error["msg"], False
+    if kind in ("model_type", "dict_type"):
+        entries = [m for m in models_at(root, loc) if issubclass(m, OneKeyModel)]
+        if entries:
+            word = entries[0].entry_word
+            return (f"each {word} is one key with its settings, like '- linear: {{out: 8}}' or "
+                    f"'- relu'; found {_show(value)}"), False
     if kind in _TYPE_WORDS:
-        return f"expected {_TYPE_WORDS[kind]}, got {_show(value)}", False
-    if kind == "value_error":
+        hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""
+        return f"expected {_TYPE_WORDS[kind]}, got {_show(value)}{hint}", False
+    if kind in ("value_error", "assertion_error"):
         return str(ctx.get("error", error["msg"])).removeprefix("Value error, "), False
     if kind == "string_pattern_mismatch":
-        return f"{_show(value)} does not match the pattern {ctx.get('pattern')}", False
+        rule = _PATTERN_WORDS.get(str(loc[-1]), f"it must match {ctx.get('pattern')}")
+        return f"{_show(value)} is not allowed here: {rule}", False
     msg = error["msg"]
+    if kind == "distribution_kind":
+        return msg, False
+    msg = msg.replace("Input should be", "must be").replace("List should", "the list should")
     if value is not None and not isinstance(value, (dict, list)):
         msg += f", got {_show(value)}"
     return msg[0].lower() + msg[1:], False
+
+
+_PATTERN_WORDS = {
+    "name": "use letters, digits, '.', '_' and '-', starting with a letter or digit",
+    "class": "write 'package.module:ClassName'",
+    "metric": "write the split and the metric, e.g. test_rmse or val_accuracy",
+    "alias": "use letters, digits, '_' and '-', starting with a letter",
+    "model_alias": "use letters, digits, '_' and '-', starting with a letter",
+    "table": "write catalog.schema.table (or schema.table, or table)",
+    "token_env": "write an environment variable name, e.g. DBSPEC_TOKEN",
+}
+
+
+def _unknown_key(loc: tuple, root: type[BaseModel], document: Document) -> str:
+    key = str(loc[-1])
+    models = models_at(root, loc[:-1])
+    entries = [m for m in models if issubclass(m, OneKeyModel)]
+    if entries:
+        names = [f.alias or n for n, f in entries[0].model_fields.items()]
+        return f"unknown {entries[0].entry_word} '{key}'{_suggest(key, names)}"
+    _, node, found = document.locate(loc[:-1])
+    selected = _selected_member(models, node.value if found else None)
+    allowed = sorted({f.alias or n for m in selected for n, f in m.model_fields.items()})
+    if len(selected) < len(models) and any(key in _keys(m) for m in models):
+        selector = next(s for s in ("kind", "name") if isinstance(node.value.get(s), Node))
+        return (f"'{key}' is not a setting of {selector} '{node.value[selector].value}'; it has: "
+                f"{', '.join(allowed)}")
+    hint = did_you_mean(key, allowed)
+    listing = f"; allowed here: {', '.join(allowed)}" if allowed and not hint else ""
+    return f"unknown key '{key}'{hint}{listing}"
+
+
+def _keys(model: type[BaseModel]) -> set[str]:
+    return {f.alias or n for n, f in model.model_fields.items()}
+
+
+def _selected_member(models: list[type[BaseModel]], mapping: Any) -> list[type[BaseModel]]:
+    """The union members whose ``kind``/``name`` literal matches the written one."""
+    if len(models) < 2 or not isinstance(mapping, dict):
+        return models
+    for selector in ("kind", "name"):
+        written = mapping.get(selector)
+        if isinstance(written, Node):
+            chosen = [m for m in models if selector in m.model_fields and written.value in
+                      typing.get_args(m.model_fields[selector].annotation)]
+            if chosen:
+                return chosen
+    return models
 
 
 def _suggest(word: str, choices: list[str]) -> str:
@@ -123,15 +229,16 @@ def _suggest(word: str, choices: list[str]) -> str:
 
 
 def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):
         return "a list"
     if value is None:
         return "nothing (null)"
-    return repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = repr(value)
+    return text if len(text) <= _SHOW_LIMIT else text[:_SHOW_LIMIT - 5] + "...'"
 
 
 def models_at(root: type[BaseModel], loc: tuple) -> list[type[BaseModel]]:

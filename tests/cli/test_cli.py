@@ -90,7 +90,7 @@ def test_target_and_set_on_validate():
     result = run_cli("validate", "specs/diabetes.yaml", "--target", "prod",
                      "--set", "training.epochs=0")
     assert result.returncode == 1
-    assert "training.epochs: input should be greater than or equal to 1, got 0 " \
+    assert "training.epochs: must be greater than or equal to 1, got 0 " \
            "[from --set training.epochs=0]" in result.stdout
 
 
@@ -147,3 +147,13 @@ def test_light_commands_import_no_heavy_library(args):
     code, heavy = result.stdout.split()[0], result.stdout.split()[1:]
     assert code == "0", result.stderr
     assert heavy == [], f"{args[0]} imported {heavy}"
+
+
+@pytest.mark.parametrize("target, message", [
+    ("specs", "cannot write specs: Is a directory"),
+    ("README.md/x.json", "cannot write README.md/x.json"),
+])
+def test_schema_to_a_bad_path_is_a_usage_error(target, message):
+    result = run_cli("schema", "-o", target)
+    assert result.returncode == 2 and message in result.stderr
+    assert "Traceback" not in result.stderr

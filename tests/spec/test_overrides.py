@@ -61,7 +61,7 @@ def test_set_errors_name_the_assignment(write_spec):
     ("epochs", "expected dotted.path=value"),
     ("=3", "expected dotted.path=value"),
     ("a..b=1", "not a dotted path"),
-    ("a=[1, 2", "not valid YAML"),
+    ("a=[1, 2", "not a valid YAML value"),
 ])
 def test_malformed_assignments(text, message):
     with pytest.raises(UsageError, match=message):
@@ -84,3 +84,12 @@ def test_unknown_key_in_a_target_is_reported(write_spec):
         load_spec(write_spec(text), target="prod")
     messages = " ".join(d.message for d in info.value.diagnostics)
     assert "unknown key 'trainig' (did you mean 'training'?)" in messages
+
+
+def test_set_values_follow_the_file_rules(write_spec):
+    base = MINIMAL.replace("{kind: sklearn, name: diabetes}",
+                           "{kind: delta, path: t}").replace("- linear: {out: 8}\n    - relu\n", "")
+    spec = load_spec(write_spec(base), assignments=["data.source.timestamp=2024-06-01"]).spec
+    assert spec.data.source.timestamp == "2024-06-01"  # kept as written, like in a file
+    with pytest.raises(UsageError, match="'abc' is not a valid tag"):
+        load_spec(write_spec(MINIMAL), assignments=["training.epochs=!!int abc"])

@@ -103,7 +103,7 @@ def test_custom_model_path_is_checked(write_spec):
     (missing,) = diagnostics_for(write_spec, base + "model: {custom: {class: 'nopkg_x.nets:Net'}}\n")
     assert missing.severity == "warning" and "not importable" in missing.message
     (bad,) = diagnostics_for(write_spec, base + "model: {custom: {class: 'no colon'}}\n")
-    assert bad.path == "model.custom.class" and "does not match the pattern" in bad.message
+    assert bad.path == "model.custom.class" and "write 'package.module:ClassName'" in bad.message
 
 
 def test_model_needs_layers_or_custom(write_spec):
@@ -123,3 +123,13 @@ def test_bounds_through_set(write_spec, field, value, message):
         assert found == []
     else:
         assert message in found[0].message
+
+
+def test_search_over_vars_and_selectors(write_spec):
+    text = ("name: s\nvars: {dropout: 0}\ndata: {source: {kind: sklearn, name: diabetes}, "
+            "task: regression}\nmodel: {layers: [{linear: {out: 8}}, {dropout: {p: "
+            "'{{ dropout }}'}}, {linear: {out: 1}}]}\nsearch:\n  space:\n"
+            "    vars.dropout: {float: [0.0, 0.5]}\n"
+            "    training.optimizer.name: {categorical: [adam, sgd]}\n"
+            "    compute.kind: {categorical: [local, single_gpu]}\n")
+    assert diagnostics_for(write_spec, text) == []

@@ -81,3 +81,26 @@ def test_a_template_can_produce_a_list():
 def test_templates_in_targets_see_vars(write_spec):
     text = BASE % "{{ hidden }}" + "targets:\n  big:\n    vars: {hidden: 64}\n"
     assert load_spec(write_spec(text), target="big").spec.model.layers[0].args.out == 64
+
+
+def test_whitespace_control_is_accepted(write_spec):
+    spec = load_spec(write_spec(BASE % "{{- hidden -}}")).spec
+    assert spec.model.layers[0].args.out == 8
+
+
+@pytest.mark.parametrize("template", ["{{ 'x' * 100000000 }}", "{{ 2 ** 100000 }}",
+                                      "{{ lipsum(100000, false, 10000, 100000) }}"])
+def test_templates_cannot_blow_up(template):
+    with pytest.raises(SpecError) as info:
+        render(f'a: "{template}"\n')
+    (diag,) = info.value.diagnostics
+    assert len(diag.message) < 300
+
+
+def test_unselected_targets_are_not_rendered(write_spec, monkeypatch):
+    monkeypatch.delenv("DBSPEC_T_PROD", raising=False)
+    text = BASE % "{{ hidden }}" + ("targets:\n  dev: {default: true}\n"
+                                    "  prod: {tracking: {experiment: '{{ env.DBSPEC_T_PROD }}'}}\n")
+    assert load_spec(write_spec(text)).target == "dev"
+    with pytest.raises(SpecError, match="environment variable 'DBSPEC_T_PROD' is not set"):
+        load_spec(write_spec(text), target="prod")

@@ -4,9 +4,9 @@ and is frozen.
 """
 
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import StrictBool
 
 from dbspec.spec.models.base import SpecModel, d
 from dbspec.spec.models.compute import Compute, LocalCompute
@@ -31,7 +31,8 @@ class SparkSpec(SpecModel):
     master: Optional[str] = d("Spark master URL; default: --master, SPARK_MASTER, else local[*].",
                               default=None)
     app_name: Optional[str] = d("Application name; default: dbspec-<spec name>.", default=None)
-    conf: dict[str, str] = d("Extra Spark configuration.", default_factory=dict)
+    conf: dict[str, Union[str, int, float, bool]] = d("Extra Spark configuration.",
+                                                      default_factory=dict)
 
 
 class TargetSpec(SpecModel):
@@ -39,7 +40,7 @@ class TargetSpec(SpecModel):
 
     mode: Literal["development", "production"] = d(
         "Deployment mode of the target (used for generated bundles).", default="development")
-    default: bool = d("The target used when none is named.", default=False)
+    default: StrictBool = d("The target used when none is named (at most one).", default=False)
     vars: Optional[dict[str, Any]] = d("Overrides of vars.", default=None)
     description: Optional[str] = d("Override of description.", default=None)
     data: Optional[dict[str, Any]] = d("Overrides of data.", default=None)

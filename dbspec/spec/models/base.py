@@ -15,7 +15,8 @@ from pydantic import (
 class SpecModel(BaseModel):
     """Base of every spec section: unknown keys are errors and specs are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False, defer_build=True,
+                              allow_inf_nan=False)
 
 
 def d(text: str, **kwargs: Any) -> Any:

@@ -2,12 +2,23 @@
 
 from typing import Annotated, ClassVar, Literal, Optional, Union
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from dbspec.spec.models.base import OneKeyModel, SpecModel, d, one_key_entry, shorthand
 
 Task = Literal["regression", "binary", "multiclass"]
 BuiltinDataset = Literal["diabetes", "digits", "breast_cancer", "iris", "wine"]
+
+
+def _iso_timestamp(value: str) -> str:
+    from datetime import datetime
+
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{value!r} is not an ISO-8601 timestamp, e.g. 2024-05-01T12:00:00Z") \
+            from None
+    return value
 
 
 class SklearnSource(SpecModel):
@@ -40,7 +51,7 @@ class DeltaSource(SpecModel):
     version: Optional[int] = d("Table version to read; the latest when neither version nor "
                                "timestamp is set. The resolved version is recorded in the run.",
                                default=None, ge=0)
-    timestamp: Optional[str] = d("Read the table as of this ISO-8601 timestamp "
+    timestamp: Optional[Annotated[str, AfterValidator(_iso_timestamp)]] = d("Read the table as of this ISO-8601 timestamp "
                                  "(e.g. 2024-05-01T12:00:00Z). Exclusive with version.",
                                  default=None, min_length=1)
 

@@ -96,7 +96,8 @@ class RegistrySpec(SpecModel):
     """The MLflow model registry entry."""
 
     name: str = d("Registered model name, or Unity Catalog catalog.schema.model.",
-                  pattern=r"^[A-Za-z0-9_][\w\-]*(\.[A-Za-z0-9_][\w\-]*){0,2}$")
+                  pattern=r"^[A-Za-z0-9_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_][A-Za-z0-9_\-]*){0,2}$",
+                  max_length=255)
     tags: dict[str, str] = d("Tags set on each new version.", default_factory=dict)
     promotion: Optional[PromotionSpec] = d("Gates and alias for promotion.", default=None)
 
@@ -144,6 +145,7 @@ class ServingSpec(SpecModel):
 
     mode: Literal["realtime", "batch", "none"] = d("realtime endpoint, batch scoring, or none.",
                                                    default="none")
-    model_alias: Optional[str] = d("Alias to serve; default: the promotion alias.", default=None)
+    model_alias: Optional[str] = d("Alias to serve; default: the promotion alias.", default=None,
+                                   pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
     realtime: RealtimeSpec = d("Settings of the realtime mode.", default_factory=RealtimeSpec)
     batch: Optional[BatchSpec] = d("Settings of the batch mode.", default=None)

@@ -1,13 +1,16 @@
 """``model``: a closed layer vocabulary compiled to ``nn.Sequential``, or a custom class."""
 
-from typing import Any, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import Field, create_model, model_validator
 
 
 from dbspec.spec.models.base import OneKeyModel, SpecModel, d, one_key_entry
 
-Size = Union[int, tuple[int, int]]
+Positive = Annotated[int, Field(ge=1)]
+NonNegative = Annotated[int, Field(ge=0)]
+Size = Union[Positive, tuple[Positive, Positive]]
+Padding = Union[NonNegative, tuple[NonNegative, NonNegative]]
 
 
 class Empty(SpecModel):
@@ -23,7 +26,7 @@ class ConvArgs(SpecModel):
     out: int = d("Output channels; input channels are inferred.", ge=1)
     kernel: Size = d("Kernel size (an int, or [h, w] for conv2d).")
     stride: Size = d("Stride.", default=1)
-    padding: Union[int, tuple[int, int], Literal["same", "valid"]] = d("Padding.", default=0)
+    padding: Union[Padding, Literal["same", "valid"]] = d("Padding.", default=0)
     dilation: Size = d("Dilation.", default=1)
     bias: bool = d("Learn an additive bias.", default=True)
 
@@ -31,7 +34,7 @@ class ConvArgs(SpecModel):
 class PoolArgs(SpecModel):
     kernel: Size = d("Window size.")
     stride: Optional[Size] = d("Stride; default: the window size.", default=None)
-    padding: Size = d("Implicit zero padding.", default=0)
+    padding: Padding = d("Implicit zero padding.", default=0)
 
 
 class AdaptivePoolArgs(SpecModel):
@@ -61,7 +64,7 @@ class SoftmaxArgs(SpecModel):
 
 
 class ReshapeArgs(SpecModel):
-    shape: list[int] = d("Shape per sample, without the batch dimension; one entry may be -1.",
+    shape: list[Annotated[int, Field(ge=-1)]] = d("Shape per sample, without the batch dimension; one entry may be -1.",
                          min_length=1)
 
 

@@ -14,7 +14,7 @@ class _OptimizerBase(SpecModel):
 
 class AdamOptimizer(_OptimizerBase):
     name: Literal["adam", "adamw"] = d("Adam, or AdamW with decoupled weight decay.")
-    betas: tuple[float, float] = d("Coefficients of the running averages.", default=(0.9, 0.999))
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = d("Coefficients of the running averages.", default=(0.9, 0.999))
     eps: float = d("Added to the denominator.", default=1e-8, gt=0)
     amsgrad: bool = d("Use the AMSGrad variant.", default=False)
 
@@ -53,7 +53,7 @@ class StepScheduler(SpecModel):
 
 class MultiStepScheduler(SpecModel):
     name: Literal["multistep"] = d("Multiply the rate by gamma at the given epochs.")
-    milestones: list[int] = d("Epochs at which to decay.", min_length=1)
+    milestones: list[Annotated[int, Field(ge=1)]] = d("Epochs at which to decay.", min_length=1)
     gamma: float = d("Decay factor.", default=0.1, gt=0)
 
 
@@ -136,7 +136,7 @@ class TrainingSpec(SpecModel):
     gradient_clipping: Optional[GradientClipping] = d("Clip gradients.", default=None)
     precision: Literal["fp32", "bf16", "fp16"] = d("Numeric precision (bf16/fp16 through "
                                                    "autocast).", default="fp32")
-    seed: int = d("Seed for weights, shuffling and dropout.", default=42, ge=0)
+    seed: int = d("Seed for weights, shuffling and dropout.", default=42, ge=0, le=2**32 - 1)
     num_threads: Union[Annotated[int, Field(ge=1)], Literal["auto"]] = d(
         "Intra-op torch threads; auto picks 1 for small models, where more threads only add "
         "contention.", default="auto")
