@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import statistics
 import subprocess
 import sys

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from dbspec.data.prepare import FittedStep
 from dbspec.models.network import ModelError, build_network
 from dbspec.models.served import ModelCard, ServedModel, load_served_model, save_served_model
 from dbspec.spec.models.network import ModelSpec

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, Discriminator, Field, Tag
+from pydantic import BaseModel, Discriminator, Tag
 
 from dbspec.spec.models.base import SpecModel, d, shorthand
 
