@@ -9,7 +9,7 @@ from dbspec.executors.local import RunRecord
 
 def build_summary(record: RunRecord) -> dict[str, Any]:
     """run_id, experiment_id, model name and version, aliases set, gates, metrics, stages."""
-    train, evaluate = record.output("train"), record.output("evaluate")
+    train, evaluate, tune = record.output("train"), record.output("evaluate"), record.output("tune")
     register, promote = record.output("register"), record.output("promote")
     aliases = {}
     if promote.get("decision") == "promoted":
@@ -28,6 +28,9 @@ def build_summary(record: RunRecord) -> dict[str, Any]:
         "promotion": promote.get("decision"),
         "gates": promote.get("gates", []),
         "metrics": evaluate.get("metrics", {}),
+        "search": {k: tune[k] for k in ("study_name", "storage", "best_value", "best_params",
+                                        "best_trial", "trials", "epochs_trained", "metric")
+                   if k in tune},
         "training": {k: train[k] for k in ("epochs_run", "best_epoch", "train_samples_per_second",
                                            "device", "threads") if k in train},
         "stages": [{"name": s.name, "action": s.action, "seconds": round(s.seconds, 3)}
@@ -55,6 +58,16 @@ def render_summary(summary: dict[str, Any]) -> str:
         rows.append(("promotion", summary["promotion"] + (f" ({moved})" if moved else "")))
         for gate in summary["gates"]:
             rows.append(("  gate", gate))
+    search = summary.get("search") or {}
+    if search:
+        trials = ", ".join(f"{v} {k}" for k, v in search["trials"].items())
+        rows.append(("search", f"study {search['study_name']} ({trials}; "
+                               f"{search['epochs_trained']} epochs trained)"))
+        rows.append(("  storage", search["storage"]))
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in search["best_params"].items())
+        rows.append(("  best", f"{search['metric']}={search['best_value']:.6g} (trial "
+                               f"{search['best_trial']}): {params}"))
     training = summary.get("training", {})
     if training:
         rows.append(("training", f"{training.get('epochs_run')} epochs (best "

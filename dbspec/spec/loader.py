@@ -74,6 +74,12 @@ def build(document: Document, *, target: Optional[str] = None,
     return LoadedSpec(spec, source, target, tuple(warnings))
 
 
+def from_source(source: Document, target: Optional[str] = None) -> LoadedSpec:
+    """Validate a document that already has its target and ``--set`` applied (a worker's copy)."""
+    spec, warnings = _validate(source, check_search=False)
+    return LoadedSpec(spec, source, target, tuple(warnings))
+
+
 def apply_values(loaded: LoadedSpec, values: dict[str, Any]) -> LoadedSpec:
     """A new spec with ``values`` set at dotted paths (a search trial's suggestions).
 

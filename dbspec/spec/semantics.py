@@ -329,8 +329,20 @@ def _check_search(spec: Spec, found: _Findings) -> None:
     if search.parallelism > search.n_trials:
         found.warning(("search", "parallelism"), f"parallelism {search.parallelism} exceeds "
                       f"n_trials {search.n_trials}; only {search.n_trials} run at once")
+    if spec.data.split.validation == 0:
+        found.error(("search",), "a search scores trials on the validation split; set "
+                    "data.split.validation > 0")
     for path, dist in search.space.items():
         where = ("search", "space", path)
+        if path.split(".")[0] not in ("vars", "model", "training"):
+            found.error(where, f"'{path}': a search can change vars, model and training; the "
+                        "data is prepared once per study and the rest does not train",
+                        at_key=True)
+        for choice in getattr(dist, "choices", ()):
+            if not isinstance(choice, (str, int, float, bool)) and choice is not None:
+                found.error(where, f"categorical choices must be plain values (text, numbers, "
+                            f"true/false), not {type(choice).__name__}s")
+                break
         bounds = getattr(dist, "low_high", None)
         if bounds is not None:
             low, high = bounds

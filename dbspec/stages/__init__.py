@@ -16,7 +16,10 @@ def build_stage(planned: PlannedStage) -> Stage:
     from dbspec.stages.data import LoadDataStage, PreprocessStage, SplitStage
     from dbspec.stages.lifecycle import EvaluateStage, PromoteStage, RegisterStage
     from dbspec.stages.train import TrainStage
+    from dbspec.stages.tune import TuneStage
 
+    if planned.name == "tune":
+        return TuneStage(planned.fingerprint)
     kinds = {cls.name: cls for cls in (LoadDataStage, SplitStage, PreprocessStage, TrainStage,
                                        EvaluateStage, RegisterStage, PromoteStage)}
     if planned.name not in kinds:
@@ -25,6 +28,5 @@ def build_stage(planned: PlannedStage) -> Stage:
     return kinds[planned.name]()
 
 
-_COMING = {"tune": "search work (remove 'search' to train once)",
-           "serve": "serving work (set serving.mode: none)",
+_COMING = {"serve": "serving work (set serving.mode: none)",
            "batch_predict": "batch inference work (set serving.mode: none)"}

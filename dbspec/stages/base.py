@@ -41,17 +41,21 @@ class Reporter:
 
     def epoch(self, *, epoch: int, epochs: int, metrics: dict[str, float], **_: Any) -> None:
         """An updating progress bar with the epoch's metrics (terminals only, ~10 per second)."""
+        shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()
+                          if k in ("train_loss", "val_loss") or k.startswith("val_"))
+        self.progress("epoch", epoch + 1, epochs, shown)
+
+    def progress(self, unit: str, done: int, total: int, detail: str = "") -> None:
+        """``[#####.....] unit done/total  detail`` on one updating line (terminals only)."""
         if not self.tty:
             return
         now = time.monotonic()
-        if now - self._last < 0.1 and epoch + 1 < epochs:
+        if now - self._last < 0.1 and done < total:
             return
         self._last = now
-        done = int(20 * (epoch + 1) / epochs)
-        shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()
-                          if k in ("train_loss", "val_loss") or k.startswith("val_"))
-        self.stream.write(f"\r  [{'#' * done}{'.' * (20 - done)}] epoch {epoch + 1}/{epochs}  "
-                          f"{shown}\x1b[K")
+        filled = int(20 * done / max(total, 1))
+        self.stream.write(f"\r  [{'#' * filled}{'.' * (20 - filled)}] {unit} {done}/{total}  "
+                          f"{detail}\x1b[K")
         self.stream.flush()
 
     def _clear(self) -> None:

@@ -56,8 +56,12 @@ class TrainStage:
                 tracker.log_metrics(metrics, step=epoch)
                 ctx.reporter.epoch(epoch=epoch, epochs=epochs, metrics=metrics)
 
-            result = fit_spec(spec, table, splits, fitted, epochs=epochs, checkpoints=checkpoints,
-                              resume=ctx.options.resume, callbacks=[log_epoch])
+            if "tune" in ctx.upstream and ctx.output_of("tune")["final_model"] == "best_trial":
+                result = _best_trial(ctx)
+            else:
+                result = fit_spec(spec, table, splits, fitted, epochs=epochs,
+                                  checkpoints=checkpoints, resume=ctx.options.resume,
+                                  callbacks=[log_epoch])
             served, outcome = result.served, result.outcome
             if previous_run is None:
                 _log_inputs(ctx, spec, tracker, table, result)
@@ -80,6 +84,23 @@ def _example_frame(table, splits):
 
     rows = splits.train[:5]
     return pd.DataFrame(table.features[rows].astype(np.float64), columns=table.feature_names)
+
+
+def _best_trial(ctx: StageContext):
+    """The best trial's model and training record, reused instead of training again."""
+    import torch
+
+    from dbspec.models.served import load_served_model
+    from dbspec.training.fit import Fitted
+    from dbspec.training.loop import TrainOutcome
+
+    trial = ctx.output_of("tune")["best_trial"]
+    directory = ctx.dir_of("tune") / "trials" / str(trial)
+    served = load_served_model(directory / "served")
+    outcome = TrainOutcome(**json.loads((directory / "outcome.json").read_text()))
+    ctx.reporter.line(f"  reusing the model of trial {trial} (search.final_model: best_trial)")
+    return Fitted(served, outcome, torch.device("cpu"), torch.get_num_threads(),
+                  sum(p.numel() for p in served.network.parameters()))
 
 
 def tuned_spec(ctx: StageContext):

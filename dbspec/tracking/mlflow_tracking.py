@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -169,10 +170,14 @@ class Tracker:
 
         requirements = [f"{dist}=={importlib.metadata.version(dist)}"
                         for dist in ("torch", "pandas", "numpy", "pydantic", "PyYAML", "jinja2")]
-        info = mlflow.pyfunc.log_model(
-            name="model", python_model=pyfunc.__file__,
-            artifacts={"served_model": str(served_dir)},
-            code_paths=[str(Path(dbspec.__file__).parent)],
-            signature=infer_signature(example, prediction), input_example=example,
-            pip_requirements=requirements)
+        with warnings.catch_warnings():
+            # class labels are integers by design; MLflow's hint about missing values in
+            # integer columns does not apply to a prediction column
+            warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+            info = mlflow.pyfunc.log_model(
+                name="model", python_model=pyfunc.__file__,
+                artifacts={"served_model": str(served_dir)},
+                code_paths=[str(Path(dbspec.__file__).parent)],
+                signature=infer_signature(example, prediction), input_example=example,
+                pip_requirements=requirements)
         return info.model_uri

@@ -130,6 +130,5 @@ def test_search_over_vars_and_selectors(write_spec):
             "task: regression}\nmodel: {layers: [{linear: {out: 8}}, {dropout: {p: "
             "'{{ dropout }}'}}, {linear: {out: 1}}]}\nsearch:\n  space:\n"
             "    vars.dropout: {float: [0.0, 0.5]}\n"
-            "    training.optimizer.name: {categorical: [adam, sgd]}\n"
-            "    compute.kind: {categorical: [local, single_gpu]}\n")
+            "    training.optimizer.name: {categorical: [adam, sgd]}\n")
     assert diagnostics_for(write_spec, text) == []

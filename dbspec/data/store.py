@@ -1,0 +1,42 @@
+"""The data stages' files: the checked table, the split indices and the fitted preprocessing."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dbspec.data.prepare import FittedStep, Splits, Table
+
+
+def write_table(directory: Path, table: Table) -> None:
+    np.savez(directory / "table.npz", features=table.features, target=table.target)
+
+
+def read_table(directory: Path, meta: dict[str, Any]) -> Table:
+    arrays = np.load(Path(directory) / "table.npz")
+    return Table(arrays["features"], arrays["target"], meta["feature_names"], meta["classes"])
+
+
+def write_splits(directory: Path, splits: Splits) -> None:
+    np.savez(directory / "splits.npz", train=splits.train, validation=splits.validation,
+             test=splits.test)
+
+
+def read_splits(directory: Path) -> Splits:
+    arrays = np.load(Path(directory) / "splits.npz")
+    return Splits(arrays["train"], arrays["validation"], arrays["test"])
+
+
+def write_preprocessing(directory: Path, fitted: list[FittedStep]) -> list[dict[str, Any]]:
+    steps = [asdict(step) for step in fitted]
+    (directory / "preprocessing.json").write_text(json.dumps(steps, indent=2))
+    return steps
+
+
+def read_preprocessing(directory: Path) -> list[FittedStep]:
+    raw = json.loads((Path(directory) / "preprocessing.json").read_text())
+    return [FittedStep(**step) for step in raw]

@@ -1,0 +1,172 @@
+"""tune: an Optuna study over the spec's search space; trials are nested MLflow runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dbspec.stages.base import StageContext, write_json
+from dbspec.tuning import (
+    TrialFailed,
+    TrialRecord,
+    default_study_name,
+    direction,
+    fail_interrupted_trials,
+    make_pruner,
+    make_sampler,
+    storage_url,
+)
+
+#: Trials a ``--smoke`` run makes, whatever ``n_trials`` says.
+SMOKE_TRIALS = 3
+
+
+class TuneStage:
+    """Run (or continue) the study; hand the best parameters to ``train``."""
+
+    name = "tune"
+
+    def __init__(self, fingerprint: str = ""):
+        self.fingerprint = fingerprint
+
+    def run(self, ctx: StageContext) -> dict[str, Any]:
+        import optuna
+
+        from dbspec.tuning.objective import StudySetup
+
+        spec, search = ctx.spec, ctx.spec.search
+        smoke = ctx.options.smoke
+        name = default_study_name(spec, ctx.loaded.target, self.fingerprint, smoke)
+        storage = storage_url(search, ctx.project_dir)
+        n_trials = min(search.n_trials, SMOKE_TRIALS) if smoke else search.n_trials
+        parallelism = 1 if smoke else search.parallelism
+        epochs = 1 if smoke else spec.training.epochs
+        seed = search.sampler.seed if search.sampler.seed is not None else spec.training.seed
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True,
+                                    direction=direction(search),
+                                    sampler=make_sampler(search, seed),
+                                    pruner=make_pruner(search, epochs))
+        interrupted = fail_interrupted_trials(study)
+        done = len(study.trials)
+        remaining = max(0, n_trials - done)
+        ctx.reporter.line(f"  study {name}: {done} trial(s) recorded"
+                          + (f" ({interrupted} interrupted, marked failed)" if interrupted else "")
+                          + f", {remaining} to run, {parallelism} at a time")
+        tracker = ctx.tracker
+        with tracker.run(tags={"dbspec.spec": spec.name, "dbspec.study": name,
+                               "dbspec.smoke": str(smoke).lower()}) as run_id:
+            tracker.log_params({"search.n_trials": str(n_trials), "search.storage": storage,
+                                "search.sampler": search.sampler.name,
+                                "search.pruner": search.pruner.name,
+                                "search.metric": search.metric,
+                                "search.direction": direction(search),
+                                "search.space": json.dumps(search.model_dump(
+                                    mode="json", by_alias=True)["space"])})
+            setup = StudySetup(
+                source=ctx.loaded.source, target=ctx.loaded.target,
+                data_dirs={s: str(ctx.dir_of(s)) for s in ("load_data", "split", "preprocess")},
+                table_meta=ctx.output_of("load_data"), tune_dir=str(ctx.directory),
+                tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
+                parent_run_id=run_id, study_name=name, storage=storage,
+                epochs=epochs if smoke else None, seed=seed,
+                save_models=search.final_model == "best_trial")
+            _run_trials(ctx, setup, remaining, parallelism, seed, search.timeout, n_trials)
+            study = optuna.load_study(study_name=name, storage=storage)
+            summary = _summarize(study, search.metric)
+            tracker.log_metrics({"best_value": summary["best_value"],
+                                 "epochs_trained": summary["epochs_trained"],
+                                 **{f"trials_{k}": v for k, v in summary["trials"].items()}})
+            tracker.set_tags({"dbspec.best_params": json.dumps(summary["best_params"])})
+            for path in _plots(study, ctx.directory / "plots"):
+                tracker.log_artifact(path, "search")
+        ctx.reporter.line(f"  best {search.metric} {summary['best_value']:.6g} in trial "
+                          f"{summary['best_trial']}: {summary['best_params']}")
+        return {"study_name": name, "storage": storage, "run_id": run_id,
+                "final_model": search.final_model, **summary}
+
+
+def _run_trials(ctx: StageContext, setup, remaining: int, parallelism: int, seed: int,
+                timeout, n_trials: int) -> None:
+    """Split the remaining trials over this process and ``parallelism - 1`` spawned workers."""
+    import multiprocessing
+
+    from dbspec.tuning.objective import optimize, run_worker
+
+    if remaining == 0:
+        return
+    workers = min(parallelism, remaining)
+    quotas = [remaining // workers + (1 if i < remaining % workers else 0) for i in range(workers)]
+    finished = [0]
+
+    def report(record: TrialRecord) -> None:
+        finished[0] += 1
+        ctx.reporter.line("  " + record.describe())
+        ctx.reporter.progress("trial", finished[0], quotas[0], "in this process")
+
+    spawn = multiprocessing.get_context("spawn")
+    processes = [spawn.Process(target=run_worker, args=(setup, seed + i, quotas[i], timeout),
+                               name=f"dbspec-trials-{i}") for i in range(1, workers)]
+    for process in processes:
+        process.start()
+    try:
+        optimize(setup, seed, quotas[0], timeout, report)
+    finally:
+        for process in processes:
+            process.join()
+    crashed = [p.name for p in processes if p.exitcode != 0]
+    if crashed:
+        ctx.reporter.line(f"  warning: worker(s) {', '.join(crashed)} exited abnormally; their "
+                          "unfinished trials are marked failed on the next run")
+
+
+def _summarize(study, metric: str) -> dict[str, Any]:
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    counts = {"complete": 0, "pruned": 0, "failed": 0}
+    for trial in trials:
+        key = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(trial.state,
+                                                                                 "failed")
+        counts[key] += 1
+    epochs = sum(int(t.user_attrs.get("epochs", 0)) for t in trials)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    if not complete:
+        reasons = sorted({t.user_attrs.get("error", "pruned") for t in trials})[:3]
+        raise TrialFailed(f"no trial of the study completed ({counts}); first reasons: "
+                          + "; ".join(reasons))
+    best = study.best_trial
+    return {"best_value": best.value, "best_params": best.params, "best_trial": best.number,
+            "trials": counts, "epochs_trained": epochs, "metric": metric}
+
+
+def _plots(study, directory: Path) -> list[Path]:
+    """Optimization history, parameter importances and parallel coordinates, as PNGs."""
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as views
+
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, draw in (("optimization_history", views.plot_optimization_history),
+                       ("param_importances", views.plot_param_importances),
+                       ("parallel_coordinate", views.plot_parallel_coordinate)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # optuna marks these views experimental
+                axes = draw(study)
+        except (ValueError, RuntimeError, ZeroDivisionError):
+            continue  # e.g. importances need two completed trials with varied parameters
+        figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+        path = directory / f"{name}.png"
+        figure.set_size_inches(8, 5)
+        figure.tight_layout()
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        written.append(path)
+    return written

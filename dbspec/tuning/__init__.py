@@ -1,0 +1,166 @@
+"""Hyperparameter search: an Optuna study whose trials train through the same code as ``train``.
+
+Each trial applies its suggestions to a copy of the spec at the ``search.space`` paths, validates
+the result, trains, and reports ``search.metric`` every epoch so the pruner really stops weak
+trials. Trials are nested MLflow runs under the study's run; the study lives in Optuna RDB
+storage, so an interrupted search continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from dbspec.errors import DbspecError
+from dbspec.spec.models import Spec
+from dbspec.spec.models.search import CategoricalDistribution, FloatDistribution, SearchSpec
+from dbspec.spec.semantics import lower_is_better
+
+
+class TrialFailed(DbspecError):
+    """A trial could not produce a value (invalid suggestion, NaN loss, a crash)."""
+
+
+def direction(search: SearchSpec) -> str:
+    """``minimize`` or ``maximize``: given, or from the metric name."""
+    if search.direction != "auto":
+        return search.direction
+    return "minimize" if lower_is_better(search.metric) else "maximize"
+
+
+def make_sampler(search: SearchSpec, seed: int):
+    """The Optuna sampler named in ``search.sampler``."""
+    import optuna
+
+    name, startup = search.sampler.name, search.sampler.startup_trials
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, n_startup_trials=startup,
+                                            warn_independent_sampling=False)
+    if name == "qmc":
+        return optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
+    return optuna.samplers.GridSampler(grid_space(search), seed=seed)
+
+
+def grid_space(search: SearchSpec) -> dict[str, list]:
+    """Every value of each path, for the grid sampler (validation ensures it is finite)."""
+    space: dict[str, list] = {}
+    for path, dist in search.space.items():
+        if isinstance(dist, CategoricalDistribution):
+            space[path] = list(dist.choices)
+        elif isinstance(dist, FloatDistribution):
+            low, high = dist.low_high
+            count = int(math.floor((high - low) / dist.step + 1e-9)) + 1
+            space[path] = [round(low + i * dist.step, 12) for i in range(count)]
+        else:
+            low, high = dist.low_high
+            space[path] = list(range(low, high + 1, dist.step))
+    return space
+
+
+def make_pruner(search: SearchSpec, epochs: int):
+    """The Optuna pruner named in ``search.pruner``; it sees one report per epoch."""
+    import optuna
+
+    spec = search.pruner
+    if spec.name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=spec.startup_trials,
+                                           n_warmup_steps=spec.warmup_epochs)
+    if spec.name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=spec.min_resource,
+                                              max_resource=max(epochs, spec.min_resource),
+                                              reduction_factor=spec.reduction_factor)
+    if spec.name == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=spec.min_resource,
+                                                      reduction_factor=spec.reduction_factor)
+    return optuna.pruners.NopPruner()
+
+
+def suggest(trial, search: SearchSpec) -> dict[str, Any]:
+    """One value per space path, named by the path."""
+    values: dict[str, Any] = {}
+    for path, dist in search.space.items():
+        if isinstance(dist, CategoricalDistribution):
+            values[path] = trial.suggest_categorical(path, dist.choices)
+        elif isinstance(dist, FloatDistribution):
+            low, high = dist.low_high
+            values[path] = trial.suggest_float(path, low, high, log=dist.log, step=dist.step)
+        else:
+            low, high = dist.low_high
+            values[path] = trial.suggest_int(path, low, high, log=dist.log,
+                                             step=1 if dist.log else dist.step)
+    return values
+
+
+def default_study_name(spec: Spec, target: Optional[str], fingerprint: str, smoke: bool) -> str:
+    """The spec's name, target and search fingerprint: a changed search starts a new study."""
+    if spec.search.study_name:
+        return spec.search.study_name + ("-smoke" if smoke else "")
+    base = spec.name + (f"@{target}" if target else "")
+    return f"{base}-{fingerprint[:8]}" + ("-smoke" if smoke else "")
+
+
+def storage_url(search: SearchSpec, project_dir: Path) -> str:
+    """``search.storage``, else a SQLite file next to the local tracking store."""
+    if search.storage:
+        return search.storage
+    project_dir.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(project_dir / 'optuna.db').resolve()}"
+
+
+def fail_interrupted_trials(study) -> int:
+    """Trials left RUNNING by a killed process are marked failed; returns how many."""
+    from optuna.trial import TrialState
+
+    stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+    for trial in stale:
+        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
+    return len(stale)
+
+
+@dataclass
+class TrialRecord:
+    """What one trial did, for progress lines and the study summary."""
+
+    number: int
+    state: str
+    value: Optional[float]
+    params: dict[str, Any]
+    epochs: int
+    seconds: float
+    error: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        shown = "-" if self.value is None else f"{self.value:.6g}"
+        params = ", ".join(f"{k}={_short(v)}" for k, v in self.params.items())
+        error = f"  ({self.error})" if self.error else ""
+        return (f"trial {self.number:>3}  {self.state:<8} value {shown:<10} "
+                f"{self.epochs:>3} epochs  {params}{error}")
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def best_value_of(history: list[dict[str, float]], metric: str, best_epoch: int,
+                  restored: bool) -> float:
+    """The metric of the model a trial ends with (the restored best epoch, or the last)."""
+    row = history[best_epoch] if restored and 0 <= best_epoch < len(history) else history[-1]
+    if metric not in row:
+        raise TrialFailed(f"search.metric '{metric}' was not logged by the trial")
+    return float(row[metric])
+
+
+ReportFn = Callable[[TrialRecord], None]
+
+
+def timed() -> Callable[[], float]:
+    start = time.perf_counter()
+    return lambda: time.perf_counter() - start

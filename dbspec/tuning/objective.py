@@ -1,0 +1,171 @@
+"""The trial objective, and the worker processes that share a study for ``parallelism > 1``."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from dbspec.data import store
+from dbspec.errors import DbspecError
+from dbspec.spec.document import Document
+from dbspec.tuning import ReportFn, TrialFailed, TrialRecord, best_value_of, suggest, timed
+
+
+@dataclass(frozen=True)
+class StudySetup:
+    """Everything a trial needs, as plain picklable values (workers are spawned processes)."""
+
+    source: Document
+    target: Optional[str]
+    data_dirs: dict[str, str]
+    table_meta: dict[str, Any]
+    tune_dir: str
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    study_name: str
+    storage: str
+    epochs: Optional[int]
+    seed: int
+    save_models: bool
+
+
+class Objective:
+    """Apply a trial's suggestions to the spec, train, report every epoch, log a nested run."""
+
+    def __init__(self, setup: StudySetup, report: ReportFn):
+        import mlflow
+
+        from dbspec.spec.loader import from_source
+
+        self.setup = setup
+        self.report = report
+        self.loaded = from_source(setup.source, setup.target)
+        self.table = store.read_table(Path(setup.data_dirs["load_data"]), setup.table_meta)
+        self.splits = store.read_splits(Path(setup.data_dirs["split"]))
+        self.fitted = store.read_preprocessing(Path(setup.data_dirs["preprocess"]))
+        self.client = mlflow.MlflowClient(tracking_uri=setup.tracking_uri)
+
+    def __call__(self, trial) -> float:
+        import optuna
+
+        from dbspec.spec.loader import apply_values
+        from dbspec.training.fit import fit_spec
+
+        search = self.loaded.spec.search
+        elapsed = timed()
+        values = suggest(trial, search)
+        run_id = self._start_run(trial.number, values)
+        history: list[dict[str, float]] = []
+        state, value, error = "failed", None, ""
+        try:
+            try:
+                trial_spec = apply_values(self.loaded, values).spec
+            except DbspecError as exc:
+                raise TrialFailed(f"the suggested values make the spec invalid: {exc}") from None
+            if trial_spec.data != self.loaded.spec.data:
+                raise TrialFailed("the suggested values change the data section, which is "
+                                  "prepared once per study")
+
+            def on_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
+                history.append(metrics)
+                reported = metrics.get(search.metric)
+                if reported is None or not math.isfinite(reported):
+                    raise TrialFailed(f"search.metric {search.metric} is {reported} at epoch "
+                                      f"{epoch + 1}")
+                trial.report(reported, epoch)
+                if trial.should_prune():
+                    raise optuna.TrialPruned(f"pruned at epoch {epoch + 1}")
+
+            result = fit_spec(trial_spec, self.table, self.splits, self.fitted,
+                              epochs=self.setup.epochs, callbacks=[on_epoch])
+            early = trial_spec.training.early_stopping
+            value = best_value_of(result.outcome.history, search.metric,
+                                  result.outcome.best_epoch, bool(early and early.restore_best))
+            state = "complete"
+            if self.setup.save_models:
+                self._save(trial.number, result)
+            return value
+        except optuna.TrialPruned:
+            state = "pruned"
+            raise
+        except Exception as exc:  # a trial that crashes is recorded and the study goes on
+            error = str(exc) if isinstance(exc, DbspecError) else f"{type(exc).__name__}: {exc}"
+            trial.set_user_attr("error", error[:500])
+            raise TrialFailed(error) from None
+        finally:
+            trial.set_user_attr("epochs", len(history))
+            self._finish_run(run_id, history, state, value, error)
+            self.report(TrialRecord(trial.number, state, value, values, len(history),
+                                    elapsed(), error))
+
+    def _start_run(self, number: int, values: dict[str, Any]) -> str:
+        from mlflow.entities import Param
+
+        run = self.client.create_run(self.setup.experiment_id, run_name=f"trial-{number}", tags={
+            "mlflow.parentRunId": self.setup.parent_run_id, "dbspec.study": self.setup.study_name,
+            "dbspec.trial": str(number)})
+        self.client.log_batch(run.info.run_id,
+                              params=[Param(k[:250], str(v)[:6000]) for k, v in values.items()])
+        return run.info.run_id
+
+    def _finish_run(self, run_id: str, history, state: str, value: Optional[float],
+                    error: str) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        metrics = [Metric(k, float(v), 0, step) for step, row in enumerate(history)
+                   for k, v in row.items() if v is not None and math.isfinite(v)]
+        if value is not None:
+            metrics.append(Metric("trial_value", value, 0, 0))
+        for start in range(0, len(metrics), 1000):
+            self.client.log_batch(run_id, metrics=metrics[start:start + 1000])
+        tags = [RunTag("dbspec.trial_state", state)] + ([RunTag("dbspec.error", error[:5000])]
+                                                        if error else [])
+        self.client.log_batch(run_id, tags=tags)
+        self.client.set_terminated(run_id, "FAILED" if state == "failed" else "FINISHED")
+
+    def _save(self, number: int, result) -> None:
+        from dataclasses import asdict
+
+        from dbspec.models.served import save_served_model
+
+        directory = Path(self.setup.tune_dir) / "trials" / str(number)
+        save_served_model(result.served, directory / "served")
+        outcome = {k: v for k, v in asdict(result.outcome).items()}
+        (directory / "outcome.json").write_text(json.dumps(outcome, default=str))
+
+
+def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional[float],
+             report: ReportFn) -> None:
+    """Run ``quota`` trials of the study in this process."""
+    import optuna
+
+    from dbspec.tuning import make_pruner, make_sampler
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    objective = Objective(setup, report)
+    search = objective.loaded.spec.search
+    epochs = setup.epochs or objective.loaded.spec.training.epochs
+    study = optuna.load_study(study_name=setup.study_name, storage=setup.storage,
+                              sampler=make_sampler(search, sampler_seed),
+                              pruner=make_pruner(search, epochs))
+    study.optimize(objective, n_trials=quota, timeout=timeout, catch=(TrialFailed,),
+                   gc_after_trial=False)
+
+
+def print_record(record: TrialRecord) -> None:
+    """A worker's progress line (workers have no terminal of their own)."""
+    print("  " + record.describe(), file=sys.stderr, flush=True)
+
+
+def run_worker(setup: StudySetup, sampler_seed: int, quota: int,
+               timeout: Optional[float]) -> None:
+    """Entry point of a spawned worker process."""
+    from dbspec.tracking.mlflow_tracking import quiet_mlflow
+
+    quiet_mlflow()
+    optimize(setup, sampler_seed, quota, timeout, print_record)
