@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +109,7 @@ class Objective:
 
         run = self.client.create_run(self.setup.experiment_id, run_name=f"trial-{number}", tags={
             "mlflow.parentRunId": self.setup.parent_run_id, "dbspec.study": self.setup.study_name,
-            "dbspec.trial": str(number)})
+            "dbspec.trial": str(number), "dbspec.worker_pid": str(os.getpid())})
         self.client.log_batch(run.info.run_id,
                               params=[Param(k[:250], str(v)[:6000]) for k, v in values.items()])
         return run.info.run_id

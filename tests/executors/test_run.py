@@ -160,7 +160,8 @@ def test_only_without_recorded_inputs_is_a_usage_error(workdir):
     assert code == 2 and "the output of 'load_data' is missing" in err
 
 
-@pytest.mark.parametrize("spec", ["diabetes.yaml", "monitoring_synthetic.yaml", "digits_cnn.yaml"])
+@pytest.mark.parametrize("spec", ["diabetes.yaml", "monitoring_synthetic.yaml", "digits_cnn.yaml",
+                                  "breast_cancer_search.yaml"])
 def test_example_specs_run_in_smoke_mode(workdir, spec):
     code, out, err = run("run", str(SPECS / spec), "--smoke", "--summary-json", "s.json")
     assert code == 0, err
@@ -172,7 +173,6 @@ def test_example_specs_run_in_smoke_mode(workdir, spec):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("breast_cancer_search.yaml", "stage 'tune' is not available in this version"),
     ("diabetes_batch.yaml", "stage 'batch_predict' is not available in this version"),
     ("diabetes_distributed.yaml", "compute.kind torch_distributor trains through Spark"),
     ("synthetic_deepspeed.yaml", "compute.kind deepspeed trains through Spark"),
