@@ -28,9 +28,9 @@ def build_summary(record: RunRecord) -> dict[str, Any]:
         "promotion": promote.get("decision"),
         "gates": promote.get("gates", []),
         "metrics": evaluate.get("metrics", {}),
-        "search": {k: tune[k] for k in ("study_name", "storage", "best_value", "best_params",
-                                        "best_trial", "trials", "epochs_trained", "metric")
-                   if k in tune},
+        "search": {**{k: tune[k] for k in ("study_name", "storage", "best_value", "best_params",
+                                           "best_trial", "trials", "epochs_trained", "metric")
+                      if k in tune}, **({"study_run_id": tune["run_id"]} if tune else {})},
         "training": {k: train[k] for k in ("epochs_run", "best_epoch", "train_samples_per_second",
                                            "device", "threads") if k in train},
         "stages": [{"name": s.name, "action": s.action, "seconds": round(s.seconds, 3)}

@@ -96,6 +96,9 @@ def test_pruned_trials_show_in_the_study_and_in_mlflow(workdir):
     assert {r.data.tags["dbspec.trial_state"] for r in children} >= {"complete", "pruned"}
     assert all(r.data.tags["mlflow.parentRunId"] for r in children)
     assert "trial   0" in err and "best val_loss" in err
+    plots = {a.path for a in client.list_artifacts(summary["search"]["study_run_id"], "search")}
+    assert {"search/optimization_history.png", "search/parallel_coordinate.png",
+            "search/param_importances.png"} <= plots
     best = summary["search"]["best_params"]
     trained = client.get_run(summary["run_id"]).data.params
     assert trained["training.optimizer.lr"] == str(best["training.optimizer.lr"])
