@@ -21,10 +21,10 @@ class TrainStage:
     @staticmethod
     def check(spec) -> None:
         """Refuse compute kinds this executor cannot launch before any stage runs."""
-        if spec.compute.kind not in ("local", "single_gpu"):
-            raise DbspecError(f"compute.kind {spec.compute.kind} trains through Spark's "
-                              "distributors, which this version of dbspec does not launch yet; "
-                              "use kind: local or single_gpu")
+        if spec.compute.kind == "deepspeed":
+            raise DbspecError("compute.kind deepspeed trains through Spark's "
+                              "DeepspeedTorchDistributor, which this version of dbspec does not "
+                              "launch yet; use kind: torch_distributor, local or single_gpu")
 
     def run(self, ctx: StageContext) -> dict[str, Any]:
         from dbspec.models.served import save_served_model
@@ -58,6 +58,16 @@ class TrainStage:
 
             if "tune" in ctx.upstream and ctx.output_of("tune")["final_model"] == "best_trial":
                 result = _best_trial(ctx)
+            elif spec.compute.kind == "torch_distributor":
+                from dbspec.spark import spark_session
+
+                tracker.flush()
+                with spark_session(spec):
+                    result = fit_spec(spec, table, splits, fitted, epochs=epochs,
+                                      checkpoints=checkpoints, resume=ctx.options.resume,
+                                      work_dir=ctx.directory / "distributed",
+                                      tracking={"uri": tracker.tracking_uri, "run_id": run_id})
+                _log_ranks(tracker, result.outcome.extra)
             else:
                 result = fit_spec(spec, table, splits, fitted, epochs=epochs,
                                   checkpoints=checkpoints, resume=ctx.options.resume,
@@ -76,7 +86,10 @@ class TrainStage:
                 "tracking_uri": tracker.tracking_uri, "model_uri": model_uri,
                 "resumed_from_epoch": outcome.resumed_from, "stopped_early": outcome.stopped_early,
                 "device": str(result.device), "threads": result.threads,
-                "parameters": result.parameters, **summary}
+                "parameters": result.parameters, **summary,
+                **({"world_size": result.outcome.extra["world_size"],
+                    "backend": result.outcome.extra["backend"]}
+                   if "world_size" in result.outcome.extra else {})}
 
 
 def _example_frame(table, splits):
@@ -84,6 +97,14 @@ def _example_frame(table, splits):
 
     rows = splits.train[:5]
     return pd.DataFrame(table.features[rows].astype(np.float64), columns=table.feature_names)
+
+
+def _log_ranks(tracker, extra: dict) -> None:
+    """World size, backend and per-rank throughput of a distributed training run."""
+    tracker.log_params({"dbspec.world_size": str(extra["world_size"]),
+                        "dbspec.backend": extra["backend"]})
+    tracker.log_metrics({f"rank_{r['rank']}_samples_per_second": r["samples_per_second"]
+                         for r in extra["ranks"]})
 
 
 def _best_trial(ctx: StageContext):

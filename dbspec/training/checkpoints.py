@@ -13,11 +13,15 @@ _NAME = re.compile(r"^epoch-(\d+)\.pt$")
 
 
 class CheckpointStore:
-    """``epoch-N.pt`` files in one directory; the newest ``keep`` are kept."""
+    """``epoch-N.pt`` files in one directory; the newest ``keep`` are kept.
 
-    def __init__(self, directory: Path, *, every: int = 1, keep: int = 2):
+    In distributed training every rank reads the store (to resume) and only the one created
+    with ``writer=True`` writes to it.
+    """
+
+    def __init__(self, directory: Path, *, every: int = 1, keep: int = 2, writer: bool = True):
         self.directory = Path(directory)
-        self.every, self.keep = every, keep
+        self.every, self.keep, self.writer = every, keep, writer
 
     def due(self, epoch: int, *, last: bool) -> bool:
         """Whether ``epoch`` (0-based) gets a checkpoint."""
@@ -25,8 +29,10 @@ class CheckpointStore:
 
     def save(self, epoch: int, state: dict[str, Any]) -> Path:
         """Write ``state`` for ``epoch``: to a temporary name, fsync, then rename."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         final = self.directory / f"epoch-{epoch}.pt"
+        if not self.writer:
+            return final
+        self.directory.mkdir(parents=True, exist_ok=True)
         partial = final.with_suffix(".pt.partial")
         with open(partial, "wb") as handle:
             torch.save(state, handle)
@@ -54,5 +60,7 @@ class CheckpointStore:
 
     def clear(self) -> None:
         """Remove every checkpoint (a fresh, non-resumed run)."""
+        if not self.writer:
+            return
         for epoch in self.epochs():
             (self.directory / f"epoch-{epoch}.pt").unlink(missing_ok=True)

@@ -81,8 +81,12 @@ class Fitted:
 
 def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep], *,
              epochs: Optional[int] = None, checkpoints=None, resume: bool = False,
-             callbacks: Sequence = ()) -> Fitted:
-    """Build the spec's network for ``table``, train it, and wrap it as a served model."""
+             callbacks: Sequence = (), work_dir=None, tracking: Optional[dict] = None) -> Fitted:
+    """Build the spec's network for ``table``, train it, and wrap it as a served model.
+
+    With ``compute.kind: torch_distributor`` the training runs on the distributor's ranks
+    (``work_dir`` holds their files; ``tracking`` names the MLflow run rank 0 logs to).
+    """
     from dataclasses import asdict
 
     import torch
@@ -93,7 +97,8 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
 
     task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
     width, out = len(table.feature_names), output_width(task, loss, table.classes)
-    device = select_device(spec.compute)
+    distributed = spec.compute.kind == "torch_distributor"
+    device = torch.device("cpu") if distributed else select_device(spec.compute)
     torch.manual_seed(spec.training.seed)
     network = build_network(spec.model, width, out)
     parameters = sum(p.numel() for p in network.parameters())
@@ -105,12 +110,41 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
                      target_mean=mean, target_std=std)
     served = ServedModel(card, network)
     tensors = _tensors(served, table, splits, task, loss, device)
+    if distributed:
+        return _fit_distributed(spec, served, tensors, card, epochs=epochs, resume=resume,
+                                work_dir=work_dir, tracking=tracking, checkpoints=checkpoints,
+                                threads=threads, parameters=parameters)
     network.to(device)
     outcome = train(network, tensors, spec.training, loss=loss, device=device, epochs=epochs,
                     score_validation=_scorer(spec, served), checkpoints=checkpoints,
                     resume=resume, callbacks=callbacks)
     network.cpu()
     return Fitted(served.eval(), outcome, device, threads, parameters)
+
+
+def _fit_distributed(spec, served, tensors, card, *, epochs, resume, work_dir, tracking,
+                     checkpoints, threads, parameters) -> Fitted:
+    import json
+    from pathlib import Path
+
+    import torch
+
+    from dbspec.training.distributed import launch
+    from dbspec.training.loop import TrainOutcome
+
+    if work_dir is None:
+        raise DbspecError("distributed training needs a work directory")
+    work_dir = Path(work_dir)
+    record = launch(spec, tensors, card, work_dir=work_dir, epochs=epochs, resume=resume,
+                    tracking=tracking,
+                    checkpoint_dir=checkpoints.directory if checkpoints is not None else None)
+    served.network.load_state_dict(torch.load(work_dir / "weights.pt", weights_only=True))
+    fields = TrainOutcome.__dataclass_fields__
+    outcome = TrainOutcome(**{k: v for k, v in record.items() if k in fields})
+    outcome.extra = {"world_size": record["world_size"], "backend": record["backend"],
+                     "ranks": [json.loads(p.read_text())
+                               for p in sorted(work_dir.glob("rank-*.json"))]}
+    return Fitted(served.eval(), outcome, torch.device("cpu"), threads, parameters)
 
 
 def _target_scale(task: str, y_train: np.ndarray) -> tuple[float, float]:
