@@ -22,9 +22,9 @@ class TrainStage:
     def check(spec) -> None:
         """Refuse compute kinds this executor cannot launch before any stage runs."""
         if spec.compute.kind == "deepspeed":
-            raise DbspecError("compute.kind deepspeed trains through Spark's "
-                              "DeepspeedTorchDistributor, which this version of dbspec does not "
-                              "launch yet; use kind: torch_distributor, local or single_gpu")
+            from dbspec.training.deepspeed_config import check_deepspeed_config, deepspeed_config
+
+            check_deepspeed_config(deepspeed_config(spec))  # before any stage runs
 
     def run(self, ctx: StageContext) -> dict[str, Any]:
         from dbspec.models.served import save_served_model
@@ -58,7 +58,7 @@ class TrainStage:
 
             if "tune" in ctx.upstream and ctx.output_of("tune")["final_model"] == "best_trial":
                 result = _best_trial(ctx)
-            elif spec.compute.kind == "torch_distributor":
+            elif spec.compute.kind in ("torch_distributor", "deepspeed"):
                 from dbspec.spark import spark_session
 
                 tracker.flush()

@@ -43,11 +43,17 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
         DistributedError: a rank failed (its error is in the message) or no result appeared.
     """
     import torch
-    from pyspark.ml.torch.distributor import TorchDistributor
 
     compute = spec.compute
     use_gpu = torch.cuda.is_available() if compute.use_gpu == "auto" else bool(compute.use_gpu)
-    backend = compute.backend if compute.backend != "auto" else ("nccl" if use_gpu else "gloo")
+    backend = getattr(compute, "backend", "auto")
+    backend = backend if backend != "auto" else ("nccl" if use_gpu else "gloo")
+    ds_config = None
+    if compute.kind == "deepspeed":
+        from dbspec.training.deepspeed_config import check_deepspeed_config, deepspeed_config
+
+        ds_config = deepspeed_config(spec)
+        check_deepspeed_config(ds_config)
     work_dir.mkdir(parents=True, exist_ok=True)
     for stale in list(work_dir.glob("rank-*")) + [work_dir / "result.json"]:
         stale.unlink(missing_ok=True)
@@ -55,15 +61,25 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
                 "x_val": tensors_cpu.x_val, "y_val": tensors_cpu.y_val}, work_dir / "tensors.pt")
     job = {"spec": spec.model_dump(mode="json", by_alias=True), "card": asdict(card),
            "epochs": epochs, "resume": resume, "backend": backend, "use_gpu": use_gpu,
-           "tracking": tracking, "checkpoint_dir": str(checkpoint_dir) if checkpoint_dir else None}
+           "tracking": tracking, "deepspeed": ds_config,
+           "checkpoint_dir": str(checkpoint_dir) if checkpoint_dir and not ds_config else None}
     (work_dir / "job.json").write_text(json.dumps(job, default=str))
-    distributor = TorchDistributor(num_processes=compute.num_processes,
-                                   local_mode=compute.local_mode, use_gpu=use_gpu)
+    if ds_config is not None:
+        from pyspark.ml.deepspeed.deepspeed_distributor import DeepspeedTorchDistributor
+
+        distributor = DeepspeedTorchDistributor(
+            numGpus=compute.num_gpus, nnodes=compute.num_nodes, localMode=compute.local_mode,
+            useGpu=use_gpu, deepspeedConfig=ds_config)
+    else:
+        from pyspark.ml.torch.distributor import TorchDistributor
+
+        distributor = TorchDistributor(num_processes=compute.num_processes,
+                                       local_mode=compute.local_mode, use_gpu=use_gpu)
     try:
         distributor.run(rank_main, str(work_dir))
     except Exception as exc:  # the distributor wraps rank failures in several types
-        raise DistributedError(f"TorchDistributor failed: {_rank_errors(work_dir) or exc}") \
-            from None
+        raise DistributedError(f"{type(distributor).__name__} failed: "
+                               f"{_rank_errors(work_dir) or exc}") from None
     result = work_dir / "result.json"
     if not result.exists():
         raise DistributedError("training ranks ended without a result: "
@@ -100,7 +116,12 @@ def _train_rank(work_dir: Path, rank: int) -> None:
     from dbspec.training.loop import Tensors, train
 
     job = json.loads((work_dir / "job.json").read_text())
-    dist.init_process_group(job["backend"])
+    if job["deepspeed"]:
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend=job["backend"])
+    else:
+        dist.init_process_group(job["backend"])
     world = dist.get_world_size()
     spec = Spec.model_validate(job["spec"])
     card = ModelCard(**job["card"])
@@ -114,7 +135,18 @@ def _train_rank(work_dir: Path, rank: int) -> None:
     rows = slice(rank * shard, (rank + 1) * shard)
     tensors = Tensors(data["x_train"][rows].to(device), data["y_train"][rows].to(device),
                       _to(data["x_val"], device), _to(data["y_val"], device))
-    model = DistributedDataParallel(network, device_ids=[local_rank] if job["use_gpu"] else None)
+    engine = None
+    if job["deepspeed"]:
+        from dbspec.training.components import build_optimizer
+
+        engine, *_ = deepspeed.initialize(model=network,
+                                          optimizer=build_optimizer(network,
+                                                                    spec.training.optimizer),
+                                          config=job["deepspeed"])
+        model = _EngineModule(engine, engine.module.parameters().__next__().dtype)
+    else:
+        model = DistributedDataParallel(network,
+                                        device_ids=[local_rank] if job["use_gpu"] else None)
     checkpoints = None
     if job["checkpoint_dir"]:
         checkpoints = CheckpointStore(Path(job["checkpoint_dir"]), writer=rank == 0,
@@ -132,16 +164,22 @@ def _train_rank(work_dir: Path, rank: int) -> None:
     started = time.perf_counter()
     from dbspec.training.fit import _scorer
 
-    outcome = train(model, tensors, spec.training, loss=card.loss, device=device,
+    training = spec.training
+    if engine is not None and spec.compute.zero_stage == 3 and training.early_stopping:
+        # ZeRO-3 partitions the parameters: a copied state dict is not the whole model
+        training = training.model_copy(update={"early_stopping": training.early_stopping
+                                               .model_copy(update={"restore_best": False})})
+    outcome = train(model, tensors, training, loss=card.loss, device=device,
                     epochs=job["epochs"], score_validation=_scorer(spec, served),
-                    checkpoints=checkpoints, resume=job["resume"], callbacks=[reduce_metrics])
+                    checkpoints=checkpoints, resume=job["resume"], callbacks=[reduce_metrics],
+                    engine=engine)
     seconds = time.perf_counter() - started
+    weights = _full_state(network, engine, spec)
     (work_dir / f"rank-{rank}.json").write_text(json.dumps({
         "rank": rank, "rows": shard, "samples_per_second": outcome.samples_per_second,
-        "seconds": seconds, "checksum": float(sum(p.detach().double().sum() for p in
-                                                  network.parameters()))}))
+        "seconds": seconds, "checksum": float(sum(v.double().sum() for v in weights.values()))}))
     if rank == 0:
-        torch.save(network.state_dict(), work_dir / "weights.pt")
+        torch.save(weights, work_dir / "weights.pt")
         if logger is not None:
             logger.flush()
         record = {k: v for k, v in asdict(outcome).items()}
@@ -149,10 +187,49 @@ def _train_rank(work_dir: Path, rank: int) -> None:
         (work_dir / "result.json").write_text(json.dumps(record, default=str))
     # measured here: ~30% of runs aborted at exit until the model and optimizer were released
     # and collected before tearing the process group down
-    del model, network, served, outcome
+    del model, network, served, outcome, engine
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _full_state(network, engine, spec) -> dict:
+    """The complete float32 weights (gathered from every rank under ZeRO-3)."""
+    import contextlib
+
+    gather = contextlib.nullcontext()
+    if engine is not None and spec.compute.zero_stage == 3:
+        import deepspeed
+
+        gather = deepspeed.zero.GatheredParameters(list(network.parameters()), modifier_rank=None)
+    with gather:
+        return {k: v.detach().float().cpu().clone() for k, v in network.state_dict().items()}
+
+
+class _EngineModule:
+    """Calls a DeepSpeed engine with inputs in its dtype and returns float32 outputs."""
+
+    def __init__(self, engine, dtype):
+        self.engine, self.dtype = engine, dtype
+
+    def __call__(self, x):
+        return self.engine(x.to(self.dtype)).float()
+
+    def train(self, mode: bool = True):
+        self.engine.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def state_dict(self):
+        return self.engine.module.state_dict()
+
+    def load_state_dict(self, state):
+        return self.engine.module.load_state_dict(state)
+
+    def parameters(self):
+        return self.engine.module.parameters()
 
 
 def _to(tensor, device):

@@ -97,7 +97,7 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
 
     task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
     width, out = len(table.feature_names), output_width(task, loss, table.classes)
-    distributed = spec.compute.kind == "torch_distributor"
+    distributed = spec.compute.kind in ("torch_distributor", "deepspeed")
     device = torch.device("cpu") if distributed else select_device(spec.compute)
     torch.manual_seed(spec.training.seed)
     network = build_network(spec.model, width, out)

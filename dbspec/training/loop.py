@@ -65,7 +65,8 @@ ScoreFn = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
 def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss: str,
           device: torch.device, epochs: Optional[int] = None,
           score_validation: Optional[ScoreFn] = None, checkpoints: Optional[CheckpointStore] = None,
-          resume: bool = False, callbacks: Sequence[EpochCallback] = ()) -> TrainOutcome:
+          resume: bool = False, callbacks: Sequence[EpochCallback] = (),
+          engine: Any = None) -> TrainOutcome:
     """Train ``network`` in place and return its history.
 
     Args:
@@ -80,16 +81,21 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
         checkpoints: Where to write checkpoints; None writes none.
         resume: Continue from the newest checkpoint when there is one.
         callbacks: Called with each epoch's metrics.
+        engine: A DeepSpeed engine; it then owns backward, step, accumulation, clipping and
+            precision (its optimizer and scheduler replace the spec-built ones).
 
     Raises:
         TrainingError: the loss became NaN or infinite.
     """
     epochs = epochs or training.epochs
     loss_fn = build_loss(loss)
-    optimizer = build_optimizer(network, training.optimizer)
-    steps_per_epoch = math.ceil(len(tensors.x_train) / training.batch_size)
-    updates_per_epoch = math.ceil(steps_per_epoch / training.gradient_accumulation)
-    scheduler = build_scheduler(optimizer, training, epochs, updates_per_epoch)
+    if engine is not None:
+        optimizer, scheduler = engine.optimizer, None
+    else:
+        optimizer = build_optimizer(network, training.optimizer)
+        steps_per_epoch = math.ceil(len(tensors.x_train) / training.batch_size)
+        updates_per_epoch = math.ceil(steps_per_epoch / training.gradient_accumulation)
+        scheduler = build_scheduler(optimizer, training, epochs, updates_per_epoch)
     stopper = _EarlyStopping(training)
     generator = torch.Generator(device="cpu").manual_seed(training.seed)
     history: list[dict[str, float]] = []
@@ -103,7 +109,7 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
         stopper.load(state["stopper"])
         history = state["history"]
         start_epoch = resumed_from = state["epoch"] + 1
-    autocast = _autocast(training.precision, device)
+    autocast = _autocast("fp32" if engine is not None else training.precision, device)
     scaler = torch.amp.GradScaler("cuda") if training.precision == "fp16" and \
         device.type == "cuda" else None
     needs_scores = score_validation is not None
@@ -111,8 +117,11 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
     for epoch in range(start_epoch, epochs):
         started = time.perf_counter()
         network.train()
-        total = _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler, generator,
-                           autocast, scaler)
+        if engine is not None:
+            total = _run_engine_epoch(network, tensors, training, loss_fn, engine, generator)
+        else:
+            total = _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler,
+                               generator, autocast, scaler)
         metrics = {"train_loss": total / len(tensors.x_train)}
         if not math.isfinite(metrics["train_loss"]):
             raise TrainingError(f"training.loss: the loss became {metrics['train_loss']} at "
@@ -121,7 +130,7 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
         if tensors.x_val is not None and len(tensors.x_val):
             metrics.update(_validate(network, tensors, loss_fn, autocast,
                                      score_validation if needs_scores else None))
-        metrics["lr"] = optimizer.param_groups[0]["lr"]
+        metrics["lr"] = float(optimizer.param_groups[0]["lr"])
         elapsed = time.perf_counter() - started
         samples += len(tensors.x_train)
         seconds += elapsed
@@ -185,6 +194,21 @@ def _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler, genera
             optimizer.zero_grad(set_to_none=True)
             if per_batch_scheduler:
                 scheduler.step()
+    return float(total)
+
+
+def _run_engine_epoch(network, tensors, training, loss_fn, engine, generator) -> float:
+    """One pass where DeepSpeed's engine does backward and step (it counts accumulation)."""
+    x, y = tensors.x_train, tensors.y_train
+    n, batch = len(x), training.batch_size
+    order = torch.randperm(n, generator=generator).to(x.device)
+    total = torch.zeros((), device=x.device)
+    for start in range(0, n, batch):
+        index = order[start:start + batch]
+        loss = loss_fn(network(x[index]), y[index])
+        engine.backward(loss)
+        engine.step()
+        total += loss.detach().float() * len(index)
     return float(total)
 
 
