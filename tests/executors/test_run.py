@@ -174,8 +174,6 @@ def test_example_specs_run_in_smoke_mode(workdir, spec):
 
 @pytest.mark.parametrize("spec, message", [
     ("diabetes_batch.yaml", "stage 'batch_predict' is not available in this version"),
-    ("synthetic_deepspeed.yaml", "compute.kind deepspeed trains through Spark's "
-                                 "DeepspeedTorchDistributor"),
 ])
 def test_specs_for_later_stages_stop_before_any_work(workdir, spec, message):
     code, _, err = run("run", str(SPECS / spec), "--smoke")
