@@ -179,7 +179,10 @@ def fit_preprocessing(data: DataSpec, table: Table, train: np.ndarray) -> list[F
         fitted.append(FittedStep("scale", cols, {"center": center.tolist(),
                                                  "scale": scale.tolist()}))
         x[:, cols] = (part - center) / scale
-    unfilled = [names[j] for j in np.flatnonzero(np.isnan(x).any(axis=0))]
+    imputed = {c for step in fitted if step.kind == "impute" for c in step.columns}
+    everywhere = np.isnan(table.features).any(axis=0)  # validation and test rows too
+    unfilled = [names[j] for j in np.flatnonzero(np.isnan(x).any(axis=0) | everywhere)
+                if j not in imputed]
     if unfilled:
         raise DataError(f"data: missing values in {', '.join(unfilled[:8])}; add "
                         "'- impute: {strategy: median}' to data.preprocessing")

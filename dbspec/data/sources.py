@@ -64,7 +64,7 @@ def read_source(data: DataSpec, *, base: Path) -> SourceData:
 
     Args:
         data: The spec's data section.
-        base: Directory relative paths are resolved against (the spec's directory).
+        base: Directory relative paths are resolved against (the current directory).
 
     Raises:
         DataError: missing file or table, unreadable content.

@@ -130,6 +130,8 @@ class LocalExecutor:
                 _tracker=tracker)
             state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
                                              "status": "running", "output": {}}
+            for later in plan.downstream(planned.name)[1:]:
+                state["stages"].pop(later, None)  # their inputs are about to change
             _save_state(run_dir, state)
             self.reporter.line(f"> {planned.name}" + (" (resuming)" if resume else ""))
             started = time.perf_counter()

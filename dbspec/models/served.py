@@ -72,6 +72,7 @@ class ModelCard:
     classes: Optional[list[Any]] = None
     target_mean: float = 0.0
     target_std: float = 1.0
+    threshold: float = 0.5
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -121,7 +122,7 @@ class ServedModel(nn.Module):
             return pd.DataFrame({"prediction": out.astype(np.float64)})
         classes = self.card.classes
         if self.card.task == "binary":
-            labels = np.asarray(classes, dtype=object)[(out >= 0.5).astype(int)]
+            labels = np.asarray(classes, dtype=object)[(out >= self.card.threshold).astype(int)]
             return pd.DataFrame({"prediction": labels.tolist(), "probability": out})
         labels = np.asarray(classes, dtype=object)[out.argmax(axis=1)]
         frame = pd.DataFrame({"prediction": labels.tolist()})

@@ -20,7 +20,7 @@ STAGE_READS: dict[str, tuple[str, ...]] = {
     "split": ("data.split", "data.task"),
     "preprocess": ("data.preprocessing",),
     "tune": ("vars", "model", "training", "compute", "search"),
-    "train": ("model", "training", "compute"),
+    "train": ("model", "training", "compute", "tracking", "evaluation.threshold"),
     "evaluate": ("evaluation",),
     "register": ("registry.name", "registry.tags", "tracking"),
     "promote": ("registry.promotion",),

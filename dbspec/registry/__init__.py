@@ -117,9 +117,15 @@ class Registry:
 
     def move_alias(self, name: str, alias: str, version: str, *, reason: str) -> Optional[str]:
         """Point ``alias`` at ``version`` and append to its history; returns the old holder."""
+        from mlflow.exceptions import MlflowException
+
         previous = self.holder(name, alias)
         old = str(previous.version) if previous is not None else None
-        self.client.set_registered_model_alias(name, alias, version)
+        try:
+            self.client.set_registered_model_alias(name, alias, version)
+        except MlflowException as exc:
+            raise RegistryError(f"cannot set @{alias} on {name} v{version}: "
+                                f"{exc.message.splitlines()[0]}") from None
         history = self.history(name, alias)
         history.append({"version": version, "previous": old, "at": _now(),
                         "by": getpass.getuser(), "reason": reason})

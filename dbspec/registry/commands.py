@@ -101,6 +101,23 @@ def promote(registry: Registry, name: str, version: str, alias: str, *, force: b
             "gates": [r.describe() for r in results], "forced": force}
 
 
+def _earlier_holder(history: list[dict], current) -> Optional[str]:
+    """The version the alias held before the current holder got it (rollbacks step back)."""
+    if current is None:
+        return None
+    version = str(current.version)
+    skip = 0
+    for move in reversed(history):
+        if move["version"] != version:
+            continue
+        if move["reason"] == "rollback":
+            skip += 1  # this holder came back by a rollback: look further back
+            version = move.get("previous") or version
+            continue
+        return move.get("previous")
+    return None
+
+
 def rollback(registry: Registry, name: str, alias: str, to: Optional[str]) -> dict:
     """Point ``alias`` back at ``to``, by default the version that held it before.
 
@@ -109,11 +126,10 @@ def rollback(registry: Registry, name: str, alias: str, to: Optional[str]) -> di
     """
     current = registry.holder(name, alias)
     if to is None:
-        history = registry.history(name, alias)
-        if current is None or not history or history[-1].get("previous") is None:
+        to = _earlier_holder(registry.history(name, alias), current)
+        if to is None:
             raise RegistryError(f"@{alias} of {name} has no earlier holder recorded; give "
                                 "--to VERSION")
-        to = history[-1]["previous"]
     registry.version(name, str(to))
     previous = registry.move_alias(name, alias, str(to), reason="rollback")
     return {"name": name, "alias": alias, "version": str(to), "previous": previous}

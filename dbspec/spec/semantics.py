@@ -246,6 +246,9 @@ def _check_training(spec: Spec, found: _Findings) -> None:
     scheduler = training.scheduler
     if scheduler is not None and scheduler.name == "plateau":
         _check_metric(("training", "scheduler", "monitor"), scheduler.monitor, names, found)
+        if spec.data.split.validation == 0 and scheduler.monitor.startswith("val_"):
+            found.error(("training", "scheduler", "monitor"), "a validation metric needs "
+                        "data.split.validation > 0")
     if scheduler is not None and scheduler.name == "multistep" and \
             max(scheduler.milestones) > training.epochs:
         found.warning(("training", "scheduler", "milestones"), f"milestones past the last epoch "

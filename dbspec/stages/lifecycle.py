@@ -105,10 +105,6 @@ class RegisterStage:
                 "dbspec.data_version": ctx.output_of("load_data")["data_version"],
                 **{f"metric.{k}": f"{v:.6g}" for k, v in evaluate["metrics"].items()},
                 **spec.registry.tags}
-        if spec.registry.promotion is not None:
-            gates = [g.model_dump(mode="json", exclude_none=True)
-                     for g in spec.registry.promotion.gates]
-            tags["dbspec.gates"] = json.dumps(gates)
         version = Registry(ctx.tracker.client).register(name, train["model_uri"], train["run_id"],
                                                         tags)
         ctx.reporter.line(f"  registered {name} version {version}")
@@ -133,6 +129,8 @@ class PromoteStage:
                               lambda alias, metric: self._rescore(ctx, registry, name, alias,
                                                                   metric, version))
         passed = all(r.passed for r in results)
+        gates = [g.model_dump(mode="json", exclude_none=True) for g in promotion.gates]
+        registry.client.set_model_version_tag(name, version, "dbspec.gates", json.dumps(gates))
         registry.record_gates(name, version, results, "promoted" if passed else "rejected")
         previous: Optional[str] = None
         if passed:
@@ -161,6 +159,9 @@ class PromoteStage:
         rows = splits.test if split == "test" else splits.validation
         model = mlflow.pyfunc.load_model(f"models:/{name}/{holder.version}")
         served = model.unwrap_python_model().model
+        if served.card.feature_names != table.feature_names:
+            logged = (holder.tags or {}).get(f"metric.{metric}")  # cannot score this data
+            return float(logged) if logged is not None else None
         if base == "loss":
             return _loss(served, table, rows)
         found = task_metrics(ctx.spec.data.task, table.target[rows],

@@ -116,7 +116,10 @@ def _best_trial(ctx: StageContext):
     from dbspec.training.loop import TrainOutcome
 
     trial = ctx.output_of("tune")["best_trial"]
-    directory = ctx.dir_of("tune") / "trials" / str(trial)
+    directory = Path(ctx.output_of("tune")["trials_dir"]) / str(trial)
+    if not (directory / "served").exists():
+        raise DbspecError(f"the model of trial {trial} is not at {directory} (the study ran "
+                          "before its models were kept); set search.final_model: retrain")
     served = load_served_model(directory / "served")
     outcome = TrainOutcome(**json.loads((directory / "outcome.json").read_text()))
     ctx.reporter.line(f"  reusing the model of trial {trial} (search.final_model: best_trial)")

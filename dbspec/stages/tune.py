@@ -48,6 +48,13 @@ class TuneStage:
                                     direction=direction(search),
                                     sampler=make_sampler(search, seed),
                                     pruner=make_pruner(search, epochs))
+        recorded = study.user_attrs.get("dbspec.search")
+        if recorded is None:
+            study.set_user_attr("dbspec.search", self.fingerprint)
+        elif recorded != self.fingerprint:
+            raise TrialFailed(f"study '{name}' in {storage} was made for a different search; "
+                              "give search.study_name a new name, or remove it to let dbspec "
+                              "name the study")
         interrupted = fail_interrupted_trials(study)
         done = len(study.trials)
         remaining = max(0, n_trials - done)
@@ -67,7 +74,7 @@ class TuneStage:
             setup = StudySetup(
                 source=ctx.loaded.source, target=ctx.loaded.target,
                 data_dirs={s: str(ctx.dir_of(s)) for s in ("load_data", "split", "preprocess")},
-                table_meta=ctx.output_of("load_data"), tune_dir=str(ctx.directory),
+                table_meta=ctx.output_of("load_data"), tune_dir=str(trials_dir(ctx, name)),
                 tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
                 parent_run_id=run_id, study_name=name, storage=storage,
                 epochs=epochs if smoke else None, seed=seed,
@@ -84,7 +91,13 @@ class TuneStage:
         ctx.reporter.line(f"  best {search.metric} {summary['best_value']:.6g} in trial "
                           f"{summary['best_trial']}: {summary['best_params']}")
         return {"study_name": name, "storage": storage, "run_id": run_id,
-                "final_model": search.final_model, **summary}
+                "final_model": search.final_model, "trials_dir": str(trials_dir(ctx, name)),
+                **summary}
+
+
+def trials_dir(ctx: StageContext, study: str) -> Path:
+    """Trial models live with the study, not the stage: a study outlives reruns of the stage."""
+    return ctx.project_dir / "studies" / study / "trials"
 
 
 def _run_trials(ctx: StageContext, setup, remaining: int, parallelism: int, seed: int,

@@ -154,10 +154,12 @@ def _train_rank(work_dir: Path, rank: int) -> None:
                                       keep=spec.training.checkpointing.keep_last)
     logger = _RankZeroLogger(job["tracking"]) if rank == 0 and job["tracking"] else None
 
-    def reduce_metrics(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
+    def reduce_metrics(metrics: dict[str, float]) -> None:
         loss = torch.tensor([metrics["train_loss"]], device=device)
         dist.all_reduce(loss)
         metrics["train_loss"] = float(loss) / world
+
+    def log_metrics(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
         if logger is not None:
             logger.log(metrics, epoch)
 
@@ -171,8 +173,8 @@ def _train_rank(work_dir: Path, rank: int) -> None:
                                                .model_copy(update={"restore_best": False})})
     outcome = train(model, tensors, training, loss=card.loss, device=device,
                     epochs=job["epochs"], score_validation=_scorer(spec, served),
-                    checkpoints=checkpoints, resume=job["resume"], callbacks=[reduce_metrics],
-                    engine=engine)
+                    checkpoints=checkpoints, resume=job["resume"], callbacks=[log_metrics],
+                    engine=engine, reduce=reduce_metrics)
     seconds = time.perf_counter() - started
     weights = _full_state(network, engine, spec)
     (work_dir / f"rank-{rank}.json").write_text(json.dumps({

@@ -107,7 +107,7 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
     card = ModelCard(task=task, loss=loss, feature_names=table.feature_names, out_features=out,
                      model=spec.model.model_dump(mode="json", by_alias=True),
                      preprocessing=[asdict(step) for step in fitted], classes=table.classes,
-                     target_mean=mean, target_std=std)
+                     target_mean=mean, target_std=std, threshold=spec.evaluation.threshold)
     served = ServedModel(card, network)
     tensors = _tensors(served, table, splits, task, loss, device)
     if distributed:

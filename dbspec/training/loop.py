@@ -66,7 +66,8 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
           device: torch.device, epochs: Optional[int] = None,
           score_validation: Optional[ScoreFn] = None, checkpoints: Optional[CheckpointStore] = None,
           resume: bool = False, callbacks: Sequence[EpochCallback] = (),
-          engine: Any = None) -> TrainOutcome:
+          engine: Any = None,
+          reduce: Optional[Callable[[dict[str, float]], None]] = None) -> TrainOutcome:
     """Train ``network`` in place and return its history.
 
     Args:
@@ -81,6 +82,8 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
         checkpoints: Where to write checkpoints; None writes none.
         resume: Continue from the newest checkpoint when there is one.
         callbacks: Called with each epoch's metrics.
+        reduce: Called on each epoch's metrics before any decision uses them (distributed
+            ranks average theirs here, so every rank stops and schedules alike).
         engine: A DeepSpeed engine; it then owns backward, step, accumulation, clipping and
             precision (its optimizer and scheduler replace the spec-built ones).
 
@@ -106,6 +109,8 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
         if scheduler is not None and state.get("scheduler") is not None:
             scheduler.load_state_dict(state["scheduler"])
         generator.set_state(state["generator"])
+        if state.get("torch_rng") is not None:
+            torch.set_rng_state(state["torch_rng"])  # dropout continues as if uninterrupted
         stopper.load(state["stopper"])
         history = state["history"]
         start_epoch = resumed_from = state["epoch"] + 1
@@ -114,7 +119,7 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
         device.type == "cuda" else None
     needs_scores = score_validation is not None
     samples, seconds = 0, 0.0
-    for epoch in range(start_epoch, epochs):
+    for epoch in range(start_epoch, epochs if not stopper.should_stop else start_epoch):
         started = time.perf_counter()
         network.train()
         if engine is not None:
@@ -123,6 +128,8 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
             total = _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler,
                                generator, autocast, scaler)
         metrics = {"train_loss": total / len(tensors.x_train)}
+        if reduce is not None:
+            reduce(metrics)
         if not math.isfinite(metrics["train_loss"]):
             raise TrainingError(f"training.loss: the loss became {metrics['train_loss']} at "
                                 f"epoch {epoch + 1}; lower training.optimizer.lr or add "
@@ -150,6 +157,7 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
                 "generator": generator.get_state(), "stopper": stopper.state(),
+                "torch_rng": torch.get_rng_state(),
                 "history": history})
         if stopper.should_stop:
             break
@@ -167,10 +175,14 @@ def _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler, genera
     accumulate = training.gradient_accumulation
     clipping = training.gradient_clipping
     per_batch_scheduler = scheduler is not None and training.scheduler.name == "onecycle"
+    # batch norm cannot train on one row: a last batch of one is dropped (one row, one epoch)
+    has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in network.modules())
     total = torch.zeros((), device=x.device)
     optimizer.zero_grad(set_to_none=True)
     for step, start in enumerate(range(0, n, batch)):
         index = order[start:start + batch]
+        if has_batch_norm and len(index) == 1 and n > 1:
+            continue
         xb, yb = x[index], y[index]
         with autocast():
             loss = loss_fn(network(xb), yb)
@@ -267,8 +279,9 @@ class _EarlyStopping:
 
     def state(self) -> dict[str, Any]:
         return {"best_value": self.best_value, "best_epoch": self.best_epoch, "wait": self.wait,
-                "best_state": self.best_state}
+                "best_state": self.best_state, "should_stop": self.should_stop}
 
     def load(self, state: dict[str, Any]) -> None:
         self.best_value, self.best_epoch = state["best_value"], state["best_epoch"]
         self.wait, self.best_state = state["wait"], state["best_state"]
+        self.should_stop = state.get("should_stop", False)

@@ -134,7 +134,7 @@ class Objective:
 
         from dbspec.models.served import save_served_model
 
-        directory = Path(self.setup.tune_dir) / "trials" / str(number)
+        directory = Path(self.setup.tune_dir) / str(number)
         save_served_model(result.served, directory / "served")
         outcome = {k: v for k, v in asdict(result.outcome).items()}
         (directory / "outcome.json").write_text(json.dumps(outcome, default=str))

@@ -53,7 +53,8 @@ def changed_stages(before, after):
 
 @pytest.mark.parametrize("values, expected", [
     ({"training.epochs": 3}, {"train", "evaluate", "register", "promote"}),
-    ({"evaluation.threshold": 0.3}, {"evaluate", "register", "promote"}),
+    ({"evaluation.plots": ["loss_curve"]}, {"evaluate", "register", "promote"}),
+    ({"evaluation.threshold": 0.3}, {"train", "evaluate", "register", "promote"}),
     ({"data.split.seed": 7}, {"split", "preprocess", "train", "evaluate", "register",
                               "promote"}),
     ({"registry.promotion.alias": "prod"}, {"promote"}),
