@@ -102,19 +102,17 @@ def promote(registry: Registry, name: str, version: str, alias: str, *, force: b
 
 
 def _earlier_holder(history: list[dict], current) -> Optional[str]:
-    """The version the alias held before the current holder got it (rollbacks step back)."""
+    """The version the alias held before the current holder was first promoted to it.
+
+    Rollback moves are skipped, so repeated rollbacks step further back instead of flipping
+    between the last two versions.
+    """
     if current is None:
         return None
     version = str(current.version)
-    skip = 0
     for move in reversed(history):
-        if move["version"] != version:
-            continue
-        if move["reason"] == "rollback":
-            skip += 1  # this holder came back by a rollback: look further back
-            version = move.get("previous") or version
-            continue
-        return move.get("previous")
+        if move["version"] == version and move["reason"] != "rollback":
+            return move.get("previous")
     return None
 
 

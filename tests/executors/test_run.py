@@ -123,6 +123,8 @@ def test_changed_training_reruns_downstream_and_rescores_the_champion(diabetes_r
 def test_models_promote_rollback_commands(diabetes_run, monkeypatch):
     workdir, *_ = diabetes_run
     monkeypatch.chdir(workdir)
+    # a second version, whatever order the tests run in (cached when it already exists)
+    assert run("run", str(SPECS / "diabetes.yaml"), "--set", "training.epochs=5", "-q")[0] == 0
     code, out, _ = run("models", "diabetes_predictor")
     assert code == 0 and "v1" in out and "@production" in out
     code, _, err = run("promote", "diabetes_predictor", "1", "--alias", "staging")
