@@ -5,7 +5,7 @@ On the synthetic 100-feature two-class data of the monitoring demo (`specs/diabe
 then TorchDistributor (gloo, local mode) with 1 and 2 processes. Prints samples/s (summed over
 ranks) and the fixed launch overhead (distributor wall time minus the ranks' training time).
 
-DeepSpeed is not launched by this version of dbspec yet, so it is not measured here.
+The same with DeepspeedTorchDistributor (ZeRO-2, fp32, gloo) for 2 processes.
 Run: ``python benchmarks/distributed_scaling.py [--rows 200000] [--epochs 3]``.
 """
 
@@ -23,29 +23,31 @@ data: {source: {kind: synthetic, rows: %(rows)d, features: 100, seed: 1}, task: 
        split: {validation: 0.05, test: 0.05}}
 model: {layers: [{linear: {out: 256}}, relu, {linear: {out: 128}}, relu, {linear: {out: 1}}]}
 training: {epochs: %(epochs)d, batch_size: 256, checkpointing: {enabled: false}}
-compute: {kind: torch_distributor, num_processes: %(processes)d, use_gpu: false}
+compute: %(compute)s
 """
+DDP = "{kind: torch_distributor, num_processes: %d, use_gpu: false}"
+DEEPSPEED = "{kind: deepspeed, num_gpus: %d, use_gpu: false, zero_stage: 2}"
 
 
-def prepare(rows: int, epochs: int, processes: int, workdir: Path):
+def prepare(rows: int, epochs: int, processes: int, workdir: Path, engine: str = DDP):
     from dbspec.data.prepare import build_table, fit_preprocessing, split_rows
     from dbspec.data.sources import read_source
     from dbspec.spec import load_spec
 
     path = workdir / f"scaling-{processes}.yaml"
-    path.write_text(SPEC % {"rows": rows, "epochs": epochs, "processes": processes})
+    path.write_text(SPEC % {"rows": rows, "epochs": epochs, "compute": engine % processes})
     spec = load_spec(str(path)).spec
     table = build_table(read_source(spec.data, base=workdir).frame, spec.data)
     splits = split_rows(table, spec.data)
     return spec, table, splits, fit_preprocessing(spec.data, table, splits.train)
 
 
-def distributed(rows: int, epochs: int, processes: int, workdir: Path) -> dict:
+def distributed(rows: int, epochs: int, processes: int, workdir: Path, engine: str = DDP) -> dict:
     from dbspec.spark import spark_session
     from dbspec.training.fit import fit_spec
 
-    spec, table, splits, fitted = prepare(rows, epochs, processes, workdir)
-    work = workdir / f"work-{processes}"
+    spec, table, splits, fitted = prepare(rows, epochs, processes, workdir, engine)
+    work = workdir / f"work-{processes}-{spec.compute.kind}"
     with spark_session(spec, master="local[2]"):
         started = time.perf_counter()
         result = fit_spec(spec, table, splits, fitted, work_dir=work)
@@ -76,10 +78,12 @@ def main() -> None:
         single = in_process(args.rows, args.epochs, workdir)
         one = distributed(args.rows, args.epochs, 1, workdir)
         two = distributed(args.rows, args.epochs, 2, workdir)
+        deepspeed = distributed(args.rows, args.epochs, 2, workdir, DEEPSPEED)
     print(f"{args.rows:,} rows x 100 features, batch 256 per process, {args.epochs} epochs")
     print(f"  in-process (no distributor)   {single:>10,.0f} samples/s")
-    for name, result in (("TorchDistributor, 1 process", one), ("TorchDistributor, 2 processes",
-                                                                 two)):
+    for name, result in (("TorchDistributor, 1 process", one),
+                         ("TorchDistributor, 2 processes", two),
+                         ("DeepSpeed ZeRO-2, 2 processes", deepspeed)):
         print(f"  {name:<29} {result['samples_per_second']:>10,.0f} samples/s  launch overhead "
               f"{result['overhead']:.1f} s (wall {result['wall']:.1f} s)")
     print(f"2 processes / 1 process = {two['samples_per_second'] / one['samples_per_second']:.2f}x"
