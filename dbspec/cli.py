@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--state-dir", metavar="DIR", default=".dbspec",
                      help="where stage state, the default MLflow store and artifacts live "
                           "(default: .dbspec)")
+    run.add_argument("--executor", choices=("local", "spark"),
+                     help="run stages in this process (local) or with a Spark session "
+                          "(default: the spec's executor)")
+    run.add_argument("--master", metavar="URL",
+                     help="Spark master URL (default: spark.master, SPARK_MASTER, local[*])")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress output")
     run.set_defaults(handler=_cmd_run)
 
@@ -196,7 +201,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import shlex
     from pathlib import Path
 
-    from dbspec.executors.local import LocalExecutor
+    from dbspec.executors.local import LocalExecutor, SparkExecutor
     from dbspec.executors.summary import build_summary, render_summary
     from dbspec.stages.base import Reporter, RunOptions
 
@@ -205,9 +210,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     command = ["dbspec", "run", args.file] + (["--target", loaded.target] if loaded.target
                                               else [])
     command += [f"--set={a}" for a in args.assignments] + (["--smoke"] if args.smoke else [])
-    executor = LocalExecutor(Path(args.state_dir), options=options,
-                             reporter=Reporter(enabled=not args.quiet),
-                             resume_command=shlex.join(command))
+    kind = args.executor or loaded.spec.executor
+    if kind == "spark":
+        command += ["--executor", "spark"] + (["--master", args.master] if args.master else [])
+    common = {"options": options, "reporter": Reporter(enabled=not args.quiet),
+              "resume_command": shlex.join(command)}
+    executor = SparkExecutor(Path(args.state_dir), master=args.master, **common) \
+        if kind == "spark" else LocalExecutor(Path(args.state_dir), **common)
     record = executor.run(loaded, only=args.only, from_stage=args.from_stage)
     summary = build_summary(record)
     print(render_summary(summary))

@@ -54,9 +54,8 @@ def resolve_version(data: DataSpec, *, base: Path) -> str:
     raise DataError(_SPARK_ONLY)
 
 
-_SPARK_ONLY = ("data.source.kind 'spark_table' is read through a Spark session, which the "
-               "local executor does not start; export the table to Parquet or Delta, or read "
-               "its Delta files with kind: delta")
+_SPARK_ONLY = ("data.source.kind 'spark_table' is read through a Spark session: run with "
+               "--executor spark (or executor: spark in the spec)")
 
 
 def read_source(data: DataSpec, *, base: Path) -> SourceData:

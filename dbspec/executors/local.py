@@ -59,6 +59,7 @@ class LocalExecutor:
         self.options = options
         self.reporter = reporter or Reporter(enabled=options.show_progress)
         self.resume_command = resume_command
+        self.spark = None
 
     def run(self, loaded: LoadedSpec, *, only: Optional[str] = None,
             from_stage: Optional[str] = None) -> RunRecord:
@@ -69,9 +70,7 @@ class LocalExecutor:
                 recorded inputs.
             StageFailed: a stage raised; its error is recorded and the run can resume.
         """
-        from dbspec.data.sources import resolve_version
-
-        version = resolve_version(loaded.spec.data, base=Path.cwd())
+        version = self.data_version(loaded)
         plan = compile_plan(loaded.spec, data_version=version)
         for name in (only, from_stage):
             if name is not None and name not in plan.names:
@@ -86,6 +85,12 @@ class LocalExecutor:
         if only is not None:
             self._check_inputs(plan, only, state)
         return self._run(loaded, plan, run_dir, state, only=only, from_stage=from_stage)
+
+    def data_version(self, loaded: LoadedSpec) -> str:
+        """The version of the spec's data, resolved without reading the rows."""
+        from dbspec.data.sources import resolve_version
+
+        return resolve_version(loaded.spec.data, base=Path.cwd())
 
     def run_dir(self, loaded: LoadedSpec) -> Path:
         """``.dbspec/runs/<spec>[@target][-smoke]``."""
@@ -127,7 +132,7 @@ class LocalExecutor:
                 upstream={d: state["stages"][d]["output"] for d in plan.ancestors(planned.name)},
                 upstream_dirs={d: run_dir / "stages" / d for d in plan.ancestors(planned.name)},
                 options=replace(self.options, resume=resume), reporter=self.reporter,
-                _tracker=tracker)
+                _tracker=tracker, spark=self.spark)
             state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
                                              "status": "running", "output": {}}
             for later in plan.downstream(planned.name)[1:]:
@@ -167,6 +172,32 @@ class LocalExecutor:
             cause = f"{type(exc).__name__}: {exc} (traceback in {directory / 'error.txt'})"
         hint = f"\n  resume with: {self.resume_command} --resume" if self.resume_command else ""
         return f"stage '{name}' failed: {cause}{hint}"
+
+
+class SparkExecutor(LocalExecutor):
+    """The local executor with a Spark session: data stages read through Spark, and the
+    distributors use the same session. The session is started and stopped here, once."""
+
+    def __init__(self, project_dir: Path, *, master: Optional[str] = None, **kwargs: Any):
+        super().__init__(project_dir, **kwargs)
+        self.master = master
+
+    def run(self, loaded: LoadedSpec, *, only: Optional[str] = None,
+            from_stage: Optional[str] = None) -> RunRecord:
+        from dbspec.spark import master_url, spark_session
+
+        self.reporter.line(f"> spark session on {master_url(loaded.spec, self.master)}")
+        with spark_session(loaded.spec, self.master) as session:
+            self.spark = session
+            try:
+                return super().run(loaded, only=only, from_stage=from_stage)
+            finally:
+                self.spark = None
+
+    def data_version(self, loaded: LoadedSpec) -> str:
+        from dbspec.data.spark_sources import spark_version
+
+        return spark_version(self.spark, loaded.spec.data, base=Path.cwd())
 
 
 def _load_state(run_dir: Path) -> dict[str, Any]:

@@ -75,6 +75,7 @@ class StageContext:
     options: RunOptions
     reporter: Reporter
     _tracker: Any = field(default=None, repr=False)
+    spark: Any = field(default=None, repr=False)  # the spark executor's session, else None
 
     @property
     def spec(self) -> Spec:

@@ -17,7 +17,12 @@ class LoadDataStage:
     name = "load_data"
 
     def run(self, ctx: StageContext) -> dict[str, Any]:
-        source = read_source(ctx.spec.data, base=Path.cwd())
+        if ctx.spark is not None:
+            from dbspec.data.spark_sources import read_source_spark
+
+            source = read_source_spark(ctx.spark, ctx.spec.data, base=Path.cwd())
+        else:
+            source = read_source(ctx.spec.data, base=Path.cwd())
         table = build_table(source.frame, ctx.spec.data)
         store.write_table(ctx.directory, table)
         meta = {"rows": len(table.target), "feature_names": table.feature_names,

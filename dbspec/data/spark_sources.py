@@ -1,0 +1,96 @@
+"""Read a spec's data source through Spark (the spark executor's data path).
+
+Delta tables are read natively where the session has the ``delta`` format (Databricks, or a
+cluster with the Delta connector). Elsewhere — delta-spark has no release for this pyspark, and
+its JAR would come from Maven at session start — ``deltalake`` lists the Parquet files of the
+requested table version and Spark reads exactly those.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from dbspec.data.sources import DataError, SourceData, _open_delta, _resolve, read_source
+from dbspec.spec.models.data import DataSpec
+
+
+def has_delta_format(spark) -> bool:
+    """Whether this session can read ``format("delta")`` itself."""
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    return "DeltaSparkSessionExtension" in extensions
+
+
+def spark_version(spark, data: DataSpec, *, base: Path) -> str:
+    """The data version, as :func:`dbspec.data.sources.resolve_version`, for Spark tables too."""
+    from dbspec.data.sources import resolve_version
+
+    source = data.source
+    if source.kind != "spark_table":
+        return resolve_version(data, base=base)
+    try:
+        files = sorted(spark.table(source.table).inputFiles())
+    except Exception as exc:  # AnalysisException and friends
+        raise DataError(f"data.source.table: cannot read table '{source.table}': "
+                        f"{str(exc).splitlines()[0]}") from None
+    digest = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
+    return f"spark_table-{source.table}-v{source.version}" if source.version is not None \
+        else f"spark_table-{source.table}-{digest}"
+
+
+def read_source_spark(spark, data: DataSpec, *, base: Path) -> SourceData:
+    """Read every row through Spark and collect them (through Arrow) for training.
+
+    Raises:
+        DataError: missing path or table, unreadable data, an unsupported time travel.
+    """
+    source = data.source
+    if source.kind in ("sklearn", "synthetic"):
+        return read_source(data, base=base)  # generated in the driver; nothing to distribute
+    spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    try:
+        frame, version, uri = _read(spark, data, base)
+    except DataError:
+        raise
+    except Exception as exc:  # Spark reports bad input as AnalysisException, Py4JJavaError...
+        raise DataError(f"data.source: Spark cannot read it: {str(exc).splitlines()[0]}") \
+            from None
+    return SourceData(frame.toPandas(), version, uri)
+
+
+def _read(spark, data: DataSpec, base: Path) -> tuple[Any, str, str]:
+    from dbspec.data.sources import resolve_version
+
+    source = data.source
+    if source.kind == "csv":
+        path = _resolve(source.path, base)
+        frame = (spark.read.option("header", True).option("inferSchema", True)
+                 .option("sep", source.delimiter).csv(str(path)))
+        return frame, resolve_version(data, base=base), str(path)
+    if source.kind == "parquet":
+        path = _resolve(source.path, base)
+        return spark.read.parquet(str(path)), resolve_version(data, base=base), str(path)
+    if source.kind == "delta":
+        path = _resolve(source.path, base)
+        if has_delta_format(spark):
+            reader = spark.read.format("delta")
+            if source.version is not None:
+                reader = reader.option("versionAsOf", source.version)
+            elif source.timestamp is not None:
+                reader = reader.option("timestampAsOf", source.timestamp)
+            return reader.load(str(path)), resolve_version(data, base=base), str(path)
+        table = _open_delta(source, base)  # the version's files, listed by deltalake
+        files = table.file_uris()
+        if not files:
+            raise DataError(f"data.source: Delta table {path} has no data files at version "
+                            f"{table.version()}")
+        return spark.read.parquet(*files), f"delta-v{table.version()}", str(path)
+    frame = spark.table(source.table)
+    if source.version is not None:
+        if not has_delta_format(spark):
+            raise DataError("data.source.version: time travel on a Spark table needs the "
+                            "session's delta format (Databricks or the Delta connector)")
+        frame = spark.sql(f"SELECT * FROM {source.table} VERSION AS OF {source.version}")
+    return frame, spark_version(spark, data, base=base), f"spark_table:{source.table}"
