@@ -111,6 +111,9 @@ def _run_trials(ctx: StageContext, setup, remaining: int, parallelism: int, seed
         return
     workers = min(parallelism, remaining)
     quotas = [remaining // workers + (1 if i < remaining % workers else 0) for i in range(workers)]
+    if ctx.spark is not None:
+        _run_trials_on_spark(ctx, setup, quotas, seed, timeout)
+        return
     finished = [0]
 
     def report(record: TrialRecord) -> None:
@@ -132,6 +135,25 @@ def _run_trials(ctx: StageContext, setup, remaining: int, parallelism: int, seed
     if crashed:
         ctx.reporter.line(f"  warning: worker(s) {', '.join(crashed)} exited abnormally; their "
                           "unfinished trials are marked failed on the next run")
+
+
+def _run_trials_on_spark(ctx: StageContext, setup, quotas: list[int], seed: int,
+                         timeout) -> None:
+    """One Spark task per worker, each running its share of trials on the shared storage.
+
+    Spark schedules the workers (on executors, or in local mode on this machine); the study's
+    storage must be reachable from them (a SQLite file is, in local mode; use a database URL
+    in search.storage on a cluster).
+    """
+    from dbspec.tuning.objective import run_worker
+
+    ctx.reporter.line(f"  {len(quotas)} trial worker(s) as Spark tasks")
+    jobs = [(setup, seed + i, quota, timeout) for i, quota in enumerate(quotas)]
+    rdd = ctx.spark.sparkContext.parallelize(jobs, len(jobs))
+    try:
+        rdd.foreach(lambda job: run_worker(*job))
+    except Exception as exc:  # a task that dies takes the job down; its trials stay recorded
+        ctx.reporter.line(f"  warning: a Spark trial task failed: {str(exc).splitlines()[0]}")
 
 
 def _summarize(study, metric: str) -> dict[str, Any]:

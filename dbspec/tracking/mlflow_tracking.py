@@ -173,7 +173,7 @@ class Tracker:
         with warnings.catch_warnings():
             # class labels are integers by design; MLflow's hint about missing values in
             # integer columns does not apply to a prediction column
-            warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer")
+            warnings.filterwarnings("ignore", message=".*Inferred schema contains integer")
             info = mlflow.pyfunc.log_model(
                 name="model", python_model=pyfunc.__file__,
                 artifacts={"served_model": str(served_dir)},

@@ -109,3 +109,18 @@ def test_the_diabetes_spec_runs_on_the_spark_executor(workdir, spark):
                          "--summary-json", "d.json")
     assert code == 0, err
     assert json.loads((workdir / "d.json").read_text())["metrics"]["test_rmse"] <= 58
+
+
+def test_search_trials_run_as_spark_tasks(workdir, spark):
+    import optuna
+
+    from tests.conftest import ROOT
+
+    code, _, err = run("run", str(ROOT / "specs" / "breast_cancer_search.yaml"), "--executor",
+                       "spark", "--set", "search.n_trials=4", "--set", "search.parallelism=2",
+                       "--set", "training.epochs=3", "--summary-json", "s.json")
+    assert code == 0, err
+    assert "2 trial worker(s) as Spark tasks" in err
+    search = json.loads((workdir / "s.json").read_text())["search"]
+    study = optuna.load_study(study_name=search["study_name"], storage=search["storage"])
+    assert len(study.trials) == 4
