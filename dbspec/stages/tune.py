@@ -73,8 +73,11 @@ class TuneStage:
                                     mode="json", by_alias=True)["space"])})
             setup = StudySetup(
                 source=ctx.loaded.source, target=ctx.loaded.target,
-                data_dirs={s: str(ctx.dir_of(s)) for s in ("load_data", "split", "preprocess")},
-                table_meta=ctx.output_of("load_data"), tune_dir=str(trials_dir(ctx, name)),
+                # absolute: workers (Spark tasks above all) may run in another directory
+                data_dirs={s: str(ctx.dir_of(s).resolve())
+                           for s in ("load_data", "split", "preprocess")},
+                table_meta=ctx.output_of("load_data"),
+                tune_dir=str(trials_dir(ctx, name).resolve()),
                 tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
                 parent_run_id=run_id, study_name=name, storage=storage,
                 epochs=epochs if smoke else None, seed=seed,
@@ -91,7 +94,8 @@ class TuneStage:
         ctx.reporter.line(f"  best {search.metric} {summary['best_value']:.6g} in trial "
                           f"{summary['best_trial']}: {summary['best_params']}")
         return {"study_name": name, "storage": storage, "run_id": run_id,
-                "final_model": search.final_model, "trials_dir": str(trials_dir(ctx, name)),
+                "final_model": search.final_model,
+                "trials_dir": str(trials_dir(ctx, name).resolve()),
                 **summary}
 
 
@@ -153,7 +157,10 @@ def _run_trials_on_spark(ctx: StageContext, setup, quotas: list[int], seed: int,
     try:
         rdd.foreach(lambda job: run_worker(*job))
     except Exception as exc:  # a task that dies takes the job down; its trials stay recorded
-        ctx.reporter.line(f"  warning: a Spark trial task failed: {str(exc).splitlines()[0]}")
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        cause = next((line for line in reversed(lines) if "Error" in line or "error" in line),
+                     lines[-1] if lines else repr(exc))
+        ctx.reporter.line(f"  warning: a Spark trial task failed: {cause.strip()[:300]}")
 
 
 def _summarize(study, metric: str) -> dict[str, Any]:
