@@ -103,3 +103,34 @@ def test_generated_deepspeed_config():
     assert config["gradient_clipping"] == 1.0
     assert config["zero_optimization"] == {"stage": 2, "offload_optimizer": {"device": "cpu"}}
     assert config["steps_per_print"] == 1000  # compute.config wins over the generated value
+
+
+FLAKY = """\
+name: flaky-ddp
+data: {source: {kind: sklearn, name: diabetes}, task: regression, preprocessing: [standard_scale]}
+model: {custom: {class: "tests.helpers.flaky:FlakyNet"}}
+training: {epochs: 12, batch_size: 32, optimizer: {name: sgd, lr: 0.05}}
+compute: {kind: torch_distributor, num_processes: 2, use_gpu: false}
+tracking: {system_metrics: false}
+registry: {name: flaky_ddp}
+"""
+
+
+def test_a_failed_distributed_run_resumes_from_its_last_checkpoint(workdir, monkeypatch):
+    import mlflow
+
+    (workdir / "flaky.yaml").write_text(FLAKY)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the ranks import tests.helpers.flaky
+    monkeypatch.setenv("DBSPEC_TEST_FAIL_AFTER", "30")  # 5 steps an epoch: fails in epoch 7
+    code, _, err = run("run", "flaky.yaml", "-q")
+    assert code == 1 and "injected failure" in err and "resume with:" in err
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workdir / '.dbspec' / 'mlflow.db'}")
+    assert client.search_registered_models() == []  # nothing registered from a failed run
+    checkpoints = workdir / ".dbspec/runs/flaky-ddp/stages/train/checkpoints"
+    assert sorted(p.name for p in checkpoints.glob("epoch-*.pt"))  # the last good ones stay
+    monkeypatch.delenv("DBSPEC_TEST_FAIL_AFTER")
+    code, _, err = run("run", "flaky.yaml", "--resume", "--summary-json", "s.json")
+    assert code == 0, err
+    state = json.loads((workdir / ".dbspec/runs/flaky-ddp/state.json").read_text())
+    assert state["stages"]["train"]["output"]["resumed_from_epoch"] >= 5
+    assert json.loads((workdir / "s.json").read_text())["model_version"] == "1"
