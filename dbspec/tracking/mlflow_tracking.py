@@ -155,8 +155,12 @@ class Tracker:
         located: Any = source
         if not Path(source).exists():  # built-in and generated data have no file to point at
             located = CodeDatasetSource({"dbspec.source": source, "dbspec.version": version})
-        dataset = mlflow.data.from_pandas(frame, source=located, targets=target, name=name)
-        mlflow.log_input(dataset, context="training", tags={"data_version": version})
+        with warnings.catch_warnings():
+            # integer class labels are by design; MLflow's hint about missing values in
+            # integer columns does not apply to them
+            warnings.filterwarnings("ignore", message=".*Inferred schema contains integer")
+            dataset = mlflow.data.from_pandas(frame, source=located, targets=target, name=name)
+            mlflow.log_input(dataset, context="training", tags={"data_version": version})
 
     def log_model(self, served_dir: Path, example, prediction) -> str:
         """Log the served model as a pyfunc with signature and input example; returns its URI."""

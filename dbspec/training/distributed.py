@@ -62,7 +62,9 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
     job = {"spec": spec.model_dump(mode="json", by_alias=True), "card": asdict(card),
            "epochs": epochs, "resume": resume, "backend": backend, "use_gpu": use_gpu,
            "tracking": tracking, "deepspeed": ds_config,
-           "checkpoint_dir": str(checkpoint_dir) if checkpoint_dir and not ds_config else None}
+           "checkpoint_dir": str(checkpoint_dir) if checkpoint_dir and not ds_config else None,
+           "deepspeed_checkpoint_dir": str(checkpoint_dir) if checkpoint_dir and ds_config
+           else None}
     (work_dir / "job.json").write_text(json.dumps(job, default=str))
     if ds_config is not None:
         from pyspark.ml.deepspeed.deepspeed_distributor import DeepspeedTorchDistributor
@@ -148,7 +150,12 @@ def _train_rank(work_dir: Path, rank: int) -> None:
         model = DistributedDataParallel(network,
                                         device_ids=[local_rank] if job["use_gpu"] else None)
     checkpoints = None
-    if job["checkpoint_dir"]:
+    if engine is not None and job["deepspeed_checkpoint_dir"]:
+        checkpoints = DeepspeedCheckpoints(engine, Path(job["deepspeed_checkpoint_dir"]),
+                                           every=spec.training.checkpointing.every_n_epochs,
+                                           keep=spec.training.checkpointing.keep_last,
+                                           writer=rank == 0)
+    elif job["checkpoint_dir"]:
         checkpoints = CheckpointStore(Path(job["checkpoint_dir"]), writer=rank == 0,
                                       every=spec.training.checkpointing.every_n_epochs,
                                       keep=spec.training.checkpointing.keep_last)
@@ -193,6 +200,53 @@ def _train_rank(work_dir: Path, rank: int) -> None:
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
+
+
+class DeepspeedCheckpoints:
+    """Checkpoints through ``engine.save_checkpoint``: every rank writes its ZeRO partition.
+
+    Same interface as :class:`~dbspec.training.checkpoints.CheckpointStore`. The loop's own
+    state (epoch, history, early stopping, random generators) travels as DeepSpeed's
+    client state; the engine restores weights and optimizer partitions itself.
+    """
+
+    def __init__(self, engine, directory: Path, *, every: int, keep: int, writer: bool):
+        self.engine, self.directory = engine, Path(directory)
+        self.every, self.keep, self.writer = every, keep, writer
+
+    def due(self, epoch: int, *, last: bool) -> bool:
+        return last or (epoch + 1) % self.every == 0
+
+    def epochs(self) -> list[int]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name.split("-")[1]) for p in self.directory.glob("epoch-*")
+                      if p.is_dir() and (p / ".complete").exists())
+
+    def save(self, epoch: int, state: dict[str, Any]) -> Path:
+        import torch.distributed as dist
+
+        client = {k: v for k, v in state.items() if k not in ("network", "optimizer")}
+        tag = f"epoch-{epoch}"
+        self.engine.save_checkpoint(str(self.directory), tag=tag, client_state=client)
+        dist.barrier()  # every partition is on disk before the checkpoint counts as complete
+        if self.writer:
+            (self.directory / tag / ".complete").touch()
+            for old in self.epochs()[:-self.keep]:
+                import shutil
+
+                shutil.rmtree(self.directory / f"epoch-{old}", ignore_errors=True)
+        return self.directory / tag
+
+    def load_latest(self) -> Optional[dict[str, Any]]:
+        epochs = self.epochs()
+        if not epochs:
+            return None
+        _, client = self.engine.load_checkpoint(str(self.directory), tag=f"epoch-{epochs[-1]}")
+        return client
+
+    def clear(self) -> None:
+        """Cleared by the driver before launch, like the single-process store."""
 
 
 def _full_state(network, engine, spec) -> dict:

@@ -104,8 +104,9 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
     history: list[dict[str, float]] = []
     start_epoch, resumed_from = 0, None
     if resume and checkpoints is not None and (state := checkpoints.load_latest()) is not None:
-        network.load_state_dict(state["network"])
-        optimizer.load_state_dict(state["optimizer"])
+        if state.get("network") is not None:  # a DeepSpeed store restores these itself
+            network.load_state_dict(state["network"])
+            optimizer.load_state_dict(state["optimizer"])
         if scheduler is not None and state.get("scheduler") is not None:
             scheduler.load_state_dict(state["scheduler"])
         generator.set_state(state["generator"])

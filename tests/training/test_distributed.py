@@ -134,3 +134,30 @@ def test_a_failed_distributed_run_resumes_from_its_last_checkpoint(workdir, monk
     state = json.loads((workdir / ".dbspec/runs/flaky-ddp/state.json").read_text())
     assert state["stages"]["train"]["output"]["resumed_from_epoch"] >= 5
     assert json.loads((workdir / "s.json").read_text())["model_version"] == "1"
+
+
+FLAKY_DEEPSPEED = """\
+name: flaky-deepspeed
+data: {source: {kind: synthetic, rows: 3000, features: 10, seed: 2}, task: binary}
+model: {custom: {class: "tests.helpers.flaky:FlakyNet"}}
+training: {epochs: 6, batch_size: 64, precision: bf16}
+compute: {kind: deepspeed, num_gpus: 2, use_gpu: false, zero_stage: 2}
+tracking: {system_metrics: false}
+registry: {name: flaky_deepspeed}
+"""
+
+
+def test_a_failed_deepspeed_run_resumes_from_its_zero_checkpoint(workdir, monkeypatch):
+    (workdir / "flaky.yaml").write_text(FLAKY_DEEPSPEED)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("DBSPEC_TEST_FAIL_AFTER", "50")  # 15 steps an epoch: fails in epoch 4
+    code, _, err = run("run", "flaky.yaml", "-q")
+    assert code == 1 and "injected failure" in err
+    checkpoints = workdir / ".dbspec/runs/flaky-deepspeed/stages/train/checkpoints"
+    assert (checkpoints / "epoch-2" / ".complete").exists()
+    monkeypatch.delenv("DBSPEC_TEST_FAIL_AFTER")
+    code, _, err = run("run", "flaky.yaml", "--resume", "--summary-json", "s.json")
+    assert code == 0, err
+    state = json.loads((workdir / ".dbspec/runs/flaky-deepspeed/state.json").read_text())
+    assert state["stages"]["train"]["output"]["resumed_from_epoch"] == 3
+    assert json.loads((workdir / "s.json").read_text())["training"]["epochs_run"] == 6
