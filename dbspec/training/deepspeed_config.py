@@ -7,7 +7,7 @@ from typing import Any
 from dbspec.errors import DbspecError
 
 
-def deepspeed_config(spec) -> dict[str, Any]:
+def deepspeed_config(spec, *, use_gpu: bool | None = None) -> dict[str, Any]:
     """ZeRO stage, offload, precision, micro batch and accumulation from the spec.
 
     ``compute.config`` is merged over the result (validation keeps it off the keys generated
@@ -15,6 +15,7 @@ def deepspeed_config(spec) -> dict[str, Any]:
     compiled; ``zero_allow_untested_optimizer`` says that this is intended.
     """
     compute, training = spec.compute, spec.training
+    precision = training.precision_on(compute.use_gpu if use_gpu is None else use_gpu)
     zero: dict[str, Any] = {"stage": compute.zero_stage}
     if compute.offload.optimizer != "none":
         zero["offload_optimizer"] = {"device": compute.offload.optimizer,
@@ -29,8 +30,8 @@ def deepspeed_config(spec) -> dict[str, Any]:
         "zero_allow_untested_optimizer": True,
         "zero_force_ds_cpu_optimizer": False,
         "steps_per_print": 10**9,
-        "bf16": {"enabled": training.precision == "bf16"},
-        "fp16": {"enabled": training.precision == "fp16"},
+        "bf16": {"enabled": precision == "bf16"},
+        "fp16": {"enabled": precision == "fp16"},
     }
     if training.gradient_clipping is not None:
         config["gradient_clipping"] = training.gradient_clipping.max_norm

@@ -52,7 +52,7 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
     if compute.kind == "deepspeed":
         from dbspec.training.deepspeed_config import check_deepspeed_config, deepspeed_config
 
-        ds_config = deepspeed_config(spec)
+        ds_config = deepspeed_config(spec, use_gpu=use_gpu)
         check_deepspeed_config(ds_config)
     work_dir.mkdir(parents=True, exist_ok=True)
     for stale in list(work_dir.glob("rank-*")) + [work_dir / "result.json"]:

@@ -115,9 +115,10 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
         stopper.load(state["stopper"])
         history = state["history"]
         start_epoch = resumed_from = state["epoch"] + 1
-    autocast = _autocast("fp32" if engine is not None else training.precision, device)
-    scaler = torch.amp.GradScaler("cuda") if training.precision == "fp16" and \
-        device.type == "cuda" else None
+    cuda = device.type == "cuda"
+    precision = training.precision_on(cuda, cuda and torch.cuda.is_bf16_supported())
+    autocast = _autocast("fp32" if engine is not None else precision, device)
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" and cuda else None
     needs_scores = score_validation is not None
     samples, seconds = 0, 0.0
     for epoch in range(start_epoch, epochs if not stopper.should_stop else start_epoch):

@@ -112,3 +112,11 @@ def test_checkpoints_are_written_atomically(tmp_path):
     store.save(0, {"x": 1})
     (tmp_path / "epoch-1.pt.partial").write_bytes(b"half a file")
     assert store.epochs() == [0] and store.load_latest() == {"x": 1}
+
+
+def test_precision_auto_picks_bf16_on_capable_gpus_only():
+    assert spec().precision == "auto"
+    assert spec().precision_on(cuda=False) == "fp32"
+    assert spec().precision_on(cuda=True, bf16_supported=True) == "bf16"
+    assert spec().precision_on(cuda=True, bf16_supported=False) == "fp32"
+    assert spec(precision="fp32").precision_on(cuda=True) == "fp32"

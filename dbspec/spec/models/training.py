@@ -134,8 +134,9 @@ class TrainingSpec(SpecModel):
                                    default=1, ge=1)
     early_stopping: Optional[EarlyStopping] = d("Stop early on a validation metric.", default=None)
     gradient_clipping: Optional[GradientClipping] = d("Clip gradients.", default=None)
-    precision: Literal["fp32", "bf16", "fp16"] = d("Numeric precision (bf16/fp16 through "
-                                                   "autocast).", default="fp32")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = d(
+        "Numeric precision (bf16/fp16 through autocast); auto: bf16 on a CUDA GPU that "
+        "supports it, else fp32.", default="auto")
     seed: int = d("Seed for weights, shuffling and dropout.", default=42, ge=0, le=2**32 - 1)
     num_threads: Union[Annotated[int, Field(ge=1)], Literal["auto"]] = d(
         "Intra-op torch threads; auto picks 1 for small models, where more threads only add "
@@ -143,6 +144,12 @@ class TrainingSpec(SpecModel):
     auto_batch_size: bool = d("On CUDA out-of-memory, retry at half the batch size.",
                               default=False)
     checkpointing: Checkpointing = d("Checkpoints for resume.", default_factory=Checkpointing)
+
+    def precision_on(self, cuda: bool, bf16_supported: bool = True) -> str:
+        """The precision actually used (resolves ``auto`` for the device)."""
+        if self.precision != "auto":
+            return self.precision
+        return "bf16" if cuda and bf16_supported else "fp32"
 
     def loss_for(self, task: str) -> str:
         """The loss actually used for ``task`` (resolves ``auto``)."""
