@@ -171,7 +171,7 @@ def _train_rank(work_dir: Path, rank: int) -> None:
             logger.log(metrics, epoch)
 
     started = time.perf_counter()
-    from dbspec.training.fit import _scorer
+    from dbspec.training.fit import validation_scorer
 
     training = spec.training
     if engine is not None and spec.compute.zero_stage == 3 and training.early_stopping:
@@ -179,7 +179,7 @@ def _train_rank(work_dir: Path, rank: int) -> None:
         training = training.model_copy(update={"early_stopping": training.early_stopping
                                                .model_copy(update={"restore_best": False})})
     outcome = train(model, tensors, training, loss=card.loss, device=device,
-                    epochs=job["epochs"], score_validation=_scorer(spec, served),
+                    epochs=job["epochs"], score_validation=validation_scorer(spec, served),
                     checkpoints=checkpoints, resume=job["resume"], callbacks=[log_metrics],
                     engine=engine, reduce=reduce_metrics)
     seconds = time.perf_counter() - started

@@ -116,7 +116,7 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
                                 threads=threads, parameters=parameters)
     network.to(device)
     outcome = train(network, tensors, spec.training, loss=loss, device=device, epochs=epochs,
-                    score_validation=_scorer(spec, served), checkpoints=checkpoints,
+                    score_validation=validation_scorer(spec, served), checkpoints=checkpoints,
                     resume=resume, callbacks=callbacks)
     network.cpu()
     return Fitted(served.eval(), outcome, device, threads, parameters)
@@ -178,7 +178,7 @@ def _tensors(served, table, splits, task: str, loss: str, device):
     return Tensors(x_train, y_train, x_val, y_val)
 
 
-def _scorer(spec, served):
+def validation_scorer(spec, served):
     """Per-epoch validation metrics, only when a monitored metric needs more than val_loss."""
     monitored = {spec.training.early_stopping.monitor if spec.training.early_stopping else "",
                  spec.training.scheduler.monitor if spec.training.scheduler is not None
