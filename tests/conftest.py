@@ -42,3 +42,24 @@ model:
     - relu
     - linear: {out: 1}
 """
+
+
+def run_main(*args: str) -> tuple[int, str, str]:
+    """Run the CLI in this process; returns (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    from dbspec.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A fresh project directory: its own .dbspec state and MLflow store."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path

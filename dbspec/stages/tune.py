@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dbspec.stages.base import StageContext, write_json
+from dbspec.stages.base import StageContext
 from dbspec.tuning import (
     TrialFailed,
     TrialRecord,

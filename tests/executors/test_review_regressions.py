@@ -2,36 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import numpy as np
-import pytest
 import torch
 from torch import nn
 
-from dbspec.cli import main
 from dbspec.spec.models.training import TrainingSpec
 from dbspec.training.checkpoints import CheckpointStore
 from dbspec.training.loop import Tensors, train
 from tests.conftest import ROOT
+from tests.conftest import run_main as run
 
 SPECS = ROOT / "specs"
-
-
-def run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return tmp_path
 
 
 def test_only_train_makes_the_next_run_redo_its_dependents(workdir):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -16,25 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from dbspec.cli import main
 from tests.conftest import ROOT
+from tests.conftest import run_main as run
 
 SPECS = ROOT / "specs"
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    """A fresh project directory: own .dbspec state, own MLflow store."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return tmp_path
 
 
 def client_for(workdir: Path):

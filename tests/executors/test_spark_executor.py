@@ -5,15 +5,13 @@ A real local SparkSession; the Delta tables are written with ``deltalake``.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from dbspec.cli import main
+from tests.conftest import run_main as run
 
 pytestmark = pytest.mark.slow
 
@@ -28,20 +26,6 @@ model: {layers: [{linear: {out: 8}}, relu, {linear: {out: 1}}]}
 training: {epochs: 3}
 tracking: {system_metrics: false}
 """
-
-
-def run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return tmp_path
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +88,7 @@ def test_spark_table_on_the_local_executor_says_what_to_do(workdir):
 
 def test_the_diabetes_spec_runs_on_the_spark_executor(workdir, spark):
     from tests.conftest import ROOT
+    from tests.conftest import run_main as run
 
     code, out, err = run("run", str(ROOT / "specs" / "diabetes.yaml"), "--executor", "spark",
                          "--summary-json", "d.json")

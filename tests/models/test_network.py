@@ -7,7 +7,12 @@ import pytest
 import torch
 
 from dbspec.models.network import ModelError, build_network
-from dbspec.models.served import ModelCard, ServedModel, load_served_model, save_served_model
+from dbspec.models.served import (
+    ModelCard,
+    ServedModel,
+    load_served_model,
+    save_served_model,
+)
 from dbspec.spec.models.network import ModelSpec
 
 

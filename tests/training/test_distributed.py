@@ -5,31 +5,15 @@ A real distributor, a real Spark session and real process groups: nothing is moc
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import pytest
 
-from dbspec.cli import main
 from tests.conftest import ROOT
+from tests.conftest import run_main as run
 
 pytestmark = pytest.mark.slow
 SPEC = str(ROOT / "specs" / "diabetes_distributed.yaml")
-
-
-def run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return tmp_path
 
 
 def test_two_gloo_ranks_match_single_process_quality(workdir):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -17,9 +15,9 @@ import optuna
 import pytest
 from optuna.trial import FixedTrial, TrialState
 
-from dbspec.cli import main
 from dbspec.spec.models.search import SearchSpec
 from dbspec.tuning import direction, grid_space, make_pruner, make_sampler, suggest
+from tests.conftest import run_main as run
 
 SEARCH = """\
 name: search-test
@@ -51,20 +49,6 @@ def write(workdir, epochs=12, trials=6, parallelism=1, final="retrain",
     path.write_text(SEARCH % {"epochs": epochs, "trials": trials, "parallelism": parallelism,
                               "final": final, "lr": lr})
     return str(path)
-
-
-def run(*args):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(list(args))
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    return tmp_path
 
 
 def study_of(workdir, summary):
