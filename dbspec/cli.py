@@ -57,8 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.set_defaults(handler=_cmd_plan)
 
     run = commands.add_parser(
-        "run", help="run the spec's pipeline locally (data, train, evaluate, register, promote)",
-        description="Run every stage of the spec's plan in this process. Unchanged stages are "
+        "run", help="run the spec's pipeline (data, tune, train, evaluate, register, promote)",
+        description="Run every stage of the spec's plan (in this process, or with a Spark "
+                    "session for --executor spark). Unchanged stages are "
                     "skipped; MLflow tracking and registry default to .dbspec/mlflow.db.")
     run.add_argument("file", metavar="FILE", help="spec file")
     _add_spec_options(run)
