@@ -151,11 +151,10 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
         where = ("search", "space", dotted)
         if any(d.path == format_path(where) for d in known):
             continue  # already reported: one complaint per entry
-        problem = _resolve_path(spec, dotted)
+        current, problem = _lookup(spec, dotted)
         if problem:
             out.append(source.diagnostic(where, problem, at_key=True))
             continue
-        current = _value_at(spec, dotted)
         bounds = getattr(dist, "low_high", None)
         if isinstance(current, int) and not isinstance(current, bool) and \
                 isinstance(dist, FloatDistribution) and not dotted.startswith("vars."):
@@ -179,8 +178,8 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
     return out
 
 
-def _resolve_path(spec: Spec, dotted: str) -> Optional[str]:
-    """Why ``dotted`` is not a field of ``spec``, or None when it is."""
+def _lookup(spec: Spec, dotted: str) -> tuple[Any, Optional[str]]:
+    """The value at ``dotted`` in ``spec``, or why there is no value to search there."""
     node: Any = spec
     walked: list[str] = []
     for part in dotted.split("."):
@@ -188,39 +187,27 @@ def _resolve_path(spec: Spec, dotted: str) -> Optional[str]:
             fields = {(f.alias or n): n for n, f in type(node).model_fields.items()}
             if part not in fields:
                 here = ".".join(walked) or "the spec"
-                return (f"'{dotted}' is not a field: {here} has no '{part}'"
-                        f"{did_you_mean(part, fields)}")
+                return None, (f"'{dotted}' is not a field: {here} has no '{part}'"
+                              f"{did_you_mean(part, fields)}")
             node = getattr(node, fields[part])
         elif isinstance(node, dict):
             if part not in node:
-                return (f"'{dotted}' is not set: {'.'.join(walked)} has no '{part}'"
-                        f"{did_you_mean(part, node)}")
+                return None, (f"'{dotted}' is not set: {'.'.join(walked)} has no '{part}'"
+                              f"{did_you_mean(part, node)}")
             node = node[part]
         elif isinstance(node, (list, tuple)):
             if not part.isdigit() or int(part) >= len(node):
-                return f"'{dotted}': {'.'.join(walked)} has {len(node)} entries, no '{part}'"
+                return None, (f"'{dotted}': {'.'.join(walked)} has {len(node)} entries, "
+                              f"no '{part}'")
             node = node[int(part)]
         elif node is None:
-            return f"'{dotted}': {'.'.join(walked)} is not set in this spec"
+            return None, f"'{dotted}': {'.'.join(walked)} is not set in this spec"
         else:
-            return f"'{dotted}': {'.'.join(walked)} is a value, not a section"
+            return None, f"'{dotted}': {'.'.join(walked)} is a value, not a section"
         walked.append(part)
     if isinstance(node, (BaseModel, dict, list)):
-        return f"'{dotted}' is a section; search a value inside it"
-    return None
-
-
-def _value_at(spec: Spec, dotted: str) -> Any:
-    node: Any = spec
-    for part in dotted.split("."):
-        if isinstance(node, BaseModel):
-            fields = {(f.alias or n): n for n, f in type(node).model_fields.items()}
-            node = getattr(node, fields[part])
-        elif isinstance(node, dict):
-            node = node[part]
-        else:
-            node = node[int(part)]
-    return node
+        return None, f"'{dotted}' is a section; search a value inside it"
+    return node, None
 
 
 def validate_file(path: str, *, target: Optional[str] = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -135,7 +135,6 @@ class TrialRecord:
     epochs: int
     seconds: float
     error: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
         shown = "-" if self.value is None else f"{self.value:.6g}"
