@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
@@ -106,3 +107,27 @@ def test_a_single_row_batch_with_batch_norm_trains(tmp_path):
     spec = TrainingSpec.model_validate({"epochs": 2, "batch_size": 32})
     outcome = train(network, Tensors(x, y), spec, loss="mse", device=torch.device("cpu"))
     assert outcome.epochs_run == 2
+
+
+def test_registry_commands_without_a_store_say_what_to_do(workdir):
+    code, _, err = run("models", "anything")
+    assert code == 1 and "no tracking store at" in err and "run a spec first" in err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a GPU-less machine")
+@pytest.mark.parametrize("setting, message", [
+    ("compute={kind: single_gpu}", "compute.kind single_gpu: no CUDA GPU is visible"),
+    ("compute={kind: local, device: cuda}", "compute.device cuda: no CUDA GPU is visible"),
+])
+def test_asking_for_a_missing_gpu_fails_the_train_stage_clearly(workdir, setting, message):
+    code, _, err = run("run", str(SPECS / "diabetes.yaml"), "--smoke", "-q", "--set", setting)
+    assert code == 1 and f"stage 'train' failed: {message}" in err
+    assert "Traceback" not in err
+
+
+def test_a_named_study_refuses_a_changed_search(workdir):
+    spec = str(SPECS / "breast_cancer_search.yaml")
+    named = ["--set", "search.study_name=fixed", "--smoke", "-q"]
+    assert run("run", spec, *named)[0] == 0
+    code, _, err = run("run", spec, *named, "--set", "search.sampler.name=random")
+    assert code == 1 and "was made for a different search" in err
