@@ -105,6 +105,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_registry_options(rollback)
     rollback.set_defaults(handler=_cmd_rollback)
 
+    serve = commands.add_parser(
+        "serve", help="serve a registered model over HTTP (MLflow's scoring protocol)",
+        description="Serve a registered model on uvicorn: POST /invocations (inputs, instances, "
+                    "dataframe_split, dataframe_records), GET /ping, /health, /version, /metrics."
+                    " Settings default to the spec's serving.realtime section.")
+    from dbspec.serving.commands import add_serve_arguments  # no heavy imports
+
+    add_serve_arguments(serve)
+    serve.set_defaults(handler=_cmd_serve)
+
     schema = commands.add_parser("schema", help="print the JSON schema of specs",
                                  description="Write the JSON schema (draft 2020-12) of a spec.")
     schema.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
@@ -261,6 +271,12 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     print(f"{result['name']}@{result['alias']} -> v{result['version']} "
           f"(rolled back from v{result['previous']})")
     return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from dbspec.serving.commands import run_serve
+
+    return run_serve(args)
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

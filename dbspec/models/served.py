@@ -107,8 +107,7 @@ class ServedModel(nn.Module):
     def predict_frame(self, features) -> "Any":
         """Score a frame (or array) of raw features; returns a pandas DataFrame.
 
-        Columns: ``prediction`` (the value, or the class label) and, for classifiers,
-        ``probability`` (binary) or ``probability_<label>`` per class.
+        Columns: those of :func:`prediction_columns`.
         """
         import numpy as np
         import pandas as pd
@@ -118,17 +117,27 @@ class ServedModel(nn.Module):
         x = torch.as_tensor(np.asarray(features, dtype=np.float32))
         with torch.inference_mode():
             out = self(x).numpy()
-        if self.card.task == "regression":
-            return pd.DataFrame({"prediction": out.astype(np.float64)})
-        classes = self.card.classes
-        if self.card.task == "binary":
-            labels = np.asarray(classes, dtype=object)[(out >= self.card.threshold).astype(int)]
-            return pd.DataFrame({"prediction": labels.tolist(), "probability": out})
-        labels = np.asarray(classes, dtype=object)[out.argmax(axis=1)]
-        frame = pd.DataFrame({"prediction": labels.tolist()})
-        for j, label in enumerate(classes):
-            frame[f"probability_{label}"] = out[:, j]
-        return frame
+        return pd.DataFrame(prediction_columns(self.card, out))
+
+
+def prediction_columns(card: ModelCard, out) -> dict[str, Any]:
+    """The model's raw output as named columns, as every serving path returns them.
+
+    ``prediction`` is the value (regression) or the class label; classifiers add
+    ``probability`` (binary, P(second class)) or ``probability_<label>`` per class.
+    """
+    import numpy as np
+
+    if card.task == "regression":
+        return {"prediction": out.astype(np.float64)}
+    labels = np.asarray(card.classes)
+    if card.task == "binary":
+        return {"prediction": labels[(out >= card.threshold).astype(np.intp)],
+                "probability": out.astype(np.float64)}
+    columns = {"prediction": labels[out.argmax(axis=1)]}
+    for j, label in enumerate(card.classes):
+        columns[f"probability_{label}"] = out[:, j].astype(np.float64)
+    return columns
 
 
 def save_served_model(model: ServedModel, directory: Path) -> Path:

@@ -1,0 +1,1 @@
+"""Serving registered models: a real-time REST endpoint and batch inference."""

@@ -1,0 +1,118 @@
+"""``dbspec serve`` and ``dbspec predict``: a spec or a models:/ URI to a running model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from dbspec.errors import UsageError
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="SPEC|MODEL_URI",
+                        help="a spec file (its registered model and alias), models:/NAME@ALIAS, "
+                             "models:/NAME/VERSION or models:/NAME (latest version)")
+    parser.add_argument("--target", "-t", metavar="NAME", help="the spec's target to apply")
+    parser.add_argument("--set", dest="assignments", action="append", default=[],
+                        metavar="PATH=VALUE", help="override a spec value (repeatable)")
+    parser.add_argument("--alias", help="serve this alias of the spec's model instead")
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking/registry URI (default: MLFLOW_TRACKING_URI, the "
+                             "spec's tracking.tracking_uri, else .dbspec/mlflow.db)")
+    parser.add_argument("--state-dir", metavar="DIR", default=".dbspec",
+                        help="the state directory of local runs (default: .dbspec)")
+
+
+def open_model(args: argparse.Namespace):
+    """(spec or None, registry client, ModelTarget, version) for the command's model argument."""
+    from dbspec.registry.commands import open_registry
+    from dbspec.serving.source import (parse_model_uri, resolve_version, spec_target,
+                                       tracking_uri_for)
+
+    spec = None
+    if args.model.startswith("models:/"):
+        if args.target or args.assignments:
+            raise UsageError("--target and --set apply to a spec, not to a models:/ URI")
+        target = parse_model_uri(args.model)
+        if args.alias:
+            target = target._replace(alias=args.alias, version=None)
+    else:
+        from dbspec.spec.loader import load_spec
+
+        loaded = load_spec(args.model, target=args.target, assignments=args.assignments)
+        spec = loaded.spec
+        target = spec_target(spec, alias=args.alias)
+    registry = open_registry(tracking_uri_for(spec, args.tracking_uri), Path(args.state_dir))
+    return spec, registry.client, target, resolve_version(registry.client, target)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--host", help="address to bind (default: serving.realtime.host, "
+                                       "127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default: serving.realtime.port, 8080; "
+                                                 "0 picks a free one)")
+    parser.add_argument("--token-env", metavar="NAME",
+                        help="environment variable holding the bearer token (default: "
+                             "serving.realtime.auth.token_env, DBSPEC_TOKEN)")
+    parser.add_argument("--no-auth", action="store_true",
+                        help="serve without a token, even on a non-loopback address")
+    parser.add_argument("--max-batch-size", type=int, metavar="ROWS")
+    parser.add_argument("--max-wait-ms", type=float, metavar="MS")
+    parser.add_argument("--max-body-bytes", type=int, metavar="BYTES")
+    parser.add_argument("--inference-table", metavar="PATH",
+                        help="append every answered request to this Delta table")
+    parser.add_argument("--watch-alias", action="store_true",
+                        help="follow the alias: load and swap in the version it moves to")
+    parser.add_argument("--watch-interval", type=float, default=10.0, metavar="SECONDS",
+                        help="how often --watch-alias asks the registry (default: 10)")
+
+
+def serve_options(args: argparse.Namespace, spec) -> Any:
+    from dbspec.serving.server import ServeOptions
+
+    realtime = spec.serving.realtime if spec is not None else None
+
+    def pick(given: Any, field: str, default: Any) -> Any:
+        if given is not None:
+            return given
+        return getattr(realtime, field) if realtime is not None else default
+
+    for name in ("port", "max_batch_size", "max_body_bytes"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "port" else 1):
+            raise UsageError(f"--{name.replace('_', '-')} must be "
+                             f"{'0 or more' if name == 'port' else 'at least 1'}, not {value}")
+    if args.max_wait_ms is not None and not args.max_wait_ms >= 0:
+        raise UsageError(f"--max-wait-ms must be 0 or more, not {args.max_wait_ms}")
+    if args.watch_interval <= 0:
+        raise UsageError(f"--watch-interval must be positive, not {args.watch_interval}")
+    table, queue_size = args.inference_table, 10_000
+    if table is None and realtime is not None and realtime.inference_table is not None \
+            and realtime.inference_table.enabled:
+        table, queue_size = realtime.inference_table.path, realtime.inference_table.queue_size
+    token_env = args.token_env or (realtime.auth.token_env if realtime is not None
+                                   else "DBSPEC_TOKEN")
+    return ServeOptions(
+        host=pick(args.host, "host", "127.0.0.1"), port=pick(args.port, "port", 8080),
+        token_env=token_env, no_auth=args.no_auth,
+        max_batch_size=pick(args.max_batch_size, "max_batch_size", 64),
+        max_wait_ms=pick(args.max_wait_ms, "max_wait_ms", 2.0),
+        max_body_bytes=pick(args.max_body_bytes, "max_body_bytes", 5_000_000),
+        inference_table=Path(table) if table else None, queue_size=queue_size,
+        watch_alias=args.watch_alias or bool(realtime is not None and realtime.watch_alias),
+        watch_interval_s=args.watch_interval)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from dbspec.serving.server import resolve_token, serve, stderr_line
+    from dbspec.serving.source import load_version
+
+    spec, client, target, version = open_model(args)
+    options = serve_options(args, spec)
+    resolve_token(options)  # refuse before the slow model load
+    loaded = load_version(client, target, version)
+    serve(loaded, options, client=client, target=target, say=stderr_line)
+    return 0
+

@@ -1,0 +1,94 @@
+"""Counters and histograms of the endpoint, rendered in Prometheus' text format (0.0.4).
+
+Updated on the event loop only (one thread), so plain integers suffice; the inference-table
+writer thread reports through its own counters, read when ``/metrics`` is rendered.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from typing import Callable
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class Histogram:
+    """Cumulative buckets, sum and count, as Prometheus expects them."""
+
+    def __init__(self, buckets: tuple):
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.buckets, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def render(self, name: str, labels: str = "") -> list[str]:
+        lines, running = [], 0
+        sep = "," if labels else ""
+        for bound, count in zip(self.buckets, self.counts):
+            running += count
+            lines.append(f'{name}_bucket{{{labels}{sep}le="{bound}"}} {running}')
+        lines.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.count}')
+        suffix = f"{{{labels}}}" if labels else ""
+        lines.append(f"{name}_sum{suffix} {self.sum:.6f}")
+        lines.append(f"{name}_count{suffix} {self.count}")
+        return lines
+
+
+class ServerMetrics:
+    """What ``GET /metrics`` reports."""
+
+    def __init__(self):
+        self.requests: dict[tuple[str, int], int] = {}
+        self.latency = Histogram(LATENCY_BUCKETS)
+        self.batch_rows = Histogram(BATCH_BUCKETS)
+        self.batch_requests = Histogram(BATCH_BUCKETS)
+        self.rows_scored = 0
+        self.model_swaps = 0
+
+    def request(self, path: str, status: int, seconds: float) -> None:
+        key = (path, status)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        if path == "/invocations":
+            self.latency.observe(seconds)
+
+    def batch(self, requests: int, rows: int) -> None:
+        self.batch_requests.observe(requests)
+        self.batch_rows.observe(rows)
+        self.rows_scored += rows
+
+    def render(self, model: dict[str, str], extra: Callable[[], dict[str, int]]) -> str:
+        labels = ",".join(f'{k}="{_escape(v)}"' for k, v in model.items())
+        out = ["# HELP dbspec_model_info The model being served.",
+               "# TYPE dbspec_model_info gauge", f"dbspec_model_info{{{labels}}} 1",
+               "# HELP dbspec_requests_total Requests answered, by path and HTTP status.",
+               "# TYPE dbspec_requests_total counter"]
+        for (path, status), count in sorted(self.requests.items()):
+            out.append(f'dbspec_requests_total{{path="{_escape(path)}",status="{status}"}} '
+                       f"{count}")
+        out += ["# HELP dbspec_request_latency_seconds Latency of /invocations, receipt to "
+                "response.", "# TYPE dbspec_request_latency_seconds histogram",
+                *self.latency.render("dbspec_request_latency_seconds"),
+                "# HELP dbspec_batch_rows Rows per forward pass.",
+                "# TYPE dbspec_batch_rows histogram", *self.batch_rows.render("dbspec_batch_rows"),
+                "# HELP dbspec_batch_requests Requests merged into one forward pass.",
+                "# TYPE dbspec_batch_requests histogram",
+                *self.batch_requests.render("dbspec_batch_requests"),
+                "# HELP dbspec_rows_scored_total Rows scored.",
+                "# TYPE dbspec_rows_scored_total counter",
+                f"dbspec_rows_scored_total {self.rows_scored}",
+                "# HELP dbspec_model_swaps_total Model versions swapped in by --watch-alias.",
+                "# TYPE dbspec_model_swaps_total counter",
+                f"dbspec_model_swaps_total {self.model_swaps}"]
+        for name, value in extra().items():
+            out += [f"# TYPE {name} counter", f"{name} {value}"]
+        return "\n".join(out) + "\n"
+
+
+def _escape(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

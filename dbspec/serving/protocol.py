@@ -1,0 +1,208 @@
+"""MLflow's scoring protocol: request bodies to a feature matrix, predictions to a response.
+
+Accepted bodies (``Content-Type: application/json``, or no content type at all, as
+``requests.post(url, data=json.dumps(...))`` sends them):
+
+- ``{"inputs": [[...], ...]}`` or ``{"instances": [[...], ...]}``: rows in feature order; also
+  a list of ``{column: value}`` records, or one ``{column: [values]}`` mapping;
+- ``{"dataframe_split": {"columns": [...], "data": [[...], ...]}}``;
+- ``{"dataframe_records": [{column: value}, ...]}``.
+
+Every problem is a :class:`RequestError` with an HTTP status and a message for the client.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+try:
+    import orjson
+
+    _loads, _dumps = orjson.loads, orjson.dumps
+except ImportError:  # pragma: no cover - orjson comes with the serve extra
+    orjson = None
+    _loads = json.loads
+
+    def _dumps(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+FORMATS = ("inputs", "instances", "dataframe_split", "dataframe_records")
+
+
+class RequestError(Exception):
+    """A request the server refuses: ``status`` and a message for the client."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def check_content_type(content_type: Optional[str]) -> None:
+    """JSON, or no content type at all; anything else is 415."""
+    if content_type is None:
+        return
+    mime = content_type.split(";", 1)[0].strip().lower()
+    if mime not in ("application/json", ""):
+        raise RequestError(415, f"unsupported content type '{mime}': send application/json")
+
+
+def parse_body(body: bytes, feature_names: Sequence[str]) -> np.ndarray:
+    """A JSON request body -> a float32 matrix with one column per feature, in model order."""
+    if not body:
+        raise RequestError(400, "empty request body: send a JSON object with one of "
+                                + ", ".join(FORMATS))
+    try:
+        payload = _loads(body)
+    except ValueError as exc:
+        raise RequestError(400, _json_problem(body, exc)) from None
+    if not isinstance(payload, dict):
+        raise RequestError(400, "the body must be a JSON object with one of " + ", ".join(FORMATS))
+    present = [key for key in FORMATS if key in payload]
+    if len(present) != 1:
+        unknown = sorted(set(payload) - set(FORMATS) - {"params"})
+        hint = f" (unknown key{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)})" \
+            if unknown else ""
+        raise RequestError(400, "the body must hold exactly one of " + ", ".join(FORMATS)
+                           + (f", not {len(present)}" if present else "") + hint)
+    key = present[0]
+    value = payload[key]
+    if key == "dataframe_split":
+        rows = _split(value, feature_names)
+    elif key == "dataframe_records" or (isinstance(value, list) and value
+                                        and isinstance(value[0], dict)):
+        rows = _records(value, feature_names, key)
+    elif isinstance(value, dict):
+        rows = _columns(value, feature_names, key)
+    else:
+        rows = value
+    return _matrix(rows, len(feature_names), key)
+
+
+def _json_problem(body: bytes, exc: ValueError) -> str:
+    """orjson rejects NaN and Infinity as invalid JSON; say so plainly."""
+    def refuse(token: str):
+        raise RequestError(400, f"{token} is not a number the model can score: "
+                                "send finite values only")
+    try:
+        json.loads(body, parse_constant=refuse)
+    except RequestError as refused:
+        return refused.message
+    except (ValueError, UnicodeDecodeError) as strict:
+        return f"malformed JSON: {strict}"
+    return f"malformed JSON: {exc}"
+
+
+def _split(value: Any, feature_names: Sequence[str]) -> Any:
+    if not isinstance(value, dict) or "data" not in value:
+        raise RequestError(400, "dataframe_split must be an object with 'columns' and 'data'")
+    columns, data = value.get("columns"), value["data"]
+    if columns is None:
+        return data
+    if not isinstance(columns, list) or not isinstance(data, list):
+        raise RequestError(400, "dataframe_split: 'columns' and 'data' must be lists")
+    missing = [name for name in feature_names if name not in columns]
+    if missing:
+        raise RequestError(400, f"dataframe_split: missing column(s) {', '.join(missing)}; "
+                                f"the model needs {', '.join(feature_names)}")
+    if list(columns) == list(feature_names):
+        return data
+    order = [columns.index(name) for name in feature_names]
+    try:
+        return [[row[i] for i in order] for row in data]
+    except (TypeError, IndexError):
+        raise RequestError(400, f"dataframe_split: every row needs {len(columns)} values, one "
+                                "per column") from None
+
+
+def _records(value: Any, feature_names: Sequence[str], key: str) -> list:
+    if not isinstance(value, list):
+        raise RequestError(400, f"{key} must be a list of {{column: value}} records")
+    rows = []
+    for i, record in enumerate(value):
+        if not isinstance(record, dict):
+            raise RequestError(400, f"{key}[{i}] must be a {{column: value}} record")
+        try:
+            rows.append([record[name] for name in feature_names])
+        except KeyError as missing:
+            raise RequestError(400, f"{key}[{i}]: missing column {missing.args[0]}; the model "
+                                    f"needs {', '.join(feature_names)}") from None
+    return rows
+
+
+def _columns(value: dict, feature_names: Sequence[str], key: str) -> Any:
+    missing = [name for name in feature_names if name not in value]
+    if missing:
+        raise RequestError(400, f"{key}: missing column(s) {', '.join(missing)}; the model "
+                                f"needs {', '.join(feature_names)}")
+    columns = [value[name] for name in feature_names]
+    if not all(isinstance(c, list) for c in columns) or len({len(c) for c in columns}) != 1:
+        raise RequestError(400, f"{key}: every column must be a list of the same length")
+    return list(zip(*columns))
+
+
+def _matrix(rows: Any, width: int, key: str) -> np.ndarray:
+    if not isinstance(rows, (list, tuple)):
+        raise RequestError(400, f"{key} must be a list of rows")
+    if not rows:
+        raise RequestError(400, f"{key} is empty: send at least one row")
+    try:
+        array = np.asarray(rows)
+    except ValueError:  # ragged nesting
+        raise RequestError(400, f"{key}: every row must have {width} values") from None
+    if array.ndim == 1 and width == 1 and array.dtype.kind in "iuf":
+        array = array.reshape(-1, 1)
+    if array.ndim != 2:
+        raise RequestError(400, f"{key}: expected rows of {width} numbers, got an array of "
+                                f"shape {list(array.shape)}")
+    if array.shape[1] != width:
+        raise RequestError(400, f"{key}: rows have {array.shape[1]} values; the model takes "
+                                f"{width}")
+    if array.dtype.kind not in "iuf":
+        raise RequestError(400, f"{key}: every value must be a number "
+                                f"(found {_first_bad(array)})")
+    array = array.astype(np.float32)
+    if not np.isfinite(array).all():
+        raise RequestError(400, f"{key}: values out of float32 range; send finite numbers")
+    return array
+
+
+def _first_bad(array: np.ndarray) -> str:
+    for value in array.ravel():
+        if value is None:
+            return "null"
+        if isinstance(value, (bool, np.bool_)):
+            return f"boolean {str(bool(value)).lower()}"
+        if isinstance(value, (str, np.str_)):
+            return f"string {json.dumps(str(value))[:40]}"
+        if not isinstance(value, (int, float, np.number)):
+            return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
+    return f"{array.dtype} values"
+
+
+def predictions_body(columns: dict[str, np.ndarray], start: int, stop: int) -> bytes:
+    """``{"predictions": [{column: value}, ...]}`` for rows ``start:stop``, as MLflow returns."""
+    names = list(columns)
+    if len(names) == 1:
+        name = names[0]
+        records = [{name: v} for v in columns[name][start:stop].tolist()]
+    else:
+        parts = [columns[n][start:stop].tolist() for n in names]
+        records = [dict(zip(names, values)) for values in zip(*parts)]
+    return _dumps({"predictions": records})
+
+
+def error_body(status: int, message: str) -> bytes:
+    """The JSON body of a refused request, shaped as MLflow's (``error_code``, ``message``)."""
+    code = {400: "BAD_REQUEST", 401: "UNAUTHENTICATED", 404: "ENDPOINT_NOT_FOUND",
+            405: "BAD_REQUEST", 413: "REQUEST_LIMIT_EXCEEDED", 415: "BAD_REQUEST",
+            503: "TEMPORARILY_UNAVAILABLE"}.get(status, "INTERNAL_ERROR")
+    return _dumps({"error_code": code, "message": message})
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON bytes."""
+    return _dumps(value)

@@ -1,0 +1,165 @@
+"""``dbspec serve``: the scoring app on uvicorn, with auth checks, alias watching and a lean heap.
+
+The socket is bound here, before uvicorn starts, so a busy port is a clear error and
+``--port 0`` picks a free one. After the model is loaded, ``gc.freeze()`` moves the import graph
+(hundreds of thousands of objects with MLflow loaded) out of the collector's reach: a full
+collection would otherwise stall every request for hundreds of milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import ipaddress
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Callable, NamedTuple, Optional
+
+from dbspec.errors import DbspecError, UsageError
+from dbspec.serving.app import LoadedModel, ScoringApp, ServingConfig
+from dbspec.serving.inference_table import InferenceTable
+from dbspec.serving.source import ModelTarget, load_version, resolve_version
+
+
+class ServeOptions(NamedTuple):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    token_env: Optional[str] = "DBSPEC_TOKEN"
+    no_auth: bool = False
+    max_batch_size: int = 64
+    max_wait_ms: float = 2.0
+    max_body_bytes: int = 5_000_000
+    inference_table: Optional[Path] = None
+    queue_size: int = 10_000
+    watch_alias: bool = False
+    watch_interval_s: float = 10.0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_token(options: ServeOptions) -> Optional[str]:
+    """The bearer token, or None when serving without auth is allowed.
+
+    Raises:
+        UsageError: a non-loopback address without a token and without ``--no-auth``.
+    """
+    if options.no_auth:
+        return None
+    token = os.environ.get(options.token_env) if options.token_env else None
+    if token:
+        return token
+    if not is_loopback(options.host):
+        where = f"${options.token_env}" if options.token_env else "a token environment variable"
+        raise UsageError(f"refusing to serve on {options.host} without authentication: set "
+                         f"{where}, or pass --no-auth to serve anyone who can reach it")
+    return None
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket, or a clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def alias_watcher(client, target: ModelTarget, interval_s: float,
+                  say: Callable[[str], None]):
+    """A background job for :class:`ScoringApp`: follow ``target``'s alias and swap versions."""
+
+    async def watch(app: ScoringApp) -> None:
+        loop = asyncio.get_running_loop()
+        last_problem = None
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                version = await loop.run_in_executor(None, resolve_version, client, target)
+                if version == app.model.version:
+                    continue
+                loaded = await loop.run_in_executor(None, load_version, client, target, version)
+            except Exception as exc:  # registry down, alias deleted: keep serving what we have
+                problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                if problem != last_problem:
+                    say(f"watch {target.uri}: {problem} (still serving v{app.model.version})")
+                    last_problem = problem
+                continue
+            last_problem = None
+            previous = app.model.version
+            app.swap(loaded)
+            say(f"{target.uri} moved: now serving v{version} (was v{previous})")
+
+    return watch
+
+
+def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
+          target: Optional[ModelTarget] = None, say: Callable[[str], None] = print) -> None:
+    """Serve ``loaded`` until SIGINT/SIGTERM, then drain in-flight requests and stop."""
+    import uvicorn
+
+    token = resolve_token(options)
+    background = ()
+    if options.watch_alias:
+        if target is None or not target.alias or client is None:
+            raise UsageError("--watch-alias needs a model chosen by alias (models:/NAME@ALIAS, "
+                             "or a spec whose registry has a promotion alias)")
+        background = (alias_watcher(client, target, options.watch_interval_s, say),)
+    table = None
+    if options.inference_table is not None:
+        table = InferenceTable(options.inference_table, queue_size=options.queue_size)
+    app = ScoringApp(loaded, ServingConfig(token, options.max_batch_size, options.max_wait_ms,
+                                           options.max_body_bytes),
+                     table=table, background=background)
+    sock = bind(options.host, options.port)
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(
+        app, loop=_best("uvloop", "asyncio"), http=_best("httptools", "h11"), lifespan="on",
+        access_log=False, log_level="warning", server_header=False, date_header=False,
+        timeout_graceful_shutdown=30)
+    server = uvicorn.Server(config)
+    auth = f"bearer token from ${options.token_env}" if token else "off"
+    say(f"serving {loaded.name} v{loaded.version} ({loaded.source}) on "
+        f"http://{_url_host(host)}:{port}  auth: {auth}  batching: up to "
+        f"{options.max_batch_size} rows / {options.max_wait_ms:g} ms"
+        + (f"  inference table: {options.inference_table}" if table else "")
+        + ("  watching the alias" if background else ""))
+    gc.collect()
+    gc.freeze()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    if not server.started:
+        raise DbspecError("the server did not start (see the messages above)")
+    say("stopped")
+
+
+def _best(preferred: str, fallback: str) -> str:
+    try:
+        __import__(preferred)
+    except ImportError:
+        return fallback
+    return preferred
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def stderr_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,122 @@
+"""Which registered model to serve, and loading it: ``SPEC``, ``models:/NAME@ALIAS``,
+``models:/NAME/VERSION`` or ``models:/NAME`` (its latest version).
+
+The model is loaded from its registered artifacts with the installed dbspec, not through
+``mlflow.pyfunc.load_model``: that would put the copy of dbspec logged with the model first on
+``sys.path`` of a long-lived server process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+from dbspec.errors import UsageError
+from dbspec.registry import RegistryError
+
+_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))?/?$")
+
+
+class ModelTarget(NamedTuple):
+    """A registered model and how to pick its version (alias, number, or the latest)."""
+
+    name: str
+    alias: Optional[str] = None
+    version: Optional[str] = None
+
+    @property
+    def uri(self) -> str:
+        if self.alias:
+            return f"models:/{self.name}@{self.alias}"
+        return f"models:/{self.name}" + (f"/{self.version}" if self.version else "")
+
+
+def parse_model_uri(uri: str) -> ModelTarget:
+    """``models:/NAME@ALIAS``, ``models:/NAME/VERSION`` or ``models:/NAME``.
+
+    Raises:
+        UsageError: anything else.
+    """
+    found = _URI.match(uri)
+    if not found:
+        raise UsageError(f"model URI '{uri}': expected models:/NAME@ALIAS, models:/NAME/VERSION "
+                         "or models:/NAME")
+    return ModelTarget(found["name"], found["alias"], found["version"])
+
+
+def spec_target(spec, *, alias: Optional[str] = None) -> ModelTarget:
+    """The model a spec serves: ``serving.model_alias``, else its promotion alias, else latest.
+
+    Raises:
+        UsageError: the spec registers no model.
+    """
+    if spec.registry is None:
+        raise UsageError(f"spec '{spec.name}' has no registry section, so there is no registered "
+                         "model to serve; give a models:/ URI instead")
+    promotion = spec.registry.promotion
+    alias = alias or spec.serving.model_alias or (promotion.alias if promotion else None)
+    return ModelTarget(spec.registry.name, alias)
+
+
+def tracking_uri_for(spec, given: Optional[str]) -> Optional[str]:
+    """``--tracking-uri`` > ``MLFLOW_TRACKING_URI`` > the spec's ``tracking.tracking_uri``."""
+    return given or os.environ.get("MLFLOW_TRACKING_URI") or (
+        spec.tracking.tracking_uri if spec is not None else None)
+
+
+def resolve_version(client, target: ModelTarget) -> str:
+    """The version number ``target`` points at now.
+
+    Raises:
+        RegistryError: no such model, version or alias.
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        if target.alias:
+            return str(client.get_model_version_by_alias(target.name, target.alias).version)
+        if target.version:
+            return str(client.get_model_version(target.name, target.version).version)
+        versions = client.search_model_versions(f"name = '{target.name}'")
+    except MlflowException as exc:
+        raise RegistryError(_registry_problem(client, target, exc)) from None
+    if not versions:
+        raise RegistryError(f"registered model '{target.name}' does not exist or has no "
+                            "versions: run its spec first")
+    return str(max(int(v.version) for v in versions))
+
+
+def _registry_problem(client, target: ModelTarget, exc: Exception) -> str:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(target.name)
+    except MlflowException:
+        return f"registered model '{target.name}' does not exist: run its spec first"
+    if target.alias:
+        return (f"no version of '{target.name}' holds the alias '{target.alias}': promote one "
+                f"(dbspec promote ... --version N --alias {target.alias})")
+    if target.version:
+        return f"registered model '{target.name}' has no version {target.version}"
+    return str(exc).splitlines()[0]
+
+
+def load_version(client, target: ModelTarget, version: str):
+    """Download a version's artifacts and rebuild its served model; a ``LoadedModel``."""
+    import mlflow
+
+    from dbspec.models.served import load_served_model
+    from dbspec.serving.app import LoadedModel
+
+    local = Path(mlflow.artifacts.download_artifacts(
+        artifact_uri=f"models:/{target.name}/{version}",
+        tracking_uri=client.tracking_uri if hasattr(client, "tracking_uri") else None))
+    cards = sorted(local.glob("artifacts/*/model.json"))
+    if not cards:
+        raise RegistryError(f"models:/{target.name}/{version} was not logged by dbspec (no "
+                            "served model among its artifacts); serve it with mlflow models "
+                            "serve instead")
+    model = load_served_model(cards[0].parent)
+    return LoadedModel(model, target.name, version, target.uri)
