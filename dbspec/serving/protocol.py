@@ -163,24 +163,26 @@ def _matrix(rows: Any, width: int, key: str) -> np.ndarray:
                                 f"{width}")
     if array.dtype.kind not in "iuf":
         raise RequestError(400, f"{key}: every value must be a number "
-                                f"(found {_first_bad(array)})")
-    array = array.astype(np.float32)
+                                f"(found {_first_bad(rows)})")
+    with np.errstate(over="ignore"):
+        array = array.astype(np.float32)
     if not np.isfinite(array).all():
         raise RequestError(400, f"{key}: values out of float32 range; send finite numbers")
     return array
 
 
-def _first_bad(array: np.ndarray) -> str:
-    for value in array.ravel():
-        if value is None:
-            return "null"
-        if isinstance(value, (bool, np.bool_)):
-            return f"boolean {str(bool(value)).lower()}"
-        if isinstance(value, (str, np.str_)):
-            return f"string {json.dumps(str(value))[:40]}"
-        if not isinstance(value, (int, float, np.number)):
-            return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
-    return f"{array.dtype} values"
+def _first_bad(rows: Any) -> str:
+    for row in rows:
+        for value in row if isinstance(row, (list, tuple)) else [row]:
+            if value is None:
+                return "null"
+            if isinstance(value, bool):
+                return f"boolean {str(value).lower()}"
+            if isinstance(value, str):
+                return f"string {json.dumps(value)[:40]}"
+            if not isinstance(value, (int, float)):
+                return f"{type(value).__name__} {json.dumps(value, default=str)[:40]}"
+    return "a value that is not a number"
 
 
 def predictions_body(columns: dict[str, np.ndarray], start: int, stop: int) -> bytes:

@@ -112,6 +112,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     """Serve ``loaded`` until SIGINT/SIGTERM, then drain in-flight requests and stop."""
     import uvicorn
 
+    _Server = _server_class()
     token = resolve_token(options)
     background = ()
     if options.watch_alias:
@@ -131,7 +132,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
         app, loop=_best("uvloop", "asyncio"), http=_best("httptools", "h11"), lifespan="on",
         access_log=False, log_level="warning", server_header=False, date_header=False,
         timeout_graceful_shutdown=30)
-    server = uvicorn.Server(config)
+    server = _Server(config)
     auth = f"bearer token from ${options.token_env}" if token else "off"
     say(f"serving {loaded.name} v{loaded.version} ({loaded.source}) on "
         f"http://{_url_host(host)}:{port}  auth: {auth}  batching: up to "
@@ -147,6 +148,24 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     if not server.started:
         raise DbspecError("the server did not start (see the messages above)")
     say("stopped")
+
+
+def _server_class():
+    import contextlib
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, so the process would
+        die by the signal; here a drained, clean stop exits normally instead."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            with super().capture_signals():
+                yield
+                getattr(self, "_captured_signals", []).clear()
+
+    return Server
 
 
 def _best(preferred: str, fallback: str) -> str:

@@ -111,8 +111,8 @@ def load_version(client, target: ModelTarget, version: str):
     from dbspec.serving.app import LoadedModel
 
     local = Path(mlflow.artifacts.download_artifacts(
-        artifact_uri=f"models:/{target.name}/{version}",
-        tracking_uri=client.tracking_uri if hasattr(client, "tracking_uri") else None))
+        artifact_uri=client.get_model_version_download_uri(target.name, version),
+        tracking_uri=client.tracking_uri))
     cards = sorted(local.glob("artifacts/*/model.json"))
     if not cards:
         raise RegistryError(f"models:/{target.name}/{version} was not logged by dbspec (no "
