@@ -110,10 +110,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a registered model on uvicorn: POST /invocations (inputs, instances, "
                     "dataframe_split, dataframe_records), GET /ping, /health, /version, /metrics."
                     " Settings default to the spec's serving.realtime section.")
-    from dbspec.serving.commands import add_serve_arguments  # no heavy imports
+    from dbspec.serving.commands import (  # no heavy imports
+        add_predict_arguments, add_serve_arguments)
 
     add_serve_arguments(serve)
     serve.set_defaults(handler=_cmd_serve)
+
+    predict = commands.add_parser(
+        "predict", help="score a table with a registered model (local Arrow streaming or Spark)",
+        description="Batch inference: read Parquet, Delta (any version) or a Spark table; write "
+                    "Delta or Parquet with the prediction columns and the model's name and "
+                    "version. Settings default to the spec's serving.batch section.")
+    add_predict_arguments(predict)
+    predict.set_defaults(handler=_cmd_predict)
 
     schema = commands.add_parser("schema", help="print the JSON schema of specs",
                                  description="Write the JSON schema (draft 2020-12) of a spec.")
@@ -277,6 +286,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from dbspec.serving.commands import run_serve
 
     return run_serve(args)
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from dbspec.serving.commands import run_predict
+
+    return run_predict(args)
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

@@ -118,7 +118,8 @@ class LocalExecutor:
                     records.append(StageRecord(planned.name, "cached", 0.0, recorded["output"]))
                 continue
             if only is None and planned.name not in forced and current and \
-                    recorded.get("status") == "done":
+                    recorded.get("status") == "done" and \
+                    not getattr(build_stage(planned), "always_runs", False):
                 self.reporter.line(f"= {planned.name:<11} unchanged, skipped")
                 records.append(StageRecord(planned.name, "cached", 0.0, recorded["output"]))
                 continue

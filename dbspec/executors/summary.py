@@ -33,6 +33,8 @@ def build_summary(record: RunRecord) -> dict[str, Any]:
                       if k in tune}, **({"study_run_id": tune["run_id"]} if tune else {})},
         "training": {k: train[k] for k in ("epochs_run", "best_epoch", "train_samples_per_second",
                                            "device", "threads") if k in train},
+        "batch_predict": record.output("batch_predict"),
+        "serve": record.output("serve"),
         "stages": [{"name": s.name, "action": s.action, "seconds": round(s.seconds, 3)}
                    for s in record.stages],
         "state_dir": str(record.run_dir),
@@ -58,6 +60,18 @@ def render_summary(summary: dict[str, Any]) -> str:
         rows.append(("promotion", summary["promotion"] + (f" ({moved})" if moved else "")))
         for gate in summary["gates"]:
             rows.append(("  gate", gate))
+    batch = summary.get("batch_predict") or {}
+    if batch:
+        written = f"Delta v{batch['output_version']}" if batch.get("output_version") is not None \
+            else batch["format"]
+        rows.append(("predictions", f"{batch['rows']:,} rows -> {batch['output']} ({written}) "
+                                    f"with {batch['model_uri']} (v{batch['model_version']})"))
+    serve = summary.get("serve") or {}
+    if serve.get("problem"):
+        rows.append(("serving", serve["problem"]))
+    elif serve:
+        rows.append(("serving", f"{serve['model_uri']} (v{serve['model_version']}) answers; "
+                                f"start it with: {serve['command']}"))
     search = summary.get("search") or {}
     if search:
         trials = ", ".join(f"{v} {k}" for k, v in search["trials"].items())

@@ -116,3 +116,67 @@ def run_serve(args: argparse.Namespace) -> int:
     serve(loaded, options, client=client, target=target, say=stderr_line)
     return 0
 
+
+
+def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--input", metavar="PATH|TABLE",
+                        help="Parquet file or directory, Delta table path, or (with --engine "
+                             "spark) a table name (default: serving.batch.input)")
+    parser.add_argument("--input-version", type=int, metavar="N",
+                        help="Delta version of the input (default: serving.batch.input_version, "
+                             "else the latest)")
+    parser.add_argument("--output", metavar="PATH",
+                        help="where predictions go (default: serving.batch.output)")
+    parser.add_argument("--format", choices=("delta", "parquet"),
+                        help="output format (default: serving.batch.format, delta)")
+    parser.add_argument("--engine", choices=("local", "spark"),
+                        help="stream Arrow batches in this process (local) or score on Spark "
+                             "(default: serving.batch.engine, local)")
+    parser.add_argument("--master", metavar="URL",
+                        help="Spark master URL for --engine spark (default: local[*])")
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    import sys
+
+    from dbspec.serving.batch import predict_local, predict_spark
+    from dbspec.serving.source import load_version
+
+    spec, client, target, version = open_model(args)
+    batch = spec.serving.batch if spec is not None else None
+    source = args.input or (batch.input if batch else None)
+    output = args.output or (batch.output if batch else None)
+    if not source or not output:
+        raise UsageError("predict needs --input and --output (or a spec with serving.batch)")
+    if args.input_version is not None and args.input_version < 0:
+        raise UsageError(f"--input-version must be 0 or more, not {args.input_version}")
+    version_of_input = args.input_version if args.input_version is not None else (
+        batch.input_version if batch and not args.input else None)
+    fmt = args.format or (batch.format if batch else "delta")
+    engine = args.engine or (batch.engine if batch else "local")
+    loaded = load_version(client, target, version)
+    tty = sys.stderr.isatty()
+    print(f"scoring {source} with {target.uri} (v{version}) on {engine}", file=sys.stderr)
+
+    def progress(rows: int, seconds: float) -> None:
+        if tty:
+            sys.stderr.write(f"\r  {rows:,} rows  {rows / max(seconds, 1e-9):,.0f} rows/s\x1b[K")
+
+    if engine == "spark":
+        from dbspec.spark import spark_session
+
+        with spark_session(spec, args.master) as spark:
+            result = predict_spark(spark, loaded, source, output, fmt=fmt,
+                                   input_version=version_of_input)
+    else:
+        result = predict_local(loaded, source, output, fmt=fmt, input_version=version_of_input,
+                               progress=progress)
+    if tty:
+        sys.stderr.write("\r\x1b[K")
+    written = f"Delta version {result.output_version}" if result.output_version is not None \
+        else fmt
+    print(f"wrote {result.rows:,} rows to {output} ({written}) in {result.seconds:.1f}s, "
+          f"{result.rows / max(result.seconds, 1e-9):,.0f} rows/s, with {loaded.name} "
+          f"v{loaded.version}")
+    return 0

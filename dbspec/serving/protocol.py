@@ -79,7 +79,7 @@ def parse_body(body: bytes, feature_names: Sequence[str]) -> np.ndarray:
         rows = _columns(value, feature_names, key)
     else:
         rows = value
-    return _matrix(rows, len(feature_names), key)
+    return _matrix(rows, len(feature_names), key, strict=b"true" in body or b"false" in body)
 
 
 def _json_problem(body: bytes, exc: ValueError) -> str:
@@ -144,7 +144,9 @@ def _columns(value: dict, feature_names: Sequence[str], key: str) -> Any:
     return list(zip(*columns))
 
 
-def _matrix(rows: Any, width: int, key: str) -> np.ndarray:
+def _matrix(rows: Any, width: int, key: str, *, strict: bool = False) -> np.ndarray:
+    """Rows -> float32 matrix; ``strict`` also scans for booleans, which numpy would turn
+    into numbers when they share a row with numbers (only bodies holding true/false)."""
     if not isinstance(rows, (list, tuple)):
         raise RequestError(400, f"{key} must be a list of rows")
     if not rows:
@@ -161,7 +163,7 @@ def _matrix(rows: Any, width: int, key: str) -> np.ndarray:
     if array.shape[1] != width:
         raise RequestError(400, f"{key}: rows have {array.shape[1]} values; the model takes "
                                 f"{width}")
-    if array.dtype.kind not in "iuf":
+    if array.dtype.kind not in "iuf" or strict and _first_bad(rows).startswith("boolean"):
         raise RequestError(400, f"{key}: every value must be a number "
                                 f"(found {_first_bad(rows)})")
     with np.errstate(over="ignore"):

@@ -11,7 +11,7 @@ from dbspec.errors import DbspecError
 
 def master_url(spec, override: Optional[str] = None) -> str:
     """``--master`` > ``spark.master`` in the spec > ``SPARK_MASTER`` > ``local[*]``."""
-    return override or spec.spark.master or os.environ.get("SPARK_MASTER") or "local[*]"
+    return override or (spec.spark.master if spec is not None else None) or os.environ.get("SPARK_MASTER") or "local[*]"
 
 
 @contextlib.contextmanager
@@ -30,10 +30,11 @@ def spark_session(spec, master: Optional[str] = None) -> Iterator[object]:
         yield active
         return
     builder = (SparkSession.builder.master(master_url(spec, master))
-               .appName(spec.spark.app_name or f"dbspec-{spec.name}")
+               .appName(spec.spark.app_name or f"dbspec-{spec.name}" if spec is not None
+                        else "dbspec")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false"))
-    for key, value in spec.spark.conf.items():
+    for key, value in (spec.spark.conf if spec is not None else {}).items():
         builder = builder.config(key, str(value))
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -15,18 +15,16 @@ def build_stage(planned: PlannedStage) -> Stage:
     """
     from dbspec.stages.data import LoadDataStage, PreprocessStage, SplitStage
     from dbspec.stages.lifecycle import EvaluateStage, PromoteStage, RegisterStage
+    from dbspec.stages.serving import BatchPredictStage, ServeStage
     from dbspec.stages.train import TrainStage
     from dbspec.stages.tune import TuneStage
 
     if planned.name == "tune":
         return TuneStage(planned.fingerprint)
     kinds = {cls.name: cls for cls in (LoadDataStage, SplitStage, PreprocessStage, TrainStage,
-                                       EvaluateStage, RegisterStage, PromoteStage)}
+                                       EvaluateStage, RegisterStage, PromoteStage,
+                                       BatchPredictStage, ServeStage)}
     if planned.name not in kinds:
-        raise DbspecError(f"stage '{planned.name}' is not available in this version of dbspec "
-                          f"(it comes with the {_COMING[planned.name]})")
+        raise DbspecError(f"stage '{planned.name}' has no implementation in this version of "
+                          "dbspec")
     return kinds[planned.name]()
-
-
-_COMING = {"serve": "serving work (set serving.mode: none)",
-           "batch_predict": "batch inference work (set serving.mode: none)"}

@@ -25,7 +25,7 @@ def test_only_train_makes_the_next_run_redo_its_dependents(workdir):
     code, out, _ = run("run", spec, "--smoke", "-q", "--summary-json", "s.json")
     ran = [s["name"] for s in json.loads((workdir / "s.json").read_text())["stages"]
            if s["action"] == "ran"]
-    assert code == 0 and ran == ["evaluate", "register", "promote"]
+    assert code == 0 and ran == ["evaluate", "register", "promote", "serve"]
 
 
 def test_best_trial_model_survives_a_rerun_of_tune(workdir):

@@ -52,12 +52,12 @@ def changed_stages(before, after):
 
 
 @pytest.mark.parametrize("values, expected", [
-    ({"training.epochs": 3}, {"train", "evaluate", "register", "promote"}),
-    ({"evaluation.plots": ["loss_curve"]}, {"evaluate", "register", "promote"}),
-    ({"evaluation.threshold": 0.3}, {"train", "evaluate", "register", "promote"}),
+    ({"training.epochs": 3}, {"train", "evaluate", "register", "promote", "serve"}),
+    ({"evaluation.plots": ["loss_curve"]}, {"evaluate", "register", "promote", "serve"}),
+    ({"evaluation.threshold": 0.3}, {"train", "evaluate", "register", "promote", "serve"}),
     ({"data.split.seed": 7}, {"split", "preprocess", "train", "evaluate", "register",
-                              "promote"}),
-    ({"registry.promotion.alias": "prod"}, {"promote"}),
+                              "promote", "serve"}),
+    ({"registry.promotion.alias": "prod"}, {"promote", "serve"}),
     ({"description": "changed"}, set()),
 ])
 def test_a_change_reruns_exactly_its_dependents(values, expected):

@@ -52,6 +52,8 @@ def test_a_single_feature_model_takes_a_flat_list():
     (body({"inputs": [[1, "x", 3]]}), 'found string "x"'),
     (body({"inputs": [[1, None, 3]]}), "found null"),
     (body({"inputs": [[True, False, True]]}), "found boolean true"),
+    (body({"inputs": [[1, 2, 3], [4, False, 6]]}), "found boolean false"),
+    (body({"dataframe_records": [{"a": 1, "b": True, "c": 3}]}), "found boolean true"),
     (b'{"inputs": [[1, NaN, 3]]}', "NaN is not a number the model can score"),
     (b'{"inputs": [[1, Infinity, 3]]}', "Infinity is not a number the model can score"),
     (body({"inputs": [[1, 1e300, 3]]}), "out of float32 range"),

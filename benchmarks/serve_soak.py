@@ -1,0 +1,348 @@
+"""Does ``dbspec serve`` stay correct under a long mixed load, inference table included?
+
+Trains and registers ``specs/diabetes.yaml`` in a fresh temporary directory, then serves it with
+``dbspec serve models:/NAME/VERSION --inference-table <tmp>/inference --max-body-bytes 20000``
+(bearer token from ``DBSPEC_TOKEN``). For ``--duration`` seconds (default 60), ``--concurrency``
+asyncio workers (default 64; aiohttp, keep-alive, as many connections as workers) each send
+requests from a fixed rotation, half good and half bad, starting at different points of it:
+
+- good: ``{"inputs": [...]}`` with 1 or 8 real diabetes rows (scaled as sklearn ships them);
+- bad, refused with 400: rows of the wrong width, string values, a raw ``NaN`` token, an empty
+  ``inputs`` list, malformed JSON; with 415: ``text/plain``; with 401: no ``Authorization``
+  header, a wrong token; with 413: a body over ``--max-body-bytes``.
+
+Every answer is recorded: its status and, for a 200, the ``x-request-id`` header and the number
+of predictions (must equal the rows sent). ``/metrics`` is scraped after the load; then the
+server gets SIGINT, drains, writes the inference table's tail and exits, and the Delta table is
+read back: it must hold exactly the answered good requests (by ``request_id``) and their rows,
+with the features sent and the predictions returned (an exact match is required only when
+``dbspec_inference_log_dropped_total`` is 0; dropped records must then be all that is missing).
+
+Checks: zero 5xx; every good request answered 200 with one prediction per row; the inference
+table complete; every bad request refused with its 4xx. Exits 1 if any check fails.
+Run: ``python benchmarks/serve_soak.py [--duration 60] [--concurrency 64] [--keep]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+import _serving_setup as setup
+
+MAX_BODY_BYTES = 20_000
+TABLE_TOLERANCE = 1e-5  # relative: the table stores float32 features and predictions
+
+
+class Kind(NamedTuple):
+    name: str
+    expected: int  # HTTP status
+    rows: int  # rows sent in a good request; 0 for a bad one
+
+
+GOOD_1, GOOD_8 = Kind("good 1 row", 200, 1), Kind("good 8 rows", 200, 8)
+BAD = [Kind("wrong width", 400, 0), Kind("string values", 400, 0), Kind("NaN", 400, 0),
+       Kind("empty inputs", 400, 0), Kind("malformed JSON", 400, 0),
+       Kind("text/plain", 415, 0), Kind("no auth header", 401, 0),
+       Kind("wrong token", 401, 0), Kind("oversized body", 413, 0)]
+ROTATION = [kind for i, bad in enumerate(BAD) for kind in ((GOOD_1, GOOD_8)[i % 2], bad)]
+
+
+class Request(NamedTuple):
+    kind: Kind
+    body: bytes
+    headers: dict[str, str]
+    rows: Optional[list]  # the rows of a good request
+
+
+class Outcome(NamedTuple):
+    kind: Kind
+    status: Optional[int]  # None: no answer (connection error, timeout)
+    error: str = ""
+    request_id: Optional[str] = None
+    rows: Optional[list] = None  # good requests answered 200: the rows sent...
+    predictions: Optional[list] = None  # ...and the predictions returned
+
+
+def requests_for(rows: list[list[float]]) -> dict[Kind, list[Request]]:
+    """Prepared requests of each kind (good ones: one per starting row), built before the load."""
+    json_headers = {"Content-Type": "application/json",
+                    "Authorization": f"Bearer {setup.TOKEN}"}
+    n = len(rows)
+
+    def good(kind: Kind) -> list[Request]:
+        out = []
+        for start in range(n):
+            chunk = [rows[(start + i) % n] for i in range(kind.rows)]
+            out.append(Request(kind, json.dumps({"inputs": chunk}).encode(), json_headers, chunk))
+        return out
+
+    row = rows[0]
+    oversized, count = [], 0
+    while len(json.dumps({"inputs": oversized})) <= 2 * MAX_BODY_BYTES:
+        oversized.append(rows[count % n])
+        count += 1
+    bad_bodies = {
+        "wrong width": json.dumps({"inputs": [row[:7]]}),
+        "string values": json.dumps({"inputs": [[f"{v:.4f}" for v in row]]}),
+        "NaN": '{"inputs": [[NaN, ' + ", ".join(repr(v) for v in row[1:]) + "]]}",
+        "empty inputs": '{"inputs": []}',
+        "malformed JSON": '{"inputs": [[' + ", ".join(repr(v) for v in row[:5]),
+        "text/plain": json.dumps({"inputs": [row]}),
+        "no auth header": json.dumps({"inputs": [row]}),
+        "wrong token": json.dumps({"inputs": [row]}),
+        "oversized body": json.dumps({"inputs": oversized}),
+    }
+    header_overrides = {
+        "text/plain": {"Content-Type": "text/plain", "Authorization": f"Bearer {setup.TOKEN}"},
+        "no auth header": {"Content-Type": "application/json"},
+        "wrong token": {"Content-Type": "application/json",
+                        "Authorization": f"Bearer not-{setup.TOKEN}"},
+    }
+    prepared = {GOOD_1: good(GOOD_1), GOOD_8: good(GOOD_8)}
+    for kind in BAD:
+        prepared[kind] = [Request(kind, bad_bodies[kind.name].encode(),
+                                  header_overrides.get(kind.name, json_headers), None)]
+    return prepared
+
+
+async def send(session, url: str, request: Request) -> Outcome:
+    import aiohttp
+
+    try:
+        async with session.post(url, data=request.body, headers=request.headers) as response:
+            payload = await response.read()
+            if response.status != 200 or request.rows is None:
+                return Outcome(request.kind, response.status)
+            try:
+                predictions = [p["prediction"] for p in json.loads(payload)["predictions"]]
+            except (ValueError, KeyError, TypeError) as exc:
+                return Outcome(request.kind, response.status,
+                               f"unreadable 200 body ({exc}): {payload[:200]!r}")
+            return Outcome(request.kind, 200, request_id=response.headers.get("x-request-id"),
+                           rows=request.rows, predictions=predictions)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        return Outcome(request.kind, None, f"{type(exc).__name__}: {exc}")
+
+
+async def load(url: str, prepared: dict[Kind, list[Request]], workers: int,
+               seconds: float) -> tuple[list[Outcome], float]:
+    """``workers`` workers sending the rotation for ``seconds``; every outcome, and wall time."""
+    import aiohttp
+
+    outcomes: list[Outcome] = []
+    deadline = time.monotonic() + seconds
+
+    async def worker(index: int, session) -> None:
+        step = index
+        while time.monotonic() < deadline:
+            kind = ROTATION[step % len(ROTATION)]
+            choices = prepared[kind]
+            outcomes.append(await send(session, url, choices[(step * 7 + index) % len(choices)]))
+            step += 1
+
+    connector = aiohttp.TCPConnector(limit=workers, keepalive_timeout=60)
+    timeout = aiohttp.ClientTimeout(total=60)
+    started = time.monotonic()
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        await asyncio.gather(*(worker(i, session) for i in range(workers)))
+    return outcomes, time.monotonic() - started
+
+
+def scrape_metrics(url: str) -> str:
+    import urllib.request
+
+    request = urllib.request.Request(url + "/metrics",
+                                     headers={"Authorization": f"Bearer {setup.TOKEN}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return response.read().decode()
+
+
+def metric(text: str, name: str) -> Optional[float]:
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def server_statuses(text: str) -> Counter:
+    return Counter({int(status): int(count) for status, count in re.findall(
+        r'^dbspec_requests_total\{path="/invocations",status="(\d+)"\} (\d+)$', text, re.M)})
+
+
+def close(a: float, b: float) -> bool:
+    return abs(a - b) <= TABLE_TOLERANCE * max(1.0, abs(a), abs(b))
+
+
+def check_table(path: Path, answered: dict[str, Outcome], feature_names: list[str],
+                dropped: int) -> tuple[bool, list[str]]:
+    """Compare the Delta table with the answered good requests; (complete?, report lines)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(path)).to_pyarrow_table()
+    ids = table.column("request_id").to_pylist()
+    features = [table.column(name).to_pylist() for name in feature_names]
+    predictions = table.column("prediction").to_pylist()
+    by_request: dict[str, list[int]] = defaultdict(list)
+    for i, request_id in enumerate(ids):
+        by_request[request_id].append(i)
+    answered_rows = sum(len(o.rows) for o in answered.values())
+    lines = [(f"inference table    {len(ids):,} rows / {len(by_request):,} requests "
+              f"(answered: {answered_rows:,} rows / {len(answered):,} good requests)")]
+    extra = set(by_request) - set(answered)
+    missing = set(answered) - set(by_request)
+    wrong = []
+    for request_id, index in by_request.items():
+        outcome = answered.get(request_id)
+        if outcome is None:
+            continue
+        table_rows = [[column[i] for column in features] for i in index]
+        same = len(index) == len(outcome.rows) and all(
+            close(a, b) for got, sent in zip(table_rows, outcome.rows) for a, b in zip(got, sent)
+        ) and all(close(predictions[i], p) for i, p in zip(index, outcome.predictions))
+        if not same:
+            wrong.append(request_id)
+    lines.append(f"  request_ids not answered: {len(extra)}, answered but missing: "
+                 f"{len(missing)}, rows differing from what was sent/returned: {len(wrong)}")
+    for label, ids_ in (("not answered", extra), ("missing", missing), ("differing", wrong)):
+        if ids_:
+            lines.append(f"  e.g. {label}: {sorted(ids_)[:5]}")
+    if dropped == 0:
+        complete = not extra and not missing and not wrong and len(ids) == answered_rows
+    else:
+        lines.append(f"  the server dropped {dropped} record(s) (full queue): only those may "
+                     "be missing")
+        complete = not extra and not wrong and len(missing) == dropped
+    return complete, lines
+
+
+def report(outcomes: list[Outcome], elapsed: float) -> tuple[dict[str, bool], dict[str, Outcome]]:
+    """Print what was sent and answered; the client-side checks, and the answered good requests."""
+    statuses = Counter(o.status for o in outcomes if o.status is not None)
+    errors = [o for o in outcomes if o.status is None]
+    print(f"requests sent      {len(outcomes):,} in {elapsed:.1f} s = "
+          f"{len(outcomes) / elapsed:,.0f} req/s")
+    print("statuses           " + "  ".join(f"{s}: {c:,}" for s, c in sorted(statuses.items()))
+          + (f"  no answer: {len(errors):,}" if errors else ""))
+    print(f"{'kind':<16} {'sent':>8} {'expected':>8}  answers")
+    for kind in [GOOD_1, GOOD_8, *BAD]:
+        mine = [o for o in outcomes if o.kind == kind]
+        counts = Counter("no answer" if o.status is None else o.status for o in mine)
+        print(f"{kind.name:<16} {len(mine):>8,} {kind.expected:>8}  "
+              + "  ".join(f"{s}: {c:,}" for s, c in sorted(counts.items(), key=str)))
+    five_xx = [o for o in outcomes if o.status is not None and o.status >= 500]
+    good = [o for o in outcomes if o.kind.rows]
+    unanswered = [o for o in good if o.status != 200]
+    wrong_count = [o for o in good if o.status == 200 and
+                   (o.predictions is None or len(o.predictions) != len(o.rows))]
+    no_id = [o for o in good if o.status == 200 and not o.request_id]
+    answered: dict[str, Outcome] = {}
+    duplicate_ids = 0
+    for o in good:
+        if o.status == 200 and o.request_id:
+            duplicate_ids += o.request_id in answered
+            answered[o.request_id] = o
+    bad = [o for o in outcomes if not o.kind.rows]
+    misrefused = [o for o in bad if o.status != o.kind.expected]
+    print(f"5xx                {len(five_xx):,}")
+    print(f"connection errors  {len(errors):,}")
+    print(f"good requests not answered 200: {len(unanswered):,}; answered with the wrong number "
+          f"of predictions: {len(wrong_count):,}; without x-request-id: {len(no_id):,}; "
+          f"x-request-id reused: {duplicate_ids:,}")
+    print(f"bad requests not refused with their expected status: {len(misrefused):,}")
+    for label, sample in (("5xx", five_xx), ("no answer", errors), ("good, not 200", unanswered),
+                          ("bad, unexpected status", misrefused)):
+        for o in sample[:3]:
+            print(f"  e.g. {label}: {o.kind.name}: {o.status} {o.error}")
+    checks = {
+        "zero 5xx": not five_xx,
+        "every good request answered 200 with one prediction per row":
+            not unanswered and not wrong_count and not no_id and not duplicate_ids,
+        "every bad request refused with its 4xx": not misrefused,
+    }
+    return checks, answered
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=60.0,
+                        help="seconds of load (default 60)")
+    parser.add_argument("--concurrency", type=int, default=64,
+                        help="workers, and connections (default 64)")
+    parser.add_argument("--spec", default=str(setup.DIABETES_SPEC))
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (store, server log, inference table)")
+    args = parser.parse_args()
+    if args.concurrency < 1 or args.duration <= 0:
+        raise SystemExit("--concurrency must be >= 1 and --duration > 0")
+
+    workdir = Path(tempfile.mkdtemp(prefix="dbspec-serve-soak-"))
+    table_path = workdir / "inference"
+    server = None
+    try:
+        trained = setup.train(Path(args.spec).resolve(), workdir)
+        server = setup.start_dbspec(trained, setup.free_port(), workdir / "dbspec.log",
+                                    "--inference-table", str(table_path),
+                                    "--max-body-bytes", str(MAX_BODY_BYTES))
+        server.wait_ready()
+        feature_names, rows = setup.diabetes_rows(442)
+        prepared = requests_for(rows)
+        print(f"soak: {args.duration:g} s, {args.concurrency} workers against {trained.uri} on "
+              f":{server.port} (--max-body-bytes {MAX_BODY_BYTES}, --inference-table)",
+              flush=True)
+        outcomes, elapsed = asyncio.run(load(server.url + "/invocations", prepared,
+                                             args.concurrency, args.duration))
+        metrics = scrape_metrics(server.url)
+        checks, answered = report(outcomes, elapsed)
+
+        dropped = int(metric(metrics, "dbspec_inference_log_dropped_total") or 0)
+        failed = int(metric(metrics, "dbspec_inference_log_failed_writes_total") or 0)
+        seen_by_server = server_statuses(metrics)
+        seen_by_client = Counter(o.status for o in outcomes if o.status is not None)
+        print(f"/metrics           inference records dropped {dropped}, failed writes {failed}; "
+              f"/invocations statuses "
+              + ("match the client's" if seen_by_server == seen_by_client else
+                 f"differ from the client's: server {dict(sorted(seen_by_server.items()))}"))
+
+        started = time.monotonic()
+        server.signal(signal.SIGINT)
+        code = server.wait(120)
+        if code is None:
+            print("the server did not exit within 120 s of SIGINT")
+        else:
+            print(f"server stopped     exit {code}, {time.monotonic() - started:.1f} s after "
+                  "SIGINT")
+        stopped = code == 0
+        if stopped and table_path.exists():
+            complete, lines = check_table(table_path, answered, feature_names, dropped)
+            print("\n".join(lines))
+        else:
+            complete = False
+            print("inference table    not checked: "
+                  + ("no table was written" if stopped else "the server did not stop cleanly")
+                  + f"; its log:\n{server.log_tail()}")
+        checks["inference table complete"] = complete and not failed
+    finally:
+        if server is not None:
+            server.stop()
+        if args.keep:
+            print(f"kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    print()
+    for name, ok in checks.items():
+        print(f"{'PASS' if ok else 'FAIL'}  {name}")
+    return 0 if all(checks.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

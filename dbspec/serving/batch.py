@@ -1,0 +1,384 @@
+"""Batch inference: score a Parquet file or directory, a Delta table (any version) or a Spark
+table, and write the rows with their predictions and the model's name and version.
+
+- ``local``: Arrow record batches stream from the input through the model into the writer, so
+  inputs larger than memory work. A Delta output is committed in one transaction at the end, so
+  a failure leaves the table as it was; a Parquet output is written to a temporary file first.
+- ``spark``: an iterator Arrow UDF (``arrow_udf``) scores Arrow batches of the feature columns;
+  the model (its card and weights, broadcast once) is rebuilt once per Python worker and run
+  under ``torch.inference_mode``. Only the features travel to Python and only the predictions
+  come back.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple, Optional
+
+import numpy as np
+
+from dbspec.data.sources import DataError
+from dbspec.serving.app import LoadedModel
+
+BATCH_ROWS = 65_536
+
+
+class BatchResult(NamedTuple):
+    rows: int
+    output: str
+    format: str
+    input_version: Optional[str]
+    output_version: Optional[int]
+    seconds: float
+    model_name: str
+    model_version: str
+
+
+def _is_delta(path: Path) -> bool:
+    return (path / "_delta_log").is_dir()
+
+
+def open_input(source: str, version: Optional[int]):
+    """A pyarrow dataset over ``source`` and its version label (``delta-vN`` or None).
+
+    Raises:
+        DataError: the input does not exist, is not Parquet or Delta, or has no such version.
+    """
+    import pyarrow.dataset as ds
+
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise DataError(f"input {source} does not exist (a Spark table needs --engine spark)")
+    if _is_delta(path):
+        table = _open_delta(path, version, source)
+        return table.to_pyarrow_dataset(), f"delta-v{table.version()}"
+    if version is not None:
+        raise DataError(f"input {source} is not a Delta table, so it has no version {version}")
+    try:
+        return ds.dataset(str(path), format="parquet"), None
+    except Exception as exc:  # ArrowInvalid: not Parquet
+        raise DataError(f"input {source} is neither a Delta table nor Parquet: "
+                        f"{str(exc).splitlines()[0]}") from None
+
+
+def _open_delta(path: Path, version: Optional[int], source: str):
+    from deltalake import DeltaTable
+
+    try:
+        return DeltaTable(str(path), version=version)
+    except Exception as exc:  # delta-rs reports a missing version this way
+        raise DataError(f"input {source}: cannot open Delta version {version}: "
+                        f"{str(exc).splitlines()[0]}") from None
+
+
+def check_features(schema_types: dict[str, Any], feature_names: list[str], source: str,
+                   is_numeric: Callable[[Any], bool]) -> None:
+    """Every feature column is present and numeric.
+
+    Raises:
+        DataError: a missing or non-numeric column.
+    """
+    missing = [name for name in feature_names if name not in schema_types]
+    if missing:
+        raise DataError(f"input {source} lacks the model's feature column(s) "
+                        f"{', '.join(missing)}; it has {', '.join(schema_types) or 'none'}")
+    bad = [f"{n} ({schema_types[n]})" for n in feature_names if not is_numeric(schema_types[n])]
+    if bad:
+        raise DataError(f"input {source}: feature column(s) {', '.join(bad)} are not numeric")
+
+
+def _clashes(columns: list[str], predicted: list[str], source: str) -> None:
+    taken = [c for c in predicted + ["model_name", "model_version"] if c in columns]
+    if taken:
+        raise DataError(f"input {source} already has column(s) {', '.join(taken)}, which the "
+                        "predictions would overwrite; rename or drop them first")
+
+
+def _score(model, x: np.ndarray) -> dict[str, np.ndarray]:
+    import torch
+
+    from dbspec.models.served import prediction_columns
+
+    with torch.inference_mode():
+        out = model(torch.from_numpy(x)).numpy()
+    return prediction_columns(model.card, out)
+
+
+def _unscorable(x: np.ndarray, columns: dict[str, np.ndarray], names: list[str]) -> Optional[str]:
+    values = next(iter(columns.values()))
+    if values.dtype.kind != "f" or not np.isnan(values).any():
+        return None
+    holes = [name for j, name in enumerate(names) if np.isnan(x[:, j]).any()]
+    where = f" (missing values in {', '.join(holes)})" if holes else ""
+    return f"{int(np.isnan(values).sum())} row(s) scored NaN{where}: the model has no impute " \
+           "step for them; fill or filter them first"
+
+
+def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "delta",
+                  input_version: Optional[int] = None, batch_rows: int = BATCH_ROWS,
+                  progress: Callable[[int, float], None] = lambda rows, seconds: None
+                  ) -> BatchResult:
+    """Stream ``source`` through the model into ``output`` (see the module docstring).
+
+    Raises:
+        DataError: bad input, or rows the model cannot score.
+    """
+    import pyarrow as pa
+    import pyarrow.types as pat
+
+    started = time.perf_counter()
+    dataset, version = open_input(source, input_version)
+    names = list(loaded.model.card.feature_names)
+    types = {field.name: field.type for field in dataset.schema}
+    check_features(types, names, source,
+                   lambda t: pat.is_integer(t) or pat.is_floating(t) or pat.is_decimal(t))
+    empty = _score(loaded.model, np.zeros((0, len(names)), dtype=np.float32))
+    _clashes(list(types), list(empty), source)
+    schema = dataset.schema
+    for name, values in empty.items():
+        schema = schema.append(pa.field(name, pa.array(values).type))
+    schema = schema.append(pa.field("model_name", pa.string()))
+    schema = schema.append(pa.field("model_version", pa.string()))
+    done, failure = [0], []
+
+    def batches() -> Iterator[Any]:
+        for batch in dataset.to_batches(batch_size=batch_rows):
+            if batch.num_rows == 0:
+                continue
+            x = np.empty((batch.num_rows, len(names)), dtype=np.float32)
+            for j, name in enumerate(names):
+                x[:, j] = batch.column(name).to_numpy(zero_copy_only=False)
+            columns = _score(loaded.model, x)
+            problem = _unscorable(x, columns, names)
+            if problem:
+                failure.append(DataError(f"input {source}: {problem}"))
+                raise failure[-1]
+            arrays = batch.columns + [pa.array(v) for v in columns.values()] + [
+                pa.array([loaded.name] * batch.num_rows, pa.string()),
+                pa.array([loaded.version] * batch.num_rows, pa.string())]
+            done[0] += batch.num_rows
+            progress(done[0], time.perf_counter() - started)
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    try:
+        output_version = _write(reader, output, fmt)
+    except Exception:
+        if failure:  # the writer wraps our error in its own; nothing was committed
+            raise failure[0] from None
+        raise
+    return BatchResult(done[0], output, fmt, version, output_version,
+                       time.perf_counter() - started, loaded.name, loaded.version)
+
+
+def _write(reader, output: str, fmt: str) -> Optional[int]:
+    """Write a stream of batches; the Delta table version written, for Delta."""
+    target = Path(output).expanduser()
+    try:
+        if fmt == "delta":
+            from deltalake import DeltaTable, write_deltalake
+
+            write_deltalake(str(target), reader, mode="overwrite", schema_mode="overwrite")
+            return DeltaTable(str(target)).version()
+        import pyarrow.parquet as pq
+
+        if target.exists() and not target.is_dir():
+            raise DataError(f"output {output} exists and is not a directory")
+        target.mkdir(parents=True, exist_ok=True)
+        final = target / f"part-00000-{uuid.uuid4().hex[:12]}.parquet"
+        partial = final.with_suffix(".parquet.partial")
+        with pq.ParquetWriter(partial, reader.schema) as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+        partial.replace(final)
+        for stale in target.glob("*.parquet"):
+            if stale != final:
+                stale.unlink()
+        return None
+    except OSError as exc:
+        raise DataError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+# -- Spark ----------------------------------------------------------------------------------
+
+_WORKER_MODELS: dict[str, Any] = {}
+
+
+def _model_payload(loaded: LoadedModel) -> tuple[str, dict, bytes]:
+    import dataclasses
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(loaded.model.state_dict(), buffer)
+    key = f"{loaded.name}/{loaded.version}/{uuid.uuid4().hex}"
+    return key, dataclasses.asdict(loaded.model.card), buffer.getvalue()
+
+
+def _worker_model(payload: tuple[str, dict, bytes]):
+    """The payload's model, rebuilt once per Python worker process."""
+    key, card, weights = payload
+    model = _WORKER_MODELS.get(key)
+    if model is None:
+        import torch
+
+        from dbspec.models.served import ModelCard, ServedModel
+
+        torch.set_num_threads(1)  # one Spark task per core already
+        model = ServedModel(ModelCard(**card))
+        model.load_state_dict(torch.load(io.BytesIO(weights), weights_only=True))
+        model.eval()
+        _WORKER_MODELS.clear()
+        _WORKER_MODELS[key] = model
+    return model
+
+
+def read_spark_input(spark, source: str, version: Optional[int]):
+    """A Spark DataFrame over a Parquet path, a Delta table (any version) or a table name."""
+    from dbspec.data.spark_sources import has_delta_format
+
+    path = Path(source).expanduser()
+    try:
+        if path.exists() and _is_delta(path):
+            if has_delta_format(spark):
+                reader = spark.read.format("delta")
+                if version is not None:
+                    reader = reader.option("versionAsOf", version)
+                return reader.load(str(path)), None
+            table = _open_delta(path, version, source)
+            files = table.file_uris()  # the version's files, listed by deltalake
+            if not files:
+                raise DataError(f"input {source} has no data files at version "
+                                f"{table.version()}")
+            return spark.read.parquet(*files), f"delta-v{table.version()}"
+        if path.exists():
+            if version is not None:
+                raise DataError(f"input {source} is not a Delta table, so it has no version "
+                                f"{version}")
+            return spark.read.parquet(str(path)), None
+        if "/" in source or source.startswith("."):
+            raise DataError(f"input {source} does not exist")
+        frame = spark.table(source)
+        if version is not None:
+            frame = spark.sql(f"SELECT * FROM {source} VERSION AS OF {int(version)}")
+        return frame, None
+    except DataError:
+        raise
+    except Exception as exc:  # AnalysisException: no such table, unreadable files
+        raise DataError(f"input {source}: Spark cannot read it: {str(exc).splitlines()[0]}") \
+            from None
+
+
+def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: str = "delta",
+                  input_version: Optional[int] = None, batch_rows: int = 100_000) -> BatchResult:
+    """Score with Spark (see the module docstring); the output as ``predict_local``'s."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    started = time.perf_counter()
+    frame, version = read_spark_input(spark, source, input_version)
+    names = list(loaded.model.card.feature_names)
+    types = dict(frame.dtypes)
+    check_features(types, names, source, lambda t: t in _SPARK_NUMERIC or t.startswith("decimal"))
+    empty = _score(loaded.model, np.zeros((0, len(names)), dtype=np.float32))
+    _clashes(list(types), list(empty), source)
+    fields = [T.StructField(name, _spark_type(values)) for name, values in empty.items()]
+    result_type = T.StructType(fields)
+    payload = spark.sparkContext.broadcast(_model_payload(loaded))
+
+    from pyspark.sql.pandas.functions import ArrowUDFType
+
+    def score(batches):
+        model = _worker_model(payload.value)
+        for arrays in batches:
+            x = np.column_stack([np.asarray(a.to_numpy(zero_copy_only=False), dtype=np.float32)
+                                 for a in arrays]) if arrays else None
+            columns = _score(model, x)
+            problem = _unscorable(x, columns, names)
+            if problem:
+                raise ValueError(_UNSCORABLE + problem)
+            yield pa.StructArray.from_arrays([pa.array(v) for v in columns.values()],
+                                             names=list(columns))
+
+    score = F.arrow_udf(score, result_type, ArrowUDFType.SCALAR_ITER)
+
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", None)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
+    try:
+        scored = frame.withColumn("__dbspec", score(*[F.col(n).cast("float") for n in names]))
+        scored = scored.select(*[F.col(f"`{c}`") for c in frame.columns],
+                               *[F.col(f"__dbspec.{f.name}").alias(f.name) for f in fields],
+                               F.lit(loaded.name).alias("model_name"),
+                               F.lit(loaded.version).alias("model_version"))
+        rows, output_version = _write_spark(spark, scored, output, fmt)
+    except DataError:
+        raise
+    except Exception as exc:
+        text = str(exc)
+        if _UNSCORABLE in text:  # the last mention is the message; earlier ones are source
+            raise DataError(f"input {source}: "
+                            + text.rsplit(_UNSCORABLE, 1)[1].splitlines()[0]) from None
+        raise
+    finally:
+        if previous is None:
+            spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+        else:
+            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+        payload.unpersist()
+    return BatchResult(rows, output, fmt, version, output_version,
+                       time.perf_counter() - started, loaded.name, loaded.version)
+
+
+_UNSCORABLE = "[dbspec: unscorable rows] "
+_SPARK_NUMERIC = {"tinyint", "smallint", "int", "bigint", "float", "double"}
+
+
+def _spark_type(values: np.ndarray):
+    from pyspark.sql import types as T
+
+    kind = values.dtype.kind
+    if kind == "f":
+        return T.DoubleType()
+    if kind in "iu":
+        return T.LongType()
+    if kind == "b":
+        return T.BooleanType()
+    return T.StringType()
+
+
+def _write_spark(spark, scored, output: str, fmt: str) -> tuple[int, Optional[int]]:
+    """Write with Spark; Delta natively where the session has it, else Parquet files that
+    ``deltalake`` then commits as one new version of the table."""
+    from dbspec.data.spark_sources import has_delta_format
+
+    target = Path(output).expanduser()
+    local = "://" not in output
+    if fmt == "delta" and has_delta_format(spark):
+        scored.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
+            .save(output)
+        return spark.read.format("delta").load(output).count(), None
+    if fmt == "parquet":
+        scored.write.mode("overwrite").parquet(str(target) if local else output)
+        return spark.read.parquet(str(target) if local else output).count(), None
+    if not local:
+        raise DataError(f"output {output}: writing Delta to a remote path needs a Spark session "
+                        "with the Delta format (Databricks, or the Delta connector)")
+    staging = target.parent / f".{target.name}.staging-{uuid.uuid4().hex[:8]}"
+    try:
+        scored.write.parquet(str(staging))
+        import pyarrow.dataset as ds
+        from deltalake import DeltaTable, write_deltalake
+
+        dataset = ds.dataset(str(staging), format="parquet")
+        rows = dataset.count_rows()
+        write_deltalake(str(target), dataset.scanner(batch_size=BATCH_ROWS).to_reader(),
+                        mode="overwrite", schema_mode="overwrite")
+        return rows, DeltaTable(str(target)).version()
+    finally:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)

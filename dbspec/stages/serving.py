@@ -1,0 +1,123 @@
+"""The plan's last stage: ``batch_predict`` scores the spec's table with the served version;
+``serve`` checks that the version an endpoint would serve loads and answers.
+
+``batch_predict`` reads things that live outside the spec (the input table, where the alias
+points now), so it runs on every ``dbspec run``. Smoke runs use the version they registered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbspec.errors import DbspecError
+from dbspec.stages.base import StageContext, registry_name
+
+
+def _served_version(ctx: StageContext):
+    """(client, target, version) of the model the spec serves now."""
+    from dbspec.registry import RegistryError
+    from dbspec.serving.source import resolve_version, spec_target
+
+    target = spec_target(ctx.spec)._replace(name=registry_name(ctx.spec, ctx.options))
+    if ctx.options.smoke:  # a smoke run checks the mechanics on its own model, gates or not
+        target = target._replace(alias=None, version=ctx.output_of("register")["version"])
+    client = ctx.tracker.client
+    try:
+        return client, target, resolve_version(client, target)
+    except RegistryError as exc:
+        rejected = ctx.upstream.get("promote", {}).get("decision") == "rejected"
+        hint = " (this run's model did not pass the gates, and no earlier version holds the " \
+               "alias)" if rejected and target.alias else ""
+        raise DbspecError(f"nothing to serve: {exc}{hint}") from None
+
+
+class BatchPredictStage:
+    """Score ``serving.batch.input`` and write the predictions to ``serving.batch.output``."""
+
+    name = "batch_predict"
+    always_runs = True
+
+    def run(self, ctx: StageContext) -> dict[str, Any]:
+        from dbspec.serving.batch import predict_local, predict_spark
+        from dbspec.serving.source import load_version
+
+        batch = ctx.spec.serving.batch
+        client, target, version = _served_version(ctx)
+        loaded = load_version(client, target, version)
+        output = str(ctx.directory / "predictions") if ctx.options.smoke else batch.output
+        ctx.reporter.line(f"  scoring {batch.input} with {target.uri} (v{version}) on "
+                          f"{batch.engine}" + (" (smoke: output kept in the run's state)"
+                                               if ctx.options.smoke else ""))
+        if batch.engine == "spark":
+            result = self._on_spark(ctx, loaded, output, predict_spark)
+        else:
+            result = predict_local(
+                loaded, batch.input, output, fmt=batch.format, input_version=batch.input_version,
+                progress=lambda rows, seconds: ctx.reporter.progress("rows", rows, rows,
+                                                                     f"{rows / seconds:,.0f}/s"))
+        ctx.reporter.line(f"  wrote {result.rows:,} rows to {output}"
+                          + (f" (Delta version {result.output_version})"
+                             if result.output_version is not None else "")
+                          + f" at {result.rows / max(result.seconds, 1e-9):,.0f} rows/s")
+        return {"rows": result.rows, "output": output, "format": result.format,
+                "output_version": result.output_version, "input_version": result.input_version,
+                "model_uri": target.uri, "model_version": version}
+
+    @staticmethod
+    def _on_spark(ctx: StageContext, loaded, output: str, predict_spark):
+        from dbspec.spark import spark_session
+
+        batch = ctx.spec.serving.batch
+        if ctx.spark is not None:
+            return predict_spark(ctx.spark, loaded, batch.input, output, fmt=batch.format,
+                                 input_version=batch.input_version)
+        with spark_session(ctx.spec) as spark:
+            return predict_spark(spark, loaded, batch.input, output, fmt=batch.format,
+                                 input_version=batch.input_version)
+
+
+class ServeStage:
+    """Load the version the endpoint would serve and send it real requests, in process."""
+
+    name = "serve"
+
+    def run(self, ctx: StageContext) -> dict[str, Any]:
+        import asyncio
+
+        import numpy as np
+
+        from dbspec.serving.app import ScoringApp
+        from dbspec.serving.asgi_client import post_json
+        from dbspec.serving.source import load_version
+        from dbspec.stages.data import load_splits, load_table
+
+        command = f"dbspec serve {ctx.loaded.file}" + (f" --target {ctx.loaded.target}"
+                                                       if ctx.loaded.target else "")
+        try:
+            client, target, version = _served_version(ctx)
+        except DbspecError as exc:  # a rejected first model: the run did its job all the same
+            ctx.reporter.line(f"  {exc}")
+            return {"model_uri": None, "model_version": None, "command": command,
+                    "problem": str(exc)}
+        loaded = load_version(client, target, version)
+        table, splits = load_table(ctx), load_splits(ctx)
+        rows = table.features[splits.test[:8]]
+        if list(loaded.feature_names) != list(table.feature_names):
+            raise DbspecError(f"{target.uri} (v{version}) takes features "
+                              f"{', '.join(loaded.feature_names)}, not this spec's")
+        status, answer = asyncio.run(post_json(ScoringApp(loaded), "/invocations",
+                                               {"inputs": rows.tolist()}))
+        if status != 200:
+            raise DbspecError(f"{target.uri} (v{version}) refused a request of test rows: "
+                              f"{answer}")
+        want = loaded.model.predict_frame(rows)["prediction"].tolist()
+        got = [p["prediction"] for p in answer["predictions"]]
+        same = np.allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float),
+                           rtol=1e-5) if loaded.model.card.task == "regression" else got == want
+        if not same:
+            raise DbspecError(f"{target.uri} (v{version}) answered {got[:3]}... over the app but "
+                              f"{want[:3]}... in process")
+        ctx.reporter.line(f"  {target.uri} (v{version}) answers; start the endpoint with: "
+                          f"{command}")
+        return {"model_uri": target.uri, "model_version": version, "command": command,
+                "checked_rows": len(rows)}

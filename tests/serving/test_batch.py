@@ -1,0 +1,239 @@
+"""Batch inference: the local Arrow engine, the Spark engine, ``dbspec predict`` and the
+``batch_predict`` stage, on real Parquet and Delta tables."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from dbspec.data.sources import DataError
+from tests.conftest import ROOT, run_cli
+from tests.serving.conftest import FEATURES, NAME
+
+
+@pytest.fixture(scope="module")
+def model(registered):
+    import mlflow
+
+    from dbspec.serving.source import ModelTarget, load_version
+
+    client = mlflow.MlflowClient(tracking_uri=registered.tracking_uri)
+    return load_version(client, ModelTarget(NAME, version="1"), "1")
+
+
+def rows_table(n: int, seed: int = 0) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    columns = {name: rng.normal(0, 0.05, n) for name in FEATURES}
+    return pa.table({"id": np.arange(n), **columns})
+
+
+def features_of(table) -> np.ndarray:
+    return np.column_stack([np.asarray(table[name], dtype=np.float32) for name in FEATURES])
+
+
+def read_output(path) -> pa.Table:
+    return DeltaTable(str(path)).to_pyarrow_table().sort_by("id")
+
+
+def test_local_scoring_streams_batches_and_keeps_every_column(model, tmp_path):
+    from dbspec.serving.batch import predict_local
+
+    source = tmp_path / "in.parquet"
+    pq.write_table(rows_table(1000), source)
+    seen = []
+    result = predict_local(model, str(source), str(tmp_path / "out"), batch_rows=128,
+                           progress=lambda rows, seconds: seen.append(rows))
+    assert result.rows == 1000 and result.output_version == 0
+    assert len(seen) == 8 and seen[-1] == 1000  # 128-row record batches, streamed
+    written = read_output(tmp_path / "out")
+    assert written.column_names == ["id", *FEATURES, "prediction", "model_name", "model_version"]
+    want = model.model.predict_frame(features_of(written))["prediction"].to_numpy()
+    assert np.allclose(written["prediction"].to_numpy(), want, rtol=1e-5)
+    assert set(written["model_name"].to_pylist()) == {NAME}
+    assert set(written["model_version"].to_pylist()) == {"1"}
+
+
+def test_delta_input_at_any_version_and_a_rerun_replaces_the_output(model, tmp_path):
+    from dbspec.serving.batch import predict_local
+
+    source = tmp_path / "in"
+    write_deltalake(str(source), rows_table(10))
+    write_deltalake(str(source), rows_table(5, seed=1).set_column(
+        0, "id", pa.array(np.arange(10, 15))), mode="append")
+    old = predict_local(model, str(source), str(tmp_path / "out"), input_version=0)
+    assert (old.rows, old.input_version) == (10, "delta-v0")
+    new = predict_local(model, str(source), str(tmp_path / "out"))
+    assert (new.rows, new.input_version, new.output_version) == (15, "delta-v1", 1)
+    assert read_output(tmp_path / "out")["id"].to_pylist() == list(range(15))
+
+
+def test_parquet_output_is_replaced_whole(model, tmp_path):
+    from dbspec.serving.batch import predict_local
+
+    source = tmp_path / "in.parquet"
+    pq.write_table(rows_table(20), source)
+    for _ in range(2):
+        result = predict_local(model, str(source), str(tmp_path / "out"), fmt="parquet")
+    assert result.output_version is None
+    assert len(list((tmp_path / "out").glob("*.parquet"))) == 1
+    assert pq.read_table(tmp_path / "out").num_rows == 20
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.drop_columns(["bmi", "s6"]), "lacks the model's feature column(s) bmi, s6"),
+    (lambda t: t.set_column(3, "bmi", pa.array(["x"] * t.num_rows)),
+     "feature column(s) bmi (string) are not numeric"),
+    (lambda t: t.append_column("prediction", pa.array([0.0] * t.num_rows)),
+     "already has column(s) prediction"),
+    (lambda t: t.set_column(3, "bmi", pa.array([None] + [0.1] * (t.num_rows - 1), pa.float64())),
+     "1 row(s) scored NaN (missing values in bmi): the model has no impute step"),
+])
+def test_bad_input_is_refused_and_the_existing_output_is_untouched(model, tmp_path, change,
+                                                                   message):
+    from dbspec.serving.batch import predict_local
+
+    good, bad = tmp_path / "good.parquet", tmp_path / "bad.parquet"
+    pq.write_table(rows_table(300), good)
+    pq.write_table(change(rows_table(300)), bad)
+    predict_local(model, str(good), str(tmp_path / "out"))
+    with pytest.raises(DataError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        predict_local(model, str(bad), str(tmp_path / "out"), batch_rows=100)
+    table = DeltaTable(str(tmp_path / "out"))
+    assert table.version() == 0 and table.to_pyarrow_table().num_rows == 300
+
+
+@pytest.mark.parametrize("make, version, message", [
+    (None, None, "does not exist"),
+    ("text", None, "neither a Delta table nor Parquet"),
+    ("parquet", 3, "is not a Delta table, so it has no version 3"),
+    ("delta", 7, "cannot open Delta version 7"),
+])
+def test_unreadable_inputs_are_clear_errors(model, tmp_path, make, version, message):
+    from dbspec.serving.batch import predict_local
+
+    source = tmp_path / "in"
+    if make == "text":
+        source.mkdir()
+        (source / "part.parquet").write_text("not parquet")
+    elif make == "parquet":
+        pq.write_table(rows_table(3), tmp_path / "in.parquet")
+        source = tmp_path / "in.parquet"
+    elif make == "delta":
+        write_deltalake(str(source), rows_table(3))
+    with pytest.raises(DataError, match=message):
+        predict_local(model, str(source), str(tmp_path / "out"), input_version=version)
+
+
+def test_predict_command_scores_a_table_with_a_registered_model(registered, tmp_path):
+    source = tmp_path / "in.parquet"
+    pq.write_table(rows_table(50), source)
+    result = run_cli("predict", f"models:/{NAME}/2", "--input", str(source), "--output",
+                     str(tmp_path / "out"), cwd=registered.workdir,
+                     env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    assert result.returncode == 0, result.stderr
+    assert f"wrote 50 rows to {tmp_path / 'out'} (Delta version 0)" in result.stdout
+    assert set(read_output(tmp_path / "out")["model_version"].to_pylist()) == {"2"}
+
+
+@pytest.mark.parametrize("args, message", [
+    ([f"models:/{NAME}/1"], "predict needs --input and --output"),
+    ([f"models:/{NAME}/1", "--input", "x", "--output", "y", "--input-version", "-1"],
+     "--input-version must be 0 or more"),
+    ([f"models:/{NAME}/1", "--input", "nowhere.parquet", "--output", "y"],
+     "input nowhere.parquet does not exist"),
+])
+def test_bad_predict_arguments_are_clear_errors(registered, args, message):
+    result = run_cli("predict", *args, cwd=registered.workdir,
+                     env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    assert result.returncode in (1, 2) and message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_batch_spec_ends_with_predictions_and_rescores_on_every_run(workdir):
+    (workdir / "specs" / "data").mkdir(parents=True)
+    shutil.copy(ROOT / "specs" / "data" / "diabetes_scoring.parquet", workdir / "specs" / "data")
+    spec = str(ROOT / "specs" / "diabetes_batch.yaml")
+    for attempt in range(2):
+        result = run_cli("run", spec, "--smoke", "--quiet", "--summary-json", "summary.json",
+                         cwd=workdir)
+        assert result.returncode == 0, result.stderr
+    import json
+
+    summary = json.loads((workdir / "summary.json").read_text())
+    assert [s["name"] for s in summary["stages"] if s["action"] == "ran"] == ["batch_predict"]
+    batch = summary["batch_predict"]
+    assert batch["rows"] == 442 and batch["model_uri"] == "models:/diabetes_batch_smoke/1"
+    written = DeltaTable(batch["output"]).to_pyarrow_table()
+    assert written.num_rows == 442 and "patient_id" in written.column_names
+    assert not (workdir / ".dbspec" / "diabetes-batch").exists()  # smoke keeps its output aside
+
+
+# -- Spark ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    from pyspark.sql import SparkSession
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = (SparkSession.builder.master("local[2]").appName("dbspec-batch-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.warehouse.dir", str(warehouse)).getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.mark.slow
+def test_spark_scoring_matches_local_scoring(model, spark, tmp_path):
+    from dbspec.serving.batch import predict_local, predict_spark
+
+    source = tmp_path / "in"
+    write_deltalake(str(source), rows_table(2000))
+    write_deltalake(str(source), rows_table(10, seed=3), mode="append")
+    local = predict_local(model, str(source), str(tmp_path / "local"), input_version=0)
+    on_spark = predict_spark(spark, model, str(source), str(tmp_path / "spark"), input_version=0,
+                             batch_rows=300)
+    assert (on_spark.rows, on_spark.input_version, on_spark.output_version) == \
+        (2000, "delta-v0", 0)
+    a, b = read_output(tmp_path / "local"), read_output(tmp_path / "spark")
+    assert b.column_names == a.column_names
+    assert np.allclose(b["prediction"].to_numpy(), a["prediction"].to_numpy(), rtol=1e-5)
+    assert b["model_version"].to_pylist() == a["model_version"].to_pylist()
+    assert not list(tmp_path.glob(".spark.staging-*"))  # the staging files are gone
+
+
+@pytest.mark.slow
+def test_spark_scores_a_table_by_name_to_parquet(model, spark, tmp_path):
+    from dbspec.serving.batch import predict_spark
+
+    spark.createDataFrame(rows_table(100).to_pandas()).write.saveAsTable("scoring_rows")
+    result = predict_spark(spark, model, "scoring_rows", str(tmp_path / "out"), fmt="parquet")
+    assert result.rows == 100
+    assert pq.read_table(tmp_path / "out").num_rows == 100
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source, message", [
+    ("no_such_table", "Spark cannot read it"),
+    ("./missing/path", "does not exist"),
+])
+def test_spark_input_errors_are_clear(model, spark, tmp_path, source, message):
+    from dbspec.serving.batch import predict_spark
+
+    with pytest.raises(DataError, match=message):
+        predict_spark(spark, model, source, str(tmp_path / "out"))
+
+
+@pytest.mark.slow
+def test_spark_refuses_rows_it_cannot_score(model, spark, tmp_path):
+    from dbspec.serving.batch import predict_spark
+
+    table = rows_table(50).set_column(2, "sex", pa.array([None] * 50, pa.float64()))
+    pq.write_table(table, tmp_path / "in.parquet")
+    with pytest.raises(DataError, match=r"scored NaN \(missing values in sex\)"):
+        predict_spark(spark, model, str(tmp_path / "in.parquet"), str(tmp_path / "out"))
