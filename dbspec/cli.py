@@ -15,8 +15,8 @@ from typing import Callable, Optional, Sequence
 from dbspec import __version__
 from dbspec.errors import DbspecError, Diagnostic, SpecError
 
-_VALIDATE_FORMATS = ("text", "json", "github")
-_LIGHT_COMMANDS = ("validate", "plan", "schema")
+_VALIDATE_FORMATS = ("text", "json", "github", "sarif")
+_LIGHT_COMMANDS = ("validate", "plan", "schema", "diff", "jobs")
 
 
 def _add_spec_options(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("files", nargs="+", metavar="FILE", help="spec files")
     _add_spec_options(validate)
     validate.add_argument("--format", choices=_VALIDATE_FORMATS, default="text",
-                          help="text (default), json, or github workflow annotations")
+                          help="text (default), json, github workflow annotations, or sarif "
+                               "(2.1.0, for code scanning)")
     validate.add_argument("--strict", action="store_true", help="treat warnings as errors")
     validate.set_defaults(handler=_cmd_validate)
 
@@ -105,6 +106,17 @@ def build_parser() -> argparse.ArgumentParser:
     _add_registry_options(rollback)
     rollback.set_defaults(handler=_cmd_rollback)
 
+    diff = commands.add_parser(
+        "diff", help="the values that changed between two specs and the stages that would rerun",
+        description="Compare two specs (after targets, --set and templates) and list changed "
+                    "values and the stages whose fingerprints change. OLD or NEW may be a git "
+                    "revision and path, REV:PATH (e.g. origin/main:specs/diabetes.yaml).")
+    diff.add_argument("old", metavar="OLD", help="spec file, or REV:PATH from git")
+    diff.add_argument("new", metavar="NEW", help="spec file, or REV:PATH from git")
+    _add_spec_options(diff)
+    diff.add_argument("--format", choices=("text", "json"), default="text")
+    diff.set_defaults(handler=_cmd_diff)
+
     serve = commands.add_parser(
         "serve", help="serve a registered model over HTTP (MLflow's scoring protocol)",
         description="Serve a registered model on uvicorn: POST /invocations (inputs, instances, "
@@ -152,8 +164,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps([d.to_dict() for d in results], indent=2))
     elif args.format == "github":
+        from dbspec.spec.report import github_annotation
+
         for diag in results:
-            print(_github_annotation(diag))
+            print(github_annotation(diag))
+    elif args.format == "sarif":
+        from dbspec.spec.report import sarif
+
+        print(json.dumps(sarif(results, version=__version__), indent=2))
     _print_summary(args.files, results, to=sys.stdout if args.format == "text" else sys.stderr)
     return status
 
@@ -176,21 +194,6 @@ def _print_summary(files: Sequence[str], results: list[Diagnostic], *, to) -> No
           f"{warnings} warning{'s' * (warnings != 1)}", file=to)
 
 
-def _github_annotation(diag: Diagnostic) -> str:
-    def escape(text: str) -> str:
-        return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-    def escape_property(text: str) -> str:
-        return escape(text).replace(":", "%3A").replace(",", "%2C")
-
-    level = "error" if diag.severity == "error" else "warning"
-    where = f"file={escape_property(diag.file)}"
-    if diag.line:
-        where += f",line={diag.line},col={diag.column}"
-    title = escape_property(diag.path or "dbspec")
-    return f"::{level} {where},title={title}::{escape(diag.message)}"
-
-
 def _load(args: argparse.Namespace):
     from dbspec.spec.loader import load_spec
 
@@ -207,6 +210,43 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     loaded = _load(args)
     print(RENDERERS[args.format](compile_plan(loaded.spec)))
     return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from dbspec.plan.diff import render_diff, spec_diff
+    from dbspec.spec.loader import build, default_target
+
+    specs = []
+    for given in (args.old, args.new):
+        document = _read_revision(given)
+        target = args.target or default_target(document)
+        loaded = build(document, target=target, assignments=args.assignments)
+        specs.append(loaded.spec)
+    diff = spec_diff(*specs)
+    print(json.dumps(diff, indent=2) if args.format == "json"
+          else render_diff(diff, args.old, args.new))
+    return 0
+
+
+def _read_revision(given: str):
+    """A spec document from a file, or from ``REV:PATH`` in the current git repository."""
+    import subprocess
+
+    from dbspec.errors import UsageError
+    from dbspec.spec.document import parse_document, read_document
+
+    if os.path.exists(given) or ":" not in given:
+        return read_document(given)
+    revision, _, path = given.partition(":")
+    try:
+        shown = subprocess.run(["git", "show", f"{revision}:{path}"], capture_output=True,
+                               text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UsageError(f"{given}: cannot run git: {exc}") from None
+    if shown.returncode != 0:
+        raise UsageError(f"{given}: no such file, and git cannot show it: "
+                         f"{shown.stderr.strip().splitlines()[-1] if shown.stderr else ''}")
+    return parse_document(shown.stdout, given)
 
 
 def _add_registry_options(parser: argparse.ArgumentParser) -> None:

@@ -72,7 +72,7 @@ def test_github_format(tmp_path):
 
 
 def test_github_format_escapes_properties():
-    from dbspec.cli import _github_annotation
+    from dbspec.spec.report import github_annotation as _github_annotation
     from dbspec.errors import Diagnostic
 
     line = _github_annotation(Diagnostic("a,b:c.yaml", 1, 2, "x", "50% bad\nnext", "warning"))
