@@ -13,7 +13,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from dbspec import __version__
-from dbspec.errors import DbspecError, Diagnostic, SpecError
+from dbspec.errors import DbspecError, Diagnostic, SpecError, UsageError
 
 _VALIDATE_FORMATS = ("text", "json", "github", "sarif")
 _LIGHT_COMMANDS = ("validate", "plan", "schema", "diff", "jobs")
@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("file", metavar="FILE", help="spec file")
     _add_spec_options(run)
     stages = run.add_mutually_exclusive_group()
-    stages.add_argument("--only", metavar="STAGE", help="run this stage alone, on recorded inputs")
+    stages.add_argument("--only", metavar="STAGE[,STAGE...]", action="append", default=[],
+                        help="run only these stages, on recorded inputs (repeatable)")
     stages.add_argument("--from", dest="from_stage", metavar="STAGE",
                         help="rerun this stage and everything after it")
     run.add_argument("--resume", action="store_true",
@@ -81,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "(default: the spec's executor)")
     run.add_argument("--master", metavar="URL",
                      help="Spark master URL (default: spark.master, SPARK_MASTER, local[*])")
+    run.add_argument("--run-key", metavar="KEY",
+                     help="keep stage state and files in the MLflow run tagged with KEY instead "
+                          "of the state dir, so separate processes (job tasks) hand stages over; "
+                          "generated jobs pass {{job.run_id}}")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress output")
     run.set_defaults(handler=_cmd_run)
 
@@ -232,7 +237,6 @@ def _read_revision(given: str):
     """A spec document from a file, or from ``REV:PATH`` in the current git repository."""
     import subprocess
 
-    from dbspec.errors import UsageError
     from dbspec.spec.document import parse_document, read_document
 
     if os.path.exists(given) or ":" not in given:
@@ -270,6 +274,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     command = ["dbspec", "run", args.file] + (["--target", loaded.target] if loaded.target
                                               else [])
     command += [f"--set={a}" for a in args.assignments] + (["--smoke"] if args.smoke else [])
+    if args.run_key:
+        command += ["--run-key", args.run_key]
     kind = args.executor or loaded.spec.executor
     if kind == "spark":
         command += ["--executor", "spark"] + (["--master", args.master] if args.master else [])
@@ -277,7 +283,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "resume_command": shlex.join(command)}
     executor = SparkExecutor(Path(args.state_dir), master=args.master, **common) \
         if kind == "spark" else LocalExecutor(Path(args.state_dir), **common)
-    record = executor.run(loaded, only=args.only, from_stage=args.from_stage)
+    only = [name.strip() for given in args.only for name in given.split(",") if name.strip()]
+    if args.run_key is not None and not args.run_key.strip():
+        raise UsageError("--run-key must not be empty")
+    record = executor.run(loaded, only=only, from_stage=args.from_stage, run_key=args.run_key)
     summary = build_summary(record)
     print(render_summary(summary))
     if args.summary_json:
@@ -339,8 +348,6 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
     text = schema_text()
     if args.output:
-        from dbspec.errors import UsageError
-
         try:
             directory = os.path.dirname(args.output)
             if directory:

@@ -1,26 +1,28 @@
 """Run a plan's stages in order in this process, with stage state on disk.
 
-Each stage's outputs and fingerprint are kept under ``.dbspec/runs/<spec>/``. A rerun skips
-stages whose fingerprint is unchanged; a change reruns what depends on it; ``--from`` forces a
-stage and its dependents; ``--only`` runs one stage on recorded inputs; ``--resume`` continues
-an interrupted training from its last checkpoint.
+Each stage's outputs and fingerprint are kept under ``.dbspec/runs/<spec>/`` (or, with a run
+key, in an MLflow run: see :mod:`dbspec.executors.state`). A rerun skips stages whose
+fingerprint is unchanged (``batch_predict`` always runs: its input lives outside the spec); a
+change reruns what depends on it; ``--from`` forces a stage and its dependents; ``--only`` runs
+the named stages on recorded inputs; ``--resume`` continues an interrupted training from its
+last checkpoint.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
+from dbspec.executors.state import LocalState, MlflowState
 from dbspec.plan import Plan, compile_plan
 from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
-from dbspec.stages.base import Reporter, RunOptions, StageContext, write_json
+from dbspec.stages.base import Reporter, RunOptions, StageContext
 
 
 class StageFailed(DbspecError):
@@ -61,18 +63,19 @@ class LocalExecutor:
         self.resume_command = resume_command
         self.spark = None
 
-    def run(self, loaded: LoadedSpec, *, only: Optional[str] = None,
-            from_stage: Optional[str] = None) -> RunRecord:
-        """Run the spec's plan.
+    def run(self, loaded: LoadedSpec, *, only: Sequence[str] = (),
+            from_stage: Optional[str] = None, run_key: Optional[str] = None) -> RunRecord:
+        """Run the spec's plan (``only``: just these stages, on recorded inputs).
 
         Raises:
             UsageError: ``only``/``from_stage`` names no stage of the plan, or ``only`` lacks
                 recorded inputs.
             StageFailed: a stage raised; its error is recorded and the run can resume.
         """
+        only = tuple(only)
         version = self.data_version(loaded)
         plan = compile_plan(loaded.spec, data_version=version)
-        for name in (only, from_stage):
+        for name in (*only, from_stage):
             if name is not None and name not in plan.names:
                 raise UsageError(f"no stage '{name}' in this plan{did_you_mean(name, plan.names)}"
                                  f"; stages: {', '.join(plan.names)}")
@@ -80,11 +83,34 @@ class LocalExecutor:
             stage = build_stage(planned)
             if hasattr(stage, "check"):
                 stage.check(loaded.spec)
-        run_dir = self.run_dir(loaded)
-        state = _load_state(run_dir)
-        if only is not None:
+        store = self.state_store(loaded, run_key)
+        state = store.load()
+        if only:
             self._check_inputs(plan, only, state)
-        return self._run(loaded, plan, run_dir, state, only=only, from_stage=from_stage)
+        failed = True
+        try:
+            record = self._run(loaded, plan, store, state, only=only, from_stage=from_stage)
+            failed = False
+            return record
+        finally:
+            if isinstance(store, MlflowState):
+                store.finish("FAILED" if failed else "FINISHED")
+
+    def state_store(self, loaded: LoadedSpec, run_key: Optional[str]) -> LocalState:
+        """Local stage state, or the MLflow run of ``run_key``."""
+        run_dir = self.run_dir(loaded)
+        if not run_key:
+            return LocalState(run_dir)
+        from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
+
+        spec = loaded.spec
+        experiment = spec.tracking.experiment or spec.name
+        if self.options.smoke:
+            experiment += "-smoke"
+        tags = {"dbspec.spec": spec.name, "dbspec.target": loaded.target or ""}
+        return MlflowState(run_dir, tracking_uri=resolve_tracking_uri(spec, self.project_dir),
+                           experiment=experiment, key=run_key, tags=tags,
+                           artifact_root=self.project_dir / "mlartifacts")
 
     def data_version(self, loaded: LoadedSpec) -> str:
         """The version of the spec's data, resolved without reading the rows."""
@@ -97,74 +123,81 @@ class LocalExecutor:
         name = loaded.spec.name + (f"@{loaded.target}" if loaded.target else "")
         return self.project_dir / "runs" / (name + ("-smoke" if self.options.smoke else ""))
 
-    def _check_inputs(self, plan: Plan, only: str, state: dict[str, Any]) -> None:
-        for dep in plan.ancestors(only):
+    def _check_inputs(self, plan: Plan, only: tuple[str, ...], state: dict[str, Any]) -> None:
+        needed = {dep for name in only for dep in plan.ancestors(name)} - set(only)
+        for dep in (name for name in plan.names if name in needed):
             recorded = state["stages"].get(dep, {})
             if recorded.get("status") != "done" or recorded.get("fingerprint") != \
                     plan[dep].fingerprint:
-                raise UsageError(f"--only {only}: the output of '{dep}' is missing or stale for "
-                                 f"this spec; run without --only (or --from {dep}) first")
+                raise UsageError(f"--only {','.join(only)}: the output of '{dep}' is missing or "
+                                 f"stale for this spec; run without --only (or --from {dep}) "
+                                 "first")
 
-    def _run(self, loaded: LoadedSpec, plan: Plan, run_dir: Path, state: dict[str, Any], *,
-             only: Optional[str], from_stage: Optional[str]) -> RunRecord:
+    def _run(self, loaded: LoadedSpec, plan: Plan, store: LocalState, state: dict[str, Any], *,
+             only: tuple[str, ...], from_stage: Optional[str]) -> RunRecord:
         forced = set(plan.downstream(from_stage)) if from_stage else set()
         records: list[StageRecord] = []
         tracker = None
         for planned in plan:
             recorded = state["stages"].get(planned.name, {})
             current = recorded.get("fingerprint") == planned.fingerprint
-            if only is not None and planned.name != only:
+            if only and planned.name not in only:
                 if current and recorded.get("status") == "done":  # for the summary only
                     records.append(StageRecord(planned.name, "cached", 0.0, recorded["output"]))
                 continue
-            if only is None and planned.name not in forced and current and \
+            if not only and planned.name not in forced and current and \
                     recorded.get("status") == "done" and \
                     not getattr(build_stage(planned), "always_runs", False):
                 self.reporter.line(f"= {planned.name:<11} unchanged, skipped")
                 records.append(StageRecord(planned.name, "cached", 0.0, recorded["output"]))
                 continue
-            directory = run_dir / "stages" / planned.name
+            directory = store.stage_dir(planned.name)
             resume = self.options.resume and current and recorded.get("status") != "done"
             if not resume and directory.exists():
                 shutil.rmtree(directory)
             directory.mkdir(parents=True, exist_ok=True)
+            ancestors = plan.ancestors(planned.name)
+            store.fetch([d for d in ancestors if not store.stage_dir(d).exists() or only
+                         and d not in only])
             ctx = StageContext(
                 loaded=loaded, directory=directory, project_dir=self.project_dir,
-                upstream={d: state["stages"][d]["output"] for d in plan.ancestors(planned.name)},
-                upstream_dirs={d: run_dir / "stages" / d for d in plan.ancestors(planned.name)},
+                upstream={d: state["stages"][d]["output"] for d in ancestors},
+                upstream_dirs={d: store.stage_dir(d) for d in ancestors},
                 options=replace(self.options, resume=resume), reporter=self.reporter,
                 _tracker=tracker, spark=self.spark)
             state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
                                              "status": "running", "output": {}}
-            for later in plan.downstream(planned.name)[1:]:
-                state["stages"].pop(later, None)  # their inputs are about to change
-            _save_state(run_dir, state)
+            later = plan.downstream(planned.name)[1:]
+            for name in later:
+                state["stages"].pop(name, None)  # their inputs are about to change
+            store.save(state, changed=(planned.name, *later))
             self.reporter.line(f"> {planned.name}" + (" (resuming)" if resume else ""))
             started = time.perf_counter()
             try:
                 output = build_stage(planned).run(ctx)
             except BaseException as exc:
-                self._fail(run_dir, state, planned.name, directory, exc)
+                self._fail(store, state, planned.name, directory, exc)
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 raise StageFailed(self._failure_message(loaded, planned.name, exc, directory)) \
                     from None if isinstance(exc, DbspecError) else exc
             tracker = ctx._tracker
             seconds = time.perf_counter() - started
+            store.publish(planned.name)
             state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
                                              "status": "done", "output": output,
                                              "seconds": seconds, "finished_at": _now()}
-            _save_state(run_dir, state)
+            store.save(state, changed=(planned.name,))
             self.reporter.line(f"  {planned.name} done in {seconds:.1f}s")
             records.append(StageRecord(planned.name, "ran", seconds, output))
-        return RunRecord(loaded.spec.name, loaded.target, run_dir, records)
+        return RunRecord(loaded.spec.name, loaded.target, store.run_dir, records)
 
-    def _fail(self, run_dir, state, name, directory, exc) -> None:
+    def _fail(self, store: LocalState, state, name, directory, exc) -> None:
         detail = "".join(traceback.format_exception(exc))
         (directory / "error.txt").write_text(detail)
         entry = state["stages"][name]
         entry.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-        _save_state(run_dir, state)
+        store.save(state, changed=(name,))
 
     def _failure_message(self, loaded, name, exc, directory) -> str:
         if isinstance(exc, DbspecError):
@@ -183,15 +216,15 @@ class SparkExecutor(LocalExecutor):
         super().__init__(project_dir, **kwargs)
         self.master = master
 
-    def run(self, loaded: LoadedSpec, *, only: Optional[str] = None,
-            from_stage: Optional[str] = None) -> RunRecord:
+    def run(self, loaded: LoadedSpec, *, only: Sequence[str] = (),
+            from_stage: Optional[str] = None, run_key: Optional[str] = None) -> RunRecord:
         from dbspec.spark import master_url, spark_session
 
         self.reporter.line(f"> spark session on {master_url(loaded.spec, self.master)}")
         with spark_session(loaded.spec, self.master) as session:
             self.spark = session
             try:
-                return super().run(loaded, only=only, from_stage=from_stage)
+                return super().run(loaded, only=only, from_stage=from_stage, run_key=run_key)
             finally:
                 self.spark = None
 
@@ -199,21 +232,6 @@ class SparkExecutor(LocalExecutor):
         from dbspec.data.spark_sources import spark_version
 
         return spark_version(self.spark, loaded.spec.data, base=Path.cwd())
-
-
-def _load_state(run_dir: Path) -> dict[str, Any]:
-    path = run_dir / "state.json"
-    if path.exists():
-        try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
-            pass  # a state file from a crash mid-write: start over rather than guess
-    return {"stages": {}}
-
-
-def _save_state(run_dir: Path, state: dict[str, Any]) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(run_dir / "state.json", state)
 
 
 def _now() -> str:

@@ -1,0 +1,162 @@
+"""Where stage state and stage files live between invocations.
+
+``LocalState`` keeps them under ``.dbspec/runs/<spec>[@target]/`` (``state.json`` and
+``stages/<name>/``): one machine, the default.
+
+``MlflowState`` keeps them in an MLflow run tagged ``dbspec.run_key=<key>``: each stage's entry
+as ``dbspec/state/<stage>.json`` and its files under ``dbspec/stages/<stage>/``. Processes on
+different machines that share a tracking server and a run key (``--run-key {{job.run_id}}`` in
+a generated job) hand stages over through it: a task downloads the files of the stages it
+depends on, runs its own and uploads them. Checkpoints stay local (they only serve
+``--resume`` within one task).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from dbspec.errors import DbspecError
+from dbspec.stages.base import write_json
+
+_LOCAL_ONLY = ("checkpoints", "error.txt")
+
+
+class LocalState:
+    """Stage state in ``run_dir/state.json``, stage files in ``run_dir/stages/<name>``."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+
+    def load(self) -> dict[str, Any]:
+        path = self.run_dir / "state.json"
+        if path.exists():
+            try:
+                return json.loads(path.read_text())
+            except json.JSONDecodeError:
+                pass  # a state file from a crash mid-write: start over rather than guess
+        return {"stages": {}}
+
+    def save(self, state: dict[str, Any], changed: Iterable[str] = ()) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(self.run_dir / "state.json", state)
+
+    def stage_dir(self, name: str) -> Path:
+        return self.run_dir / "stages" / name
+
+    def fetch(self, names: Iterable[str]) -> None:
+        """Make the files of ``names`` available under :meth:`stage_dir` (already local)."""
+
+    def publish(self, name: str) -> None:
+        """Share a finished stage's files (nothing to do locally)."""
+
+
+class MlflowState(LocalState):
+    """Stage state and files in the MLflow run tagged with ``key`` (see the module docstring)."""
+
+    def __init__(self, run_dir: Path, *, tracking_uri: str, experiment: str, key: str,
+                 tags: dict[str, str], artifact_root: Optional[Path] = None):
+        import mlflow
+
+        from dbspec.tracking.mlflow_tracking import quiet_mlflow
+
+        super().__init__(Path(run_dir) / f"key-{_safe(key)}")
+        quiet_mlflow()
+        self.client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        self.key = key
+        self.tags = tags
+        self.experiment_id = self._experiment(experiment, artifact_root)
+        self._run_id: Optional[str] = None
+
+    def _experiment(self, name: str, artifact_root: Optional[Path]) -> str:
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return found.experiment_id
+        location = None
+        if artifact_root is not None and self.client.tracking_uri.split(":", 1)[0] in ("sqlite",
+                                                                                       "file"):
+            artifact_root.mkdir(parents=True, exist_ok=True)
+            location = artifact_root.resolve().as_uri()
+        return self.client.create_experiment(name, artifact_location=location)
+
+    @property
+    def run_id(self) -> str:
+        """The pipeline run of this key: found by its tag, or created."""
+        if self._run_id is None:
+            found = self.client.search_runs(
+                [self.experiment_id], f"tags.`dbspec.run_key` = '{_quote(self.key)}'",
+                max_results=2)
+            if found:
+                self._run_id = found[0].info.run_id
+            else:
+                run = self.client.create_run(
+                    self.experiment_id, run_name=f"dbspec pipeline {self.key}",
+                    tags={"dbspec.run_key": self.key, "dbspec.kind": "pipeline", **self.tags})
+                self._run_id = run.info.run_id
+        return self._run_id
+
+    def load(self) -> dict[str, Any]:
+        stages: dict[str, Any] = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                local = self.client.download_artifacts(self.run_id, "dbspec/state", tmp)
+            except Exception:  # no stage has saved anything yet
+                return {"stages": {}}
+            for path in sorted(Path(local).glob("*.json")):
+                entry = json.loads(path.read_text())
+                if entry.get("status") != "invalidated":
+                    stages[path.stem] = entry
+        return {"stages": stages}
+
+    def save(self, state: dict[str, Any], changed: Iterable[str] = ()) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in changed:
+                entry = state["stages"].get(name, {"status": "invalidated"})
+                path = Path(tmp) / f"{name}.json"
+                path.write_text(json.dumps(entry, indent=2, default=str))
+                self.client.log_artifact(self.run_id, str(path), "dbspec/state")
+
+    def fetch(self, names: Iterable[str]) -> None:
+        for name in names:
+            target = self.stage_dir(name)
+            if target.exists():
+                shutil.rmtree(target)
+            target.mkdir(parents=True)
+            try:
+                local = self.client.download_artifacts(self.run_id, f"dbspec/stages/{name}",
+                                                       str(target.parent / f".{name}.download"))
+            except Exception as exc:
+                if self._has_no_files(name):
+                    continue
+                raise DbspecError(f"cannot fetch the files of stage '{name}' from MLflow run "
+                                  f"{self.run_id}: {exc}") from None
+            for item in Path(local).iterdir():
+                shutil.move(str(item), target / item.name)
+            shutil.rmtree(target.parent / f".{name}.download", ignore_errors=True)
+
+    def _has_no_files(self, name: str) -> bool:
+        listed = self.client.list_artifacts(self.run_id, "dbspec/stages")
+        return not any(item.path.endswith(f"/{name}") for item in listed)
+
+    def publish(self, name: str) -> None:
+        directory = self.stage_dir(name)
+        for path in sorted(directory.rglob("*")):
+            relative = path.relative_to(directory)
+            if path.is_dir() or relative.parts[0] in _LOCAL_ONLY:
+                continue
+            where = "/".join(("dbspec", "stages", name, *relative.parts[:-1]))
+            self.client.log_artifact(self.run_id, str(path), where)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status)
+
+
+def _safe(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)[:80]
+
+
+def _quote(key: str) -> str:
+    return key.replace("\\", "\\\\").replace("'", "\\'")
