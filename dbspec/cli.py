@@ -122,6 +122,23 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("--format", choices=("text", "json"), default="text")
     diff.set_defaults(handler=_cmd_diff)
 
+    jobs = commands.add_parser(
+        "jobs", help="generate Databricks job definitions (bundle or Jobs API JSON) from a spec",
+        description="Write a Databricks Asset Bundle (databricks.yml, resources/, specs/) or one "
+                    "Jobs API 2.2 jobs/create payload per target. Tasks mirror the plan and "
+                    "hand stages over through MLflow (--run-key {{job.run_id}}). Output is "
+                    "deterministic; --check exits 1 when DIR is out of date.")
+    jobs.add_argument("file", metavar="FILE", help="spec file")
+    jobs.add_argument("--target", "-t", dest="targets", action="append", default=[],
+                      metavar="NAME", help="a target to generate (repeatable; default: all)")
+    jobs.add_argument("--set", dest="assignments", action="append", default=[],
+                      metavar="PATH=VALUE", help="override one value (repeatable)")
+    jobs.add_argument("--format", choices=("bundle", "jobs-json"), default="bundle")
+    jobs.add_argument("-o", "--output", metavar="DIR", required=True, help="output directory")
+    jobs.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 when the files in DIR are out of date")
+    jobs.set_defaults(handler=_cmd_jobs)
+
     serve = commands.add_parser(
         "serve", help="serve a registered model over HTTP (MLflow's scoring protocol)",
         description="Serve a registered model on uvicorn: POST /invocations (inputs, instances, "
@@ -329,6 +346,12 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     print(f"{result['name']}@{result['alias']} -> v{result['version']} "
           f"(rolled back from v{result['previous']})")
     return 0
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    from dbspec.jobs import run_jobs
+
+    return run_jobs(args)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
