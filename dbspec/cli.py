@@ -139,6 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="write nothing; exit 1 when the files in DIR are out of date")
     jobs.set_defaults(handler=_cmd_jobs)
 
+    board = commands.add_parser(
+        "tensorboard", help="show a training run's TensorBoard event files",
+        description="Fetch the event files a run logged (tracking.tensorboard: true) and start "
+                    "TensorBoard on 127.0.0.1, or print the --logdir to use.")
+    board.add_argument("run", metavar="RUN_ID|SPEC",
+                       help="an MLflow run id, or a spec (its last local training run)")
+    board.add_argument("--target", "-t", metavar="NAME", help="the spec's target")
+    board.add_argument("--port", type=int, default=6006, help="port (default: 6006)")
+    board.add_argument("--logdir-only", action="store_true",
+                       help="fetch the files and print the log directory; start nothing")
+    _add_registry_options(board)
+    board.set_defaults(handler=_cmd_tensorboard)
+
     serve = commands.add_parser(
         "serve", help="serve a registered model over HTTP (MLflow's scoring protocol)",
         description="Serve a registered model on uvicorn: POST /invocations (inputs, instances, "
@@ -352,6 +365,37 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     from dbspec.jobs import run_jobs
 
     return run_jobs(args)
+
+
+def _cmd_tensorboard(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dbspec.monitoring.commands import fetch_event_files, start_tensorboard
+    from dbspec.registry.commands import open_registry
+
+    state_dir = Path(args.state_dir)
+    run_id, tracking_uri = args.run, args.tracking_uri
+    if args.run.endswith((".yaml", ".yml")) or os.path.exists(args.run):
+        from dbspec.executors.local import LocalExecutor
+        from dbspec.executors.state import LocalState
+        from dbspec.spec.loader import load_spec
+        from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
+
+        loaded = load_spec(args.run, target=args.target)
+        state = LocalState(LocalExecutor(state_dir).run_dir(loaded)).load()
+        train = state["stages"].get("train", {})
+        if train.get("status") != "done":
+            raise DbspecError(f"{args.run}: no finished training in {state_dir}: run it first")
+        run_id = train["output"]["run_id"]
+        tracking_uri = tracking_uri or resolve_tracking_uri(loaded.spec, state_dir)
+    if args.port < 0 or args.port > 65535:
+        raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
+    client = open_registry(tracking_uri, state_dir).client
+    logdir = fetch_event_files(client, run_id, state_dir / "tensorboard" / run_id)
+    if args.logdir_only:
+        print(logdir)
+        return 0
+    return start_tensorboard(logdir, args.port)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

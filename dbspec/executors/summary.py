@@ -32,7 +32,8 @@ def build_summary(record: RunRecord) -> dict[str, Any]:
                                            "best_trial", "trials", "epochs_trained", "metric")
                       if k in tune}, **({"study_run_id": tune["run_id"]} if tune else {})},
         "training": {k: train[k] for k in ("epochs_run", "best_epoch", "train_samples_per_second",
-                                           "device", "threads") if k in train},
+                                           "device", "threads", "batch_size") if k in train},
+        "diagnosis": train.get("diagnosis", []),
         "batch_predict": record.output("batch_predict"),
         "serve": record.output("serve"),
         "stages": [{"name": s.name, "action": s.action, "seconds": round(s.seconds, 3)}
@@ -88,7 +89,10 @@ def render_summary(summary: dict[str, Any]) -> str:
                                  f"{training.get('best_epoch')}), "
                                  f"{training.get('train_samples_per_second', 0):,.0f} samples/s "
                                  f"on {training.get('device')} x{training.get('threads')} "
-                                 "threads"))
+                                 "threads" + (f", batch size {training['batch_size']}"
+                                              if training.get("batch_size") else "")))
+    for i, finding in enumerate(summary.get("diagnosis") or []):
+        rows.append(("diagnosis" if i == 0 else "", finding))
     for name, value in sorted(summary.get("metrics", {}).items()):
         if name.startswith("test_"):
             rows.append((name, f"{value:.6g}"))

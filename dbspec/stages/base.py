@@ -43,6 +43,13 @@ class Reporter:
         """An updating progress bar with the epoch's metrics (terminals only, ~10 per second)."""
         shown = "  ".join(f"{k} {v:.4g}" for k, v in metrics.items()
                           if k in ("train_loss", "val_loss") or k.startswith("val_"))
+        if "process_cpu_percent" in metrics:
+            shown += f"  cpu {metrics['process_cpu_percent']:.0f}%"
+        gpus = [v for k, v in metrics.items() if k.endswith("_utilization_percent")]
+        if gpus:
+            shown += "  gpu " + "/".join(f"{v:.0f}%" for v in gpus)
+        if "samples_per_second" in metrics:
+            shown += f"  {metrics['samples_per_second']:,.0f} samples/s"
         self.progress("epoch", epoch + 1, epochs, shown)
 
     def progress(self, unit: str, done: int, total: int, detail: str = "") -> None:

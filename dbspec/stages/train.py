@@ -48,8 +48,12 @@ class TrainStage:
         tags = {"dbspec.spec": spec.name, "dbspec.target": ctx.loaded.target or "",
                 "dbspec.smoke": str(ctx.options.smoke).lower(),
                 "dbspec.data_version": ctx.output_of("load_data")["data_version"]}
+        from dbspec.monitoring.observer import TrainingObserver
+
+        observer = TrainingObserver(spec, log_dir=ctx.directory / "tensorboard",
+                                    say=ctx.reporter.line)
         with tracker.run(previous_run, tags=tags,
-                         system_metrics=spec.tracking.system_metrics) as run_id:
+                         system_metrics=spec.tracking.system_metrics) as run_id, observer:
             write_json(run_file, {"run_id": run_id})
 
             def log_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
@@ -71,8 +75,16 @@ class TrainStage:
             else:
                 result = fit_spec(spec, table, splits, fitted, epochs=epochs,
                                   checkpoints=checkpoints, resume=ctx.options.resume,
-                                  callbacks=[log_epoch])
+                                  callbacks=[log_epoch], observer=observer)
             served, outcome = result.served, result.outcome
+            findings = observer.finish(device=result.device.type, threads=result.threads,
+                                       batch_size=result.batch_size or spec.training.batch_size)
+            diagnosis = outcome.extra.get("diagnosis") or [f.text() for f in findings]
+            tracker.set_tags({"dbspec.diagnosis": " | ".join(diagnosis)[:5000]})
+            for events in (ctx.directory / "tensorboard",
+                           ctx.directory / "distributed" / "tensorboard"):
+                if events.is_dir():
+                    tracker.client.log_artifacts(run_id, str(events), "tensorboard")
             if previous_run is None:
                 _log_inputs(ctx, spec, tracker, table, result)
             served_dir = save_served_model(served, ctx.directory / "served")
@@ -86,7 +98,11 @@ class TrainStage:
                 "tracking_uri": tracker.tracking_uri, "model_uri": model_uri,
                 "resumed_from_epoch": outcome.resumed_from, "stopped_early": outcome.stopped_early,
                 "device": str(result.device), "threads": result.threads,
-                "parameters": result.parameters, **summary,
+                "parameters": result.parameters, **summary, "diagnosis": diagnosis,
+                "gpu_monitoring": (observer.monitor.gpu_unavailable or "available")
+                if observer.monitor is not None else "off",
+                **({"batch_size": result.batch_size}
+                   if result.batch_size not in (None, spec.training.batch_size) else {}),
                 **({"world_size": result.outcome.extra["world_size"],
                     "backend": result.outcome.extra["backend"]}
                    if "world_size" in result.outcome.extra else {})}

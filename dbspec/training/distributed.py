@@ -170,6 +170,13 @@ def _train_rank(work_dir: Path, rank: int) -> None:
         if logger is not None:
             logger.log(metrics, epoch)
 
+    observer = None
+    if rank == 0:  # rank 0 watches the run for everyone: monitor, TensorBoard, diagnosis
+        from dbspec.monitoring.observer import TrainingObserver
+
+        observer = TrainingObserver(spec, log_dir=work_dir / "tensorboard", say=lambda text: None)
+        observer.__enter__()
+        observer.attach(network, tensors.x_train[:2])
     started = time.perf_counter()
     from dbspec.training.fit import validation_scorer
 
@@ -180,7 +187,8 @@ def _train_rank(work_dir: Path, rank: int) -> None:
                                                .model_copy(update={"restore_best": False})})
     outcome = train(model, tensors, training, loss=card.loss, device=device,
                     epochs=job["epochs"], score_validation=validation_scorer(spec, served),
-                    checkpoints=checkpoints, resume=job["resume"], callbacks=[log_metrics],
+                    checkpoints=checkpoints, resume=job["resume"],
+                    callbacks=([observer.callback] if observer else []) + [log_metrics],
                     engine=engine, reduce=reduce_metrics)
     seconds = time.perf_counter() - started
     weights = _full_state(network, engine, spec)
@@ -193,6 +201,11 @@ def _train_rank(work_dir: Path, rank: int) -> None:
             logger.flush()
         record = {k: v for k, v in asdict(outcome).items()}
         record.update(world_size=world, backend=job["backend"])
+        if observer is not None:
+            findings = observer.finish(device=device.type, threads=torch.get_num_threads(),
+                                       batch_size=training.batch_size)
+            observer.__exit__(None, None, None)
+            record["diagnosis"] = [f.text() for f in findings]
         (work_dir / "result.json").write_text(json.dumps(record, default=str))
     # measured here: ~30% of runs aborted at exit until the model and optimizer were released
     # and collected before tearing the process group down

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -77,15 +78,20 @@ class Fitted:
     device: Any
     threads: int
     parameters: int
+    batch_size: Optional[int] = None  # what training ended with (auto_batch_size may halve it)
 
 
 def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep], *,
              epochs: Optional[int] = None, checkpoints=None, resume: bool = False,
-             callbacks: Sequence = (), work_dir=None, tracking: Optional[dict] = None) -> Fitted:
+             callbacks: Sequence = (), work_dir=None, tracking: Optional[dict] = None,
+             observer=None) -> Fitted:
     """Build the spec's network for ``table``, train it, and wrap it as a served model.
 
     With ``compute.kind: torch_distributor`` the training runs on the distributor's ranks
     (``work_dir`` holds their files; ``tracking`` names the MLflow run rank 0 logs to).
+    ``observer`` (a :class:`~dbspec.monitoring.observer.TrainingObserver`) sees every epoch
+    first. A CUDA out-of-memory error fails with advice, or with ``training.auto_batch_size``
+    restarts the training at half the batch size.
     """
     from dataclasses import asdict
 
@@ -93,7 +99,7 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
 
     from dbspec.models.network import build_network
     from dbspec.models.served import ModelCard, ServedModel
-    from dbspec.training.loop import train
+    from dbspec.training.loop import TrainingError, train
 
     task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
     width, out = len(table.feature_names), output_width(task, loss, table.classes)
@@ -114,12 +120,39 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
         return _fit_distributed(spec, served, tensors, card, epochs=epochs, resume=resume,
                                 work_dir=work_dir, tracking=tracking, checkpoints=checkpoints,
                                 threads=threads, parameters=parameters)
-    network.to(device)
-    outcome = train(network, tensors, spec.training, loss=loss, device=device, epochs=epochs,
-                    score_validation=validation_scorer(spec, served), checkpoints=checkpoints,
-                    resume=resume, callbacks=callbacks)
+    training = spec.training
+    while True:
+        network.to(device)
+        if observer is not None:
+            observer.attach(network, tensors.x_train[:2])
+            callbacks = [observer.callback, *callbacks]
+        try:
+            outcome = train(network, tensors, training, loss=loss, device=device, epochs=epochs,
+                            score_validation=validation_scorer(spec, served),
+                            checkpoints=checkpoints, resume=resume, callbacks=callbacks)
+            break
+        except torch.cuda.OutOfMemoryError:
+            if observer is not None:
+                observer.oom_batch_sizes.append(training.batch_size)
+                callbacks = callbacks[1:]
+            if not training.auto_batch_size or training.batch_size == 1:
+                raise TrainingError(
+                    f"training.batch_size: CUDA ran out of memory at batch size "
+                    f"{training.batch_size}; lower it, add gradient checkpointing for deep "
+                    "models, or set training.auto_batch_size: true") from None
+            training = training.model_copy(update={"batch_size": training.batch_size // 2})
+            print(f"  CUDA out of memory: restarting at batch size {training.batch_size} "
+                  "(training.auto_batch_size)", file=sys.stderr)
+            network.cpu()
+            torch.cuda.empty_cache()
+            torch.manual_seed(spec.training.seed)  # the same start, with a smaller batch
+            network = build_network(spec.model, width, out)
+            served = ServedModel(card, network)
+            if checkpoints is not None:
+                checkpoints.clear()
+            resume = False
     network.cpu()
-    return Fitted(served.eval(), outcome, device, threads, parameters)
+    return Fitted(served.eval(), outcome, device, threads, parameters, training.batch_size)
 
 
 def _fit_distributed(spec, served, tensors, card, *, epochs, resume, work_dir, tracking,
@@ -142,6 +175,7 @@ def _fit_distributed(spec, served, tensors, card, *, epochs, resume, work_dir, t
     fields = TrainOutcome.__dataclass_fields__
     outcome = TrainOutcome(**{k: v for k, v in record.items() if k in fields})
     outcome.extra = {"world_size": record["world_size"], "backend": record["backend"],
+                     "diagnosis": record.get("diagnosis", []),
                      "ranks": [json.loads(p.read_text())
                                for p in sorted(work_dir.glob("rank-*.json"))]}
     return Fitted(served.eval(), outcome, torch.device("cpu"), threads, parameters)

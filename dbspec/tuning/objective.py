@@ -6,6 +6,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -54,6 +55,7 @@ class Objective:
     def __call__(self, trial) -> float:
         import optuna
 
+        from dbspec.monitoring.observer import TrainingObserver
         from dbspec.spec.loader import apply_values
         from dbspec.training.fit import fit_spec
 
@@ -62,6 +64,8 @@ class Objective:
         values = suggest(trial, search)
         run_id = self._start_run(trial.number, values)
         history: list[dict[str, float]] = []
+        scratch = tempfile.TemporaryDirectory(prefix="dbspec-trial-")
+        events = Path(scratch.name) / "tensorboard"
         state, value, error = "failed", None, ""
         try:
             try:
@@ -82,8 +86,11 @@ class Objective:
                 if trial.should_prune():
                     raise optuna.TrialPruned(f"pruned at epoch {epoch + 1}")
 
-            result = fit_spec(trial_spec, self.table, self.splits, self.fitted,
-                              epochs=self.setup.epochs, callbacks=[on_epoch])
+            observer = TrainingObserver(trial_spec, log_dir=events, say=lambda text: None)
+            with observer:
+                result = fit_spec(trial_spec, self.table, self.splits, self.fitted,
+                                  epochs=self.setup.epochs, callbacks=[on_epoch],
+                                  observer=observer)
             early = trial_spec.training.early_stopping
             value = best_value_of(result.outcome.history, search.metric,
                                   result.outcome.best_epoch, bool(early and early.restore_best))
@@ -100,6 +107,9 @@ class Objective:
             raise TrialFailed(error) from None
         finally:
             trial.set_user_attr("epochs", len(history))
+            if events.is_dir():  # pruned and failed trials keep their curves too
+                self.client.log_artifacts(run_id, str(events), "tensorboard")
+            scratch.cleanup()
             self._finish_run(run_id, history, state, value, error)
             self.report(TrialRecord(trial.number, state, value, values, len(history),
                                     elapsed(), error))

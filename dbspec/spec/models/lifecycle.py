@@ -50,7 +50,12 @@ class TrackingSpec(SpecModel):
     system_metrics: bool = d("Log CPU, memory and GPU metrics while training.", default=True)
     system_metrics_interval: float = d("Seconds between system-metric samples.", default=10.0,
                                        gt=0)
-    tensorboard: Union[bool, TensorboardSpec] = d("Write TensorBoard event files.", default=False)
+    tensorboard: Union[bool, TensorboardSpec] = d(
+        "Write TensorBoard event files (logged as the run's 'tensorboard' artifacts).",
+        default=False)
+    monitor: bool = d("Sample CPU, memory and GPU use while training; log them with each epoch "
+                      "and diagnose the run's bottleneck at the end.", default=True)
+    monitor_interval: float = d("Seconds between monitor samples.", default=1.0, gt=0, le=3600)
 
 
 class EvaluationSpec(SpecModel):

@@ -1,0 +1,1 @@
+"""Training observability: resource monitoring, TensorBoard event files, bottleneck diagnosis."""

@@ -1,0 +1,82 @@
+"""Everything that watches a training run: the resource monitor, TensorBoard, the diagnosis.
+
+``TrainingObserver`` wraps one training (a run, a search trial, rank 0 of a distributed run):
+its epoch callback adds the latest resource sample to the epoch's metrics (so they reach MLflow
+and the progress line with the training step) and writes TensorBoard events; at the end it
+diagnoses the run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from dbspec.monitoring.diagnosis import Finding, RunFacts, diagnose
+from dbspec.monitoring.resources import ResourceMonitor, sample_metrics
+from dbspec.monitoring.tensorboard import TensorboardLog, settings_of
+
+_TOLD = False  # whether this process said that GPU metrics are unavailable
+
+
+class TrainingObserver:
+    """Monitor + TensorBoard for one training; use as a context manager around the training."""
+
+    def __init__(self, spec, *, log_dir: Optional[Path] = None, say=None):
+        self.spec = spec
+        self.tensorboard_settings = settings_of(spec.tracking) if log_dir is not None else None
+        self.log_dir = log_dir
+        self.monitor: Optional[ResourceMonitor] = None
+        if spec.tracking.monitor:
+            self.monitor = ResourceMonitor(spec.tracking.monitor_interval)
+        self.tensorboard: Optional[TensorboardLog] = None
+        self.history: list[dict[str, float]] = []
+        self.oom_batch_sizes: list[int] = []
+        self.findings: list[Finding] = []
+        self._say = say or (lambda text: print(text, file=sys.stderr))
+
+    def __enter__(self) -> "TrainingObserver":
+        global _TOLD
+        if self.monitor is not None:
+            self.monitor.start()
+            if self.monitor.gpu_unavailable and not _TOLD:  # once per process, not per sample
+                self._say(f"  monitor: GPU metrics unavailable: {self.monitor.gpu_unavailable}")
+                _TOLD = True
+        return self
+
+    def attach(self, network, example=None) -> None:
+        """Start TensorBoard for ``network`` (again after an out-of-memory retry)."""
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+        if self.tensorboard_settings is not None:
+            self.tensorboard = TensorboardLog(self.log_dir, self.tensorboard_settings, network,
+                                              example)
+
+    def callback(self, *, epoch: int, metrics: dict[str, float], **_: Any) -> None:
+        if self.monitor is not None:
+            sample = self.monitor.latest() or self.monitor.sample()
+            metrics.update(sample_metrics(sample))
+        self.history.append(dict(metrics))
+        if self.tensorboard is not None:
+            self.tensorboard(epoch=epoch, metrics=metrics)
+
+    def finish(self, *, device: str, threads: int, batch_size: int) -> list[Finding]:
+        """Stop sampling, close TensorBoard, and diagnose the run."""
+        if self.monitor is not None:
+            self.monitor.stop()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None
+        samples = self.monitor.samples if self.monitor is not None else []
+        facts = RunFacts(device=device, threads=threads, cpu_count=os.cpu_count() or 1,
+                         batch_size=batch_size, oom_batch_sizes=tuple(self.oom_batch_sizes),
+                         gpu_unavailable=self.monitor.gpu_unavailable if self.monitor else None)
+        self.findings = diagnose(samples, self.history, facts)
+        return self.findings
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
