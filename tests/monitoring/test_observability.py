@@ -129,3 +129,38 @@ def _prepared(spec, source):
     table = build_table(source.frame, spec.data)
     splits = split_rows(table, spec.data)
     return table, splits, fit_preprocessing(spec.data, table, splits.train)
+
+
+def test_tensorboard_command_serves_the_run_on_loopback(observed_run):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    workdir, summary, _ = observed_run
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    server = subprocess.Popen([sys.executable, "-m", "dbspec", "tensorboard", "spec.yaml",
+                               "--port", str(port)], cwd=workdir, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{port}/data/runs", timeout=2)
+                if answer.status_code == 200 and answer.json():
+                    break
+            except httpx.TransportError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read()
+            time.sleep(0.5)
+        assert answer.json()  # TensorBoard found the run's event files
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
