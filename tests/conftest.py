@@ -14,9 +14,16 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 SPECS = sorted((ROOT / "specs").glob("*.yaml"))
 
 
+def checkout_env(env: dict | None = None) -> dict:
+    """The environment for a ``python -m dbspec`` subprocess that must run this checkout."""
+    full = {**os.environ, **(env or {})}
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
+    return full
+
+
 def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m dbspec ARGS`` in a fresh process, as a user would."""
-    full_env = {**os.environ, **(env or {})}
+    full_env = checkout_env(env)  # this checkout's dbspec, whatever is installed
     return subprocess.run([sys.executable, "-m", "dbspec", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=120)
 

@@ -16,14 +16,16 @@ import io
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Tuple
 
 import numpy as np
+import pyarrow as pa
 
 from dbspec.data.sources import DataError
 from dbspec.serving.app import LoadedModel
 
 BATCH_ROWS = 65_536
+_PART = "part-dbspec-"  # the only Parquet files a rerun replaces
 
 
 class BatchResult(NamedTuple):
@@ -91,10 +93,25 @@ def check_features(schema_types: dict[str, Any], feature_names: list[str], sourc
 
 
 def _clashes(columns: list[str], predicted: list[str], source: str) -> None:
-    taken = [c for c in predicted + ["model_name", "model_version"] if c in columns]
+    present = {c.lower() for c in columns}  # Delta and Spark compare names case-insensitively
+    taken = [c for c in predicted + ["model_name", "model_version"] if c.lower() in present]
     if taken:
         raise DataError(f"input {source} already has column(s) {', '.join(taken)}, which the "
                         "predictions would overwrite; rename or drop them first")
+
+
+def check_paths(source: str, output: str) -> None:
+    """The output must not be, contain, or sit inside the input (that deletes or re-reads it).
+
+    Raises:
+        DataError: the two overlap.
+    """
+    if "://" in output or "://" in source:
+        return
+    given, target = Path(source).expanduser().resolve(), Path(output).expanduser().resolve()
+    if given == target or given in target.parents or target in given.parents:
+        raise DataError(f"output {output} overlaps the input {source}: scoring would overwrite "
+                        "or re-read its own results; write somewhere else")
 
 
 def _score(model, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -126,10 +143,10 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
     Raises:
         DataError: bad input, or rows the model cannot score.
     """
-    import pyarrow as pa
     import pyarrow.types as pat
 
     started = time.perf_counter()
+    check_paths(source, output)
     dataset, version = open_input(source, input_version)
     names = list(loaded.model.card.feature_names)
     types = {field.name: field.type for field in dataset.schema}
@@ -177,29 +194,43 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
 def _write(reader, output: str, fmt: str) -> Optional[int]:
     """Write a stream of batches; the Delta table version written, for Delta."""
     target = Path(output).expanduser()
-    try:
-        if fmt == "delta":
-            from deltalake import DeltaTable, write_deltalake
+    if target.exists() and not target.is_dir():
+        raise DataError(f"output {output} exists and is not a directory")
+    if fmt == "delta":
+        from deltalake import DeltaTable, write_deltalake
 
+        try:
             write_deltalake(str(target), reader, mode="overwrite", schema_mode="overwrite")
             return DeltaTable(str(target)).version()
-        import pyarrow.parquet as pq
+        except DataError:
+            raise
+        except Exception as exc:  # DeltaError, TableNotFoundError, OSError, ArrowInvalid...
+            raise DataError(f"cannot write Delta table {output}: "
+                            f"{str(exc).splitlines()[0][:300]}") from exc
+    import pyarrow.parquet as pq
 
-        if target.exists() and not target.is_dir():
-            raise DataError(f"output {output} exists and is not a directory")
+    stale = sorted(target.glob(f"{_PART}*.parquet")) if target.is_dir() else []
+    others = [p.name for p in target.iterdir() if p.suffix == ".parquet" and p not in stale] \
+        if target.is_dir() else []
+    if others:
+        raise DataError(f"output {output} holds Parquet files dbspec did not write "
+                        f"({', '.join(others[:3])}); give an empty or new directory")
+    final = target / f"{_PART}{uuid.uuid4().hex[:12]}.parquet"
+    partial = final.with_suffix(".parquet.partial")
+    try:
         target.mkdir(parents=True, exist_ok=True)
-        final = target / f"part-00000-{uuid.uuid4().hex[:12]}.parquet"
-        partial = final.with_suffix(".parquet.partial")
         with pq.ParquetWriter(partial, reader.schema) as writer:
             for batch in reader:
                 writer.write_batch(batch)
         partial.replace(final)
-        for stale in target.glob("*.parquet"):
-            if stale != final:
-                stale.unlink()
-        return None
-    except OSError as exc:
-        raise DataError(f"cannot write {output}: {exc.strerror or exc}") from None
+    except BaseException as exc:
+        partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise DataError(f"cannot write {output}: {exc.strerror or exc}") from None
+        raise
+    for old in stale:  # the previous predictions, replaced whole
+        old.unlink()
+    return None
 
 
 # -- Spark ----------------------------------------------------------------------------------
@@ -273,13 +304,18 @@ def read_spark_input(spark, source: str, version: Optional[int]):
 
 
 def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: str = "delta",
-                  input_version: Optional[int] = None, batch_rows: int = 100_000) -> BatchResult:
-    """Score with Spark (see the module docstring); the output as ``predict_local``'s."""
-    import pyarrow as pa
+                  input_version: Optional[int] = None,
+                  batch_rows: Optional[int] = None) -> BatchResult:
+    """Score with Spark (see the module docstring); the output as ``predict_local``'s.
+
+    ``batch_rows`` overrides ``spark.sql.execution.arrow.maxRecordsPerBatch`` for this call
+    (measured: Spark's default of 10,000 is as fast here, so it is left alone by default).
+    """
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     started = time.perf_counter()
+    check_paths(source, output)
     frame, version = read_spark_input(spark, source, input_version)
     names = list(loaded.model.card.feature_names)
     types = dict(frame.dtypes)
@@ -290,9 +326,7 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
     result_type = T.StructType(fields)
     payload = spark.sparkContext.broadcast(_model_payload(loaded))
 
-    from pyspark.sql.pandas.functions import ArrowUDFType
-
-    def score(batches):
+    def score(batches: Iterator[Tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
         model = _worker_model(payload.value)
         for arrays in batches:
             x = np.column_stack([np.asarray(a.to_numpy(zero_copy_only=False), dtype=np.float32)
@@ -304,12 +338,16 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
             yield pa.StructArray.from_arrays([pa.array(v) for v in columns.values()],
                                              names=list(columns))
 
-    score = F.arrow_udf(score, result_type, ArrowUDFType.SCALAR_ITER)
+    score = F.arrow_udf(score, result_type)  # an iterator Arrow UDF, from the type hints
 
-    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", None)
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(batch_rows))
+    setting = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    previous = spark.conf.get(setting, None)
+    if batch_rows is not None:
+        spark.conf.set(setting, str(batch_rows))
+    features = [F.col(f"`{n}`") if types[n] in ("float", "double") else
+                F.col(f"`{n}`").cast("double") for n in names]  # the UDF makes float32 itself
     try:
-        scored = frame.withColumn("__dbspec", score(*[F.col(n).cast("float") for n in names]))
+        scored = frame.withColumn("__dbspec", score(*features))
         scored = scored.select(*[F.col(f"`{c}`") for c in frame.columns],
                                *[F.col(f"__dbspec.{f.name}").alias(f.name) for f in fields],
                                F.lit(loaded.name).alias("model_name"),
@@ -317,17 +355,20 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
         rows, output_version = _write_spark(spark, scored, output, fmt)
     except DataError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # Py4J and PySpark errors: the first line says what happened
         text = str(exc)
         if _UNSCORABLE in text:  # the last mention is the message; earlier ones are source
             raise DataError(f"input {source}: "
                             + text.rsplit(_UNSCORABLE, 1)[1].splitlines()[0]) from None
-        raise
+        raise DataError(f"Spark could not score {source} into {output}: "
+                        f"{text.strip().splitlines()[0][:300] if text.strip() else exc!r}") \
+            from exc
     finally:
-        if previous is None:
-            spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-        else:
-            spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+        if batch_rows is not None:
+            if previous is None:
+                spark.conf.unset(setting)
+            else:
+                spark.conf.set(setting, previous)
         payload.unpersist()
     return BatchResult(rows, output, fmt, version, output_version,
                        time.perf_counter() - started, loaded.name, loaded.version)
@@ -357,13 +398,21 @@ def _write_spark(spark, scored, output: str, fmt: str) -> tuple[int, Optional[in
 
     target = Path(output).expanduser()
     local = "://" not in output
+    if local and target.is_dir() and any(target.iterdir()) and not (
+            (target / "_SUCCESS").exists() or (target / "_delta_log").is_dir()):
+        raise DataError(f"output {output} is a directory with other files in it; Spark would "
+                        "replace all of them: give an empty or new directory")
     if fmt == "delta" and has_delta_format(spark):
         scored.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
             .save(output)
         return spark.read.format("delta").load(output).count(), None
     if fmt == "parquet":
         scored.write.mode("overwrite").parquet(str(target) if local else output)
-        return spark.read.parquet(str(target) if local else output).count(), None
+        if local:  # the files' footers know; a Spark count would be another job
+            import pyarrow.dataset as ds
+
+            return ds.dataset(str(target), format="parquet").count_rows(), None
+        return spark.read.parquet(output).count(), None
     if not local:
         raise DataError(f"output {output}: writing Delta to a remote path needs a Spark session "
                         "with the Delta format (Databricks, or the Delta connector)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,9 @@ def open_model(args: argparse.Namespace):
     from dbspec.serving.source import (parse_model_uri, resolve_version, spec_target,
                                        tracking_uri_for)
 
+    # a registry that does not answer should fail in seconds, not after MLflow's 7 retries
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     spec = None
     if args.model.startswith("models:/"):
         if args.target or args.assignments:
@@ -79,6 +83,8 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
             return given
         return getattr(realtime, field) if realtime is not None else default
 
+    if args.port is not None and args.port > 65535:
+        raise UsageError(f"--port must be 0 to 65535, not {args.port}")
     for name in ("port", "max_batch_size", "max_body_bytes"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "port" else 1):
@@ -86,7 +92,7 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
                              f"{'0 or more' if name == 'port' else 'at least 1'}, not {value}")
     if args.max_wait_ms is not None and not args.max_wait_ms >= 0:
         raise UsageError(f"--max-wait-ms must be 0 or more, not {args.max_wait_ms}")
-    if args.watch_interval <= 0:
+    if not args.watch_interval > 0 or args.watch_interval == float("inf"):
         raise UsageError(f"--watch-interval must be positive, not {args.watch_interval}")
     table, queue_size = args.inference_table, 10_000
     if table is None and realtime is not None and realtime.inference_table is not None \

@@ -47,10 +47,38 @@ class InferenceTable:
         self._thread = threading.Thread(target=self._loop, name="dbspec-inference-table",
                                         daemon=True)
 
-    def start(self) -> None:
-        import deltalake  # noqa: F401  (fail at start-up, not in the writer thread)
+    def check(self) -> None:
+        """Fail before serving when the table cannot be written, or is not an inference table.
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        Raises:
+            DbspecError: an unwritable path, or an existing Delta table of another kind.
+        """
+        import tempfile
+
+        from deltalake import DeltaTable
+
+        from dbspec.errors import DbspecError
+
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.path, prefix=".dbspec-probe-"):
+                pass
+        except OSError as exc:
+            raise DbspecError(f"inference table {self.path}: cannot write there: "
+                              f"{exc.strerror or exc}") from None
+        if (self.path / "_delta_log").is_dir():
+            try:
+                names = {f.name for f in DeltaTable(str(self.path)).schema().fields}
+            except Exception as exc:  # a damaged log
+                raise DbspecError(f"inference table {self.path}: cannot open it: {exc}") \
+                    from None
+            if not {"request_id", "timestamp", "model_version"} <= names:
+                raise DbspecError(f"inference table {self.path} is a Delta table of another "
+                                  "kind (no request_id, timestamp, model_version columns); "
+                                  "give a new path")
+
+    def start(self) -> None:
+        """Start the writer (``dbspec serve`` runs :meth:`check` before it serves)."""
         self._thread.start()
 
     def offer(self, record: Record) -> None:
@@ -74,12 +102,14 @@ class InferenceTable:
 
     def _loop(self) -> None:
         pending: list[Record] = []
+        rows = 0
         deadline = time.monotonic() + self.flush_seconds
         while True:
             stopping = self._stop.is_set()
             try:
-                pending.append(self.queue.get(timeout=max(0.0, deadline - time.monotonic())))
-                rows = sum(len(r.features) for r in pending)
+                record = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                pending.append(record)
+                rows += len(record.features)
                 if rows < self.flush_rows and time.monotonic() < deadline:
                     continue
             except queue.Empty:
@@ -91,7 +121,7 @@ class InferenceTable:
                     break
             if pending:
                 self._write(pending)
-                pending = []
+                pending, rows = [], 0
             if stopping and self.queue.empty():
                 return
             deadline = time.monotonic() + self.flush_seconds
@@ -132,7 +162,11 @@ class InferenceTable:
                                    pa.float64()),
         }
         features = np.concatenate([r.features for r in records])
-        for j, name in enumerate(records[0].feature_names):
+        names = list(records[0].feature_names)
+        taken = {c.lower() for c in columns} | {c.lower() for c in records[0].predictions}
+        if any(name.lower() in taken for name in names):  # keep every column, rename features
+            names = [f"feature_{name}" for name in names]
+        for j, name in enumerate(names):
             columns[name] = pa.array(features[:, j])
         for name in records[0].predictions:
             columns[name] = pa.array(np.concatenate([r.predictions[name] for r in records]))

@@ -93,6 +93,8 @@ def _json_problem(body: bytes, exc: ValueError) -> str:
         return refused.message
     except (ValueError, UnicodeDecodeError) as strict:
         return f"malformed JSON: {strict}"
+    except (RecursionError, MemoryError):
+        return f"malformed JSON: nested too deeply ({exc})"
     return f"malformed JSON: {exc}"
 
 
@@ -113,7 +115,7 @@ def _split(value: Any, feature_names: Sequence[str]) -> Any:
     order = [columns.index(name) for name in feature_names]
     try:
         return [[row[i] for i in order] for row in data]
-    except (TypeError, IndexError):
+    except (TypeError, IndexError, KeyError):
         raise RequestError(400, f"dataframe_split: every row needs {len(columns)} values, one "
                                 "per column") from None
 

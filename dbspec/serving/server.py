@@ -67,6 +67,8 @@ def resolve_token(options: ServeOptions) -> Optional[str]:
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket, or a clear error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if not 0 <= port <= 65535:
+        raise UsageError(f"port {port} is out of range: use 0 to 65535 (0 picks a free one)")
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
@@ -84,15 +86,14 @@ def alias_watcher(client, target: ModelTarget, interval_s: float,
     """A background job for :class:`ScoringApp`: follow ``target``'s alias and swap versions."""
 
     async def watch(app: ScoringApp) -> None:
-        loop = asyncio.get_running_loop()
         last_problem = None
         while True:
             await asyncio.sleep(interval_s)
             try:
-                version = await loop.run_in_executor(None, resolve_version, client, target)
+                version = await in_daemon_thread(resolve_version, client, target)
                 if version == app.model.version:
                     continue
-                loaded = await loop.run_in_executor(None, load_version, client, target, version)
+                loaded = await in_daemon_thread(load_version, client, target, version)
             except Exception as exc:  # registry down, alias deleted: keep serving what we have
                 problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if problem != last_problem:
@@ -105,6 +106,32 @@ def alias_watcher(client, target: ModelTarget, interval_s: float,
             say(f"{target.uri} moved: now serving v{version} (was v{previous})")
 
     return watch
+
+
+async def in_daemon_thread(function, *args):
+    """``function(*args)`` on a daemon thread: a registry call stuck in its retries must not
+    hold up the server's shutdown (the default executor's threads are joined at exit)."""
+    import threading
+
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(outcome, failed: bool) -> None:
+        if not future.done():
+            (future.set_exception if failed else future.set_result)(outcome)
+
+    def work() -> None:
+        try:
+            result, failed = function(*args), False
+        except BaseException as exc:  # handed to the awaiting coroutine
+            result, failed = exc, True
+        try:
+            loop.call_soon_threadsafe(settle, result, failed)
+        except RuntimeError:  # the loop closed while we waited: nobody is listening
+            pass
+
+    threading.Thread(target=work, name="dbspec-watch", daemon=True).start()
+    return await future
 
 
 def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
@@ -123,6 +150,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     table = None
     if options.inference_table is not None:
         table = InferenceTable(options.inference_table, queue_size=options.queue_size)
+        table.check()
     app = ScoringApp(loaded, ServingConfig(token, options.max_batch_size, options.max_wait_ms,
                                            options.max_body_bytes),
                      table=table, background=background)
@@ -143,6 +171,8 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     gc.freeze()
     try:
         server.run(sockets=[sock])
+    except SystemExit:  # uvicorn exits when the app's start-up fails; say it our way
+        raise DbspecError("the server did not start (see the messages above)") from None
     finally:
         sock.close()
     if not server.started:

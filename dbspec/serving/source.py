@@ -91,9 +91,14 @@ def resolve_version(client, target: ModelTarget) -> str:
 def _registry_problem(client, target: ModelTarget, exc: Exception) -> str:
     from mlflow.exceptions import MlflowException
 
+    if getattr(exc, "error_code", "") not in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND",
+                                              "INVALID_PARAMETER_VALUE"):
+        return f"the registry did not answer: {str(exc).splitlines()[0]}"
     try:
         client.get_registered_model(target.name)
-    except MlflowException:
+    except MlflowException as missing:
+        if getattr(missing, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+            return f"the registry did not answer: {str(missing).splitlines()[0]}"
         return f"registered model '{target.name}' does not exist: run its spec first"
     if target.alias:
         return (f"no version of '{target.name}' holds the alias '{target.alias}': promote one "
@@ -110,9 +115,15 @@ def load_version(client, target: ModelTarget, version: str):
     from dbspec.models.served import load_served_model
     from dbspec.serving.app import LoadedModel
 
-    local = Path(mlflow.artifacts.download_artifacts(
-        artifact_uri=client.get_model_version_download_uri(target.name, version),
-        tracking_uri=client.tracking_uri))
+    from mlflow.exceptions import MlflowException
+
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(
+            artifact_uri=client.get_model_version_download_uri(target.name, version),
+            tracking_uri=client.tracking_uri))
+    except (MlflowException, OSError) as exc:
+        raise RegistryError(f"cannot download models:/{target.name}/{version}: "
+                            f"{str(exc).splitlines()[0]}") from None
     cards = sorted(local.glob("artifacts/*/model.json"))
     if not cards:
         raise RegistryError(f"models:/{target.name}/{version} was not logged by dbspec (no "

@@ -36,7 +36,11 @@ def spark_session(spec, master: Optional[str] = None) -> Iterator[object]:
                .config("spark.ui.showConsoleProgress", "false"))
     for key, value in (spec.spark.conf if spec is not None else {}).items():
         builder = builder.config(key, str(value))
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # a bad master URL, no Java: PySparkRuntimeError and friends
+        raise DbspecError(f"cannot start Spark on {master_url(spec, master)}: "
+                          f"{str(exc).strip().splitlines()[0][:300]}") from None
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, checkout_env
 from tests.conftest import run_main as run
 
 SPECS = ROOT / "specs"
@@ -212,7 +212,7 @@ registry: {name: resumable_model}
 @pytest.mark.slow
 def test_kill_9_during_training_then_resume(workdir):
     (workdir / "spec.yaml").write_text(RESUMABLE)
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env = {k: v for k, v in checkout_env().items() if k != "MLFLOW_TRACKING_URI"}
     process = subprocess.Popen([sys.executable, "-m", "dbspec", "run", "spec.yaml", "-q"],
                                cwd=workdir, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)

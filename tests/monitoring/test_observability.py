@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import MINIMAL, run_cli
+from tests.conftest import MINIMAL, checkout_env, run_cli
 
 OBSERVED = MINIMAL + """\
 training: {epochs: 6, batch_size: 64}
@@ -132,7 +132,6 @@ def _prepared(spec, source):
 
 
 def test_tensorboard_command_serves_the_run_on_loopback(observed_run):
-    import os
     import signal
     import socket
     import subprocess
@@ -145,7 +144,7 @@ def test_tensorboard_command_serves_the_run_on_loopback(observed_run):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    env = checkout_env({"MLFLOW_TRACKING_URI": ""})
     server = subprocess.Popen([sys.executable, "-m", "dbspec", "tensorboard", "spec.yaml",
                                "--port", str(port)], cwd=workdir, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -5,7 +5,6 @@ The servers are real ``dbspec serve`` processes on 127.0.0.1, driven over HTTP w
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from typing import NamedTuple, Optional
 import httpx
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, checkout_env, run_cli
 
 NAME = "diabetes_predictor_smoke"
 FEATURES = ["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"]
@@ -60,7 +59,7 @@ class Server(NamedTuple):
 def start_server(registered: Registered, *args: str, token: Optional[str] = TOKEN,
                  log: Path) -> Server:
     """``dbspec serve ARGS --port 0``; waits for its 'serving ... on URL' line."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": registered.tracking_uri}
+    env = checkout_env({"MLFLOW_TRACKING_URI": registered.tracking_uri})
     env.pop("DBSPEC_TOKEN", None)
     if token is not None:
         env["DBSPEC_TOKEN"] = token

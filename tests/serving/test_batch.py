@@ -195,7 +195,7 @@ def test_spark_scoring_matches_local_scoring(model, spark, tmp_path):
     source = tmp_path / "in"
     write_deltalake(str(source), rows_table(2000))
     write_deltalake(str(source), rows_table(10, seed=3), mode="append")
-    local = predict_local(model, str(source), str(tmp_path / "local"), input_version=0)
+    assert predict_local(model, str(source), str(tmp_path / "local"), input_version=0).rows == 2000
     on_spark = predict_spark(spark, model, str(source), str(tmp_path / "spark"), input_version=0,
                              batch_rows=300)
     assert (on_spark.rows, on_spark.input_version, on_spark.output_version) == \
@@ -237,3 +237,68 @@ def test_spark_refuses_rows_it_cannot_score(model, spark, tmp_path):
     pq.write_table(table, tmp_path / "in.parquet")
     with pytest.raises(DataError, match=r"scored NaN \(missing values in sex\)"):
         predict_spark(spark, model, str(tmp_path / "in.parquet"), str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("output", ["in", "in/predictions", "."])
+def test_an_output_that_overlaps_the_input_is_refused(model, tmp_path, output):
+    from dbspec.serving.batch import predict_local
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(rows_table(10), tmp_path / "in" / "a.parquet")
+    with pytest.raises(DataError, match="overlaps the input"):
+        predict_local(model, str(tmp_path / "in"), str(tmp_path / output))
+    assert (tmp_path / "in" / "a.parquet").exists()
+
+
+def test_parquet_output_never_deletes_files_it_did_not_write(model, tmp_path):
+    from dbspec.serving.batch import predict_local
+
+    pq.write_table(rows_table(10), tmp_path / "in.parquet")
+    (tmp_path / "out").mkdir()
+    pq.write_table(rows_table(3), tmp_path / "out" / "precious.parquet")
+    with pytest.raises(DataError, match="holds Parquet files dbspec did not write "
+                                        r"\(precious.parquet\)"):
+        predict_local(model, str(tmp_path / "in.parquet"), str(tmp_path / "out"), fmt="parquet")
+    assert (tmp_path / "out" / "precious.parquet").exists()
+    assert not list((tmp_path / "out").glob("*.partial"))
+
+
+def test_a_delta_write_failure_is_a_clear_error(model, tmp_path):
+    from dbspec.serving.batch import predict_local
+
+    table = rows_table(5).append_column("half", pa.array(np.zeros(5, dtype=np.float16)))
+    pq.write_table(table, tmp_path / "in.parquet")
+    with pytest.raises(DataError, match="cannot write Delta table"):
+        predict_local(model, str(tmp_path / "in.parquet"), str(tmp_path / "out"))
+
+
+def test_a_clash_with_different_case_is_caught(model, tmp_path):
+    from dbspec.serving.batch import predict_local
+
+    pq.write_table(rows_table(5).append_column("Prediction", pa.array([0.0] * 5)),
+                   tmp_path / "in.parquet")
+    with pytest.raises(DataError, match="already has column"):
+        predict_local(model, str(tmp_path / "in.parquet"), str(tmp_path / "out"))
+
+
+@pytest.mark.slow
+def test_spark_refuses_to_overwrite_a_directory_of_other_files(model, spark, tmp_path):
+    from dbspec.serving.batch import predict_spark
+
+    pq.write_table(rows_table(5), tmp_path / "in.parquet")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("keep me")
+    with pytest.raises(DataError, match="Spark would replace all of them"):
+        predict_spark(spark, model, str(tmp_path / "in.parquet"), str(tmp_path / "out"),
+                      fmt="parquet")
+    assert (tmp_path / "out" / "notes.txt").exists()
+
+
+def test_a_spark_master_that_does_not_start_is_a_clear_error(registered, tmp_path):
+    pq.write_table(rows_table(5), tmp_path / "in.parquet")
+    result = run_cli("predict", f"models:/{NAME}/1", "--input", str(tmp_path / "in.parquet"),
+                     "--output", str(tmp_path / "out"), "--engine", "spark", "--master",
+                     "bogus://nowhere", cwd=registered.workdir,
+                     env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    assert result.returncode == 1 and "cannot start Spark on bogus://nowhere" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -70,6 +70,10 @@ def test_a_single_feature_model_takes_a_flat_list():
     (body({"inputs": {"a": [1], "b": [2]}}), "missing column(s) c"),
     (body({"inputs": {"a": [1], "b": [2, 3], "c": [4]}}), "same length"),
     (b"\xff\xfe", "malformed JSON"),
+    (b'{"inputs":' + b"[" * 5000 + b"x", "malformed JSON"),
+    (b'{"inputs":' + b'{"a":' * 100000 + b"1" + b"}" * 100000 + b"}", "malformed JSON"),
+    (body({"dataframe_split": {"columns": ["c", "b", "a"], "data": [{"a": 1}]}}),
+     "every row needs 3 values"),
 ])
 def test_bad_bodies_are_refused_with_a_400_that_says_why(raw, message):
     with pytest.raises(RequestError) as refused:

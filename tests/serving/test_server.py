@@ -252,6 +252,11 @@ def test_a_busy_port_is_a_clear_error(registered):
     ([f"models:/{NAME}/1", "--max-batch-size", "0"], 2, "--max-batch-size must be at least 1"),
     ([f"models:/{NAME}/1", "--watch-alias"], 2, "--watch-alias needs a model chosen by alias"),
     ([f"models:/{NAME}/1", "--target", "prod"], 2, "apply to a spec, not to a models:/ URI"),
+    ([f"models:/{NAME}/1", "--port", "99999"], 2, "--port must be 0 to 65535"),
+    ([f"models:/{NAME}@live", "--watch-alias", "--watch-interval", "nan"], 2,
+     "--watch-interval must be positive"),
+    ([f"models:/{NAME}/1", "--inference-table", "/proc/dbspec/table"], 1,
+     "inference table /proc/dbspec/table: cannot write there"),
 ])
 def test_bad_serve_arguments_are_clear_errors(registered, args, code, message):
     result = run_cli("serve", *args, cwd=registered.workdir,
@@ -271,3 +276,25 @@ def test_a_spec_serves_its_registered_model_and_alias(registered, serve):
     server = serve(spec, "--set", f"registry.name={NAME}", "--alias", "live")
     version = httpx.get(server.url + "/version", headers=AUTH).json()
     assert version["model_uri"] == f"models:/{NAME}@live"
+
+
+def test_an_inference_table_path_holding_another_delta_table_is_refused(registered, tmp_path):
+    from deltalake import write_deltalake
+
+    import pyarrow as pa
+
+    write_deltalake(str(tmp_path / "other"), pa.table({"x": [1, 2]}))
+    result = run_cli("serve", f"models:/{NAME}/1", "--inference-table", str(tmp_path / "other"),
+                     cwd=registered.workdir, env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    assert result.returncode == 1 and "is a Delta table of another kind" in result.stderr
+
+
+def test_inference_table_columns_never_overwrite_each_other(tmp_path):
+    from dbspec.serving.inference_table import InferenceTable, Record
+
+    table = InferenceTable(tmp_path / "t")
+    record = Record("r1", 1.0, "m", "1", 2.5, ("timestamp", "x"),
+                    np.array([[7.0, 8.0]], dtype=np.float32), {"prediction": np.array([0.5])})
+    written = table._table([record]).to_pydict()
+    assert written["request_id"] == ["r1"] and written["latency_ms"] == [2.5]
+    assert written["feature_timestamp"] == [7.0] and written["feature_x"] == [8.0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from optuna.trial import FixedTrial, TrialState
 
 from dbspec.spec.models.search import SearchSpec
 from dbspec.tuning import direction, grid_space, make_pruner, make_sampler, suggest
+from tests.conftest import checkout_env
 from tests.conftest import run_main as run
 
 SEARCH = """\
@@ -128,7 +128,7 @@ def test_best_trial_model_is_reused(workdir):
 @pytest.mark.slow
 def test_an_interrupted_study_continues(workdir):
     spec = write(workdir, epochs=20, trials=10)
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env = {k: v for k, v in checkout_env().items() if k != "MLFLOW_TRACKING_URI"}
     process = subprocess.Popen([sys.executable, "-m", "dbspec", "run", spec], cwd=workdir,
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
