@@ -12,8 +12,8 @@ with the input columns and the prediction(s).
 - dbspec: ``dbspec.serving.batch.predict_spark(spark, loaded, input, output, fmt="parquet")``
   with the model loaded by ``dbspec.serving.source.load_version``, as ``dbspec predict --engine
   spark`` calls it. Its job also adds ``model_name``/``model_version`` columns and counts the
-  written output; both are timed, since the user gets them. It sets
-  ``spark.sql.execution.arrow.maxRecordsPerBatch`` to 100,000 for the duration of its call.
+  written output; both are timed, since the user gets them. Both sides run with Spark's
+  ``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000 unless set).
 - mlflow: ``mlflow.pyfunc.spark_udf(spark, "models:/NAME/1", result_type="double",
   env_manager="local")`` (made once, untimed), then ``read.parquet(input).withColumn(
   "prediction", udf(*features)).write.mode("overwrite").parquet(output)``; Arrow batches at
@@ -367,7 +367,7 @@ def main() -> None:
     batch = last["dbspec"].get("arrow_batch")
     print(f"input: {info['floor']['partitions']} Spark partitions; {ARROW_BATCH}: "
           f"{info['mlflow']['arrow_batch'] or 'unset (Spark default, 10000)'} for spark_udf; "
-          f"predict_spark sets 100000 for the length of its call ({batch or 'unset'} after it)")
+          f"{batch or 'unset (Spark default, 10000)'} for predict_spark")
     print(f"model set-up (untimed): dbspec load_version {info['dbspec']['model_s']:.1f} s, "
           f"mlflow spark_udf {info['mlflow']['model_s']:.1f} s")
     print()
