@@ -17,9 +17,16 @@ SPEC = str(ROOT / "specs" / "diabetes_distributed.yaml")
 
 
 def test_two_gloo_ranks_match_single_process_quality(workdir):
-    code, _, err = run("run", SPEC, "--set", "training.epochs=60", "--summary-json", "ddp.json")
+    code, _, err = run("run", SPEC, "--set", "training.epochs=60", "--summary-json", "ddp.json",
+                       "--set", "tracking.tensorboard=true")
     assert code == 0, err
     ddp = json.loads((workdir / "ddp.json").read_text())
+    assert ddp["diagnosis"]  # from rank 0's monitor
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workdir / '.dbspec' / 'mlflow.db'}")
+    events = client.list_artifacts(ddp["run_id"], "tensorboard")
+    assert any("tfevents" in a.path for a in events)  # rank 0 wrote them
     run_dir = workdir / ".dbspec" / "runs" / "diabetes-distributed" / "stages" / "train"
     ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "distributed").glob("rank-*.json"))]
     assert [r["rank"] for r in ranks] == [0, 1]

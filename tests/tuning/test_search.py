@@ -63,7 +63,8 @@ def mlflow_client(workdir):
 
 
 def test_pruned_trials_show_in_the_study_and_in_mlflow(workdir):
-    code, out, err = run("run", write(workdir), "--summary-json", "s.json")
+    code, out, err = run("run", write(workdir), "--summary-json", "s.json",
+                         "--set", "tracking.tensorboard=true")
     assert code == 0, err
     summary = json.loads((workdir / "s.json").read_text())
     study = study_of(workdir, summary)
@@ -79,6 +80,9 @@ def test_pruned_trials_show_in_the_study_and_in_mlflow(workdir):
     assert len(children) == 6
     assert {r.data.tags["dbspec.trial_state"] for r in children} >= {"complete", "pruned"}
     assert all(r.data.tags["mlflow.parentRunId"] for r in children)
+    for child in children:  # every trial, pruned ones too, has its TensorBoard curves
+        events = client.list_artifacts(child.info.run_id, "tensorboard")
+        assert any("tfevents" in a.path for a in events), child.data.tags["dbspec.trial"]
     assert "trial   0" in err and "best val_loss" in err
     plots = {a.path for a in client.list_artifacts(summary["search"]["study_run_id"], "search")}
     assert {"search/optimization_history.png", "search/parallel_coordinate.png",
