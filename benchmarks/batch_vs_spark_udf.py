@@ -14,6 +14,8 @@ with the input columns and the prediction(s).
   spark`` calls it. Its job also adds ``model_name``/``model_version`` columns and counts the
   written output; both are timed, since the user gets them. Both sides run with Spark's
   ``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000 unless set).
+- for context, not for the target: ``predict_local`` on the same input in the dbspec side's
+  process (``dbspec predict --engine local``: Arrow record batches, no Spark);
 - mlflow: ``mlflow.pyfunc.spark_udf(spark, "models:/NAME/1", result_type="double",
   env_manager="local")`` (made once, untimed), then ``read.parquet(input).withColumn(
   "prediction", udf(*features)).write.mode("overwrite").parquet(output)``; Arrow batches at
@@ -119,7 +121,7 @@ def side_jobs(args: argparse.Namespace, spark, info: dict) -> dict[str, Callable
     if args.side == "dbspec":
         import mlflow
 
-        from dbspec.serving.batch import predict_spark
+        from dbspec.serving.batch import predict_local, predict_spark
         from dbspec.serving.source import ModelTarget, load_version
 
         started = time.perf_counter()
@@ -132,7 +134,12 @@ def side_jobs(args: argparse.Namespace, spark, info: dict) -> dict[str, Callable
             if result.rows != args.rows:
                 raise SystemExit(f"predict_spark reported {result.rows:,} rows, not {args.rows:,}")
 
-        return {"score": predict}
+        def local() -> None:  # for context: the same job with --engine local, no Spark
+            result = predict_local(loaded, source, output + "_local", fmt="parquet")
+            if result.rows != args.rows:
+                raise SystemExit(f"predict_local reported {result.rows:,} rows, not {args.rows:,}")
+
+        return {"score": predict, "local": local}
     import mlflow
     from pyspark.sql import functions as F
 
@@ -337,14 +344,15 @@ def main() -> None:
               "runs per job, in rounds", flush=True)
         for side in SIDES:
             sides[side] = Side(side, args, trained, workdir, features)
-        jobs = [("floor", "noop"), ("floor", "copy"), ("dbspec", "score"), ("mlflow", "score")]
+        jobs = [("floor", "noop"), ("floor", "copy"), ("dbspec", "local"), ("dbspec", "score"),
+                ("mlflow", "score")]
         timings = {job: {"warmup": 0.0, "seconds": [], "cpu": []} for job in jobs}
         for job in jobs:
             timings[job]["warmup"] = sides[job[0]].run(job[1])["seconds"]
         print("  warm-up: " + ", ".join(f"{side} {name} {timings[(side, name)]['warmup']:.1f} s"
                                        for side, name in jobs), flush=True)
         for round_ in range(args.repeats):
-            order = jobs if round_ % 2 == 0 else jobs[:2] + jobs[:1:-1]  # alternate the pair
+            order = jobs if round_ % 2 == 0 else jobs[:3] + jobs[:2:-1]  # alternate the pair
             for side, name in order:
                 took = sides[side].run(name)
                 timings[(side, name)]["seconds"].append(took["seconds"])
@@ -374,7 +382,8 @@ def main() -> None:
     labels = {("floor", "noop"): "Spark read -> noop (floor)",
               ("floor", "copy"): "Spark read -> Parquet copy",
               ("mlflow", "score"): "mlflow spark_udf",
-              ("dbspec", "score"): "dbspec predict_spark"}
+              ("dbspec", "score"): "dbspec predict_spark",
+              ("dbspec", "local"): "dbspec predict_local (no Spark)"}
     print(f"{'job (read, score, write)':<28} {'warm-up s':>9} {'runs s':>22} {'best rows/s':>12} "
           f"{'median rows/s':>14} {'CPU s, median':>14}")
     rates, cpu = {}, {}
@@ -393,6 +402,9 @@ def main() -> None:
           f"{median_ours / median_theirs:.2f}x median vs median; spark_udf / dbspec CPU "
           f"seconds (medians, all processes of a side): "
           f"{cpu[('mlflow', 'score')] / cpu[('dbspec', 'score')]:.2f}x")
+    local_best = rates[("dbspec", "local")][0]
+    print(f"for context, dbspec predict --engine local / spark_udf rows/s: "
+          f"{local_best / best_theirs:.2f}x best vs best (one process, no Spark)")
     print(f"target: dbspec >= {TARGET_RATIO:g}x spark_udf's rows/s (best vs best): "
           f"{'PASS' if ratio >= TARGET_RATIO else 'FAIL'} ({ratio:.2f}x)")
 
