@@ -70,3 +70,18 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    """One local Spark session per test module (local[2], no UI, its own warehouse); code
+    that asks for the active session gets this one."""
+    from pyspark.sql import SparkSession
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = (SparkSession.builder.master("local[2]").appName("dbspec-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.warehouse.dir", str(warehouse)).getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

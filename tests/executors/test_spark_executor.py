@@ -28,19 +28,6 @@ tracking: {system_metrics: false}
 """
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    """One local session for the module; the executor uses the active session."""
-    from pyspark.sql import SparkSession
-
-    warehouse = tmp_path_factory.mktemp("warehouse")
-    session = (SparkSession.builder.master("local[2]").appName("dbspec-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.warehouse.dir", str(warehouse)).getOrCreate())
-    yield session
-    session.stop()
-
-
 def frame(rows: int, seed: int = 0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, 3))

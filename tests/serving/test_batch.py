@@ -175,19 +175,6 @@ def test_a_batch_spec_ends_with_predictions_and_rescores_on_every_run(workdir):
 
 # -- Spark ----------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    from pyspark.sql import SparkSession
-
-    warehouse = tmp_path_factory.mktemp("warehouse")
-    session = (SparkSession.builder.master("local[2]").appName("dbspec-batch-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.warehouse.dir", str(warehouse)).getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
 @pytest.mark.slow
 def test_spark_scoring_matches_local_scoring(model, spark, tmp_path):
     from dbspec.serving.batch import predict_local, predict_spark
