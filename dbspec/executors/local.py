@@ -110,7 +110,7 @@ class LocalExecutor:
         tags = {"dbspec.spec": spec.name, "dbspec.target": loaded.target or ""}
         return MlflowState(run_dir, tracking_uri=resolve_tracking_uri(spec, self.project_dir),
                            experiment=experiment, key=run_key, tags=tags,
-                           artifact_root=self.project_dir / "mlartifacts")
+                           state_dir=self.project_dir)
 
     def data_version(self, loaded: LoadedSpec) -> str:
         """The version of the spec's data, resolved without reading the rows."""

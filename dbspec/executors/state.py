@@ -58,29 +58,18 @@ class MlflowState(LocalState):
     """Stage state and files in the MLflow run tagged with ``key`` (see the module docstring)."""
 
     def __init__(self, run_dir: Path, *, tracking_uri: str, experiment: str, key: str,
-                 tags: dict[str, str], artifact_root: Optional[Path] = None):
+                 tags: dict[str, str], state_dir: Path):
         import mlflow
 
-        from dbspec.tracking.mlflow_tracking import quiet_mlflow
+        from dbspec.tracking.mlflow_tracking import ensure_experiment, quiet_mlflow
 
         super().__init__(Path(run_dir) / f"key-{_safe(key)}")
         quiet_mlflow()
         self.client = mlflow.MlflowClient(tracking_uri=tracking_uri)
         self.key = key
         self.tags = tags
-        self.experiment_id = self._experiment(experiment, artifact_root)
+        self.experiment_id = ensure_experiment(self.client, experiment, state_dir)
         self._run_id: Optional[str] = None
-
-    def _experiment(self, name: str, artifact_root: Optional[Path]) -> str:
-        found = self.client.get_experiment_by_name(name)
-        if found is not None:
-            return found.experiment_id
-        location = None
-        if artifact_root is not None and self.client.tracking_uri.split(":", 1)[0] in ("sqlite",
-                                                                                       "file"):
-            artifact_root.mkdir(parents=True, exist_ok=True)
-            location = artifact_root.resolve().as_uri()
-        return self.client.create_experiment(name, artifact_location=location)
 
     @property
     def run_id(self) -> str:

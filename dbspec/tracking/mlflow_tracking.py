@@ -78,15 +78,7 @@ class Tracker:
         self.run_id: Optional[str] = None
 
     def _experiment(self, state_dir: Path) -> str:
-        found = self.client.get_experiment_by_name(self.experiment_name)
-        if found is not None:
-            return found.experiment_id
-        location = None
-        if self.tracking_uri.startswith("sqlite:") or self.tracking_uri.startswith("file:"):
-            artifacts = (state_dir / "mlartifacts").resolve()
-            artifacts.mkdir(parents=True, exist_ok=True)
-            location = artifacts.as_uri()
-        return self.client.create_experiment(self.experiment_name, artifact_location=location)
+        return ensure_experiment(self.client, self.experiment_name, state_dir)
 
     @contextlib.contextmanager
     def run(self, run_id: Optional[str] = None, *, tags: Optional[dict[str, str]] = None,
@@ -185,3 +177,17 @@ class Tracker:
                 signature=infer_signature(example, prediction), input_example=example,
                 pip_requirements=requirements)
         return info.model_uri
+
+
+def ensure_experiment(client, name: str, state_dir: Path) -> str:
+    """The id of experiment ``name``, created if missing; with a local store (SQLite or files)
+    its artifacts go under ``state_dir/mlartifacts``."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    location = None
+    if client.tracking_uri.startswith("sqlite:") or client.tracking_uri.startswith("file:"):
+        artifacts = (state_dir / "mlartifacts").resolve()
+        artifacts.mkdir(parents=True, exist_ok=True)
+        location = artifacts.as_uri()
+    return client.create_experiment(name, artifact_location=location)

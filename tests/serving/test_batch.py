@@ -289,3 +289,31 @@ def test_a_spark_master_that_does_not_start_is_a_clear_error(registered, tmp_pat
                      env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
     assert result.returncode == 1 and "cannot start Spark on bogus://nowhere" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+REJECTED = """\
+name: never-promoted
+data: {source: {kind: sklearn, name: diabetes}, task: regression}
+model: {layers: [{linear: {out: 1}}]}
+training: {epochs: 2}
+registry:
+  name: never_promoted
+  promotion: {alias: production, gates: [{metric: test_rmse, max: 1}]}
+serving:
+  mode: %s
+  batch: {input: in.parquet, output: out}
+"""
+
+
+def test_with_no_alias_holder_batch_fails_and_serve_says_so(workdir):
+    pq.write_table(rows_table(5), workdir / "in.parquet")
+    (workdir / "batch.yaml").write_text(REJECTED % "batch")
+    batch = run_cli("run", "batch.yaml", "-q", cwd=workdir)
+    assert batch.returncode == 1
+    assert "stage 'batch_predict' failed: nothing to serve: no version of 'never_promoted' " \
+           "holds the alias 'production'" in batch.stderr
+    assert "did not pass the gates" in batch.stderr
+    (workdir / "live.yaml").write_text(REJECTED % "realtime")
+    live = run_cli("run", "live.yaml", "--summary-json", "s.json", cwd=workdir)
+    assert live.returncode == 0, live.stderr  # the run did its job; the endpoint has nothing
+    assert "serving        nothing to serve" in live.stdout
