@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import re
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Optional
@@ -14,6 +15,9 @@ from dbspec.spec.semantics import lower_is_better
 
 HISTORY_TAG = "dbspec.alias_history.{alias}"
 _HISTORY_LIMIT = 50
+_MODEL_VERSIONS_TAG = "mlflow.modelVersions"
+# MLflow 3's URI of a logged model: one path segment, no alias (models:/NAME/1 is a version)
+_LOGGED_MODEL_URI = re.compile(r"^models:/(?P<model_id>[^/@]+)$")
 
 
 class RegistryError(DbspecError):
@@ -85,19 +89,40 @@ class Registry:
         self.client = client
 
     def register(self, name: str, model_uri: str, run_id: str, tags: dict[str, str]) -> str:
-        """Create a version of ``name`` from ``model_uri``; returns the version number."""
+        """Create a version of ``name`` from ``model_uri``; returns the version number.
+
+        Args:
+            name: The registered model (created if missing).
+            model_uri: What :meth:`Tracker.log_model` returned, ``models:/<model_id>``.
+            run_id: The training run, linked from the version.
+            tags: Version tags.
+        """
         from mlflow.exceptions import MlflowException
 
         try:
             self.client.get_registered_model(name)
         except MlflowException:
             self.client.create_registered_model(name)
-        version = self.client.create_model_version(name, model_uri, run_id=run_id, tags=tags)
+        model_id = logged_model_id(model_uri)
+        # a REST store (mlflow server, Databricks) refuses a models:/<id> source without its
+        # model_id; the SQLite store accepts it either way
+        version = self.client.create_model_version(name, model_uri, run_id=run_id, tags=tags,
+                                                   model_id=model_id)
         deadline = time.monotonic() + 300
         while version.status == "PENDING_REGISTRATION" and time.monotonic() < deadline:
             time.sleep(0.2)
             version = self.client.get_model_version(name, version.version)
+        if model_id is not None:
+            self._link_logged_model(model_id, name, str(version.version))
         return str(version.version)
+
+    def _link_logged_model(self, model_id: str, name: str, version: str) -> None:
+        """Record the version on the logged model, as ``mlflow.register_model`` does (the UI
+        links the two through this tag)."""
+        model = self.client.get_logged_model(model_id)
+        linked = json.loads(model.tags.get(_MODEL_VERSIONS_TAG, "[]"))
+        linked.append({"name": name, "version": version})
+        self.client.set_logged_model_tags(model_id, {_MODEL_VERSIONS_TAG: json.dumps(linked)})
 
     def holder(self, name: str, alias: str) -> Optional[Any]:
         """The version holding ``alias``, or None."""
@@ -165,6 +190,13 @@ class Registry:
 
             raise RegistryError(f"no registered model '{name}'{did_you_mean(name, names)}; "
                                 f"known: {', '.join(names) or 'none'}") from None
+
+
+def logged_model_id(model_uri: str) -> Optional[str]:
+    """The model id in an MLflow 3 logged model URI (``models:/m-...``); None for any other
+    URI (``runs:/...``, a path), which a registry takes without a model id."""
+    found = _LOGGED_MODEL_URI.match(model_uri)
+    return found["model_id"] if found else None
 
 
 def _now() -> str:

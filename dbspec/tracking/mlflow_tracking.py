@@ -27,6 +27,9 @@ def quiet_mlflow() -> None:
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # with a tracking server MLflow prints 'View run ... at URL' on stdout after every run,
+    # where our summary and --format json output go
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def resolve_tracking_uri(spec: Spec, state_dir: Path) -> str:
@@ -155,7 +158,12 @@ class Tracker:
             mlflow.log_input(dataset, context="training", tags={"data_version": version})
 
     def log_model(self, served_dir: Path, example, prediction) -> str:
-        """Log the served model as a pyfunc with signature and input example; returns its URI."""
+        """Log the served model as a pyfunc with signature and input example.
+
+        Returns:
+            Its logged-model URI, ``models:/<model_id>``: loadable as is, and what
+            :meth:`dbspec.registry.Registry.register` takes (it reads the model id from it).
+        """
         import importlib.metadata
 
         import mlflow

@@ -7,6 +7,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -64,6 +65,7 @@ class Objective:
         values = suggest(trial, search)
         run_id = self._start_run(trial.number, values)
         history: list[dict[str, float]] = []
+        stamps: list[int] = []  # when each epoch was reported, in ms: the metrics' timestamps
         scratch = tempfile.TemporaryDirectory(prefix="dbspec-trial-")
         events = Path(scratch.name) / "tensorboard"
         state, value, error = "failed", None, ""
@@ -78,6 +80,7 @@ class Objective:
 
             def on_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
                 history.append(metrics)
+                stamps.append(_now_ms())
                 reported = metrics.get(search.metric)
                 if reported is None or not math.isfinite(reported):
                     raise TrialFailed(f"search.metric {search.metric} is {reported} at epoch "
@@ -110,7 +113,7 @@ class Objective:
             if events.is_dir():  # pruned and failed trials keep their curves too
                 self.client.log_artifacts(run_id, str(events), "tensorboard")
             scratch.cleanup()
-            self._finish_run(run_id, history, state, value, error)
+            self._finish_run(run_id, history, stamps, state, value, error)
             self.report(TrialRecord(trial.number, state, value, values, len(history),
                                     elapsed(), error))
 
@@ -124,14 +127,17 @@ class Objective:
                               params=[Param(k[:250], str(v)[:6000]) for k, v in values.items()])
         return run.info.run_id
 
-    def _finish_run(self, run_id: str, history, state: str, value: Optional[float],
-                    error: str) -> None:
+    def _finish_run(self, run_id: str, history: list[dict[str, float]], stamps: list[int],
+                    state: str, value: Optional[float], error: str) -> None:
         from mlflow.entities import Metric, RunTag
 
-        metrics = [Metric(k, float(v), 0, step) for step, row in enumerate(history)
+        # sent once at the end (one request per trial, not per epoch), each with the time its
+        # epoch was reported, so MLflow's wall-time axis shows the trial as it ran
+        metrics = [Metric(k, float(v), stamp, step)
+                   for step, (row, stamp) in enumerate(zip(history, stamps))
                    for k, v in row.items() if v is not None and math.isfinite(v)]
         if value is not None:
-            metrics.append(Metric("trial_value", value, 0, 0))
+            metrics.append(Metric("trial_value", value, _now_ms(), 0))
         for start in range(0, len(metrics), 1000):
             self.client.log_batch(run_id, metrics=metrics[start:start + 1000])
         tags = [RunTag("dbspec.trial_state", state)] + ([RunTag("dbspec.error", error[:5000])]
@@ -148,6 +154,10 @@ class Objective:
         save_served_model(result.served, directory / "served")
         outcome = {k: v for k, v in asdict(result.outcome).items()}
         (directory / "outcome.json").write_text(json.dumps(outcome, default=str))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional[float],
