@@ -81,7 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run stages in this process (local) or with a Spark session "
                           "(default: the spec's executor)")
     run.add_argument("--master", metavar="URL",
-                     help="Spark master URL (default: spark.master, SPARK_MASTER, local[*])")
+                     help="Spark master URL; implies --executor spark (default: spark.master, "
+                          "SPARK_MASTER, local[*])")
+    run.add_argument("--shared-dir", metavar="DIR",
+                     help="a directory every cluster node mounts, for training ranks and search "
+                          "trials on executors (default: DBSPEC_SHARED_DIR, spark.shared_dir)")
     run.add_argument("--run-key", metavar="KEY",
                      help="keep stage state and files in the MLflow run tagged with KEY instead "
                           "of the state dir, so separate processes (job tasks) hand stages over; "
@@ -300,17 +304,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dbspec.stages.base import Reporter, RunOptions
 
     loaded = _load(args)
-    options = RunOptions(smoke=args.smoke, resume=args.resume, show_progress=not args.quiet)
-    command = ["dbspec", "run", args.file] + (["--target", loaded.target] if loaded.target
-                                              else [])
-    command += [f"--set={a}" for a in args.assignments] + (["--smoke"] if args.smoke else [])
-    if args.run_key:
-        command += ["--run-key", args.run_key]
-    kind = args.executor or loaded.spec.executor
-    if kind == "spark":
-        command += ["--executor", "spark"] + (["--master", args.master] if args.master else [])
+    from dbspec.spark.placement import resolve_shared_dir
+
+    kind = _run_executor(args, loaded.spec)
+    shared_dir = resolve_shared_dir(loaded.spec, args.shared_dir)
+    options = RunOptions(smoke=args.smoke, resume=args.resume, show_progress=not args.quiet,
+                         shared_dir=shared_dir, master=args.master)
     common = {"options": options, "reporter": Reporter(enabled=not args.quiet),
-              "resume_command": shlex.join(command)}
+              "resume_command": shlex.join(_resume_command(args, loaded.target, kind))}
     executor = SparkExecutor(Path(args.state_dir), master=args.master, **common) \
         if kind == "spark" else LocalExecutor(Path(args.state_dir), **common)
     only = [name.strip() for given in args.only for name in given.split(",") if name.strip()]
@@ -323,6 +324,32 @@ def _cmd_run(args: argparse.Namespace) -> int:
         Path(args.summary_json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
     return 0
+
+
+def _run_executor(args: argparse.Namespace, spec) -> str:
+    """``--executor``, else the spec's; ``--master`` means Spark and is never ignored."""
+    if args.master and args.executor == "local":
+        raise UsageError(f"--master {args.master} needs the spark executor; drop "
+                         "--executor local, or drop --master")
+    if args.master and (args.executor or spec.executor) != "spark":
+        print(f"--master {args.master}: running on the spark executor", file=sys.stderr)
+        return "spark"
+    return args.executor or spec.executor
+
+
+def _resume_command(args: argparse.Namespace, target: Optional[str], kind: str) -> list[str]:
+    """The same invocation, for the resume hint: every option that chooses state or data."""
+    command = ["dbspec", "run", args.file] + (["--target", target] if target else [])
+    command += [f"--set={a}" for a in args.assignments] + (["--smoke"] if args.smoke else [])
+    if args.state_dir != ".dbspec":
+        command += ["--state-dir", args.state_dir]
+    if args.shared_dir:
+        command += ["--shared-dir", args.shared_dir]
+    if args.run_key:
+        command += ["--run-key", args.run_key]
+    if kind == "spark":
+        command += ["--executor", "spark"] + (["--master", args.master] if args.master else [])
+    return command
 
 
 def _cmd_models(args: argparse.Namespace) -> int:

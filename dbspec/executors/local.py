@@ -83,6 +83,7 @@ class LocalExecutor:
             stage = build_stage(planned)
             if hasattr(stage, "check"):
                 stage.check(loaded.spec)
+        self.check_placement(loaded)
         store = self.state_store(loaded, run_key)
         state = store.load()
         if only:
@@ -95,6 +96,30 @@ class LocalExecutor:
         finally:
             if isinstance(store, MlflowState):
                 store.finish("FAILED" if failed else "FINISHED")
+
+    kind = "local"
+
+    def master(self, loaded: LoadedSpec) -> str:
+        """The Spark master distributed training connects to."""
+        from dbspec.spark import master_url
+
+        return master_url(loaded.spec)
+
+    def check_placement(self, loaded: LoadedSpec) -> None:
+        """Refuse, before any work, a run whose executors would need this machine's disk."""
+        from dbspec.spark.placement import check_placement
+        from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
+
+        spec = loaded.spec
+        if getattr(self, "_placement_checked", None) is loaded:
+            return
+        self._placement_checked = loaded
+        notes = check_placement(spec, master=self.master(loaded), executor=self.kind,
+                                shared_dir=self.options.shared_dir,
+                                tracking_uri=resolve_tracking_uri(spec, self.project_dir),
+                                study_storage=spec.search.storage if spec.search else None)
+        for note in notes:
+            self.reporter.line(f"> {note}")
 
     def state_store(self, loaded: LoadedSpec, run_key: Optional[str]) -> LocalState:
         """Local stage state, or the MLflow run of ``run_key``."""
@@ -212,18 +237,29 @@ class SparkExecutor(LocalExecutor):
     """The local executor with a Spark session: data stages read through Spark, and the
     distributors use the same session. The session is started and stopped here, once."""
 
+    kind = "spark"
+
     def __init__(self, project_dir: Path, *, master: Optional[str] = None, **kwargs: Any):
         super().__init__(project_dir, **kwargs)
-        self.master = master
+        self.master_override = master
+
+    def master(self, loaded: LoadedSpec) -> str:
+        from dbspec.spark import master_url
+
+        return master_url(loaded.spec, self.master_override)
 
     def run(self, loaded: LoadedSpec, *, only: Sequence[str] = (),
             from_stage: Optional[str] = None, run_key: Optional[str] = None) -> RunRecord:
-        from dbspec.spark import master_url, spark_session
+        from dbspec.spark import spark_session
+        from dbspec.spark.probe import check_executors
 
-        self.reporter.line(f"> spark session on {master_url(loaded.spec, self.master)}")
-        with spark_session(loaded.spec, self.master) as session:
+        self.check_placement(loaded)  # before the session: starting one takes seconds
+        self.reporter.line(f"> spark session on {self.master(loaded)}")
+        with spark_session(loaded.spec, self.master_override, say=self.reporter.line) as session:
             self.spark = session
             try:
+                check_executors(session, loaded.spec, shared_dir=self.options.shared_dir,
+                                executor=self.kind, say=self.reporter.line)
                 return super().run(loaded, only=only, from_stage=from_stage, run_key=run_key)
             finally:
                 self.spark = None

@@ -32,7 +32,8 @@ def build_summary(record: RunRecord) -> dict[str, Any]:
                                            "best_trial", "trials", "epochs_trained", "metric")
                       if k in tune}, **({"study_run_id": tune["run_id"]} if tune else {})},
         "training": {k: train[k] for k in ("epochs_run", "best_epoch", "train_samples_per_second",
-                                           "device", "threads", "batch_size") if k in train},
+                                           "device", "threads", "batch_size", "world_size", "backend",
+                                           "placement") if k in train},
         "diagnosis": train.get("diagnosis", []),
         "batch_predict": record.output("batch_predict"),
         "serve": record.output("serve"),
@@ -90,7 +91,10 @@ def render_summary(summary: dict[str, Any]) -> str:
                                  f"{training.get('train_samples_per_second', 0):,.0f} samples/s "
                                  f"on {training.get('device')} x{training.get('threads')} "
                                  "threads" + (f", batch size {training['batch_size']}"
-                                              if training.get("batch_size") else "")))
+                                              if training.get("batch_size") else "")
+                                 + (f", {training['world_size']} ranks ({training['backend']}"
+                                    f"{', ' + training['placement'] if training.get('placement') else ''})"
+                                    if training.get("world_size") else "")))
     for i, finding in enumerate(summary.get("diagnosis") or []):
         rows.append(("diagnosis" if i == 0 else "", finding))
     for name, value in sorted(summary.get("metrics", {}).items()):

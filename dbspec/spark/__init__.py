@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator, Optional
+import re
+import sys
+from typing import Callable, Iterator, Optional
 
 from dbspec.errors import DbspecError
 
@@ -14,8 +16,21 @@ def master_url(spec, override: Optional[str] = None) -> str:
     return override or (spec.spark.master if spec is not None else None) or os.environ.get("SPARK_MASTER") or "local[*]"
 
 
+def executor_python(spec, master: str) -> Optional[str]:
+    """The interpreter to give a cluster's executors: the driver's own, unless the spec or the
+    environment names one (measured: without it a standalone cluster's executors run the system
+    python, which has no dbspec, and fail minutes later)."""
+    if not master.startswith("spark://"):
+        return None
+    conf = spec.spark.conf if spec is not None else {}
+    if "spark.pyspark.python" in conf or os.environ.get("PYSPARK_PYTHON"):
+        return None
+    return sys.executable
+
+
 @contextlib.contextmanager
-def spark_session(spec, master: Optional[str] = None) -> Iterator[object]:
+def spark_session(spec, master: Optional[str] = None,
+                  say: Callable[[str], None] = lambda text: None) -> Iterator[object]:
     """An active SparkSession for the block; stopped afterwards if this block started it.
 
     Raises:
@@ -36,6 +51,11 @@ def spark_session(spec, master: Optional[str] = None) -> Iterator[object]:
                .config("spark.ui.showConsoleProgress", "false"))
     for key, value in (spec.spark.conf if spec is not None else {}).items():
         builder = builder.config(key, str(value))
+    python = executor_python(spec, master_url(spec, master))
+    if python:
+        builder = builder.config("spark.pyspark.python", python)
+        say(f"  executors run {python} (the driver's interpreter; set spark.pyspark.python "
+            "in spark.conf or PYSPARK_PYTHON to choose another)")
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # a bad master URL, no Java: PySparkRuntimeError and friends
@@ -46,3 +66,32 @@ def spark_session(spec, master: Optional[str] = None) -> Iterator[object]:
         yield session
     finally:
         session.stop()
+
+
+_PY_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt|Exit)|DbspecError\w*)"
+                       r"(?::\s?(.*))?$")
+
+
+def python_cause(exc: BaseException) -> str:
+    """The Python exception an executor raised, out of the Py4J/Java error that carries it.
+
+    A task's Python error reaches the driver as ``An error occurred while calling o56.…``, a
+    Java stack, and the Python traceback somewhere inside; this returns the traceback's last
+    ``Type: message`` line, with the lost executor when Spark names one.
+    """
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines()]
+    lost = next((m.group(0) for line in lines
+                 if (m := re.search(r"ExecutorLostFailure \(executor \S+ exited[^)]*\)"
+                                    r"(?: Reason: [^\n]{0,200})?", line))), "")
+    cause = ""
+    for index, line in enumerate(lines):
+        if line.startswith("Traceback (most recent call last)"):
+            tail = next((candidate for candidate in lines[index + 1:]
+                         if _PY_ERROR.match(candidate)), "")
+            cause = tail or cause
+    if not cause:
+        cause = next((line for line in lines if line.startswith("pyspark.errors")
+                      or "PythonException" in line), "")
+    parts = [part for part in (cause, lost) if part]
+    return "; ".join(parts) if parts else (lines[0] if lines else type(exc).__name__)[:500]

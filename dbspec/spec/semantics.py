@@ -98,6 +98,7 @@ def check_spec(spec: Spec) -> list[Finding]:
     _check_search(spec, found)
     _check_evaluation(spec, found)
     _check_serving(spec, found)
+    _check_spark(spec, found)
     return found.items
 
 
@@ -359,6 +360,23 @@ def _check_search(spec: Spec, found: _Findings) -> None:
                 isinstance(dist.low_high[0], float) and dist.step is None:
             found.error(where, "the grid sampler needs finite choices: give a step, or use "
                         "int or categorical")
+
+
+def _check_spark(spec: Spec, found: _Findings) -> None:
+    from dbspec.spark.placement import is_local_master, is_local_store
+
+    shared = spec.spark.shared_dir
+    if shared and not shared.startswith("dbfs:/") and not shared.startswith("/"):
+        found.error(("spark", "shared_dir"), f"'{shared}' is relative; executors would resolve "
+                    "it in their own working directory: give an absolute path every node mounts "
+                    "(/Volumes/..., dbfs:/..., NFS)")
+    master = spec.spark.master
+    storage = spec.search.storage if spec.search is not None else None
+    if master and not is_local_master(master) and spec.executor == "spark" and storage and \
+            is_local_store(storage):
+        found.error(("search", "storage"), f"{storage} is a file on the driver; trials on the "
+                    f"executors of {master} cannot open it: use a database URL every node "
+                    "reaches, or leave search.storage unset (a journal file in the shared dir)")
 
 
 def _check_evaluation(spec: Spec, found: _Findings) -> None:

@@ -23,6 +23,8 @@ class RunOptions:
     smoke: bool = False
     resume: bool = False
     show_progress: bool = True
+    shared_dir: Optional[str] = None  # resolved: --shared-dir, DBSPEC_SHARED_DIR, spark.shared_dir
+    master: Optional[str] = None  # --master of the spark executor
 
 
 class Reporter:
@@ -107,6 +109,23 @@ class StageContext:
     def dir_of(self, stage: str) -> Path:
         """The directory an upstream stage wrote its files to."""
         return self.upstream_dirs[stage]
+
+    def shared_stage_dir(self) -> Path:
+        """This stage's folder in the shared dir, for files that executors read or write.
+
+        Laid out like the state dir (``runs/<spec>[@target][-smoke]/<stage>``), so a rerun
+        or a resumed run of the same spec finds its checkpoints there.
+
+        Raises:
+            DbspecError: no shared dir is set.
+        """
+        from dbspec.errors import DbspecError
+
+        if not self.options.shared_dir:
+            raise DbspecError("spark.shared_dir: this stage's executors need a shared dir; set "
+                              "spark.shared_dir, DBSPEC_SHARED_DIR or --shared-dir")
+        return Path(self.options.shared_dir) / "runs" / self.directory.parent.name / \
+            self.directory.name
 
 
 class Stage(Protocol):

@@ -33,9 +33,10 @@ class TrainStage:
 
         spec = tuned_spec(ctx)
         table, splits, fitted = load_table(ctx), load_splits(ctx), load_preprocessing(ctx)
+        files = _rank_files_dir(ctx, spec)
         checkpoints = None
         if spec.training.checkpointing.enabled:
-            checkpoints = CheckpointStore(ctx.directory / "checkpoints",
+            checkpoints = CheckpointStore(files / "checkpoints",
                                           every=spec.training.checkpointing.every_n_epochs,
                                           keep=spec.training.checkpointing.keep_last)
             if not ctx.options.resume:
@@ -66,11 +67,17 @@ class TrainStage:
                 from dbspec.spark import spark_session
 
                 tracker.flush()
-                with spark_session(spec):
+                with spark_session(spec, ctx.options.master, say=ctx.reporter.line) as session:
+                    if ctx.spark is None:  # the spark executor checked its executors already
+                        from dbspec.spark.probe import check_executors
+
+                        check_executors(session, spec, shared_dir=ctx.options.shared_dir,
+                                        executor="local", say=ctx.reporter.line)
                     result = fit_spec(spec, table, splits, fitted, epochs=epochs,
                                       checkpoints=checkpoints, resume=ctx.options.resume,
-                                      work_dir=ctx.directory / "distributed",
+                                      work_dir=files / "distributed",
                                       tracking={"uri": tracker.tracking_uri, "run_id": run_id})
+                result.outcome.extra["placement"] = _placement(spec, session, files)
                 _log_ranks(tracker, result.outcome.extra)
             else:
                 result = fit_spec(spec, table, splits, fitted, epochs=epochs,
@@ -81,8 +88,7 @@ class TrainStage:
                                        batch_size=result.batch_size or spec.training.batch_size)
             diagnosis = outcome.extra.get("diagnosis") or [f.text() for f in findings]
             tracker.set_tags({"dbspec.diagnosis": " | ".join(diagnosis)[:5000]})
-            for events in (ctx.directory / "tensorboard",
-                           ctx.directory / "distributed" / "tensorboard"):
+            for events in (ctx.directory / "tensorboard", files / "distributed" / "tensorboard"):
                 if events.is_dir():
                     tracker.client.log_artifacts(run_id, str(events), "tensorboard")
             if previous_run is None:
@@ -104,8 +110,29 @@ class TrainStage:
                 **({"batch_size": result.batch_size}
                    if result.batch_size not in (None, spec.training.batch_size) else {}),
                 **({"world_size": result.outcome.extra["world_size"],
-                    "backend": result.outcome.extra["backend"]}
+                    "backend": result.outcome.extra["backend"],
+                    "placement": result.outcome.extra["placement"]}
                    if "world_size" in result.outcome.extra else {})}
+
+
+def _rank_files_dir(ctx: StageContext, spec) -> Path:
+    """Where ranks read their shards and write checkpoints and results: the shared dir when
+    they run on other machines' executors, else this stage's own directory."""
+    from dbspec.spark import master_url
+    from dbspec.spark.placement import is_local_master, ranks_on_executors
+
+    master = ctx.spark.sparkContext.master if ctx.spark is not None \
+        else master_url(spec, ctx.options.master)
+    if ranks_on_executors(spec) and not is_local_master(master):
+        return ctx.shared_stage_dir()
+    return ctx.directory
+
+
+def _placement(spec, session, files: Path) -> str:
+    """In words, where the ranks ran: ``on the driver``, or on executors with the shared dir."""
+    if spec.compute.local_mode:
+        return "on the driver"
+    return f"on the executors of {session.sparkContext.master}, files in {files}"
 
 
 def _example_frame(table, splits):

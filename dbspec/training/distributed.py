@@ -54,17 +54,21 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
 
         ds_config = deepspeed_config(spec, use_gpu=use_gpu)
         check_deepspeed_config(ds_config)
+    work_dir = Path(work_dir).resolve()  # ranks may run in another working directory
     work_dir.mkdir(parents=True, exist_ok=True)
-    for stale in list(work_dir.glob("rank-*")) + [work_dir / "result.json"]:
+    for stale in [*work_dir.glob("rank-*"), *work_dir.glob("shard-*.pt"),
+                  work_dir / "result.json", work_dir / "weights.pt"]:
         stale.unlink(missing_ok=True)
-    torch.save({"x_train": tensors_cpu.x_train, "y_train": tensors_cpu.y_train,
-                "x_val": tensors_cpu.x_val, "y_val": tensors_cpu.y_val}, work_dir / "tensors.pt")
+    world = compute.num_gpus * compute.num_nodes if ds_config is not None \
+        else compute.num_processes
+    _write_shards(tensors_cpu, work_dir, world)
     job = {"spec": spec.model_dump(mode="json", by_alias=True), "card": asdict(card),
            "epochs": epochs, "resume": resume, "backend": backend, "use_gpu": use_gpu,
            "tracking": tracking, "deepspeed": ds_config,
-           "checkpoint_dir": str(checkpoint_dir) if checkpoint_dir and not ds_config else None,
-           "deepspeed_checkpoint_dir": str(checkpoint_dir) if checkpoint_dir and ds_config
-           else None}
+           "checkpoint_dir": str(Path(checkpoint_dir).resolve())
+           if checkpoint_dir and not ds_config else None,
+           "deepspeed_checkpoint_dir": str(Path(checkpoint_dir).resolve())
+           if checkpoint_dir and ds_config else None}
     (work_dir / "job.json").write_text(json.dumps(job, default=str))
     if ds_config is not None:
         from pyspark.ml.deepspeed.deepspeed_distributor import DeepspeedTorchDistributor
@@ -77,16 +81,114 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
 
         distributor = TorchDistributor(num_processes=compute.num_processes,
                                        local_mode=compute.local_mode, use_gpu=use_gpu)
+    watch = None if compute.local_mode else RankWatcher(distributor.spark)
     try:
-        distributor.run(rank_main, str(work_dir))
+        if watch is None:
+            distributor.run(rank_main, str(work_dir))
+        else:
+            with watch:
+                distributor.run(rank_main, str(work_dir))
     except Exception as exc:  # the distributor wraps rank failures in several types
+        from dbspec.spark import python_cause
+
+        causes = [c for c in (watch.lost() if watch else "", _rank_errors(work_dir)) if c]
         raise DistributedError(f"{type(distributor).__name__} failed: "
-                               f"{_rank_errors(work_dir) or exc}") from None
+                               f"{'; '.join(causes) or python_cause(exc)}") from None
     result = work_dir / "result.json"
     if not result.exists():
         raise DistributedError("training ranks ended without a result: "
                                + (_rank_errors(work_dir) or "no rank reported an error"))
+    for shard in work_dir.glob("shard-*.pt"):
+        shard.unlink(missing_ok=True)  # inputs can be large; checkpoints and results stay
     return json.loads(result.read_text())
+
+
+def _write_shards(tensors_cpu, work_dir: Path, world: int) -> None:
+    """One file per rank with its rows, and the validation rows: a rank reads only its own.
+
+    Shards are equal (DDP needs the same step count on every rank); the remainder rows are
+    dropped, as a ``DistributedSampler`` with ``drop_last`` does.
+    """
+    import torch
+
+    rows = len(tensors_cpu.x_train) // world
+    if rows == 0:
+        raise DistributedError(f"{len(tensors_cpu.x_train)} training rows cannot be split over "
+                               f"{world} ranks; lower the process count")
+    for rank in range(world):
+        part = slice(rank * rows, (rank + 1) * rows)
+        torch.save({"x_train": tensors_cpu.x_train[part].clone(),
+                    "y_train": tensors_cpu.y_train[part].clone(),
+                    "x_val": tensors_cpu.x_val, "y_val": tensors_cpu.y_val},
+                   work_dir / f"shard-{rank}.pt")
+
+
+class RankWatcher:
+    """Stops a barrier training job as soon as one of its tasks fails or an executor is lost.
+
+    Spark retries a failed barrier stage (and waits minutes for lost slots to come back),
+    while the surviving ranks only fail on a gloo timeout; this thread watches the job and
+    cancels it at the first failure, remembering which executor went away.
+    """
+
+    def __init__(self, spark, interval: float = 0.5):
+        self.context = spark.sparkContext
+        self.interval = interval
+        self.group = f"dbspec-train-{os.getpid()}-{id(self)}"
+        self.gone: list[str] = []
+        self.failed_tasks = 0
+
+    def __enter__(self):
+        import threading
+
+        self.context.setJobGroup(self.group, "dbspec distributed training",
+                                 interruptOnCancel=True)
+        self.known = self._executors()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="dbspec-rank-watcher",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.context.setLocalProperty("spark.jobGroup.id", None)
+
+    def lost(self) -> str:
+        """Which executors disappeared during training, in words ('' when none)."""
+        if not self.gone:
+            return ""
+        return (f"executor(s) {', '.join(self.gone)} lost during training (the node or its "
+                "processes died); the surviving ranks were stopped")
+
+    def _executors(self) -> set[str]:
+        try:
+            infos = self.context._jsc.sc().statusTracker().getExecutorInfos()
+            driver = self.context.getConf().get("spark.driver.host", "")
+            port = self.context.getConf().get("spark.driver.port", "")
+            return {f"{i.host()}:{i.port()}" for i in infos} - {f"{driver}:{port}"}
+        except Exception:  # the JVM is going away with the session
+            return set()
+
+    def _watch(self) -> None:
+        tracker = self.context.statusTracker()
+        while not self._stop.wait(self.interval):
+            now = self._executors()
+            if now:
+                self.known |= now
+            gone = sorted(self.known - now) if now or self.known else []
+            failed = 0
+            for job in tracker.getJobIdsForGroup(self.group):
+                info = tracker.getJobInfo(job)
+                for stage in (info.stageIds if info else ()):
+                    stage_info = tracker.getStageInfo(stage)
+                    failed += stage_info.numFailedTasks if stage_info else 0
+            if gone or failed:
+                self.gone = [g for g in gone if g not in self.gone] + self.gone
+                self.failed_tasks = failed
+                self.context.cancelJobGroup(self.group)
+                return
 
 
 def _rank_errors(work_dir: Path) -> str:
@@ -105,6 +207,7 @@ def rank_main(work_dir: str) -> None:
 
 
 def _train_rank(work_dir: Path, rank: int) -> None:
+    import contextlib
     import gc
     import time
 
@@ -132,10 +235,9 @@ def _train_rank(work_dir: Path, rank: int) -> None:
     torch.manual_seed(spec.training.seed)  # identical initial weights on every rank
     served = ServedModel(card)
     network = served.network.to(device)
-    data = torch.load(work_dir / "tensors.pt", weights_only=True)
-    shard = len(data["x_train"]) // world  # equal shards: DDP needs equal step counts
-    rows = slice(rank * shard, (rank + 1) * shard)
-    tensors = Tensors(data["x_train"][rows].to(device), data["y_train"][rows].to(device),
+    data = torch.load(work_dir / f"shard-{rank}.pt", weights_only=True)  # this rank's rows
+    shard = len(data["x_train"])
+    tensors = Tensors(data["x_train"].to(device), data["y_train"].to(device),
                       _to(data["x_val"], device), _to(data["y_val"], device))
     engine = None
     if job["deepspeed"]:
@@ -169,6 +271,10 @@ def _train_rank(work_dir: Path, rank: int) -> None:
     def log_metrics(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
         if logger is not None:
             logger.log(metrics, epoch)
+            if checkpoints is not None and checkpoints.due(epoch, last=False):
+                # everything up to a checkpoint is in MLflow before the checkpoint exists, so a
+                # run resumed from it after a crash (even a kill -9) has no gap of epochs
+                logger.flush()
 
     observer = None
     if rank == 0:  # rank 0 watches the run for everyone: monitor, TensorBoard, diagnosis
@@ -185,11 +291,17 @@ def _train_rank(work_dir: Path, rank: int) -> None:
         # ZeRO-3 partitions the parameters: a copied state dict is not the whole model
         training = training.model_copy(update={"early_stopping": training.early_stopping
                                                .model_copy(update={"restore_best": False})})
-    outcome = train(model, tensors, training, loss=card.loss, device=device,
-                    epochs=job["epochs"], score_validation=validation_scorer(spec, served),
-                    checkpoints=checkpoints, resume=job["resume"],
-                    callbacks=([observer.callback] if observer else []) + [log_metrics],
-                    engine=engine, reduce=reduce_metrics)
+    try:
+        outcome = train(model, tensors, training, loss=card.loss, device=device,
+                        epochs=job["epochs"], score_validation=validation_scorer(spec, served),
+                        checkpoints=checkpoints, resume=job["resume"],
+                        callbacks=([observer.callback] if observer else []) + [log_metrics],
+                        engine=engine, reduce=reduce_metrics)
+    except BaseException:
+        if logger is not None:
+            with contextlib.suppress(Exception):  # the failure itself is what matters
+                logger.flush()
+        raise
     seconds = time.perf_counter() - started
     weights = _full_state(network, engine, spec)
     (work_dir / f"rank-{rank}.json").write_text(json.dumps({
@@ -316,9 +428,13 @@ class _RankZeroLogger:
         self.buffer: list[Any] = []
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        import time
+
         from mlflow.entities import Metric
 
-        self.buffer.extend(Metric(k, float(v), 0, step) for k, v in metrics.items())
+        now = int(time.time() * 1000)  # the epoch's real time, not MLflow's 1970
+        self.buffer.extend(Metric(k, float(v), now, step) for k, v in metrics.items()
+                           if v is not None)
         if len(self.buffer) > 500:
             self.flush()
 

@@ -131,6 +131,9 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
             total, timing = _run_epoch(network, tensors, training, loss_fn, optimizer,
                                        scheduler, generator, autocast, scaler)
         metrics = {"train_loss": total / len(tensors.x_train), **timing.metrics()}
+        # this process's own training pass: not the epoch-end reduction, where a rank waits
+        # for the slowest one, nor validation
+        worked = time.perf_counter() - started
         if reduce is not None:
             reduce(metrics)
         if not math.isfinite(metrics["train_loss"]):
@@ -143,9 +146,9 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
         metrics["lr"] = float(optimizer.param_groups[0]["lr"])
         elapsed = time.perf_counter() - started
         samples += len(tensors.x_train)
-        seconds += elapsed
+        seconds += worked
         metrics["epoch_seconds"] = elapsed
-        metrics["samples_per_second"] = len(tensors.x_train) / elapsed if elapsed else 0.0
+        metrics["samples_per_second"] = len(tensors.x_train) / worked if worked else 0.0
         if scheduler is not None and training.scheduler.name == "plateau":
             scheduler.step(metrics.get(training.scheduler.monitor, metrics["train_loss"]))
         elif scheduler is not None and training.scheduler.name != "onecycle":

@@ -34,6 +34,11 @@ class SparkSpec(SpecModel):
     app_name: Optional[str] = d("Application name; default: dbspec-<spec name>.", default=None)
     conf: dict[str, Union[str, int, float, bool]] = d("Extra Spark configuration.",
                                                       default_factory=dict)
+    shared_dir: Optional[str] = d(
+        "A directory every node of the cluster mounts (a UC Volume such as "
+        "/Volumes/main/ml/dbspec, dbfs:/..., NFS): training ranks and search trials on "
+        "executors read their inputs and write checkpoints and results there. "
+        "DBSPEC_SHARED_DIR and --shared-dir override it.", default=None)
 
 
 class TargetSpec(SpecModel):

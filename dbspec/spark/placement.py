@@ -1,0 +1,110 @@
+"""Where each piece of a run lives when Spark executors do part of the work.
+
+On one machine every process sees the driver's disk. On a cluster an executor sees only the
+data source, the tracking server and a directory every node mounts (the *shared dir*). These
+rules decide, before any work, whether a run can work where it is sent, and fail with the field
+to set when it cannot. Pure: no Spark, no MLflow, no file I/O.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import PurePosixPath
+from typing import Optional
+
+from dbspec.errors import DbspecError
+
+SHARED_DIR_ENV = "DBSPEC_SHARED_DIR"
+_LOCAL_STORES = ("sqlite:", "file:")
+
+
+class PlacementError(DbspecError):
+    """A run asks executors to reach something only the driver has."""
+
+
+def is_local_master(url: str) -> bool:
+    """``local`` and ``local[N]`` run every task in the driver's process, on its disk."""
+    return url == "local" or url.startswith("local[")
+
+
+def is_local_store(uri: str) -> bool:
+    """A tracking or study store that lives in a file on the driver's disk."""
+    if uri.startswith(_LOCAL_STORES):
+        return True
+    return not uri.startswith("databricks") and "://" not in uri  # a plain path
+
+
+def normalise_shared_dir(value: str) -> str:
+    """``dbfs:/x`` is reached through the ``/dbfs/x`` FUSE mount on every Databricks node.
+
+    Raises:
+        PlacementError: the value is relative (a worker would resolve it in its own cwd).
+    """
+    if value.startswith("dbfs:/"):
+        return "/dbfs/" + value[len("dbfs:/"):].lstrip("/")
+    if not PurePosixPath(value).is_absolute():
+        raise PlacementError(f"spark.shared_dir: '{value}' is relative; executors would "
+                             "resolve it in their own working directory. Give an absolute path "
+                             "every node mounts (a UC Volume /Volumes/..., dbfs:/..., NFS)")
+    return value
+
+
+def resolve_shared_dir(spec, override: Optional[str] = None) -> Optional[str]:
+    """``--shared-dir`` > ``DBSPEC_SHARED_DIR`` > ``spark.shared_dir``; absolute, or None."""
+    value = override or os.environ.get(SHARED_DIR_ENV) or spec.spark.shared_dir
+    return normalise_shared_dir(value) if value else None
+
+
+def ranks_on_executors(spec) -> bool:
+    """Distributed training whose ranks run as Spark tasks (``local_mode: false``)."""
+    return spec.compute.kind in ("torch_distributor", "deepspeed") and \
+        not spec.compute.local_mode
+
+
+def trials_on_executors(spec, executor: str) -> bool:
+    """Search trials run as Spark tasks under the spark executor."""
+    return spec.search is not None and executor == "spark"
+
+
+def check_placement(spec, *, master: str, executor: str, shared_dir: Optional[str],
+                    tracking_uri: str, study_storage: Optional[str]) -> list[str]:
+    """Refuse a run whose executors would need the driver's disk; returns notes to show.
+
+    Args:
+        spec: The validated spec.
+        master: The Spark master the run uses.
+        executor: ``local`` or ``spark``.
+        shared_dir: The resolved shared dir, or None.
+        tracking_uri: The MLflow tracking URI the run logs to.
+        study_storage: ``search.storage`` as given (None: dbspec's default).
+
+    Raises:
+        PlacementError: naming the field or variable to set.
+    """
+    if is_local_master(master):
+        return []
+    remote = [what for what, needed in (
+        ("training ranks (compute.local_mode: false)", ranks_on_executors(spec)),
+        ("search trials (Spark tasks)", trials_on_executors(spec, executor))) if needed]
+    if not remote:
+        return []
+    who = " and ".join(remote)
+    if shared_dir is None:
+        raise PlacementError(
+            f"spark.shared_dir: the {who} run on the executors of {master}, which cannot read "
+            f"this machine's disk; set spark.shared_dir in the spec, {SHARED_DIR_ENV} or "
+            "--shared-dir to a directory every node mounts (a UC Volume such as "
+            "/Volumes/main/ml/dbspec, dbfs:/..., NFS)")
+    if is_local_store(tracking_uri):
+        raise PlacementError(
+            f"tracking.tracking_uri: the {who} on {master} log to MLflow, but {tracking_uri} "
+            "is a file on this machine; point MLFLOW_TRACKING_URI (or tracking.tracking_uri) at "
+            "a tracking server every node reaches (mlflow server --serve-artifacts, or "
+            "databricks)")
+    if trials_on_executors(spec, executor) and study_storage and is_local_store(study_storage):
+        raise PlacementError(
+            f"search.storage: {study_storage} is a SQLite file on this machine; trials on the "
+            f"executors of {master} cannot open it. Use a database URL every node reaches "
+            "(postgresql://..., mysql://...), or leave search.storage unset to keep the study "
+            "in a journal file in the shared dir")
+    return [f"{who} on {master}: shared dir {shared_dir}"]
