@@ -61,10 +61,12 @@ class MlflowState(LocalState):
                  tags: dict[str, str], state_dir: Path):
         import mlflow
 
-        from dbspec.tracking.mlflow_tracking import ensure_experiment, quiet_mlflow
+        from dbspec.tracking.mlflow_tracking import (check_tracking_server, ensure_experiment,
+                                                     quiet_mlflow)
 
         super().__init__(Path(run_dir) / f"key-{_safe(key)}")
         quiet_mlflow()
+        check_tracking_server(tracking_uri)  # before any stage runs, not minutes into one
         self.client = mlflow.MlflowClient(tracking_uri=tracking_uri)
         self.key = key
         self.tags = tags
@@ -89,12 +91,11 @@ class MlflowState(LocalState):
 
     def load(self) -> dict[str, Any]:
         stages: dict[str, Any] = {}
+        if not self._has_artifacts("dbspec", "state"):  # no stage has saved anything yet
+            return {"stages": {}}
         with tempfile.TemporaryDirectory() as tmp:
-            try:
-                local = self.client.download_artifacts(self.run_id, "dbspec/state", tmp)
-            except Exception:  # no stage has saved anything yet
-                return {"stages": {}}
-            for path in sorted(Path(local).glob("*.json")):
+            local = self._download("dbspec/state", Path(tmp), what="the stage state")
+            for path in sorted(local.glob("*.json")):
                 entry = json.loads(path.read_text())
                 if entry.get("status") != "invalidated":
                     stages[path.stem] = entry
@@ -114,21 +115,30 @@ class MlflowState(LocalState):
             if target.exists():
                 shutil.rmtree(target)
             target.mkdir(parents=True)
-            try:
-                local = self.client.download_artifacts(self.run_id, f"dbspec/stages/{name}",
-                                                       str(target.parent / f".{name}.download"))
-            except Exception as exc:
-                if self._has_no_files(name):
-                    continue
-                raise DbspecError(f"cannot fetch the files of stage '{name}' from MLflow run "
-                                  f"{self.run_id}: {exc}") from None
-            for item in Path(local).iterdir():
+            if not self._has_artifacts("dbspec/stages", name):  # a stage that wrote no files
+                continue
+            scratch = target.parent / f".{name}.download"
+            local = self._download(f"dbspec/stages/{name}", scratch,
+                                   what=f"the files of stage '{name}'")
+            for item in local.iterdir():
                 shutil.move(str(item), target / item.name)
-            shutil.rmtree(target.parent / f".{name}.download", ignore_errors=True)
+            shutil.rmtree(scratch, ignore_errors=True)
 
-    def _has_no_files(self, name: str) -> bool:
-        listed = self.client.list_artifacts(self.run_id, "dbspec/stages")
-        return not any(item.path.endswith(f"/{name}") for item in listed)
+    def _has_artifacts(self, parent: str, name: str) -> bool:
+        listed = self.client.list_artifacts(self.run_id, parent)
+        return any(item.path == f"{parent}/{name}" for item in listed)
+
+    def _download(self, path: str, destination: Path, *, what: str) -> Path:
+        """Through MLflow's artifact API, so a proxying server or cloud store works the same
+        as a local directory (never through the path of the run's artifact URI)."""
+        from mlflow.exceptions import MlflowException
+
+        destination.mkdir(parents=True, exist_ok=True)
+        try:
+            return Path(self.client.download_artifacts(self.run_id, path, str(destination)))
+        except (MlflowException, OSError) as exc:
+            raise DbspecError(f"cannot fetch {what} from MLflow run {self.run_id}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
 
     def publish(self, name: str) -> None:
         directory = self.stage_dir(name)

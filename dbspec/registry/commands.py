@@ -14,7 +14,7 @@ def open_registry(tracking_uri: Optional[str], state_dir: Path) -> Registry:
     """A registry on ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the local default."""
     import mlflow
 
-    from dbspec.tracking.mlflow_tracking import quiet_mlflow
+    from dbspec.tracking.mlflow_tracking import check_tracking_server, quiet_mlflow
 
     quiet_mlflow()
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
@@ -24,6 +24,7 @@ def open_registry(tracking_uri: Optional[str], state_dir: Path) -> Registry:
             raise RegistryError(f"no tracking store at {database}: run a spec first, or give "
                                 "--tracking-uri / MLFLOW_TRACKING_URI")
         uri = f"sqlite:///{database.resolve()}"
+    check_tracking_server(uri)
     mlflow.set_tracking_uri(uri)
     return Registry(mlflow.MlflowClient())
 

@@ -16,10 +16,16 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from dbspec.errors import DbspecError
 from dbspec.spec.models import Spec
 
 _PARAM_LIMIT = 6000
 _FLUSH_SECONDS = 5.0
+_PROBE_SECONDS = 10.0
+
+
+class TrackingError(DbspecError):
+    """The MLflow tracking store cannot be used (a server that does not answer)."""
 
 
 def quiet_mlflow() -> None:
@@ -39,6 +45,46 @@ def resolve_tracking_uri(spec: Spec, state_dir: Path) -> str:
         return uri
     state_dir.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{(state_dir / 'mlflow.db').resolve()}"
+
+
+def check_tracking_server(uri: str) -> None:
+    """Fail in seconds when an ``http(s)://`` tracking server does not answer.
+
+    MLflow itself retries a refused connection for about four minutes before it gives up,
+    deep inside whatever stage first logs something. Any HTTP answer counts as alive (a 401
+    or 404 is for MLflow to report); TLS problems are left to MLflow too, which has its own
+    settings for them. Other stores (``sqlite:``, ``databricks``, paths) are not probed.
+
+    Raises:
+        TrackingError: nothing accepts connections there, or it sends no answer in time.
+    """
+    if not uri.lower().startswith(("http://", "https://")):
+        return
+    import requests
+
+    try:
+        requests.get(f"{uri.rstrip('/')}/health", timeout=_PROBE_SECONDS, allow_redirects=False)
+    except requests.exceptions.SSLError:
+        return
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+        raise TrackingError(f"the MLflow tracking server at {uri} does not answer "
+                            f"({_reason(exc)}): start it, or point MLFLOW_TRACKING_URI / "
+                            "tracking.tracking_uri / --tracking-uri at one that runs") from None
+    except requests.exceptions.RequestException as exc:
+        raise TrackingError(f"MLflow tracking URI {uri}: {_reason(exc)}") from None
+
+
+def _reason(exc: Exception) -> str:
+    import requests
+
+    if isinstance(exc, requests.exceptions.Timeout):
+        return f"no answer within {_PROBE_SECONDS:g} s"
+    text = str(exc)
+    for known in ("Connection refused", "Name or service not known", "No route to host",
+                  "Temporary failure in name resolution", "Network is unreachable"):
+        if known in text:
+            return known.lower()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, str]:
@@ -70,6 +116,7 @@ class Tracker:
         quiet_mlflow()
         self.spec = spec
         self.tracking_uri = resolve_tracking_uri(spec, state_dir)
+        check_tracking_server(self.tracking_uri)
         mlflow.set_tracking_uri(self.tracking_uri)
         if spec.tracking.registry_uri:
             mlflow.set_registry_uri(spec.tracking.registry_uri)
