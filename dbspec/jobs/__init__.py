@@ -27,7 +27,8 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
     from dbspec.spec.loader import build
 
     document = read_document(spec_file)
-    declared = build(document, assignments=assignments).spec.targets
+    base = build(document, assignments=assignments).spec  # no target: the bundle's defaults
+    declared = base.targets
     names = list(targets) or list(declared)
     for name in names:
         if name not in declared:
@@ -51,7 +52,7 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
     text = Path(spec_file).read_text(encoding="utf-8")
     return bundle_files(specs, modes, default,
                         spec_file=shown, spec_text=text, command=command,
-                        spec_targets=spec_targets), warnings
+                        spec_targets=spec_targets, base=base), warnings
 
 
 def _shown_path(spec_file: str) -> str:

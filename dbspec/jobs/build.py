@@ -3,8 +3,10 @@
 Stages are grouped into tasks (data -> [tune] -> train -> evaluate -> promote -> serve or
 batch_predict); ``depends_on`` follows the plan's edges. Each task is a ``python_wheel_task`` of
 the ``dbspec`` package running ``dbspec run SPEC --target T --only STAGES --run-key
-{{job.run_id}}``, so the tasks hand their stages over through MLflow. Training gets its own job
-cluster sized from ``compute``: a GPU ML runtime, GPUs per node, workers from the process count.
+{{job.run_id}} --shared-dir DIR``: the tasks hand their stages over through the run key's MLflow
+run, and ranks and trial tasks on any node meet in the shared directory (never a node's
+``/local_disk0``). Training gets its own job cluster sized from ``compute``: a GPU ML runtime,
+GPUs per node, workers from the process count.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 from dbspec.plan import Plan, compile_plan
+from dbspec.spec.models.jobs import check_shared_dir
 
 #: Tasks and the stages each runs, in plan order.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -27,14 +30,27 @@ TRAINING_GROUPS = ("tune", "train")
 DEFAULT_RUNTIME = "15.4.x-{kind}-ml-scala2.12"
 CPU_NODE = "i3.xlarge"
 GPU_NODES = ((1, "g5.xlarge"), (4, "g5.12xlarge"), (8, "p4d.24xlarge"))
+#: The shared directory when neither the spec nor its registry suggests one: a volume in the
+#: catalog and schema every Unity Catalog metastore starts with.
+DEFAULT_SHARED_DIR = "/Volumes/main/default/dbspec"
+SHARED_DIR = "shared_dir"
+#: Node-local directories that pass as absolute paths but are no more shared than /local_disk0.
+_NODE_LOCAL_HINTS = ("/tmp", "/var/tmp", "/databricks/driver")
 
 
 class JobTarget(NamedTuple):
-    """Where the generated job finds the spec and the dbspec wheel, and the spec's target."""
+    """Where the generated job finds the spec and the dbspec wheel, and the spec's target.
+
+    ``shared_dir`` is what each task passes to ``--shared-dir``: a bundle variable or job
+    parameter reference, so that the value can change at deploy or run time without editing
+    tasks. ``parameters`` are the job's parameters as (name, default).
+    """
 
     spec_path: str
     wheel: str
     target: Optional[str]
+    shared_dir: str
+    parameters: tuple[tuple[str, str], ...] = ()
 
 
 class Resources(NamedTuple):
@@ -113,6 +129,36 @@ def mlflow_env(spec) -> dict[str, str]:
     return env
 
 
+def shared_dir(spec) -> str:
+    """The directory every node reaches: ``jobs.shared_dir``, else ``spark.shared_dir`` when it
+    names shared storage, else a ``dbspec`` volume beside a Unity Catalog registered model,
+    else :data:`DEFAULT_SHARED_DIR`."""
+    if spec.jobs.shared_dir:
+        return spec.jobs.shared_dir
+    # spark.shared_dir also serves local runs, where a relative or node-local path is fine;
+    # a job passes --shared-dir, which wins over it, so reuse it only when it fits a cluster
+    spark_dir = getattr(spec.spark, "shared_dir", None)
+    if spark_dir:
+        try:
+            return check_shared_dir(str(spark_dir))
+        except ValueError:
+            pass
+    if spec.registry is not None and spec.registry.name.count(".") == 2:
+        catalog, schema, _ = spec.registry.name.split(".")
+        return f"/Volumes/{catalog}/{schema}/dbspec"
+    return DEFAULT_SHARED_DIR
+
+
+def task_parameters(spec, where: JobTarget, stages: tuple[str, ...]) -> list[str]:
+    """The ``dbspec`` command line of the task running ``stages``."""
+    parameters = ["run", where.spec_path] + (["--target", where.target] if where.target else [])
+    parameters += ["--only", ",".join(stages), "--run-key", "{{job.run_id}}",
+                   "--shared-dir", where.shared_dir]
+    if spec.jobs.state_dir:  # else node-local scratch: nothing is handed over through it
+        parameters += ["--state-dir", spec.jobs.state_dir]
+    return parameters + ["--quiet"]
+
+
 def _task_settings(jobs, key: str) -> dict[str, Any]:
     merged = jobs.task_defaults.model_dump(exclude_none=True)
     if key in jobs.tasks:
@@ -151,10 +197,7 @@ def build_job(spec, where: JobTarget):
             clusters["training"] = training
     tasks = []
     for key, stages, upstream in groups:
-        parameters = ["run", where.spec_path] + (["--target", where.target] if where.target
-                                                 else [])
-        parameters += ["--only", ",".join(stages), "--run-key", "{{job.run_id}}",
-                       "--state-dir", settings.state_dir, "--quiet"]
+        parameters = task_parameters(spec, where, stages)
         tasks.append(j.Task(
             task_key=key,
             description=f"dbspec stages: {', '.join(stages)}",
@@ -191,6 +234,8 @@ def build_job(spec, where: JobTarget):
         tags=dict(sorted(tags.items())),
         max_concurrent_runs=settings.max_concurrent_runs,
         timeout_seconds=settings.timeout_seconds or None,
+        parameters=[j.JobParameterDefinition(name=name, default=default)
+                    for name, default in where.parameters] or None,
         queue=j.QueueSettings(enabled=True))
 
 
@@ -210,6 +255,10 @@ def warnings_for(spec) -> list[str]:
     if not experiment or not experiment.startswith(("/Users/", "/Shared/", "/Workspace/")):
         found.append(f"tracking.experiment is '{experiment or spec.name}': MLflow on Databricks "
                      "needs a workspace path such as /Shared/<name> (set it in this target)")
+    chosen = spec.jobs.shared_dir or ""
+    if chosen.startswith(tuple(h + "/" for h in _NODE_LOCAL_HINTS)) or chosen in _NODE_LOCAL_HINTS:
+        found.append(f"jobs.shared_dir '{chosen}' is on each node's own disk; ranks and tasks on "
+                     "other nodes will not see each other's files (use a /Volumes path)")
     if spec.serving.mode == "batch" and spec.serving.batch is not None:
         if spec.serving.batch.input.startswith((".", "/tmp")):
             found.append(f"serving.batch.input '{spec.serving.batch.input}' is a local path; a "

@@ -5,12 +5,14 @@ diff of the generated jobs, and ``--check`` can tell when they are out of date.
 
 Bundle layout (``-o DIR``)::
 
-    databricks.yml                     bundle name, targets with their mode, variables
+    databricks.yml                     bundle name, targets with their mode, variables (the
+                                       shared directory; per target where it differs)
     resources/<job>.<target>.yml       per target: the job, the registered model and, for
                                        realtime serving, the model serving endpoint
     specs/<spec file>                  the spec the tasks run (synced with the bundle)
 
-Jobs JSON: ``<job>.<target>.json`` per target, a ``jobs/create`` body with its access control.
+Jobs JSON: ``<job>.<target>.json`` per target, a ``jobs/create`` body with its access control
+and a ``shared_dir`` job parameter (Jobs API bodies have no bundle variables).
 """
 
 from __future__ import annotations
@@ -22,9 +24,22 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from dbspec import __version__
-from dbspec.jobs.build import JobTarget, access_control, build_job, job_key, warnings_for
+from dbspec.jobs.build import (
+    SHARED_DIR,
+    JobTarget,
+    access_control,
+    build_job,
+    job_key,
+    shared_dir,
+    warnings_for,
+)
 
 WHEEL = f"dbspec-{__version__}-py3-none-any.whl"
+SHARED_DIR_HELP = (
+    "Directory every node reaches, passed to each task as --shared-dir (training ranks, Spark "
+    "trials, checkpoints). Default: jobs.shared_dir, else a shared spark.shared_dir, else "
+    "/Volumes/<catalog>/<schema>/dbspec from a catalog.schema.model registry.name, else "
+    "/Volumes/main/default/dbspec; the volume must exist. Targets and --var override it.")
 
 
 class _Dumper(yaml.SafeDumper):
@@ -73,7 +88,8 @@ def registry_resources(spec, target: str) -> dict[str, Any]:
 def bundle_job(spec, spec_file: str, target: Optional[str]) -> dict[str, Any]:
     """The job resource of one target: JobSettings as the bundle writes it, plus permissions."""
     where = JobTarget(spec_path=f"${{workspace.file_path}}/specs/{PurePosixPath(spec_file).name}",
-                      wheel=f"../dist/{WHEEL}", target=target)
+                      wheel=f"../dist/{WHEEL}", target=target,
+                      shared_dir=f"${{var.{SHARED_DIR}}}")
     job = build_job(spec, where).as_dict()
     permissions = []
     for entry in access_control(spec):
@@ -85,22 +101,43 @@ def bundle_job(spec, spec_file: str, target: Optional[str]) -> dict[str, Any]:
     return job
 
 
+def bundle_variables(specs: dict[str, Any], base) -> dict[str, Any]:
+    """The bundle's variables: the shared directory (default from ``base``, the spec without a
+    target) and, for realtime serving, the served model version."""
+    variables: dict[str, Any] = {SHARED_DIR: {"description": SHARED_DIR_HELP,
+                                              "default": shared_dir(base)}}
+    if any(s.serving.mode == "realtime" and s.registry is not None for s in specs.values()):
+        variables["served_model_version"] = {
+            "description": "Registered model version the serving endpoint serves; promote "
+                           "moves the alias, deploy with --var served_model_version=N.",
+            "default": "1"}
+    return variables
+
+
+def bundle_target(spec, mode: str, is_default: bool, base_dir: str) -> dict[str, Any]:
+    """One entry of ``targets`` in ``databricks.yml``; the shared directory only where the
+    target's spec moves it away from the variable's default."""
+    entry: dict[str, Any] = {"mode": mode, **({"default": True} if is_default else {})}
+    if shared_dir(spec) != base_dir:
+        entry["variables"] = {SHARED_DIR: shared_dir(spec)}
+    return entry
+
+
 def bundle_files(specs: dict[str, Any], modes: dict[str, str], default: Optional[str], *,
                  spec_file: str, spec_text: str, command: str,
-                 spec_targets: dict[str, Optional[str]]) -> dict[str, str]:
+                 spec_targets: dict[str, Optional[str]], base: Any) -> dict[str, str]:
     """Relative path -> content of the bundle for the resolved spec of each bundle target
-    (``spec_targets`` maps it to the spec's target, None for a spec without targets)."""
+    (``spec_targets`` maps it to the spec's target, None for a spec without targets); ``base``
+    is the spec without a target, which gives the variables their defaults."""
     first = next(iter(specs.values()))
     key = job_key(first)
     header = _header(spec_file, command)
-    root: dict[str, Any] = {"bundle": {"name": key}, "include": ["resources/*.yml"]}
-    if any(s.serving.mode == "realtime" and s.registry is not None for s in specs.values()):
-        root["variables"] = {"served_model_version": {
-            "description": "Registered model version the serving endpoint serves; promote "
-                           "moves the alias, deploy with --var served_model_version=N.",
-            "default": "1"}}
-    root["targets"] = {name: {"mode": modes[name], **({"default": True} if name == default
-                                                       else {})} for name in specs}
+    variables = bundle_variables(specs, base)
+    root: dict[str, Any] = {"bundle": {"name": key}, "include": ["resources/*.yml"],
+                            "variables": variables}
+    root["targets"] = {name: bundle_target(spec, modes[name], name == default,
+                                           variables[SHARED_DIR]["default"])
+                       for name, spec in specs.items()}
     files = {"databricks.yml": header + dump_yaml(root)}
     for target, spec in specs.items():
         resources = {"jobs": {key: bundle_job(spec, spec_file, spec_targets[target])},
@@ -117,8 +154,11 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str,
     files = {}
     for target, spec in specs.items():
         root = spec.jobs.workspace_root.rstrip("/")
+        # a job parameter, not a fixed value, so that run now can point a run elsewhere
         where = JobTarget(spec_path=f"{root}/specs/{PurePosixPath(spec_file).name}",
-                          wheel=f"{root}/dist/{WHEEL}", target=spec_targets[target])
+                          wheel=f"{root}/dist/{WHEEL}", target=spec_targets[target],
+                          shared_dir=f"{{{{job.parameters.{SHARED_DIR}}}}}",
+                          parameters=((SHARED_DIR, shared_dir(spec)),))
         body = build_job(spec, where).as_dict()
         acl = [entry.as_dict() for entry in access_control(spec)]
         if acl:

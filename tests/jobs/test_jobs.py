@@ -37,6 +37,17 @@ def generate(spec, out, *args) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def assert_shared_dir_handover(job: dict, reference: str) -> None:
+    """Every task gets ``--shared-dir reference`` and nothing points at a node's own disk."""
+    for task in job["tasks"]:
+        parameters = task["python_wheel_task"]["parameters"]
+        assert not [p for p in parameters if "local_disk0" in p], (task["task_key"], parameters)
+        assert "--state-dir" not in parameters, task["task_key"]  # node-local scratch
+        at = parameters.index("--shared-dir")
+        assert parameters[at + 1] == reference, (task["task_key"], parameters)
+    assert "local_disk0" not in json.dumps(job)
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.name)
 def test_every_bundle_file_validates_against_the_bundle_schema(spec, tmp_path, bundle_validator):
     from jsonschema.exceptions import best_match
@@ -48,7 +59,14 @@ def test_every_bundle_file_validates_against_the_bundle_schema(spec, tmp_path, b
         data = yaml.safe_load(path.read_text())
         error = best_match(bundle_validator.iter_errors(data))
         assert error is None, f"{path.name}: {list(error.absolute_path)}: {error.message[:300]}"
+    for path in files[1:]:
+        (target,) = yaml.safe_load(path.read_text())["targets"].values()
+        for job in target["resources"]["jobs"].values():
+            assert_shared_dir_handover(job, "${var.shared_dir}")
     root = yaml.safe_load((tmp_path / "databricks.yml").read_text())
+    variable = root["variables"]["shared_dir"]
+    assert variable["description"] and variable["default"]
+    assert "local_disk0" not in variable["default"]
     document = yaml.safe_load(spec.read_text())
     expected = {name: t.get("mode", "development")
                 for name, t in (document.get("targets") or {}).items()} or \
@@ -79,6 +97,10 @@ def test_every_payload_round_trips_through_the_sdk_classes(spec, tmp_path):
         acl = body.pop("access_control_list", [])
         assert JobSettings.from_dict(body).as_dict() == body
         assert [JobAccessControlRequest.from_dict(a).as_dict() for a in acl] == acl
+        # Jobs API bodies have no bundle variables: a job parameter carries the directory
+        (parameter,) = body["parameters"]
+        assert parameter["name"] == "shared_dir" and parameter["default"]
+        assert_shared_dir_handover(body, "{{job.parameters.shared_dir}}")
 
 
 def payload(tmp_path, spec=SPECS[0], *args, name=None) -> dict:
@@ -107,6 +129,79 @@ def test_tasks_mirror_the_plan_and_run_their_stages_with_a_shared_run_key(tmp_pa
     assert body["tasks"][0]["libraries"][0]["whl"].endswith("-py3-none-any.whl")
     env = body["job_clusters"][0]["new_cluster"]["spark_env_vars"]
     assert env == {"MLFLOW_TRACKING_URI": "databricks", "MLFLOW_REGISTRY_URI": "databricks-uc"}
+
+
+def test_the_shared_dir_defaults_to_a_volume_beside_the_registered_model(tmp_path):
+    # diabetes registers to main.ml_models.diabetes_predictor in prod only
+    prod = payload(tmp_path / "a", ROOT / "specs" / "diabetes.yaml", "--target", "prod")
+    assert prod["parameters"] == [{"name": "shared_dir",
+                                   "default": "/Volumes/main/ml_models/dbspec"}]
+    dev = payload(tmp_path / "b", ROOT / "specs" / "diabetes.yaml", "--target", "dev")
+    assert dev["parameters"] == [{"name": "shared_dir", "default": "/Volumes/main/default/dbspec"}]
+    generate(ROOT / "specs" / "diabetes.yaml", tmp_path / "c")
+    root = yaml.safe_load((tmp_path / "c" / "databricks.yml").read_text())
+    assert root["variables"]["shared_dir"]["default"] == "/Volumes/main/default/dbspec"
+    assert root["targets"]["prod"]["variables"] == {"shared_dir": "/Volumes/main/ml_models/dbspec"}
+    assert "variables" not in root["targets"]["dev"]  # the default already fits
+
+
+SHARED_SECTION = """\
+jobs: {shared_dir: /Volumes/main/ml/dbspec}
+targets:
+  dev: {default: true}
+  prod:
+    mode: production
+    jobs: {shared_dir: "s3://ml-bucket/dbspec", state_dir: /Volumes/main/ml/state}
+"""
+
+
+def test_jobs_shared_dir_and_its_target_override_reach_the_output(tmp_path, write_spec,
+                                                                  bundle_validator):
+    from tests.conftest import MINIMAL
+
+    spec = write_spec(MINIMAL + SHARED_SECTION)
+    generate(spec, tmp_path / "bundle")
+    root = yaml.safe_load((tmp_path / "bundle" / "databricks.yml").read_text())
+    assert list(bundle_validator.iter_errors(root)) == []
+    assert root["variables"]["shared_dir"]["default"] == "/Volumes/main/ml/dbspec"
+    assert root["targets"]["prod"]["variables"] == {"shared_dir": "s3://ml-bucket/dbspec"}
+    assert "variables" not in root["targets"]["dev"]
+    prod = payload(tmp_path / "json", spec, name="minimal.prod.json")
+    assert prod["parameters"] == [{"name": "shared_dir", "default": "s3://ml-bucket/dbspec"}]
+    for task in prod["tasks"]:  # an explicit state dir is the user's choice, passed on
+        parameters = task["python_wheel_task"]["parameters"]
+        assert parameters[parameters.index("--state-dir") + 1] == "/Volumes/main/ml/state"
+    dev = payload(tmp_path / "json", spec, name="minimal.dev.json")
+    assert dev["parameters"] == [{"name": "shared_dir", "default": "/Volumes/main/ml/dbspec"}]
+    assert_shared_dir_handover(dev, "{{job.parameters.shared_dir}}")
+
+
+def test_a_shared_spark_dir_is_the_jobs_default_and_a_local_one_is_not():
+    from types import SimpleNamespace as NS
+
+    from dbspec.jobs.build import DEFAULT_SHARED_DIR, shared_dir
+
+    def spec(jobs_dir=None, spark_dir=None, registry=None):
+        return NS(jobs=NS(shared_dir=jobs_dir), spark=NS(shared_dir=spark_dir),
+                  registry=registry and NS(name=registry))
+
+    assert shared_dir(spec(spark_dir="/Volumes/c/s/v")) == "/Volumes/c/s/v"
+    assert shared_dir(spec("dbfs:/dbspec", "/Volumes/c/s/v")) == "dbfs:/dbspec"
+    assert shared_dir(spec(spark_dir=".dbspec/shared")) == DEFAULT_SHARED_DIR  # a local run's
+    assert shared_dir(spec(spark_dir="/local_disk0/x", registry="c.s.m")) == "/Volumes/c/s/dbspec"
+    assert shared_dir(spec(registry="workspace_model")) == DEFAULT_SHARED_DIR
+    assert shared_dir(NS(jobs=NS(shared_dir=None), spark=NS(), registry=None)) == \
+        DEFAULT_SHARED_DIR  # a spark section without the field
+
+
+def test_a_node_local_shared_dir_is_a_warning(tmp_path, write_spec):
+    from tests.conftest import MINIMAL
+
+    result = run_cli("jobs", write_spec(MINIMAL + "jobs: {shared_dir: /tmp/dbspec}\n"),
+                     "-o", str(tmp_path))
+    assert result.returncode == 0
+    assert "warning: default: jobs.shared_dir '/tmp/dbspec' is on each node's own disk" \
+        in result.stderr
 
 
 def test_search_and_batch_specs_get_their_tasks(tmp_path):
@@ -210,6 +305,20 @@ def test_output_is_deterministic_and_check_finds_stale_files(tmp_path):
     assert run_cli("jobs", str(spec), "-o", str(out), "--check").returncode == 0
 
 
+def test_check_finds_a_moved_shared_dir(tmp_path):
+    spec = ROOT / "specs" / "diabetes.yaml"
+    generate(spec, tmp_path / "bundle")
+    generate(spec, tmp_path / "json", "--format", "jobs-json")
+    moved = ["--set", "jobs.shared_dir=/Volumes/main/ml/elsewhere"]
+    stale = run_cli("jobs", str(spec), "-o", str(tmp_path / "bundle"), *moved, "--check")
+    assert stale.returncode == 1
+    assert f"{tmp_path / 'bundle' / 'databricks.yml'}: out of date" in stale.stdout.splitlines()
+    stale = run_cli("jobs", str(spec), "-o", str(tmp_path / "json"), "--format", "jobs-json",
+                    *moved, "--check")
+    assert stale.returncode == 1
+    assert "diabetes_regressor.prod.json: out of date" in stale.stdout
+
+
 def test_a_spec_without_targets_gets_a_default_target(tmp_path):
     generate(ROOT / "specs" / "digits_cnn.yaml", tmp_path)
     root = yaml.safe_load((tmp_path / "databricks.yml").read_text())
@@ -245,6 +354,26 @@ def test_jobs_errors_are_clear(args, code, message, tmp_path):
      "on_failure: 'not-an-address' is not an e-mail address"),
     ("jobs: {schedule: {quartz_cron: daily}}", "jobs.schedule.quartz_cron"),
     ("jobs: {tasks: {trian: {max_retries: 1}}}", "jobs.tasks"),
+    ("jobs: {shared_dir: build/shared}",
+     ":8:20: jobs.shared_dir: 'build/shared' is relative, so each task would resolve it"),
+    ("jobs: {shared_dir: /local_disk0/dbspec}",
+     ":8:20: jobs.shared_dir: '/local_disk0/dbspec' is on a node's local disk (/local_disk0)"),
+    ("jobs: {shared_dir: /local_disk0}", ":8:20: jobs.shared_dir: '/local_disk0' is on a node's"),
+    ("jobs: {shared_dir: 'file:/local_disk0/x'}", "jobs.shared_dir: 'file:/local_disk0/x' is on"),
+    ("jobs: {shared_dir: /tmp/../local_disk0/x}", "jobs.shared_dir: '/tmp/../local_disk0/x' is on"),
+    ("jobs: {shared_dir: 'ftp://host/dir'}", "jobs.shared_dir: 'ftp://host/dir': unknown storage"),
+    ("jobs: {shared_dir: /Volumes/main/default}",
+     "jobs.shared_dir: '/Volumes/main/default' stops before the volume"),
+    ("jobs: {state_dir: /local_disk0/dbspec}",
+     ":8:19: jobs.state_dir: '/local_disk0/dbspec' is on a node's local disk (/local_disk0); a "
+     "later task"),
+    ("jobs: {state_dir: 'dbfs:/dbspec'}",
+     "jobs.state_dir: 'dbfs:/dbspec': the state dir is opened as a local directory"),
+    ("jobs: {state_dir: .dbspec}", "jobs.state_dir: '.dbspec' is relative"),
+    ("targets: {prod: {jobs: {shared_dir: /local_disk0/x}}}",
+     ":8:37: jobs.shared_dir: '/local_disk0/x' is on a node's local disk (/local_disk0); training "
+     "ranks and tasks on other nodes cannot read it: give a directory every node reaches, such as "
+     "a Unity Catalog Volume (/Volumes/<catalog>/<schema>/<volume>) [target prod]"),
 ])
 def test_bad_jobs_sections_are_located_errors(write_spec, section, message):
     from tests.conftest import MINIMAL
@@ -252,3 +381,21 @@ def test_bad_jobs_sections_are_located_errors(write_spec, section, message):
     result = run_cli("validate", write_spec(MINIMAL + section + "\n"))
     assert result.returncode == 1
     assert message in result.stdout
+
+
+@pytest.mark.parametrize("value", ["/Volumes/main/ml/dbspec", "/Volumes/main/ml/dbspec/runs",
+                                   "dbfs:/dbspec", "/dbfs/dbspec", "s3://bucket/dbspec",
+                                   "abfss://c@acct.dfs.core.windows.net/dbspec", "gs://b/d",
+                                   "/mnt/shared/dbspec", "/local_disk0_other"])
+def test_shared_storage_is_accepted(value):
+    from dbspec.spec.models.jobs import JobsSpec
+
+    assert JobsSpec(shared_dir=value).shared_dir == value
+
+
+def test_a_jobs_command_refuses_a_node_local_shared_dir(tmp_path):
+    result = run_cli("jobs", "specs/diabetes.yaml", "-o", str(tmp_path),
+                     "--set", "jobs.shared_dir=/local_disk0/dbspec")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "jobs.shared_dir: '/local_disk0/dbspec' is on a node's local disk" in result.stderr
+    assert not (tmp_path / "databricks.yml").exists()

@@ -1,14 +1,91 @@
 """``jobs``: what ``dbspec jobs`` puts in the generated Databricks job (schedule, clusters,
-notifications, permissions, retries). Every field is optional; targets override it."""
+notifications, permissions, retries, the shared directory). Every field is optional; targets
+override it."""
 
+import posixpath
+import re
 from typing import Literal, Optional
 
-from pydantic import model_validator
+from pydantic import field_validator, model_validator
 
 from dbspec.spec.models.base import SpecModel, d
 
 _EMAIL = r"^[^@\s]+@[^@\s]+$"
 TASK_GROUPS = ("data", "tune", "train", "evaluate", "promote", "serve", "batch_predict")
+#: URI schemes of storage that every node of a cluster reaches (DBFS and the clouds' stores).
+SHARED_SCHEMES = ("dbfs", "s3", "s3a", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "r2")
+#: Where Databricks mounts each node's own disk: nothing written there leaves the node.
+NODE_LOCAL = "/local_disk0"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def _on_node_disk(path: str) -> bool:
+    """Whether ``path`` (a POSIX path, or a ``file:`` URI) lies on a node's local disk."""
+    path = path.removeprefix("file:")
+    if not path.startswith("/"):
+        return False
+    normal = posixpath.normpath("/" + path.lstrip("/"))
+    return normal == NODE_LOCAL or normal.startswith(NODE_LOCAL + "/")
+
+
+def _node_disk_message(value: str, why: str) -> str:
+    return (f"'{value}' is on a node's local disk ({NODE_LOCAL}); {why}: give a directory every "
+            "node reaches, such as a Unity Catalog Volume (/Volumes/<catalog>/<schema>/<volume>)")
+
+
+def check_shared_dir(value: str) -> str:
+    """``value`` if it names storage every node of a cluster reaches.
+
+    Accepted: an absolute path (``/Volumes/...``, ``/dbfs/...``, a shared mount), ``dbfs:/...``
+    or a cloud URI (``s3://``, ``abfss://``, ``gs://``...).
+
+    Raises:
+        ValueError: a relative path, a node-local path, an unknown URI scheme, or a
+            ``/Volumes`` path that stops before the volume.
+    """
+    why = "training ranks and tasks on other nodes cannot read it"
+    if _on_node_disk(value):
+        raise ValueError(_node_disk_message(value, why))
+    scheme = _SCHEME.match(value)
+    if scheme:
+        if scheme.group(1).lower() not in SHARED_SCHEMES:
+            raise ValueError(f"'{value}': unknown storage scheme '{scheme.group(1)}:'; use an "
+                             f"absolute path, a /Volumes path, dbfs:/ or one of "
+                             f"{', '.join(s + '://' for s in SHARED_SCHEMES[1:])}")
+        return value
+    if not value.startswith("/"):
+        raise ValueError(f"'{value}' is relative, so each task would resolve it on its own node; "
+                         "give an absolute path such as /Volumes/<catalog>/<schema>/<volume>")
+    _check_volume(value)
+    return value
+
+
+def _check_volume(value: str) -> None:
+    # /Volumes/<catalog>/<schema> is not writable: files live inside a volume
+    parts = [p for p in posixpath.normpath(value).split("/") if p]
+    if parts and parts[0] == "Volumes" and len(parts) < 4:
+        raise ValueError(f"'{value}' stops before the volume; a Unity Catalog Volume path is "
+                         "/Volumes/<catalog>/<schema>/<volume>[/<folder>...]")
+
+
+def check_state_dir(value: str) -> str:
+    """``value`` if a task can use it as its state directory (``dbspec run --state-dir``).
+
+    Raises:
+        ValueError: a relative path, a URI (the state dir is opened as a local directory), or
+            a node-local path (a later task, retry or repair may run on another node).
+    """
+    if _on_node_disk(value):
+        raise ValueError(_node_disk_message(
+            value, "a later task, a retry or a repair may run on another node and not find it"))
+    if _SCHEME.match(value):
+        raise ValueError(f"'{value}': the state dir is opened as a local directory; use a "
+                         "mounted path (/Volumes/..., /dbfs/...) or leave it unset")
+    if not value.startswith("/"):
+        raise ValueError(f"'{value}' is relative to whatever directory a task starts in; give "
+                         "an absolute path or leave it unset")
+    _check_volume(value)
+    return value
 
 
 class ScheduleSpec(SpecModel):
@@ -91,7 +168,21 @@ class JobsSpec(SpecModel):
     workspace_root: str = d("Workspace folder the jobs-json format expects the spec and the wheel "
                             "in (bundles upload them).", default="/Workspace/Shared/dbspec",
                             pattern=r"^(/Workspace|/Volumes|dbfs:)/")
-    state_dir: str = d("Driver-local directory for stage files.", default="/local_disk0/dbspec")
+    shared_dir: Optional[str] = d(
+        "Directory every node of the job's clusters reaches, passed to each task as "
+        "'dbspec run --shared-dir': distributed training ranks, Spark trial tasks and checkpoints "
+        "live there (stage outputs travel in the run key's MLflow run). An absolute path such "
+        "as a Unity Catalog Volume (/Volumes/<catalog>/<schema>/<volume>), dbfs:/... or a cloud "
+        "URI; never relative or under /local_disk0. Default: spark.shared_dir when it is such a "
+        "directory, else /Volumes/<catalog>/<schema>/dbspec from a three-part registry.name, "
+        "else /Volumes/main/default/dbspec (the volume must exist). Bundles take it from the "
+        "'shared_dir' bundle variable, jobs-json from the 'shared_dir' job parameter; both can "
+        "be overridden at deploy or run time.", default=None, min_length=1)
+    state_dir: Optional[str] = d(
+        "State directory of every task ('dbspec run --state-dir'); unset: node-local scratch "
+        "in the task's working directory, since tasks hand over through MLflow and shared_dir. "
+        "An absolute path (a mounted /Volumes/... or /dbfs/... path), never under /local_disk0.",
+        default=None, min_length=1)
     schedule: Optional[ScheduleSpec] = d("Schedule; none: runs on demand.", default=None)
     notifications: Optional[NotificationsSpec] = d("E-mail notifications.", default=None)
     tags: dict[str, str] = d("Job tags.", default_factory=dict)
@@ -108,3 +199,13 @@ class JobsSpec(SpecModel):
                                  default_factory=ClusterSettings)
     training_cluster: ClusterSettings = d("The cluster of the tune and train tasks.",
                                           default_factory=ClusterSettings)
+
+    @field_validator("shared_dir")
+    @classmethod
+    def _shared(cls, value: Optional[str]) -> Optional[str]:
+        return None if value is None else check_shared_dir(value)
+
+    @field_validator("state_dir")
+    @classmethod
+    def _state(cls, value: Optional[str]) -> Optional[str]:
+        return None if value is None else check_state_dir(value)
