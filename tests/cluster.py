@@ -54,10 +54,13 @@ class SparkCluster:
         return [p.pid for name, p in self.processes.items() if name.startswith("worker")]
 
     def alive_workers(self) -> int:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}/json/", timeout=5) as r:
-            import json
+        import json
 
-            state = json.load(r)
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}/json/", timeout=5) as r:
+            try:
+                state = json.load(r)
+            except ValueError:  # the UI answers its HTML page until it is fully up
+                return 0
         return sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE")
 
     def kill_worker(self, name: str) -> None:

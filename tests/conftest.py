@@ -85,3 +85,7 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+from tests.cluster import spark_cluster  # noqa: E402,F401  (a standalone cluster, once per session)
+from tests.servers import mlflow_server  # noqa: E402,F401  (a real mlflow server, once per session)

@@ -189,7 +189,7 @@ class LocalExecutor:
                 upstream={d: state["stages"][d]["output"] for d in ancestors},
                 upstream_dirs={d: store.stage_dir(d) for d in ancestors},
                 options=replace(self.options, resume=resume), reporter=self.reporter,
-                _tracker=tracker, spark=self.spark)
+                _tracker=tracker, spark=self.spark, run_name=store.run_dir.name)
             state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
                                              "status": "running", "output": {}}
             later = plan.downstream(planned.name)[1:]

@@ -316,6 +316,7 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
 
     started = time.perf_counter()
     check_paths(source, output)
+    check_reachable(spark, source, output)
     frame, version = read_spark_input(spark, source, input_version)
     names = list(loaded.model.card.feature_names)
     types = dict(frame.dtypes)
@@ -325,10 +326,12 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
     fields = [T.StructField(name, _spark_type(values)) for name, values in empty.items()]
     result_type = T.StructType(fields)
     payload = spark.sparkContext.broadcast(_model_payload(loaded))
+    scored_rows = spark.sparkContext.accumulator(0)
 
     def score(batches: Iterator[Tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
         model = _worker_model(payload.value)
         for arrays in batches:
+            scored_rows.add(len(arrays[0]) if arrays else 0)
             x = np.column_stack([np.asarray(a.to_numpy(zero_copy_only=False), dtype=np.float32)
                                  for a in arrays]) if arrays else None
             columns = _score(model, x)
@@ -353,6 +356,7 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
                                F.lit(loaded.name).alias("model_name"),
                                F.lit(loaded.version).alias("model_version"))
         rows, output_version = _write_spark(spark, scored, output, fmt)
+        _check_written(frame, rows, scored_rows.value, output)
     except DataError:
         raise
     except Exception as exc:  # Py4J and PySpark errors: the first line says what happened
@@ -372,6 +376,40 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
         payload.unpersist()
     return BatchResult(rows, output, fmt, version, output_version,
                        time.perf_counter() - started, loaded.name, loaded.version)
+
+
+def check_reachable(spark, source: str, output: str) -> None:
+    """On a cluster, the executors must see the input and write where this machine reads the
+    output back (measured: otherwise each writes to its own disk and the driver finds 0 rows).
+
+    Raises:
+        ExecutorCheckFailed: naming the path and the executor.
+    """
+    from dbspec.spark.placement import is_local_master
+    from dbspec.spark.probe import probe_executors
+
+    if is_local_master(spark.sparkContext.master):
+        return
+    read = [str(Path(source).expanduser().resolve())] \
+        if "://" not in source and Path(source).expanduser().exists() else []
+    shared = [str(Path(output).expanduser().resolve().parent)] if "://" not in output else []
+    if read or shared:
+        probe_executors(spark, read=read, shared=shared)
+
+
+def _check_written(frame, rows: int, scored: int, output: str) -> None:
+    """What was written is what was scored; 0 rows for a non-empty input is never success.
+
+    ``scored`` comes from an accumulator, which a retried task can count twice: a shortfall
+    is confirmed against the input's own row count before it is called an error.
+    """
+    if rows >= scored and not (rows == 0 and scored > 0):
+        return
+    expected = frame.count()
+    if rows < expected:
+        raise DataError(f"output {output}: Spark scored {expected:,} rows but {rows:,} reached "
+                        "it; the executors wrote somewhere this machine does not see (their own "
+                        "disk?): write to a path every node shares")
 
 
 _UNSCORABLE = "[dbspec: unscorable rows] "

@@ -172,7 +172,8 @@ def run_predict(args: argparse.Namespace) -> int:
     if engine == "spark":
         from dbspec.spark import spark_session
 
-        with spark_session(spec, args.master) as spark:
+        with spark_session(spec, args.master, say=lambda text: print(text, file=sys.stderr)) \
+                as spark:
             result = predict_spark(spark, loaded, source, output, fmt=fmt,
                                    input_version=version_of_input)
     else:

@@ -86,7 +86,7 @@ def python_cause(exc: BaseException) -> str:
                                     r"(?: Reason: [^\n]{0,200})?", line))), "")
     cause = ""
     for index, line in enumerate(lines):
-        if line.startswith("Traceback (most recent call last)"):
+        if "Traceback (most recent call last)" in line:
             tail = next((candidate for candidate in lines[index + 1:]
                          if _PY_ERROR.match(candidate)), "")
             cause = tail or cause

@@ -9,7 +9,6 @@ to set when it cannot. Pure: no Spark, no MLflow, no file I/O.
 from __future__ import annotations
 
 import os
-from pathlib import PurePosixPath
 from typing import Optional
 
 from dbspec.errors import DbspecError
@@ -35,17 +34,21 @@ def is_local_store(uri: str) -> bool:
 
 
 def normalise_shared_dir(value: str) -> str:
-    """``dbfs:/x`` is reached through the ``/dbfs/x`` FUSE mount on every Databricks node.
+    """The shared dir as a path this process opens; ``dbfs:/x`` is the ``/dbfs/x`` FUSE mount
+    every Databricks node has.
 
     Raises:
-        PlacementError: the value is relative (a worker would resolve it in its own cwd).
+        PlacementError: a relative path, a node-local disk, an object-store URI (see
+            :func:`dbspec.spec.models.jobs.check_shared_dir`).
     """
+    from dbspec.spec.models.jobs import check_shared_dir
+
+    try:
+        check_shared_dir(value)
+    except ValueError as exc:
+        raise PlacementError(f"shared dir: {exc}") from None
     if value.startswith("dbfs:/"):
         return "/dbfs/" + value[len("dbfs:/"):].lstrip("/")
-    if not PurePosixPath(value).is_absolute():
-        raise PlacementError(f"spark.shared_dir: '{value}' is relative; executors would "
-                             "resolve it in their own working directory. Give an absolute path "
-                             "every node mounts (a UC Volume /Volumes/..., dbfs:/..., NFS)")
     return value
 
 

@@ -31,7 +31,7 @@ class ExecutorReport:
     writable: tuple[bool, ...]
 
 
-def _make_probe(paths: tuple[str, ...], writable: tuple[bool, ...]):
+def _make_probe(paths: tuple[str, ...], markers: tuple[Optional[str], ...]):
     # defined inside a function so cloudpickle ships it by value: unpickling it on an
     # executor must not need dbspec, whose import is what it checks
     def probe(_):
@@ -47,79 +47,109 @@ def _make_probe(paths: tuple[str, ...], writable: tuple[bool, ...]):
         except Exception as exc:  # reported, not raised: the driver words the error
             version = f"!{type(exc).__name__}: {exc}"
         seen, writes = [], []
-        for path, check_write in zip(paths, writable):
-            seen.append(os.path.exists(path))
+        for path, marker in zip(paths, markers):
+            # a shared dir must be the same directory, not one of the same name on this
+            # node's own disk: the driver's marker file tells
+            seen.append(os.path.exists(os.path.join(path, marker) if marker else path))
             ok = False
-            if check_write:
+            if marker:
                 try:
-                    os.makedirs(path, exist_ok=True)
-                    marker = os.path.join(path, f".dbspec-probe-{uuid.uuid4().hex}")
-                    with open(marker, "w") as handle:
+                    mine = os.path.join(path, f".dbspec-probe-{uuid.uuid4().hex}")
+                    with open(mine, "w") as handle:
                         handle.write("x")
-                    os.remove(marker)
+                    os.remove(mine)
                     ok = True
                 except OSError:
                     ok = False
             writes.append(ok)
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        executor = context.getLocalProperty("spark.executor.id") if context else None
-        yield (socket.gethostname(), executor or os.environ.get("SPARK_EXECUTOR_ID", "?"),
-               sys.executable, version, tuple(seen), tuple(writes))
+        # a standalone or YARN executor runs in a directory named after its id
+        name = os.path.basename(os.getcwd())
+        executor = name if name.isdigit() else f"pid {os.getpid()}"
+        yield (socket.gethostname(), executor, sys.executable, version, tuple(seen),
+               tuple(writes))
 
     return probe
 
 
-def probe_executors(session, *, read: Sequence[str] = (), write: Sequence[str] = (),
+def probe_executors(session, *, read: Sequence[str] = (), shared: Sequence[str] = (),
                     tasks: Optional[int] = None) -> list[ExecutorReport]:
     """Run the probe on (up to) every executor core; raises on the first problem.
 
     Args:
         session: The active SparkSession.
         read: Paths every executor must see (inputs).
-        write: Directories every executor must be able to write (created if missing).
+        shared: Directories every executor must see as this machine does, and write (the
+            shared dir, an output's parent); created here if missing.
         tasks: Probe tasks (default: the cluster's default parallelism).
 
     Raises:
         ExecutorCheckFailed: naming the executor, what it lacks and what to do.
     """
+    import os
+    import uuid
+
     import dbspec
     from dbspec.spark import python_cause
 
-    paths = tuple(read) + tuple(write)
-    flags = tuple(False for _ in read) + tuple(True for _ in write)
+    markers: list[Optional[str]] = [None] * len(read)
+    for directory in shared:
+        marker = f".dbspec-driver-{uuid.uuid4().hex}"
+        try:
+            os.makedirs(directory, exist_ok=True)
+            open(os.path.join(directory, marker), "w").close()
+        except OSError as exc:
+            raise ExecutorCheckFailed(f"cannot write {directory} on this machine: "
+                                      f"{exc.strerror or exc}") from None
+        markers.append(marker)
+    paths = tuple(read) + tuple(shared)
     context = session.sparkContext
     count = tasks or max(context.defaultParallelism, 1)
     try:
         rows = context.parallelize(range(count), count) \
-            .mapPartitions(_make_probe(paths, flags)).collect()
+            .mapPartitions(_make_probe(paths, tuple(markers))).collect()
     except Exception as exc:  # Py4J carries the executor's Python error
         raise ExecutorCheckFailed(f"the executors of {context.master} cannot run dbspec's "
                                   f"check task: {python_cause(exc)}") from None
+    finally:
+        for directory, marker in zip(paths, markers):
+            if marker:
+                with _suppress_os_error():
+                    os.remove(os.path.join(directory, marker))
     reports = [ExecutorReport(*row) for row in rows]
     for report in reports:
-        where = f"executor {report.executor} on {report.host} ({report.python})"
-        if report.dbspec.startswith("!"):
-            raise ExecutorCheckFailed(
-                f"{where} cannot import dbspec: {report.dbspec[1:]}; install dbspec "
-                f"{dbspec.__version__} on every node, or point spark.pyspark.python "
-                "(spark.conf) / PYSPARK_PYTHON at an interpreter that has it")
-        if report.dbspec != dbspec.__version__:
-            raise ExecutorCheckFailed(
-                f"{where} has dbspec {report.dbspec}, the driver {dbspec.__version__}; install "
-                "the same version on every node")
-        for path, seen, can_write, must_write in zip(paths, report.visible, report.writable,
-                                                     flags):
-            if must_write and not can_write:
-                raise ExecutorCheckFailed(
-                    f"{where} cannot write {path}; the shared dir must be a directory every "
-                    "node mounts read-write (spark.shared_dir, DBSPEC_SHARED_DIR, --shared-dir)")
-            if not must_write and not seen:
-                raise ExecutorCheckFailed(
-                    f"{where} does not see {path}: it is on this machine only; use a path "
-                    "every node reaches (the shared dir, a UC Volume, object storage)")
+        _check_report(report, paths, markers, dbspec.__version__)
     return reports
+
+
+def _suppress_os_error():
+    import contextlib
+
+    return contextlib.suppress(OSError)
+
+
+def _check_report(report: ExecutorReport, paths, markers, version: str) -> None:
+    where = f"executor {report.executor} on {report.host} ({report.python})"
+    if report.dbspec.startswith("!"):
+        raise ExecutorCheckFailed(
+            f"{where} cannot import dbspec: {report.dbspec[1:]}; install dbspec {version} on "
+            "every node, or point spark.pyspark.python (spark.conf) / PYSPARK_PYTHON at an "
+            "interpreter that has it")
+    if report.dbspec != version:
+        raise ExecutorCheckFailed(f"{where} has dbspec {report.dbspec}, the driver {version}; "
+                                  "install the same version on every node")
+    for path, marker, seen, can_write in zip(paths, markers, report.visible, report.writable):
+        if marker and not seen:
+            raise ExecutorCheckFailed(
+                f"{where} does not see {path} as this machine does (there it is another, "
+                "node-local directory); use a directory every node mounts: a UC Volume, "
+                "dbfs:/, NFS, or object storage")
+        if marker and not can_write:
+            raise ExecutorCheckFailed(f"{where} cannot write {path}; it must be writable from "
+                                      "every node")
+        if not marker and not seen:
+            raise ExecutorCheckFailed(
+                f"{where} does not see {path}: it is on this machine only; use a path every "
+                "node reaches (the shared dir, a UC Volume, object storage)")
 
 
 def check_executors(session, spec, *, shared_dir: Optional[str], executor: str,
@@ -135,6 +165,6 @@ def check_executors(session, spec, *, shared_dir: Optional[str], executor: str,
     if is_local_master(master) or not (ranks_on_executors(spec)
                                        or trials_on_executors(spec, executor)):
         return
-    reports = probe_executors(session, write=[shared_dir] if shared_dir else [])
+    reports = probe_executors(session, shared=[shared_dir] if shared_dir else [])
     hosts = sorted({f"{r.executor}@{r.host}" for r in reports})
     say(f"  executors checked: {', '.join(hosts)} import dbspec and write {shared_dir}")

@@ -365,11 +365,13 @@ def _check_search(spec: Spec, found: _Findings) -> None:
 def _check_spark(spec: Spec, found: _Findings) -> None:
     from dbspec.spark.placement import is_local_master, is_local_store
 
-    shared = spec.spark.shared_dir
-    if shared and not shared.startswith("dbfs:/") and not shared.startswith("/"):
-        found.error(("spark", "shared_dir"), f"'{shared}' is relative; executors would resolve "
-                    "it in their own working directory: give an absolute path every node mounts "
-                    "(/Volumes/..., dbfs:/..., NFS)")
+    from dbspec.spec.models.jobs import check_shared_dir
+
+    if spec.spark.shared_dir:
+        try:
+            check_shared_dir(spec.spark.shared_dir)
+        except ValueError as exc:
+            found.error(("spark", "shared_dir"), str(exc))
     master = spec.spark.master
     storage = spec.search.storage if spec.search is not None else None
     if master and not is_local_master(master) and spec.executor == "spark" and storage and \

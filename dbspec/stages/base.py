@@ -85,6 +85,7 @@ class StageContext:
     reporter: Reporter
     _tracker: Any = field(default=None, repr=False)
     spark: Any = field(default=None, repr=False)  # the spark executor's session, else None
+    run_name: str = ""  # the state slot, ``<spec>[@target][-smoke]``
 
     @property
     def spec(self) -> Spec:
@@ -124,7 +125,7 @@ class StageContext:
         if not self.options.shared_dir:
             raise DbspecError("spark.shared_dir: this stage's executors need a shared dir; set "
                               "spark.shared_dir, DBSPEC_SHARED_DIR or --shared-dir")
-        return Path(self.options.shared_dir) / "runs" / self.directory.parent.name / \
+        return Path(self.options.shared_dir) / "runs" / (self.run_name or self.spec.name) / \
             self.directory.name
 
 

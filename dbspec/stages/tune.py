@@ -15,6 +15,7 @@ from dbspec.tuning import (
     fail_interrupted_trials,
     make_pruner,
     make_sampler,
+    open_storage,
     storage_url,
 )
 
@@ -38,13 +39,16 @@ class TuneStage:
         spec, search = ctx.spec, ctx.spec.search
         smoke = ctx.options.smoke
         name = default_study_name(spec, ctx.loaded.target, self.fingerprint, smoke)
-        storage = storage_url(search, ctx.project_dir)
+        remote = _trials_on_other_machines(ctx)
+        studies = (Path(ctx.options.shared_dir) / "studies") if remote else None
+        storage = storage_url(search, ctx.project_dir, studies)
         n_trials = min(search.n_trials, SMOKE_TRIALS) if smoke else search.n_trials
         parallelism = 1 if smoke else search.parallelism
         epochs = 1 if smoke else spec.training.epochs
         seed = search.sampler.seed if search.sampler.seed is not None else spec.training.seed
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True,
+        study = optuna.create_study(study_name=name, storage=open_storage(storage),
+                                    load_if_exists=True,
                                     direction=direction(search),
                                     sampler=make_sampler(search, seed),
                                     pruner=make_pruner(search, epochs))
@@ -74,16 +78,15 @@ class TuneStage:
             setup = StudySetup(
                 source=ctx.loaded.source, target=ctx.loaded.target,
                 # absolute: workers (Spark tasks above all) may run in another directory
-                data_dirs={s: str(ctx.dir_of(s).resolve())
-                           for s in ("load_data", "split", "preprocess")},
+                data_dirs=_trial_data_dirs(ctx, remote),
                 table_meta=ctx.output_of("load_data"),
-                tune_dir=str(trials_dir(ctx, name).resolve()),
+                tune_dir=str(trials_dir(ctx, name, remote).resolve()),
                 tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
                 parent_run_id=run_id, study_name=name, storage=storage,
                 epochs=epochs if smoke else None, seed=seed,
                 save_models=search.final_model == "best_trial")
             _run_trials(ctx, setup, remaining, parallelism, seed, search.timeout, n_trials)
-            study = optuna.load_study(study_name=name, storage=storage)
+            study = optuna.load_study(study_name=name, storage=open_storage(storage))
             summary = _summarize(study, search.metric)
             tracker.log_metrics({"best_value": summary["best_value"],
                                  "epochs_trained": summary["epochs_trained"],
@@ -95,13 +98,40 @@ class TuneStage:
                           f"{summary['best_trial']}: {summary['best_params']}")
         return {"study_name": name, "storage": storage, "run_id": run_id,
                 "final_model": search.final_model,
-                "trials_dir": str(trials_dir(ctx, name).resolve()),
+                "trials_dir": str(trials_dir(ctx, name, remote).resolve()),
                 **summary}
 
 
-def trials_dir(ctx: StageContext, study: str) -> Path:
-    """Trial models live with the study, not the stage: a study outlives reruns of the stage."""
-    return ctx.project_dir / "studies" / study / "trials"
+def trials_dir(ctx: StageContext, study: str, remote: bool = False) -> Path:
+    """Trial models live with the study, not the stage: a study outlives reruns of the stage.
+    Trials on other machines write theirs to the shared dir."""
+    root = Path(ctx.options.shared_dir) if remote else ctx.project_dir
+    return root / "studies" / study / "trials"
+
+
+def _trials_on_other_machines(ctx: StageContext) -> bool:
+    from dbspec.spark.placement import is_local_master
+
+    return ctx.spark is not None and not is_local_master(ctx.spark.sparkContext.master)
+
+
+def _trial_data_dirs(ctx: StageContext, remote: bool) -> dict[str, str]:
+    """The prepared data every trial reads: the stage dirs here, or a copy of them in the
+    shared dir when trials run on executors that cannot read this machine's disk."""
+    import shutil
+
+    stages = ("load_data", "split", "preprocess")
+    if not remote:  # absolute: local Spark tasks run in another working directory
+        return {s: str(ctx.dir_of(s).resolve()) for s in stages}
+    base = ctx.shared_stage_dir() / "data"
+    copies = {}
+    for stage in stages:
+        target = base / stage
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(ctx.dir_of(stage), target)
+        copies[stage] = str(target.resolve())
+    return copies
 
 
 def _run_trials(ctx: StageContext, setup, remaining: int, parallelism: int, seed: int,
@@ -157,10 +187,9 @@ def _run_trials_on_spark(ctx: StageContext, setup, quotas: list[int], seed: int,
     try:
         rdd.foreach(lambda job: run_worker(*job))
     except Exception as exc:  # a task that dies takes the job down; its trials stay recorded
-        lines = [line for line in str(exc).splitlines() if line.strip()]
-        cause = next((line for line in reversed(lines) if "Error" in line or "error" in line),
-                     lines[-1] if lines else repr(exc))
-        ctx.reporter.line(f"  warning: a Spark trial task failed: {cause.strip()[:300]}")
+        from dbspec.spark import python_cause
+
+        ctx.reporter.line(f"  warning: a Spark trial task failed: {python_cause(exc)[:500]}")
 
 
 def _summarize(study, metric: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import traceback
 from dataclasses import asdict
 from pathlib import Path
@@ -201,9 +202,14 @@ def rank_main(work_dir: str) -> None:
     rank = int(os.environ.get("RANK", "0"))
     try:
         _train_rank(Path(work_dir), rank)
-    except BaseException:
-        (Path(work_dir) / f"rank-{rank}.error").write_text(traceback.format_exc())
-        raise
+    except BaseException as exc:
+        record = Path(work_dir) / f"rank-{rank}.error"
+        record.write_text(traceback.format_exc())
+        # one line on the rank's output (streamed to the driver), the traceback in the file:
+        # the driver words the failure from these files, so a Python stack per rank is noise
+        print(f"rank {rank} failed: {type(exc).__name__}: {str(exc)[:300]} (traceback in "
+              f"{record})", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 def _train_rank(work_dir: Path, rank: int) -> None:

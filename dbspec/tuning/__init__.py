@@ -106,12 +106,28 @@ def default_study_name(spec: Spec, target: Optional[str], fingerprint: str, smok
     return f"{base}-{fingerprint[:8]}" + ("-smoke" if smoke else "")
 
 
-def storage_url(search: SearchSpec, project_dir: Path) -> str:
-    """``search.storage``, else a SQLite file next to the local tracking store."""
+def storage_url(search: SearchSpec, project_dir: Path, shared_dir: Optional[Path] = None) -> str:
+    """``search.storage``; else, for trials on other machines, a journal file in the shared
+    dir (every executor appends to it; measured faster than SQLite for concurrent workers);
+    else a SQLite file next to the local tracking store."""
     if search.storage:
         return search.storage
+    if shared_dir is not None:
+        shared_dir.mkdir(parents=True, exist_ok=True)
+        return f"journal:///{(shared_dir / 'optuna.journal').resolve()}"
     project_dir.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{(project_dir / 'optuna.db').resolve()}"
+
+
+def open_storage(url: str):
+    """What Optuna takes as ``storage``: an RDB URL as is, a ``journal:///path`` as a journal
+    file storage."""
+    if not url.startswith("journal://"):
+        return url
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(url[len("journal://"):]))
 
 
 def fail_interrupted_trials(study) -> int:

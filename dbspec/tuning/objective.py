@@ -165,13 +165,13 @@ def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional
     """Run ``quota`` trials of the study in this process."""
     import optuna
 
-    from dbspec.tuning import make_pruner, make_sampler
+    from dbspec.tuning import make_pruner, make_sampler, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     objective = Objective(setup, report)
     search = objective.loaded.spec.search
     epochs = setup.epochs or objective.loaded.spec.training.epochs
-    study = optuna.load_study(study_name=setup.study_name, storage=setup.storage,
+    study = optuna.load_study(study_name=setup.study_name, storage=open_storage(setup.storage),
                               sampler=make_sampler(search, sampler_seed),
                               pruner=make_pruner(search, epochs))
     study.optimize(objective, n_trials=quota, timeout=timeout, catch=(TrialFailed,),

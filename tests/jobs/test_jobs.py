@@ -151,7 +151,7 @@ targets:
   dev: {default: true}
   prod:
     mode: production
-    jobs: {shared_dir: "s3://ml-bucket/dbspec", state_dir: /Volumes/main/ml/state}
+    jobs: {shared_dir: "/mnt/ml-bucket/dbspec", state_dir: /Volumes/main/ml/state}
 """
 
 
@@ -164,10 +164,10 @@ def test_jobs_shared_dir_and_its_target_override_reach_the_output(tmp_path, writ
     root = yaml.safe_load((tmp_path / "bundle" / "databricks.yml").read_text())
     assert list(bundle_validator.iter_errors(root)) == []
     assert root["variables"]["shared_dir"]["default"] == "/Volumes/main/ml/dbspec"
-    assert root["targets"]["prod"]["variables"] == {"shared_dir": "s3://ml-bucket/dbspec"}
+    assert root["targets"]["prod"]["variables"] == {"shared_dir": "/mnt/ml-bucket/dbspec"}
     assert "variables" not in root["targets"]["dev"]
     prod = payload(tmp_path / "json", spec, name="minimal.prod.json")
-    assert prod["parameters"] == [{"name": "shared_dir", "default": "s3://ml-bucket/dbspec"}]
+    assert prod["parameters"] == [{"name": "shared_dir", "default": "/mnt/ml-bucket/dbspec"}]
     for task in prod["tasks"]:  # an explicit state dir is the user's choice, passed on
         parameters = task["python_wheel_task"]["parameters"]
         assert parameters[parameters.index("--state-dir") + 1] == "/Volumes/main/ml/state"
@@ -384,8 +384,7 @@ def test_bad_jobs_sections_are_located_errors(write_spec, section, message):
 
 
 @pytest.mark.parametrize("value", ["/Volumes/main/ml/dbspec", "/Volumes/main/ml/dbspec/runs",
-                                   "dbfs:/dbspec", "/dbfs/dbspec", "s3://bucket/dbspec",
-                                   "abfss://c@acct.dfs.core.windows.net/dbspec", "gs://b/d",
+                                   "dbfs:/dbspec", "/dbfs/dbspec",
                                    "/mnt/shared/dbspec", "/local_disk0_other"])
 def test_shared_storage_is_accepted(value):
     from dbspec.spec.models.jobs import JobsSpec

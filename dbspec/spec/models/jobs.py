@@ -12,8 +12,11 @@ from dbspec.spec.models.base import SpecModel, d
 
 _EMAIL = r"^[^@\s]+@[^@\s]+$"
 TASK_GROUPS = ("data", "tune", "train", "evaluate", "promote", "serve", "batch_predict")
-#: URI schemes of storage that every node of a cluster reaches (DBFS and the clouds' stores).
-SHARED_SCHEMES = ("dbfs", "s3", "s3a", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "r2")
+#: URI schemes of shared storage that dbspec can open with file I/O (DBFS, through /dbfs on
+#: every node). Ranks and trials torch.save and glob in the shared dir, so object storage
+#: (s3://, abfss://, gs://) is reached through a Unity Catalog Volume or a mount instead.
+SHARED_SCHEMES = ("dbfs",)
+_OBJECT_STORES = ("s3", "s3a", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs", "r2")
 #: Where Databricks mounts each node's own disk: nothing written there leaves the node.
 NODE_LOCAL = "/local_disk0"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
@@ -36,8 +39,8 @@ def _node_disk_message(value: str, why: str) -> str:
 def check_shared_dir(value: str) -> str:
     """``value`` if it names storage every node of a cluster reaches.
 
-    Accepted: an absolute path (``/Volumes/...``, ``/dbfs/...``, a shared mount), ``dbfs:/...``
-    or a cloud URI (``s3://``, ``abfss://``, ``gs://``...).
+    Accepted: an absolute path (``/Volumes/...``, ``/dbfs/...``, a shared mount) or
+    ``dbfs:/...``.
 
     Raises:
         ValueError: a relative path, a node-local path, an unknown URI scheme, or a
@@ -48,10 +51,14 @@ def check_shared_dir(value: str) -> str:
         raise ValueError(_node_disk_message(value, why))
     scheme = _SCHEME.match(value)
     if scheme:
-        if scheme.group(1).lower() not in SHARED_SCHEMES:
+        name = scheme.group(1).lower()
+        if name in _OBJECT_STORES:
+            raise ValueError(f"'{value}': ranks and trials read and write the shared dir with "
+                             "file I/O, which object storage does not offer; use a Unity Catalog "
+                             "Volume over it (/Volumes/<catalog>/<schema>/<volume>) or a mount")
+        if name not in SHARED_SCHEMES:
             raise ValueError(f"'{value}': unknown storage scheme '{scheme.group(1)}:'; use an "
-                             f"absolute path, a /Volumes path, dbfs:/ or one of "
-                             f"{', '.join(s + '://' for s in SHARED_SCHEMES[1:])}")
+                             "absolute path, a /Volumes path or dbfs:/")
         return value
     if not value.startswith("/"):
         raise ValueError(f"'{value}' is relative, so each task would resolve it on its own node; "

@@ -1,0 +1,382 @@
+"""dbspec on a real Spark standalone cluster whose workers cannot see the driver's disk.
+
+The cluster (``tests/cluster.py``) is a master and two 1-core workers, each in a mount
+namespace where pytest's temporary root — every test's project dir, state dir and the MLflow
+server's store — is an empty tmpfs. What a worker can reach is what a second machine could:
+the installed software, the shared dir, the tracking server (``mlflow server --serve-artifacts``)
+over HTTP. Each ``dbspec run`` is a separate process, as a user's would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.cluster import worker_sees
+from tests.conftest import checkout_env
+
+pytestmark = pytest.mark.slow
+
+DDP_SPEC = """\
+name: cluster-ddp
+data:
+  source: {kind: sklearn, name: diabetes}
+  task: regression
+  preprocessing: [standard_scale]
+model:
+  layers:
+    - linear: {out: 16}
+    - relu
+    - linear: {out: 1}
+training:
+  optimizer: {name: adam, lr: 0.01}
+  epochs: %(epochs)d
+  batch_size: 32
+  checkpointing: {every_n_epochs: 1}
+compute: {kind: torch_distributor, num_processes: 2, use_gpu: false, local_mode: false}
+registry:
+  name: %(model)s
+  promotion:
+    alias: production
+    gates: [{metric: test_rmse, max: 400}]
+"""
+
+
+def dbspec(*args, cwd, server, env=None, timeout=600, **popen):
+    """``python -m dbspec ARGS`` in ``cwd`` against the tracking server."""
+    full = checkout_env({"MLFLOW_TRACKING_URI": server.uri, **(env or {})})
+    full.pop("DBSPEC_SHARED_DIR", None)
+    full.pop("PYSPARK_PYTHON", None)
+    command = [sys.executable, "-m", "dbspec", *args]
+    if popen:
+        return subprocess.Popen(command, cwd=cwd, env=full, **popen)
+    return subprocess.run(command, cwd=cwd, env=full, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def client(server):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=server.uri)
+
+
+def versions(server, name):
+    return client(server).search_model_versions(f"name = '{name}'")
+
+
+def test_the_workers_really_cannot_see_the_driver_side(spark_cluster, tmp_path):
+    # a check on the fixture itself: the tests below prove nothing if a worker sees tmp_path
+    (tmp_path / "marker").write_text("x")
+    assert not worker_sees(spark_cluster, tmp_path / "marker")
+    assert worker_sees(spark_cluster, spark_cluster.shared_dir)
+
+
+def test_ddp_with_ranks_on_executors_registers_on_the_server(spark_cluster, mlflow_server,
+                                                             tmp_path):
+    # fails on the old code: ranks got relative driver paths (FileNotFoundError) and the
+    # executors ran the system python (No module named 'dbspec')
+    (tmp_path / "spec.yaml").write_text(DDP_SPEC % {"epochs": 4, "model": "cluster_ddp"})
+    shared = spark_cluster.shared_dir / "ddp"
+    done = dbspec("run", "spec.yaml", "--master", spark_cluster.master, "--shared-dir",
+                  str(shared), "--summary-json", "summary.json", cwd=tmp_path,
+                  server=mlflow_server)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["training"]["world_size"] == 2
+    assert "executors of spark://" in summary["training"]["placement"]
+    assert "2 ranks (gloo" in done.stdout
+    assert "executors run" in done.stderr and "executors checked" in done.stderr
+    found = versions(mlflow_server, "cluster_ddp")
+    assert [v.version for v in found] == ["1"]
+    run = client(mlflow_server).get_run(summary["run_id"])
+    assert run.data.params["dbspec.world_size"] == "2"
+    # rank 0's metrics reached the server with their real time, one per epoch
+    history = client(mlflow_server).get_metric_history(run.info.run_id, "val_loss")
+    assert sorted(m.step for m in history) == [0, 1, 2, 3]
+    assert all(m.timestamp > (time.time() - 3600) * 1000 for m in history)
+    # the ranks' files went to the shared dir, none to the driver's stage dir
+    checkpoints = list(shared.glob("runs/cluster-ddp/train/checkpoints/epoch-*"))
+    assert checkpoints, sorted(str(p) for p in shared.rglob("*"))[:20]
+    assert not (tmp_path / ".dbspec/runs/cluster-ddp/train/distributed").exists()
+
+
+def test_a_cluster_run_without_a_shared_dir_fails_before_any_work(spark_cluster, mlflow_server,
+                                                                  tmp_path):
+    (tmp_path / "spec.yaml").write_text(DDP_SPEC % {"epochs": 2, "model": "never"})
+    done = dbspec("run", "spec.yaml", "--master", spark_cluster.master, cwd=tmp_path,
+                  server=mlflow_server, timeout=120)
+    assert done.returncode == 1
+    assert "spark.shared_dir" in done.stderr and "DBSPEC_SHARED_DIR" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / ".dbspec/runs").exists()  # no stage ran
+
+
+def test_a_local_tracking_store_on_a_cluster_is_refused(spark_cluster, mlflow_server, tmp_path):
+    (tmp_path / "spec.yaml").write_text(DDP_SPEC % {"epochs": 2, "model": "never"})
+    done = dbspec("run", "spec.yaml", "--master", spark_cluster.master, "--shared-dir",
+                  str(spark_cluster.shared_dir / "x"), cwd=tmp_path, server=mlflow_server,
+                  env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+                  timeout=120)
+    assert done.returncode == 1
+    assert "tracking.tracking_uri" in done.stderr and "tracking server" in done.stderr
+
+
+def test_executors_without_dbspec_fail_fast_with_the_python_cause(spark_cluster, mlflow_server,
+                                                                  tmp_path):
+    # fails on the old code: minutes later, 'An error occurred while calling o56...' and a
+    # Java stack
+    spec = DDP_SPEC % {"epochs": 2, "model": "never"}
+    spec += "spark: {conf: {spark.pyspark.python: /usr/bin/python3}}\n"
+    (tmp_path / "spec.yaml").write_text(spec)
+    if not os.path.exists("/usr/bin/python3") or subprocess.run(
+            ["/usr/bin/python3", "-c", "import dbspec"], capture_output=True).returncode == 0:
+        pytest.skip("needs a system python without dbspec")
+    done = dbspec("run", "spec.yaml", "--master", spark_cluster.master, "--shared-dir",
+                  str(spark_cluster.shared_dir / "nodbspec"), cwd=tmp_path,
+                  server=mlflow_server, timeout=300)
+    assert done.returncode == 1
+    assert "cannot import dbspec" in done.stderr
+    assert "No module named 'dbspec'" in done.stderr
+    assert "/usr/bin/python3" in done.stderr
+    assert "Py4J" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_master_with_executor_local_is_refused(tmp_path, mlflow_server, spark_cluster):
+    # fails on the old code: --master was silently ignored (the run went to local[*])
+    (tmp_path / "spec.yaml").write_text(DDP_SPEC % {"epochs": 2, "model": "never"})
+    done = dbspec("run", "spec.yaml", "--master", spark_cluster.master, "--executor", "local",
+                  cwd=tmp_path, server=mlflow_server, timeout=120)
+    assert done.returncode == 2 and "--master" in done.stderr and "--executor local" in \
+        done.stderr
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{what} did not happen within {timeout} s")
+
+
+def test_a_worker_killed_mid_training_fails_fast_and_resumes(spark_cluster, mlflow_server,
+                                                             tmp_path):
+    # fails on the old code: the barrier stage was retried and waited for slots for minutes,
+    # the error named only the surviving rank's gloo failure, and no checkpoint was where a
+    # new driver could read it
+    epochs = 400
+    (tmp_path / "spec.yaml").write_text(DDP_SPEC % {"epochs": epochs, "model": "cluster_kill"})
+    shared = spark_cluster.shared_dir / "kill"
+    args = ("run", "spec.yaml", "--master", spark_cluster.master, "--shared-dir", str(shared),
+            "--summary-json", "summary.json")
+    log = (tmp_path / "first.log").open("w")
+    first = dbspec(*args, cwd=tmp_path, server=mlflow_server, stdout=log,
+                   stderr=subprocess.STDOUT)
+    checkpoints = shared / "runs/cluster-ddp/train/checkpoints"
+    try:
+        _wait_for(lambda: len(list(checkpoints.glob("epoch-*.pt"))) >= 2 or
+                  first.poll() is not None, 400, "two checkpoints")
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        spark_cluster.kill_worker("worker-1")
+        killed = time.monotonic()
+        first.wait(timeout=240)
+        seconds = time.monotonic() - killed
+    finally:
+        if first.poll() is None:
+            first.kill()
+        spark_cluster.start_worker("worker-1")  # the node comes back for the other tests
+    output = (tmp_path / "first.log").read_text()
+    print(f"the stage failed {seconds:.1f} s after the worker was killed")
+    assert first.returncode == 1, output[-3000:]
+    assert "lost during training" in output, output[-3000:]
+    assert "Traceback" not in output
+    assert "resume with: dbspec run spec.yaml --shared-dir" in output
+    assert versions(mlflow_server, "cluster_kill") == []  # nothing registered
+    runs = client(mlflow_server).search_runs(
+        [client(mlflow_server).get_experiment_by_name("cluster-ddp").experiment_id],
+        filter_string="tags.`dbspec.spec` = 'cluster-ddp'", order_by=["start_time DESC"])
+    assert runs[0].info.status == "FAILED"
+    spark_cluster.wait_for_workers(2)
+    resumed = dbspec(*args, "--resume", cwd=tmp_path, server=mlflow_server)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["run_id"] == runs[0].info.run_id  # the same MLflow run, continued
+    train = json.loads((tmp_path / ".dbspec/runs/cluster-ddp/state.json").read_text())[
+        "stages"]["train"]["output"]
+    assert train["resumed_from_epoch"] >= 2
+    assert [v.version for v in versions(mlflow_server, "cluster_kill")] == ["1"]
+    steps = {m.step for m in client(mlflow_server).get_metric_history(summary["run_id"],
+                                                                      "val_loss")}
+    expected = set(range(train["epochs_run"]))
+    assert steps == expected, sorted(expected - steps)[:10]
+
+
+def test_search_trials_as_spark_tasks_on_the_cluster(spark_cluster, mlflow_server, tmp_path):
+    # fails on the old code: trials on executors read load_data/table.npz and the SQLite
+    # study from the driver's disk (FileNotFoundError / unable to open database file)
+    import optuna
+
+    from tests.conftest import ROOT
+
+    spec = (ROOT / "specs" / "breast_cancer_search.yaml").read_text()
+    (tmp_path / "search.yaml").write_text(spec)
+    shared = spark_cluster.shared_dir / "search"
+    done = dbspec("run", "search.yaml", "--master", spark_cluster.master, "--shared-dir",
+                  str(shared), "--set", "search.n_trials=4", "--set", "search.parallelism=2",
+                  "--set", "training.epochs=3", "--summary-json", "s.json", cwd=tmp_path,
+                  server=mlflow_server)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 trial worker(s) as Spark tasks" in done.stderr
+    assert "warning" not in done.stderr
+    search = json.loads((tmp_path / "s.json").read_text())["search"]
+    assert search["storage"].startswith(f"journal:///{shared}")  # the shared dir, not the driver
+    from dbspec.tuning import open_storage
+
+    study = optuna.load_study(study_name=search["study_name"],
+                              storage=open_storage(search["storage"]))
+    assert len(study.trials) == 4
+    assert all(t.state.name in ("COMPLETE", "PRUNED") for t in study.trials)
+    # every trial is a nested run on the server, with metrics at their real time
+    mlflow = client(mlflow_server)
+    trials = mlflow.search_runs(
+        [mlflow.get_run(search["study_run_id"]).info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{search['study_run_id']}'")
+    assert len(trials) == 4
+    history = mlflow.get_metric_history(trials[0].info.run_id, "val_loss")
+    assert history and all(m.timestamp > (time.time() - 3600) * 1000 for m in history)
+
+
+def test_search_with_a_sqlite_study_on_the_cluster_is_refused(spark_cluster, mlflow_server,
+                                                              tmp_path):
+    from tests.conftest import ROOT
+
+    (tmp_path / "search.yaml").write_text((ROOT / "specs" / "breast_cancer_search.yaml")
+                                          .read_text())
+    done = dbspec("run", "search.yaml", "--master", spark_cluster.master, "--shared-dir",
+                  str(spark_cluster.shared_dir / "x"), "--set",
+                  f"search.storage=sqlite:///{tmp_path / 'optuna.db'}", cwd=tmp_path,
+                  server=mlflow_server, timeout=120)
+    assert done.returncode == 1
+    assert "search.storage" in done.stderr and "SQLite file on this machine" in done.stderr
+
+
+LOCAL_SPEC = """\
+name: cluster-scored
+data: {source: {kind: sklearn, name: diabetes}, task: regression,
+       preprocessing: [standard_scale]}
+model: {layers: [{linear: {out: 8}}, relu, {linear: {out: 1}}]}
+training: {epochs: 3}
+registry:
+  name: cluster_scored
+  promotion: {alias: production, gates: [{metric: test_rmse, max: 1000}]}
+"""
+
+
+@pytest.fixture(scope="module")
+def scored_model(mlflow_server, tmp_path_factory):
+    """A model registered on the server (trained locally: the scoring is what runs there)."""
+    project = tmp_path_factory.mktemp("scored-model")
+    (project / "spec.yaml").write_text(LOCAL_SPEC)
+    done = dbspec("run", "spec.yaml", "-q", cwd=project, server=mlflow_server)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return "models:/cluster_scored@production"
+
+
+def _diabetes_parquet(path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from sklearn.datasets import load_diabetes
+
+    frame = load_diabetes(as_frame=True).frame.drop(columns=["target"])
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+    return len(frame)
+
+
+@pytest.mark.parametrize("fmt", ["delta", "parquet"])
+def test_predict_on_the_cluster_writes_every_row_to_the_shared_dir(
+        spark_cluster, mlflow_server, scored_model, tmp_path, fmt):
+    # fails on the old code: the parquet output 'succeeded' with 0 rows, the scored rows left
+    # in _temporary/ on a worker's own disk
+    shared = spark_cluster.shared_dir / f"predict-{fmt}"
+    shared.mkdir()
+    rows = _diabetes_parquet(shared / "in.parquet")
+    done = dbspec("predict", scored_model, "--input", str(shared / "in.parquet"), "--output",
+                  str(shared / "out"), "--format", fmt, "--engine", "spark", "--master",
+                  spark_cluster.master, cwd=tmp_path, server=mlflow_server)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"wrote {rows:,} rows to {shared / 'out'}" in done.stdout
+    if fmt == "delta":
+        from deltalake import DeltaTable
+
+        table = DeltaTable(str(shared / "out")).to_pyarrow_table()
+    else:
+        import pyarrow.dataset as ds
+
+        table = ds.dataset(str(shared / "out"), format="parquet").to_table()
+    assert table.num_rows == rows and "prediction" in table.column_names
+
+
+def test_predict_to_a_path_the_workers_do_not_share_fails_before_scoring(
+        spark_cluster, mlflow_server, scored_model, tmp_path):
+    # fails on the old code: exit 0 after writing 0 rows
+    shared = spark_cluster.shared_dir / "predict-unshared"
+    shared.mkdir()
+    _diabetes_parquet(shared / "in.parquet")
+    done = dbspec("predict", scored_model, "--input", str(shared / "in.parquet"), "--output",
+                  str(tmp_path / "out"), "--format", "parquet", "--engine", "spark",
+                  "--master", spark_cluster.master, cwd=tmp_path, server=mlflow_server)
+    assert done.returncode == 1
+    assert f"does not see {tmp_path} as this machine does" in done.stderr
+    assert not (tmp_path / "out").exists()
+    assert "Traceback" not in done.stderr
+
+
+def test_predict_from_an_input_only_the_driver_has_is_refused(spark_cluster, mlflow_server,
+                                                              scored_model, tmp_path):
+    _diabetes_parquet(tmp_path / "in.parquet")
+    done = dbspec("predict", scored_model, "--input", str(tmp_path / "in.parquet"), "--output",
+                  str(spark_cluster.shared_dir / "never"), "--engine", "spark", "--master",
+                  spark_cluster.master, cwd=tmp_path, server=mlflow_server)
+    assert done.returncode == 1
+    assert f"does not see {tmp_path / 'in.parquet'}: it is on this machine only" in done.stderr
+
+
+DEEPSPEED_SPEC = """\
+name: cluster-deepspeed
+data:
+  source: {kind: synthetic, rows: 2000, features: 20, informative: 5, seed: 3}
+  task: binary
+  preprocessing: [standard_scale]
+model: {layers: [{linear: {out: 64}}, gelu, {linear: {out: 1}}]}
+training:
+  optimizer: {name: adamw, lr: 0.001}
+  epochs: 3
+  batch_size: 64
+  precision: bf16
+compute: {kind: deepspeed, num_gpus: 2, use_gpu: false, zero_stage: 2, local_mode: false}
+registry: {name: cluster_deepspeed}
+"""
+
+
+def test_deepspeed_zero2_with_ranks_on_executors(spark_cluster, mlflow_server, tmp_path):
+    # fails on the old code for the reasons the DDP test names; slow: DeepSpeed JIT-builds
+    # its CPU communication op on first use (minutes, cached per machine)
+    (tmp_path / "spec.yaml").write_text(DEEPSPEED_SPEC)
+    shared = spark_cluster.shared_dir / "deepspeed"
+    done = dbspec("run", "spec.yaml", "--master", spark_cluster.master, "--shared-dir",
+                  str(shared), "--summary-json", "summary.json", cwd=tmp_path,
+                  server=mlflow_server, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["training"]["world_size"] == 2
+    assert [v.version for v in versions(mlflow_server, "cluster_deepspeed")] == ["1"]
+    job = json.loads((shared / "runs/cluster-deepspeed/train/distributed/job.json").read_text())
+    assert job["deepspeed"]["zero_optimization"]["stage"] == 2
+    # every rank's ZeRO partition of the last checkpoint landed in the shared dir
+    tags = list((shared / "runs/cluster-deepspeed/train/checkpoints").glob("epoch-*"))
+    assert tags and all((tag / ".complete").exists() for tag in tags)
