@@ -133,8 +133,8 @@ class MlflowState(LocalState):
         as a local directory (never through the path of the run's artifact URI)."""
         from mlflow.exceptions import MlflowException
 
-        destination.mkdir(parents=True, exist_ok=True)
         try:
+            destination.mkdir(parents=True, exist_ok=True)
             return Path(self.client.download_artifacts(self.run_id, path, str(destination)))
         except (MlflowException, OSError) as exc:
             raise DbspecError(f"cannot fetch {what} from MLflow run {self.run_id}: "

@@ -118,9 +118,13 @@ class Registry:
 
     def _link_logged_model(self, model_id: str, name: str, version: str) -> None:
         """Record the version on the logged model, as ``mlflow.register_model`` does (the UI
-        links the two through this tag)."""
+        links the two through this tag). A tracking server records it itself; the SQLite
+        store does not."""
         model = self.client.get_logged_model(model_id)
         linked = json.loads(model.tags.get(_MODEL_VERSIONS_TAG, "[]"))
+        if any(entry.get("name") == name and str(entry.get("version")) == version
+               for entry in linked):
+            return
         linked.append({"name": name, "version": version})
         self.client.set_logged_model_tags(model_id, {_MODEL_VERSIONS_TAG: json.dumps(linked)})
 
