@@ -154,7 +154,8 @@ def _check_report(report: ExecutorReport, paths, markers, version: str) -> None:
 
 def check_executors(session, spec, *, shared_dir: Optional[str], executor: str,
                     say=lambda text: None) -> None:
-    """Probe the executors when this run hands them work and they are on other machines.
+    """Probe the executors when this run hands them work and they are on other machines:
+    the shared dir for ranks and trials, the data source for the spark executor's reads.
 
     Raises:
         ExecutorCheckFailed: see :func:`probe_executors`.
@@ -162,9 +163,27 @@ def check_executors(session, spec, *, shared_dir: Optional[str], executor: str,
     from dbspec.spark.placement import is_local_master, ranks_on_executors, trials_on_executors
 
     master = session.sparkContext.master
-    if is_local_master(master) or not (ranks_on_executors(spec)
-                                       or trials_on_executors(spec, executor)):
+    if is_local_master(master):
         return
-    reports = probe_executors(session, shared=[shared_dir] if shared_dir else [])
+    needs_shared = ranks_on_executors(spec) or trials_on_executors(spec, executor)
+    read = source_paths(spec) if executor == "spark" else []
+    shared = [shared_dir] if needs_shared and shared_dir else []
+    if not (shared or read):
+        return
+    reports = probe_executors(session, read=read, shared=shared)
     hosts = sorted({f"{r.executor}@{r.host}" for r in reports})
-    say(f"  executors checked: {', '.join(hosts)} import dbspec and write {shared_dir}")
+    what = " and ".join(part for part in (
+        f"read {', '.join(read)}" if read else "", f"write {shared_dir}" if shared else "")
+        if part)
+    say(f"  executors checked: {', '.join(hosts)} import dbspec and {what}")
+
+
+def source_paths(spec) -> list[str]:
+    """The data source's path when it is a file on this machine's file system (not a URI)."""
+    from pathlib import Path
+
+    path = getattr(spec.data.source, "path", None)
+    if not path or "://" in path or path.startswith("dbfs:"):
+        return []
+    resolved = Path(path).expanduser().resolve()
+    return [str(resolved)] if resolved.exists() else []  # a missing file: load_data says so

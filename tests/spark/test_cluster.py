@@ -134,7 +134,8 @@ def test_executors_without_dbspec_fail_fast_with_the_python_cause(spark_cluster,
     spec += "spark: {conf: {spark.pyspark.python: /usr/bin/python3}}\n"
     (tmp_path / "spec.yaml").write_text(spec)
     if not os.path.exists("/usr/bin/python3") or subprocess.run(
-            ["/usr/bin/python3", "-c", "import dbspec"], capture_output=True).returncode == 0:
+            ["/usr/bin/python3", "-c", "import dbspec"], capture_output=True,
+            cwd="/").returncode == 0:
         pytest.skip("needs a system python without dbspec")
     done = dbspec("run", "spec.yaml", "--master", spark_cluster.master, "--shared-dir",
                   str(spark_cluster.shared_dir / "nodbspec"), cwd=tmp_path,
@@ -380,3 +381,19 @@ def test_deepspeed_zero2_with_ranks_on_executors(spark_cluster, mlflow_server, t
     # every rank's ZeRO partition of the last checkpoint landed in the shared dir
     tags = list((shared / "runs/cluster-deepspeed/train/checkpoints").glob("epoch-*"))
     assert tags and all((tag / ".complete").exists() for tag in tags)
+
+
+def test_a_data_file_only_the_driver_has_is_refused_before_spark_reads_it(
+        spark_cluster, mlflow_server, tmp_path):
+    # fails on the old code: Spark listed the file on the driver, then every executor failed
+    # with FileNotFoundException inside a Java stack
+    from sklearn.datasets import load_diabetes
+
+    load_diabetes(as_frame=True).frame.to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "spec.yaml").write_text(LOCAL_SPEC.replace(
+        "source: {kind: sklearn, name: diabetes}", "source: {kind: csv, path: rows.csv}"))
+    done = dbspec("run", "spec.yaml", "--master", spark_cluster.master, cwd=tmp_path,
+                  server=mlflow_server, timeout=300)
+    assert done.returncode == 1
+    assert f"does not see {tmp_path / 'rows.csv'}: it is on this machine only" in done.stderr
+    assert "Traceback" not in done.stderr

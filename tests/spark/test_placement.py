@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from dbspec.spark import executor_python, python_cause
@@ -140,3 +142,45 @@ def test_the_python_cause_comes_out_of_a_py4j_error():
     assert lost.startswith("ExecutorLostFailure (executor 2 exited caused by one of the running "
                            "tasks) Reason: Remote RPC client disassociated")
     assert python_cause(RuntimeError("plain")) == "plain"
+
+
+@pytest.mark.parametrize("report, message", [
+    (("h", "1", "/usr/bin/python3", "!ModuleNotFoundError: No module named 'dbspec'", (True,),
+      (True,)), "executor 1 on h (/usr/bin/python3) cannot import dbspec: ModuleNotFoundError"),
+    (("h", "1", "/py", "0.0.1", (True,), (True,)), "has dbspec 0.0.1, the driver"),
+    (("h", "2", "/py", None, (False,), (True,)), "does not see /shared as this machine does"),
+    (("h", "2", "/py", None, (True,), (False,)), "cannot write /shared"),
+])
+def test_what_an_executor_lacks_is_worded(report, message):
+    # the probe's verdicts, from reports as executors send them (the cluster tests run the
+    # probe itself; a version mismatch cannot be staged there)
+    import dbspec
+    from dbspec.spark.probe import ExecutorCheckFailed, ExecutorReport, _check_report
+
+    fields = list(report)
+    fields[3] = fields[3] or dbspec.__version__
+    with pytest.raises(ExecutorCheckFailed, match=re.escape(message)):
+        _check_report(ExecutorReport(*fields), ("/shared",), ("marker",), dbspec.__version__)
+
+
+def test_an_input_only_this_machine_sees_is_worded():
+    import dbspec
+    from dbspec.spark.probe import ExecutorCheckFailed, ExecutorReport, _check_report
+
+    report = ExecutorReport("h", "1", "/py", dbspec.__version__, (False,), (False,))
+    with pytest.raises(ExecutorCheckFailed, match="does not see /in.parquet: it is on this "
+                                                  "machine only"):
+        _check_report(report, ("/in.parquet",), (None,), dbspec.__version__)
+
+
+def test_zero_rows_written_for_scored_rows_is_an_error(spark):
+    # what predict --engine spark checks after writing: the case of executors writing to
+    # their own disks, where the driver reads back 0 rows
+    from dbspec.data.sources import DataError
+    from dbspec.serving.batch import _check_written
+
+    frame = spark.range(10)
+    with pytest.raises(DataError, match="Spark scored 10 rows but 0 reached it"):
+        _check_written(frame, 0, 10, "/out")
+    _check_written(frame, 10, 10, "/out")  # all there
+    _check_written(frame, 10, 14, "/out")  # a retried task counted twice: confirmed, fine
