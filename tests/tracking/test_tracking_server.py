@@ -26,7 +26,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, checkout_env
+from tests.conftest import ROOT, checkout_env, run_main
 
 SPEC = """\
 name: tracked-regressor
@@ -127,6 +127,29 @@ def dbspec(store: Store, *args: str, cwd: Path, timeout: float = 600) -> str:
     return result.stdout
 
 
+@pytest.fixture
+def on_store(store, monkeypatch, tmp_path):
+    """For commands run in this process (``run_main``): the store in the environment, a fresh
+    working dir, and MLflow's process-wide tracking URI put back afterwards."""
+    from mlflow.tracking._tracking_service import utils
+
+    previous = utils._tracking_uri  # what open_registry's set_tracking_uri replaces
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store.uri)
+    monkeypatch.chdir(tmp_path)
+    yield store
+    import mlflow
+
+    mlflow.set_tracking_uri(previous)
+
+
+def in_process(*args: str) -> str:
+    """A dbspec command in this process (no disk access to hide: registry calls only)."""
+    code, out, err = run_main(*args)
+    assert code == 0, f"dbspec {shlex.join(args)} failed:\n{err}"
+    assert "Traceback" not in err, err
+    return out
+
+
 def client_of(store: Store):
     import mlflow
 
@@ -201,14 +224,15 @@ def test_a_full_run_registers_promotes_and_serves(store, trained):
 
 # Proves the registry commands work on each store: listing, a gate-checked promote, a forced
 # one, and a rollback to the earlier holder (on an alias of this test's own).
-def test_models_promote_and_rollback(store, trained, tmp_path):
-    listed = json.loads(dbspec(store, "models", MODEL, "--format", "json", cwd=tmp_path))
+def test_models_promote_and_rollback(on_store, trained):
+    store = on_store
+    listed = json.loads(in_process("models", MODEL, "--format", "json"))
     assert [v["version"] for v in listed["versions"][-2:]] == ["2", "1"]
     assert any(g.startswith("test_rmse=") for g in listed["versions"][-1]["gates"])
-    dbspec(store, "promote", MODEL, "1", "--alias", "staging", cwd=tmp_path)
-    moved = dbspec(store, "promote", MODEL, "2", "--alias", "staging", "--force", cwd=tmp_path)
+    in_process("promote", MODEL, "1", "--alias", "staging")
+    moved = in_process("promote", MODEL, "2", "--alias", "staging", "--force")
     assert f"{MODEL}@staging -> v2" in moved and holder(store, "staging") == "2"
-    back = dbspec(store, "rollback", MODEL, "--alias", "staging", cwd=tmp_path)
+    back = in_process("rollback", MODEL, "--alias", "staging")
     assert f"{MODEL}@staging -> v1 (rolled back from v2)" in back
     assert holder(store, "staging") == "1"
 
@@ -271,15 +295,22 @@ def test_predict_scores_a_table_with_the_alias_holder(store, trained, tmp_path):
     assert len(scored) == 442 and set(scored["model_version"].astype(str)) == {version}
 
 
-# Proves `dbspec tensorboard` fetches a run's event files through the store: by run id from a
-# directory that has never seen the run, and by spec from the run's own directory.
+# Proves `dbspec tensorboard RUN_ID` fetches a run's event files through the store into a
+# directory that has never seen the run.
 def test_tensorboard_fetches_the_event_files(store, trained, tmp_path):
     run = trained.second["run_id"]
-    for cwd, given in ((tmp_path, run), (trained.workdir, str(trained.spec))):
-        printed = dbspec(store, "tensorboard", given, "--logdir-only", cwd=cwd)
-        logdir = cwd / printed.strip().splitlines()[-1]  # a relative path is from cwd
-        assert run in str(logdir) and logdir.resolve().is_relative_to(cwd.resolve())
-        assert list(logdir.glob("*tfevents*")), printed
+    printed = dbspec(store, "tensorboard", run, "--logdir-only", cwd=tmp_path)
+    logdir = tmp_path / printed.strip().splitlines()[-1]  # a relative path is from the cwd
+    assert run in str(logdir) and logdir.resolve().is_relative_to(tmp_path.resolve())
+    assert list(logdir.glob("*tfevents*")), printed
+
+
+# Proves `dbspec tensorboard SPEC` finds the spec's last training run in its state and fetches
+# that run's event files from the store.
+def test_tensorboard_finds_the_run_of_a_spec(on_store, trained, monkeypatch):
+    monkeypatch.chdir(trained.workdir)
+    logdir = Path(in_process("tensorboard", str(trained.spec), "--logdir-only").strip())
+    assert trained.second["run_id"] in str(logdir) and list(logdir.glob("*tfevents*"))
 
 
 # Proves the --run-key hand-over: job tasks as separate processes, each in its own working
@@ -290,7 +321,7 @@ def test_run_key_hands_stages_over_between_processes(store, tmp_path):
     spec = str(ROOT / "specs" / "diabetes_batch.yaml")
     pinned = ["--set", "registry.name=tracking_store_handover",
               "--set", "tracking.experiment=tracking-store-handover"]
-    tasks = [["load_data,split,preprocess"], ["train"], ["evaluate", "register", "promote"],
+    tasks = [["load_data,split,preprocess", "train"], ["evaluate", "register", "promote"],
              ["batch_predict"]]
     summaries = []
     for index, only in enumerate(tasks):
@@ -305,13 +336,15 @@ def test_run_key_hands_stages_over_between_processes(store, tmp_path):
     last = summaries[-1]
     assert [s["name"] for s in last["stages"] if s["action"] == "ran"] == ["batch_predict"]
     assert last["batch_predict"]["rows"] == 442
-    assert last["model_version"] == summaries[2]["model_version"]
-    assert last["run_id"] == summaries[1]["run_id"]
-    fetched = sorted(p.name for p in (tmp_path / "task1").glob(".dbspec/runs/*/key-*/stages/*"))
-    assert fetched == ["load_data", "preprocess", "split", "train"]
+    assert last["model_version"] == summaries[1]["model_version"]
+    assert last["run_id"] == summaries[0]["run_id"]  # the training run, found through the key
+    # the evaluate task fetched what it needs into its own, otherwise empty, state dir
+    (stages,) = (tmp_path / "task1").glob(".dbspec/runs/*/key-*/stages")
+    assert all(any((stages / name).iterdir()) for name in ("load_data", "split", "preprocess"))
+    assert (stages / "train" / "served").is_dir()
     if store.kind == "server":
         pipeline = client_of(store).search_runs(
-            [summaries[1]["experiment_id"]], f"tags.`dbspec.run_key` = '{key}'")[0]
+            [summaries[0]["experiment_id"]], f"tags.`dbspec.run_key` = '{key}'")[0]
         stages = server_files(store, f"*/{pipeline.info.run_id}/artifacts/dbspec/stages/*")
         assert {p.name for p in stages} >= {"load_data", "split", "preprocess", "train"}
         assert server_files(store, f"*/{pipeline.info.run_id}/artifacts/dbspec/state/train.json")
