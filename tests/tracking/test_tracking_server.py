@@ -102,13 +102,17 @@ def can_hide() -> bool:
     return probe.returncode == 0
 
 
-def command(store: Store, *args: str) -> list[str]:
-    """``python -m dbspec ARGS``, with the server's directory hidden where possible."""
-    argv = [sys.executable, "-m", "dbspec", *args]
+def isolated(store: Store, argv: list[str]) -> list[str]:
+    """``argv`` with the server's directory hidden behind an empty tmpfs, where possible."""
     if store.private is None or not can_hide():
         return argv
     script = f"mount -t tmpfs tmpfs {shlex.quote(str(store.private))} && exec {shlex.join(argv)}"
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script]
+
+
+def command(store: Store, *args: str) -> list[str]:
+    """``python -m dbspec ARGS``, isolated from the server's disk."""
+    return isolated(store, [sys.executable, "-m", "dbspec", *args])
 
 
 def environment(store: Store) -> dict:
@@ -220,6 +224,12 @@ def test_a_full_run_registers_promotes_and_serves(store, trained):
         assert server_files(store, f"{experiment}/{run}/artifacts/evaluation/metrics.json")
         assert not list(trained.workdir.rglob("mlartifacts"))  # nothing logged locally
         assert not list(trained.workdir.rglob("*.db"))
+        if can_hide():  # and the dbspec processes could not have put anything there
+            seen = subprocess.run(isolated(store, [sys.executable, "-c",
+                                                   "import os, sys; print(os.listdir(sys.argv[1]))",
+                                                   str(store.artifacts.parent)]),
+                                  capture_output=True, text=True, check=True).stdout
+            assert seen.strip() == "[]" and list(store.artifacts.parent.iterdir())
 
 
 # Proves the registry commands work on each store: listing, a gate-checked promote, a forced
