@@ -146,8 +146,12 @@ def start_cluster(root: Path, hidden: list[str], workers: int = 2) -> SparkClust
     shared = Path(tempfile.mkdtemp(prefix="dbspec-shared-", dir=root))
     env = {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_NO_DAEMONIZE": "1",
-           # a worker's Python is the same interpreter (installed software, on every node);
-           # dbspec chooses the executors' python itself, so the variable is not set here
+           # as on a fresh node, `python3` on the PATH is the system's, which has no dbspec;
+           # the environment's own tools (ninja for DeepSpeed's JIT ops) come after it
+           "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:"
+                   + os.path.dirname(sys.executable),
+           # the driver's interpreter is installed on every node (same path), but nothing
+           # tells the executors to use it: dbspec chooses it, so PYSPARK_PYTHON is unset
            "SPARK_WORKER_OPTS": "-Dspark.worker.cleanup.enabled=false"}
     env.pop("PYSPARK_PYTHON", None)
     cluster = SparkCluster(f"spark://127.0.0.1:{port}", ui, shared, hidden, root, env)

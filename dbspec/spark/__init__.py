@@ -17,13 +17,17 @@ def master_url(spec, override: Optional[str] = None) -> str:
 
 
 def executor_python(spec, master: str) -> Optional[str]:
-    """The interpreter to give a cluster's executors: the driver's own, unless the spec or the
-    environment names one (measured: without it a standalone cluster's executors run the system
-    python, which has no dbspec, and fail minutes later)."""
-    if not master.startswith("spark://"):
-        return None
+    """The interpreter to give the executors, or None to leave Spark's choice.
+
+    ``spark.pyspark.python`` in ``spark.conf`` wins; else ``PYSPARK_PYTHON`` as set; else, for
+    ``spark://`` masters, the driver's own interpreter (measured: without it a standalone
+    cluster's executors run whatever ``python3`` their PATH has, and fail minutes later with
+    ``No module named 'dbspec'``).
+    """
     conf = spec.spark.conf if spec is not None else {}
-    if "spark.pyspark.python" in conf or os.environ.get("PYSPARK_PYTHON"):
+    if "spark.pyspark.python" in conf:
+        return str(conf["spark.pyspark.python"])
+    if os.environ.get("PYSPARK_PYTHON") or not master.startswith("spark://"):
         return None
     return sys.executable
 
@@ -53,11 +57,14 @@ def spark_session(spec, master: Optional[str] = None,
         builder = builder.config(key, str(value))
     python = executor_python(spec, master_url(spec, master))
     if python:
-        builder = builder.config("spark.pyspark.python", python)
-        say(f"  executors run {python} (the driver's interpreter; set spark.pyspark.python "
-            "in spark.conf or PYSPARK_PYTHON to choose another)")
+        why = "spark.pyspark.python" if python != sys.executable else "the driver's interpreter"
+        say(f"  executors run {python} ({why}; set spark.pyspark.python in spark.conf or "
+            "PYSPARK_PYTHON to choose another)")
     try:
-        session = builder.getOrCreate()
+        # a SparkContext made from Python reads its executors' interpreter from PYSPARK_PYTHON
+        # only (spark.pyspark.python is spark-submit's), and only while it starts
+        with _environment("PYSPARK_PYTHON", python):
+            session = builder.getOrCreate()
     except Exception as exc:  # a bad master URL, no Java: PySparkRuntimeError and friends
         raise DbspecError(f"cannot start Spark on {master_url(spec, master)}: "
                           f"{str(exc).strip().splitlines()[0][:300]}") from None
@@ -66,6 +73,23 @@ def spark_session(spec, master: Optional[str] = None,
         yield session
     finally:
         session.stop()
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: Optional[str]) -> Iterator[None]:
+    """``name=value`` in the environment for the block (nothing when value is None)."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 _PY_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt|Exit)|DbspecError\w*)"

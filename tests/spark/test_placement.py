@@ -116,7 +116,8 @@ def test_executors_get_the_drivers_python_on_standalone_masters(write_spec, monk
     assert executor_python(spec, "spark://h:7077") is None
     monkeypatch.delenv("PYSPARK_PYTHON")
     chosen = spec_of(write_spec, MINIMAL + "spark: {conf: {spark.pyspark.python: /opt/py}}\n")
-    assert executor_python(chosen, "spark://h:7077") is None
+    assert executor_python(chosen, "spark://h:7077") == "/opt/py"
+    assert executor_python(chosen, "local[2]") == "/opt/py"
 
 
 PY4J = """An error occurred while calling o56.collectToPython.
