@@ -19,14 +19,28 @@ def fetch_event_files(client, run_id: str, destination: Path) -> Path:
 
     try:
         client.get_run(run_id)
-    except MlflowException:
+    except MlflowException as exc:
+        if exc.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise DbspecError(f"the tracking store at {client.tracking_uri} did not answer: "
+                              f"{_first_line(exc)}") from None
         raise DbspecError(f"no MLflow run {run_id} in this tracking store") from None
     names = [item.path for item in client.list_artifacts(run_id)]
     if "tensorboard" not in names:
         raise DbspecError(f"run {run_id} has no TensorBoard event files: set "
                           "tracking.tensorboard: true in the spec and train again")
-    destination.mkdir(parents=True, exist_ok=True)
-    return Path(client.download_artifacts(run_id, "tensorboard", str(destination)))
+    # through MLflow's artifact API: the files may sit behind a tracking server or in a cloud
+    # store, never assume the run's artifact URI is a local path
+    try:
+        destination.mkdir(parents=True, exist_ok=True)
+        return Path(client.download_artifacts(run_id, "tensorboard", str(destination)))
+    except (MlflowException, OSError) as exc:
+        raise DbspecError(f"cannot download the event files of run {run_id}: "
+                          f"{_first_line(exc)}") from None
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def start_tensorboard(logdir: Path, port: int) -> int:

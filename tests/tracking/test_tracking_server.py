@@ -316,11 +316,14 @@ def test_tensorboard_fetches_the_event_files(store, trained, tmp_path):
 
 
 # Proves `dbspec tensorboard SPEC` finds the spec's last training run in its state and fetches
-# that run's event files from the store.
+# that run's event files from the store, and that an unknown run id is told as such by either
+# store (not as "the store did not answer").
 def test_tensorboard_finds_the_run_of_a_spec(on_store, trained, monkeypatch):
     monkeypatch.chdir(trained.workdir)
     logdir = Path(in_process("tensorboard", str(trained.spec), "--logdir-only").strip())
     assert trained.second["run_id"] in str(logdir) and list(logdir.glob("*tfevents*"))
+    code, _, err = run_main("tensorboard", "0123456789abcdef", "--logdir-only")
+    assert code == 1 and "no MLflow run 0123456789abcdef in this tracking store" in err
 
 
 # Proves the --run-key hand-over: job tasks as separate processes, each in its own working
