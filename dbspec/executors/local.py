@@ -120,6 +120,9 @@ class LocalExecutor:
                                 study_storage=spec.search.storage if spec.search else None)
         for note in notes:
             self.reporter.line(f"> {note}")
+        from dbspec.tracking.mlflow_tracking import check_tracking_server
+
+        check_tracking_server(resolve_tracking_uri(spec, self.project_dir))  # before any stage
 
     def state_store(self, loaded: LoadedSpec, run_key: Optional[str]) -> LocalState:
         """Local stage state, or the MLflow run of ``run_key``."""

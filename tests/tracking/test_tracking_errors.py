@@ -37,6 +37,8 @@ def test_a_tracking_server_that_is_not_running_is_reported_at_once(name, workdir
     assert f"the MLflow tracking server at {uri} does not answer (connection refused)" in err
     assert "MLFLOW_TRACKING_URI" in err and "Traceback" not in err
     assert time.monotonic() - started < 60
+    if name == "run":  # refused before any stage, not at the first stage that logs
+        assert not (workdir / ".dbspec" / "runs").exists()
 
 
 # Proves a server that accepts connections but never answers is given up on after the probe's
