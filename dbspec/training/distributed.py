@@ -176,9 +176,9 @@ class RankWatcher:
         tracker = self.context.statusTracker()
         while not self._stop.wait(self.interval):
             now = self._executors()
-            if now:
-                self.known |= now
-            gone = sorted(self.known - now) if now or self.known else []
+            self.known |= now
+            # an empty answer is a JVM call that failed, not every executor gone at once
+            gone = sorted(self.known - now) if now else []
             failed = 0
             for job in tracker.getJobIdsForGroup(self.group):
                 info = tracker.getJobInfo(job)
