@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
@@ -158,6 +159,7 @@ class RankWatcher:
 
     def lost(self) -> str:
         """Which executors disappeared during training, in words ('' when none)."""
+        self._thread.join(timeout=10)  # it may still be settling after the failure
         if not self.gone:
             return ""
         return (f"executor(s) {', '.join(self.gone)} lost during training (the node or its "
@@ -186,10 +188,21 @@ class RankWatcher:
                     stage_info = tracker.getStageInfo(stage)
                     failed += stage_info.numFailedTasks if stage_info else 0
             if gone or failed:
-                self.gone = [g for g in gone if g not in self.gone] + self.gone
+                self.gone = gone
                 self.failed_tasks = failed
                 self.context.cancelJobGroup(self.group)
+                self._settle()
                 return
+
+    def _settle(self, seconds: float = 5.0) -> None:
+        """After a failure, watch a few seconds more: a surviving rank's gloo error often
+        arrives before the driver has noticed the executor that died."""
+        deadline = time.monotonic() + seconds
+        while not self.gone and time.monotonic() < deadline:
+            now = self._executors()
+            if now:
+                self.gone = sorted(self.known - now)
+            time.sleep(self.interval)
 
 
 def _rank_errors(work_dir: Path) -> str:

@@ -328,7 +328,9 @@ def test_tensorboard_finds_the_run_of_a_spec(on_store, trained, monkeypatch):
 
 # Proves the --run-key hand-over: job tasks as separate processes, each in its own working
 # directory with its own empty state dir, share stage state and files through the store alone
-# (on the server: as artifacts the server keeps), through batch_predict.
+# (on the server: as artifacts the server keeps), through batch_predict. On the server only:
+# tests/jobs/test_handover.py runs the same hand-over, in five tasks, on a SQLite store.
+@pytest.mark.parametrize("store", ["server"], indirect=True)
 def test_run_key_hands_stages_over_between_processes(store, tmp_path):
     key = f"job-{uuid.uuid4().hex[:8]}"
     spec = str(ROOT / "specs" / "diabetes_batch.yaml")
