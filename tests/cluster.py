@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,11 +24,7 @@ from pathlib import Path
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.servers import free_port
 
 
 def spark_home() -> str:

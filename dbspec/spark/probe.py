@@ -9,6 +9,7 @@ into training as a Java stack.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -113,18 +114,12 @@ def probe_executors(session, *, read: Sequence[str] = (), shared: Sequence[str] 
     finally:
         for directory, marker in zip(paths, markers):
             if marker:
-                with _suppress_os_error():
+                with contextlib.suppress(OSError):
                     os.remove(os.path.join(directory, marker))
     reports = [ExecutorReport(*row) for row in rows]
     for report in reports:
         _check_report(report, paths, markers, dbspec.__version__)
     return reports
-
-
-def _suppress_os_error():
-    import contextlib
-
-    return contextlib.suppress(OSError)
 
 
 def _check_report(report: ExecutorReport, paths, markers, version: str) -> None:
