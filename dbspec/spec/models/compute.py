@@ -1,6 +1,6 @@
 """``compute``: where training runs, selected by ``kind``."""
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field
 
@@ -62,7 +62,51 @@ class DeepspeedCompute(SpecModel):
                                default_factory=dict)
 
 
+class RayCompute(SpecModel):
+    """DistributedDataParallel on Ray Train workers, in a Ray cluster started on Spark."""
+
+    kind: Literal["ray"] = d("DDP through Ray Train's TorchTrainer on a Ray-on-Spark cluster "
+                             "(ray.util.spark.setup_ray_cluster); needs 'dbspec[ray]'.")
+    num_workers: int = d("Ray Train workers: training processes (one GPU each when use_gpu).",
+                         default=2, ge=1)
+    use_gpu: GpuChoice = d("Use GPUs (nccl) or CPUs (gloo); auto: GPUs when present.",
+                           default="auto")
+    cpus_per_worker: int = d("CPUs each training worker reserves.", default=1, ge=1)
+    backend: Literal["auto", "gloo", "nccl"] = d("Process-group backend; auto: nccl on GPU, "
+                                                 "gloo on CPU.", default="auto")
+
+
+#: AI Runtime (serverless GPU) accelerator types, as databricks-sdk's
+#: ``jobs.ComputeSpecAcceleratorType`` names them (a test keeps the two equal); the number
+#: after ``GPU_`` is the GPUs per node.
+AI_RUNTIME_ACCELERATORS = ("GPU_1xA10", "GPU_1xH100", "GPU_8xB300", "GPU_8xH100")
+
+
+class ServerlessGpuCompute(SpecModel):
+    """Databricks AI Runtime (serverless GPU): an ``ai_runtime_task`` in jobs; here, one process
+    on this machine's GPU when there is one, else the CPU (as ``kind: local``)."""
+
+    kind: Literal["serverless_gpu"] = d("AI Runtime serverless GPU compute.")
+    accelerator: Literal["GPU_1xA10", "GPU_1xH100", "GPU_8xB300", "GPU_8xH100"] = d(
+        "Accelerator type; GPU_8x... means eight GPUs per node.", default="GPU_1xA10")
+    count: int = d("Total accelerators across all nodes; a multiple of the GPUs per node.",
+                   default=1, ge=1)
+    provisioned_capacity_id: Optional[str] = d("A reserved-capacity id to run on instead of "
+                                               "on-demand capacity.", default=None, min_length=1)
+
+    @property
+    def device(self) -> str:
+        """Locally the training takes a GPU when present (as ``kind: local``, ``device: auto``)."""
+        return "auto"
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs per node, from the accelerator name."""
+        return int(self.accelerator.split("_")[1].split("x")[0])
+
+
 Compute = Annotated[
-    Union[LocalCompute, SingleGpuCompute, TorchDistributorCompute, DeepspeedCompute],
+    Union[LocalCompute, SingleGpuCompute, TorchDistributorCompute, DeepspeedCompute,
+          RayCompute, ServerlessGpuCompute],
     Field(discriminator="kind"),
 ]
