@@ -149,9 +149,26 @@ def save_served_model(model: ServedModel, directory: Path) -> Path:
 
 
 def load_served_model(directory: Path) -> ServedModel:
-    """Rebuild a served model from :func:`save_served_model`'s directory, in eval mode."""
-    card = ModelCard(**json.loads((Path(directory) / "model.json").read_text()))
-    model = ServedModel(card)
+    """Rebuild a served model from :func:`save_served_model`'s directory, in eval mode.
+
+    When the directory is the ``artifacts/served`` of a downloaded MLflow model, a custom
+    network's module that travelled in the model's ``code/`` is used if it is not installed.
+    """
+    from dbspec.models.portable import travelled_code
+
+    directory = Path(directory)
+    card = ModelCard(**json.loads((directory / "model.json").read_text()))
+    with travelled_code(card.model, _model_code_dir(directory)):
+        model = ServedModel(card)
     state = torch.load(Path(directory) / "weights.pt", map_location="cpu", weights_only=True)
     model.load_state_dict(state)
     return model.eval()
+
+
+def _model_code_dir(directory: Path) -> Optional[Path]:
+    """The ``code/`` of the MLflow model whose ``artifacts/`` hold ``directory``, if any."""
+    root = directory.resolve().parent.parent
+    if directory.resolve().parent.name == "artifacts" and (root / "MLmodel").is_file() \
+            and (root / "code").is_dir():
+        return root / "code"
+    return None

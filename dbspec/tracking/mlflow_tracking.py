@@ -207,20 +207,34 @@ class Tracker:
     def log_model(self, served_dir: Path, example, prediction) -> str:
         """Log the served model as a pyfunc with signature and input example.
 
+        The model is self-contained: dbspec's own package and, for a ``model.custom`` class, the
+        user's module travel as code paths (:mod:`dbspec.models.portable`); requirements are
+        pins without local version labels (``torch==2.13.0``, never ``2.13.0+cpu``).
+
         Returns:
             Its logged-model URI, ``models:/<model_id>``: loadable as is, and what
             :meth:`dbspec.registry.Registry.register` takes (it reads the model id from it).
+
+        Raises:
+            PortabilityError: the custom class lives where it cannot travel (``__main__``, ...).
         """
-        import importlib.metadata
+        import json
 
         import mlflow
         from mlflow.models import infer_signature
+        from packaging.utils import canonicalize_name
 
         import dbspec
         from dbspec.models import pyfunc
+        from dbspec.models.portable import custom_code, pin
 
-        requirements = [f"{dist}=={importlib.metadata.version(dist)}"
-                        for dist in ("torch", "pandas", "numpy", "pydantic", "PyYAML", "jinja2")]
+        card = json.loads((Path(served_dir) / "model.json").read_text())
+        custom = custom_code(card["model"])  # refuses before anything is logged
+        requirements = [pin(dist) for dist in ("torch", "pandas", "numpy", "pydantic", "PyYAML",
+                                               "jinja2")]
+        known = {canonicalize_name(r.split("==")[0]) for r in requirements}
+        requirements += [r for r in custom.requirements
+                         if canonicalize_name(r.split("==")[0]) not in known]
         with warnings.catch_warnings():
             # class labels are integers by design; MLflow's hint about missing values in
             # integer columns does not apply to a prediction column
@@ -228,7 +242,7 @@ class Tracker:
             info = mlflow.pyfunc.log_model(
                 name="model", python_model=pyfunc.__file__,
                 artifacts={"served_model": str(served_dir)},
-                code_paths=[str(Path(dbspec.__file__).parent)],
+                code_paths=[str(Path(dbspec.__file__).parent), *custom.code_paths],
                 signature=infer_signature(example, prediction), input_example=example,
                 pip_requirements=requirements)
         return info.model_uri

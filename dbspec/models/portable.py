@@ -1,0 +1,193 @@
+"""What a logged model carries so that it loads anywhere: the user's network code and pins that a
+package index can serve.
+
+A ``model.custom`` class travels with the model as an MLflow code path: the top-level package
+directory its import path names (``mynet.layers:Net`` -> ``mynet/``), or the single ``.py`` file
+when it is a plain module (``mynet:Net`` -> ``mynet.py``), found where this process imported it
+from. MLflow copies each code path into the model's ``code/`` directory and puts that directory
+first on ``sys.path`` when it loads the model, so ``import mynet`` works there as it did here.
+
+A class from an installed distribution (found in ``site-packages``, ``torch.nn:Linear`` or a
+package installed with pip) does not travel as source: its distribution becomes a requirement
+instead. An editable install (``pip install -e``) lives in its source tree and travels as source,
+since its version is rarely on an index. Refused, with the reason: a class in ``__main__`` (a
+script or notebook), a compiled single-file module, a module in ``site-packages`` no distribution
+provides, and a package directory that holds the working directory, an environment or dbspec's
+state (it would carry far more than code).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import site
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+from dbspec.errors import DbspecError
+
+
+class PortabilityError(DbspecError):
+    """The custom network's code cannot travel with the logged model."""
+
+
+@dataclass(frozen=True)
+class CustomCode:
+    """What a custom class adds to the logged model.
+
+    Attributes:
+        code_paths: Files or directories to log as code paths (absolute).
+        requirements: Pins of the distributions that provide the class.
+    """
+
+    code_paths: list[str] = field(default_factory=list)
+    requirements: list[str] = field(default_factory=list)
+
+
+def installable_version(version: str) -> str:
+    """``2.13.0+cpu`` -> ``2.13.0``: the local version label (PEP 440) names a build no package
+    index serves; which build (CPU, CUDA) gets installed is the deployer's index's choice."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version).public
+    except InvalidVersion:
+        return version.split("+", 1)[0]
+
+
+def pin(distribution: str) -> str:
+    """``name==version`` of an installed distribution, without a local version label."""
+    return f"{distribution}=={installable_version(importlib.metadata.version(distribution))}"
+
+
+def custom_code(model) -> CustomCode:
+    """What the network of ``model`` (a ``ModelSpec`` or its dumped dict) needs to load elsewhere.
+
+    Layers need nothing beyond dbspec; a custom class needs its module (or its distribution).
+
+    Raises:
+        PortabilityError: the class lives where it cannot travel (see the module's docstring).
+    """
+    custom = model.get("custom") if isinstance(model, dict) else getattr(model, "custom", None)
+    if not custom:
+        return CustomCode()
+    class_path = custom["class"] if isinstance(custom, dict) else custom.class_
+    module_name = class_path.partition(":")[0]
+    top = module_name.split(".")[0]
+    where = f"model.custom.class: {class_path}"
+    if top == "__main__":
+        raise PortabilityError(
+            f"{where} is defined in __main__ (a script or notebook), which cannot travel with "
+            "the logged model: move the class into a module file next to the spec (mynet.py) "
+            "or a package, and name it as 'mynet:Net'")
+    if top == "dbspec" or top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        return CustomCode()  # dbspec travels as its own code path; the standard library is there
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise PortabilityError(f"{where}: cannot import '{module_name}': {exc}") from None
+    source = _top_level_source(sys.modules[top], module, where)
+    if _in_site_packages(source):
+        distributions = importlib.metadata.packages_distributions().get(top)
+        if not distributions:
+            raise PortabilityError(
+                f"{where}: '{top}' is in {source.parent}, but no installed distribution provides "
+                "it, so the logged model can neither carry it nor require it: install it as a "
+                "package (pip install), or keep it in your project and import it from there")
+        return CustomCode(requirements=sorted({pin(d) for d in distributions}))
+    _check_travels(source, where)
+    return CustomCode(code_paths=[str(source)])
+
+
+def _top_level_source(top_module, module, where: str) -> Path:
+    """The directory of the top-level package, or the file of a top-level module."""
+    file = getattr(top_module, "__file__", None)
+    portions = list(getattr(top_module, "__path__", None) or [])
+    if file is None and portions:  # a namespace package: the portion that holds the module
+        inner = getattr(module, "__file__", None)
+        found = [Path(p) for p in portions
+                 if inner is not None and Path(inner).resolve().is_relative_to(Path(p).resolve())]
+        if not found:
+            raise PortabilityError(f"{where}: the namespace package '{top_module.__name__}' has "
+                                   "no directory that holds the class's module")
+        return found[0].resolve()
+    if file is None:
+        raise PortabilityError(f"{where}: '{top_module.__name__}' has no source file to carry "
+                               "with the logged model")
+    path = Path(file).resolve()
+    if not path.is_file():
+        raise PortabilityError(f"{where}: '{top_module.__name__}' was imported from {file}, which "
+                               "is not a file on disk (a zip or egg): install it as a package, "
+                               "or unpack it into your project")
+    if portions:
+        return path.parent
+    if path.suffix != ".py":
+        raise PortabilityError(f"{where}: '{top_module.__name__}' is a compiled module ({path.name})"
+                               ": only Python source travels with the logged model; install it "
+                               "as a package instead")
+    return path
+
+
+def _site_dirs() -> list[Path]:
+    paths = sysconfig.get_paths()
+    dirs = [paths.get("purelib"), paths.get("platlib"), *getattr(site, "getsitepackages",
+                                                                  lambda: [])()]
+    with contextlib.suppress(Exception):
+        dirs.append(site.getusersitepackages())
+    return [Path(d).resolve() for d in dirs if d]
+
+
+def _in_site_packages(source: Path) -> bool:
+    if any(part in ("site-packages", "dist-packages") for part in source.parts):
+        return True
+    return any(source.is_relative_to(d) for d in _site_dirs())
+
+
+def _check_travels(source: Path, where: str) -> None:
+    """Refuse a package directory that would carry more than code."""
+    if source.is_file():
+        return
+    cwd = Path.cwd().resolve()
+    prefix = Path(sys.prefix).resolve()
+    if cwd == source or cwd.is_relative_to(source):
+        reason = f"it holds the working directory {cwd} (and dbspec's state under it)"
+    elif prefix.is_relative_to(source) or any(d.is_relative_to(source) for d in _site_dirs()):
+        reason = f"it holds the Python environment {prefix}"
+    elif (source / ".dbspec").exists():
+        reason = "it holds dbspec's state directory .dbspec"
+    else:
+        return
+    raise PortabilityError(f"{where}: the package directory {source} cannot travel with the "
+                           f"logged model: {reason}; keep the network's code in a package of its "
+                           "own and run from the project root")
+
+
+@contextlib.contextmanager
+def travelled_code(model, code_dir: Optional[Path]) -> Iterator[None]:
+    """Make the custom module that travelled in ``code_dir`` importable while a model is built.
+
+    Only when the module cannot be imported otherwise (``mlflow.pyfunc.load_model`` has already
+    put the model's ``code/`` first on ``sys.path``; ``dbspec serve`` has not, and must not put
+    the model's copy of dbspec there). The directory is on ``sys.path`` only for the import.
+    """
+    custom = model.get("custom") if isinstance(model, dict) else getattr(model, "custom", None)
+    if custom and code_dir is not None:
+        class_path = custom["class"] if isinstance(custom, dict) else custom.class_
+        top = class_path.partition(":")[0].split(".")[0]
+        shipped = (code_dir / top).is_dir() or (code_dir / f"{top}.py").is_file()
+        if shipped and top not in sys.modules and importlib.util.find_spec(top) is None:
+            entry = os.fspath(code_dir)
+            sys.path.insert(0, entry)
+            try:
+                with contextlib.suppress(ImportError):  # building the network says why
+                    importlib.import_module(top)
+            finally:
+                with contextlib.suppress(ValueError):
+                    sys.path.remove(entry)
+    yield
