@@ -115,6 +115,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_registry_options(rollback)
     rollback.set_defaults(handler=_cmd_rollback)
 
+    endpoint = commands.add_parser(
+        "endpoint", help="point a Databricks serving endpoint at the version the alias holds",
+        description="Read the version the spec's alias holds (serving.model_alias, else the "
+                    "promotion alias) and update the Databricks Model Serving endpoint only "
+                    "when it serves another one; its other settings are kept. The generated "
+                    "job's update_endpoint task runs it. Credentials: the job's, else "
+                    "DATABRICKS_HOST/DATABRICKS_TOKEN or a profile.")
+    endpoint.add_argument("file", metavar="SPEC", help="spec file")
+    _add_spec_options(endpoint)
+    endpoint.add_argument("--endpoint", required=True, metavar="NAME", help="endpoint name")
+    endpoint.add_argument("--alias", help="follow this alias instead of the spec's")
+    endpoint.add_argument("--wait", action="store_true",
+                          help="wait until the new version serves; exit 1 if it fails")
+    endpoint.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    _add_registry_options(endpoint)
+    endpoint.set_defaults(handler=_cmd_endpoint)
+
     diff = commands.add_parser(
         "diff", help="the values that changed between two specs and the stages that would rerun",
         description="Compare two specs (after targets, --set and templates) and list changed "
@@ -386,6 +403,12 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     print(f"{result['name']}@{result['alias']} -> v{result['version']} "
           f"(rolled back from v{result['previous']})")
     return 0
+
+
+def _cmd_endpoint(args: argparse.Namespace) -> int:
+    from dbspec.serving.databricks_endpoint import run_endpoint
+
+    return run_endpoint(args)
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
