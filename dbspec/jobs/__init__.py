@@ -10,8 +10,8 @@ from typing import Optional, Sequence
 from dbspec.errors import UsageError
 
 FORMATS = ("bundle", "jobs-json")
-_GENERATED = {"bundle": ("databricks.yml", "resources/*.yml", "specs/*"),
-              "jobs-json": ("*.json",)}
+_GENERATED = {"bundle": ("databricks.yml", "resources/*.yml", "specs/*", "scripts/*.sh"),
+              "jobs-json": ("*.json", "scripts/*.sh")}
 
 
 def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequence[str] = (),
@@ -45,14 +45,29 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
             names[0] if len(names) == 1 else None)
     shown = _shown_path(spec_file)
     warnings = [f"{name}: {w}" for name, spec in specs.items() for w in warnings_for(spec)]
-    if fmt == "jobs-json":
-        return jobs_json_files(specs, spec_file=shown, spec_targets=spec_targets), warnings
     command = "dbspec jobs " + shown + "".join(f" --target {t}" for t in targets) + \
-        "".join(f" --set {a}" for a in assignments) + " --format bundle -o DIR"
+        "".join(f" --set {a}" for a in assignments) + f" --format {fmt} -o DIR"
+    if fmt == "jobs-json":
+        warnings += [f"{name}: {w}" for name, spec in specs.items() for w in _principal(spec)]
+        return jobs_json_files(specs, spec_file=shown, spec_targets=spec_targets,
+                               command=command), warnings
     text = Path(spec_file).read_text(encoding="utf-8")
     return bundle_files(specs, modes, default,
                         spec_file=shown, spec_text=text, command=command,
                         spec_targets=spec_targets, base=base), warnings
+
+
+def _principal(spec) -> list[str]:
+    """A dedicated cluster with no principal: Jobs API bodies have no current-user reference."""
+    from dbspec.spec.clusters import CURRENT_USER, resolve_cluster, serverless
+
+    if serverless(spec):
+        return []
+    return [f"jobs.{'cluster' if key == 'main' else 'training_cluster'}.single_user_name is "
+            "unset: the cluster uses dedicated access mode (Unity Catalog), and a jobs/create "
+            "body cannot name the deploying user; set it to the user or group the job runs as"
+            for key in ("main", "training")
+            if resolve_cluster(spec, key).single_user_name == CURRENT_USER][:1]
 
 
 def _shown_path(spec_file: str) -> str:
@@ -63,7 +78,7 @@ def _shown_path(spec_file: str) -> str:
 
 def run_jobs(args) -> int:
     """The ``jobs`` command: write the files, or with ``--check`` compare them."""
-    from dbspec.jobs.render import check, write
+    from dbspec.jobs.render import check, generated_by_dbspec, write
 
     files, warnings = generate(args.file, targets=args.targets, assignments=args.assignments,
                                fmt=args.format)
@@ -72,9 +87,11 @@ def run_jobs(args) -> int:
     directory = Path(args.output)
     patterns = _GENERATED[args.format]
     if args.check:
-        problems = check(directory, files, patterns)
+        problems, foreign = check(directory, files, patterns)
         for problem in problems:
-            print(f"{directory / problem.split(':', 1)[0]}:{problem.split(':', 1)[1]}")
+            print(f"{directory / problem.path}: {problem.text}")
+        for relative in foreign:
+            print(f"{directory / relative}: foreign (not written by dbspec; left alone)")
         if problems:
             print(f"{len(problems)} generated file(s) out of date: rerun without --check",
                   file=sys.stderr)
@@ -83,6 +100,13 @@ def run_jobs(args) -> int:
         return 0
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"-o {directory}: exists and is not a directory")
+    clashes = [r for r in sorted(files) if (directory / r).exists()
+               and not generated_by_dbspec(directory / r)
+               and (directory / r).read_text(encoding="utf-8", errors="replace") != files[r]]
+    if clashes:
+        raise UsageError(f"-o {directory}: " + ", ".join(clashes) + " would be overwritten but "
+                         "was not written by dbspec (no generated header); move it away or "
+                         "choose another -o directory")
     try:
         changed = write(directory, files, patterns)
     except OSError as exc:

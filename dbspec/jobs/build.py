@@ -13,7 +13,17 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
+from dbspec.errors import UsageError
 from dbspec.plan import Plan, compile_plan
+from dbspec.spec.clusters import (
+    CURRENT_USER,
+    TRAINING_GROUPS,
+    ResolvedCluster,
+    resolve_cluster,
+    serverless,
+)
+from dbspec.spec.databricks import Resources
+from dbspec.spec.databricks import training_resources as _training_resources
 from dbspec.spec.models.jobs import check_shared_dir
 
 #: Tasks and the stages each runs, in plan order.
@@ -26,10 +36,6 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("serve", ("serve",)),
     ("batch_predict", ("batch_predict",)),
 )
-TRAINING_GROUPS = ("tune", "train")
-DEFAULT_RUNTIME = "15.4.x-{kind}-ml-scala2.12"
-CPU_NODE = "i3.xlarge"
-GPU_NODES = ((1, "g5.xlarge"), (4, "g5.12xlarge"), (8, "p4d.24xlarge"))
 #: The shared directory when neither the spec nor its registry suggests one: a volume in the
 #: catalog and schema every Unity Catalog metastore starts with.
 DEFAULT_SHARED_DIR = "/Volumes/main/default/dbspec"
@@ -51,14 +57,10 @@ class JobTarget(NamedTuple):
     target: Optional[str]
     shared_dir: str
     parameters: tuple[tuple[str, str], ...] = ()
-
-
-class Resources(NamedTuple):
-    """What a cluster needs for training: GPUs per node and workers."""
-
-    gpus_per_node: int
-    num_workers: int
-    on_executors: bool
+    #: The principal of dedicated clusters when the spec names none (bundles: the deployer).
+    current_user: Optional[str] = None
+    #: Workspace path of the AI Runtime command script (``compute.kind: serverless_gpu``).
+    script: Optional[str] = None
 
 
 def task_groups(plan: Plan) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
@@ -76,43 +78,43 @@ def task_groups(plan: Plan) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]
 
 def training_resources(spec) -> Resources:
     """GPUs and workers the training cluster needs, from ``compute``."""
-    compute = spec.compute
-    if compute.kind == "single_gpu" or compute.kind == "local" and compute.device == "cuda":
-        return Resources(1, 0, False)
-    if compute.kind == "torch_distributor" and compute.use_gpu is not False:
-        if compute.local_mode:
-            return Resources(compute.num_processes, 0, False)
-        return Resources(1, compute.num_processes, True)
-    if compute.kind == "deepspeed" and compute.use_gpu:
-        if compute.local_mode and compute.num_nodes == 1:
-            return Resources(compute.num_gpus, 0, False)
-        return Resources(compute.num_gpus, compute.num_nodes, True)
-    return Resources(0, 0, False)
+    return _training_resources(spec.compute)
 
 
-def cluster(settings, resources: Resources, env: dict[str, str]):
-    """A ``compute.ClusterSpec`` from the spec's cluster settings and the training needs."""
-    from databricks.sdk.service.compute import ClusterSpec
+def cluster(resolved: ResolvedCluster, env: dict[str, str], *, current_user: Optional[str]):
+    """A ``compute.ClusterSpec`` for a cluster resolved from the spec (see
+    :func:`dbspec.spec.clusters.resolve_cluster`, which ``dbspec validate`` checks too).
 
+    ``current_user`` stands in for a dedicated cluster's default principal (bundles:
+    ``${workspace.current_user.userName}``; None where the format has no such reference).
+    """
+    from databricks.sdk.service.compute import ClusterSpec, DataSecurityMode, Kind, RuntimeEngine
+
+    settings, resources = resolved.settings, resolved.resources
     gpu = resources.gpus_per_node > 0
-    workers = settings.num_workers if settings.num_workers is not None else resources.num_workers
-    node = settings.node_type_id or (
-        next((n for limit, n in GPU_NODES if resources.gpus_per_node <= limit), GPU_NODES[-1][1])
-        if gpu else CPU_NODE)
     conf = {}
     tags = dict(settings.custom_tags)
-    if workers == 0:  # a single-node cluster, the way the Clusters API expects it
+    if resolved.num_workers == 0:  # a single-node cluster, the way the Clusters API expects it
         conf.update({"spark.databricks.cluster.profile": "singleNode",
                      "spark.master": "local[*, 4]"})
         tags["ResourceClass"] = "SingleNode"
     if gpu and resources.on_executors:
         conf["spark.task.resource.gpu.amount"] = str(resources.gpus_per_node)
     conf.update(settings.spark_conf)
+    user = resolved.single_user_name
+    if user == CURRENT_USER:
+        user = current_user
+    mode = resolved.data_security_mode
     return ClusterSpec(
-        spark_version=settings.spark_version or DEFAULT_RUNTIME.format(kind="gpu" if gpu
-                                                                       else "cpu"),
-        node_type_id=node, driver_node_type_id=settings.driver_node_type_id,
-        num_workers=workers, policy_id=settings.policy_id,
+        spark_version=resolved.spark_version,
+        node_type_id=resolved.node_type_id, driver_node_type_id=settings.driver_node_type_id,
+        num_workers=resolved.num_workers, policy_id=settings.policy_id,
+        data_security_mode=DataSecurityMode(mode) if mode else None,
+        single_user_name=user,
+        runtime_engine=RuntimeEngine(settings.runtime_engine) if settings.runtime_engine
+        else None,
+        use_ml_runtime=settings.use_ml_runtime,
+        kind=Kind(settings.kind) if settings.kind else None,
         spark_conf=dict(sorted(conf.items())) or None,
         custom_tags=dict(sorted(tags.items())) or None,
         spark_env_vars=dict(sorted(env.items())) or None)
@@ -180,34 +182,140 @@ def job_key(spec) -> str:
     return "".join(c if c.isalnum() else "_" for c in spec.name)
 
 
+#: Packages of dbspec's extras that tasks never install: Databricks Runtime ML ships them,
+#: built for its CUDA and Spark (a PyPI wheel would replace them).
+RUNTIME_PROVIDED = ("torch", "pyspark")
+
+
+def extra_requirements(extra: str) -> list[str]:
+    """The requirements of ``dbspec[extra]``, read from the installed package's metadata (so
+    from the same pyproject.toml the deployed wheel is built from).
+
+    Raises:
+        UsageError: dbspec's metadata is missing (not installed through pip).
+    """
+    import importlib.metadata
+    import re
+
+    try:
+        requires = importlib.metadata.requires("dbspec") or []
+    except importlib.metadata.PackageNotFoundError:
+        raise UsageError("dbspec jobs reads the task libraries from dbspec's package metadata; "
+                         "install dbspec with pip (pip install -e .) first") from None
+    marker = re.compile(r"""extra\s*==\s*["']([\w-]+)["']""")
+    out = []
+    for line in requires:
+        requirement, _, condition = line.partition(";")
+        found = marker.search(condition)
+        if not found or found.group(1) != extra:
+            continue
+        # other markers (sys_platform != "win32") hold on Databricks' Linux nodes: dropped
+        name = re.split(r"[<>=!~\[ ]", requirement.strip(), maxsplit=1)[0]
+        if name.lower() in RUNTIME_PROVIDED or name.lower() == "dbspec":
+            continue
+        out.append(requirement.strip())
+    return out
+
+
+def task_extras(spec, stages: tuple[str, ...]) -> tuple[str, ...]:
+    """The dbspec extras the stages of one task import."""
+    extras = ["train"]
+    if "train" in stages or "tune" in stages:
+        extras += {"deepspeed": ["deepspeed"], "ray": ["ray"]}.get(spec.compute.kind, [])
+    if "serve" in stages:
+        extras.append("serve")
+    return tuple(extras)
+
+
+def task_libraries(spec, stages: tuple[str, ...], wheel: str) -> list:
+    """The wheel, and its extras' requirements as PyPI libraries (a wheel library installs
+    the core dependencies only), so that every task imports what its stages run."""
+    from databricks.sdk.service.compute import Library, PythonPyPiLibrary
+
+    pins = [pin for extra in task_extras(spec, stages) for pin in extra_requirements(extra)]
+    return [Library(whl=wheel)] + [Library(pypi=PythonPyPiLibrary(package=pin))
+                                   for pin in dict.fromkeys(pins)]
+
+
+def ai_runtime_task(spec, where: JobTarget, groups):
+    """The one task of a ``compute.kind: serverless_gpu`` job: every stage in one AI Runtime
+    workload (the task runs a command script, which takes no job parameters, so the stages
+    cannot hand over through a run key between tasks)."""
+    from databricks.sdk.service import jobs as j
+
+    compute = spec.compute
+    stages = [s for _, group, _ in groups for s in group]
+    return j.Task(
+        task_key="pipeline",
+        description=f"dbspec stages on AI Runtime ({compute.accelerator} x{compute.count}): "
+                    + ", ".join(stages),
+        ai_runtime_task=j.AiRuntimeTask(
+            experiment=spec.tracking.experiment or spec.name,
+            deployments=[j.DeploymentSpec(
+                name="train", command_path=where.script,
+                compute=j.ComputeSpec(
+                    accelerator_type=j.ComputeSpecAcceleratorType(compute.accelerator),
+                    accelerator_count=compute.count,
+                    provisioned_capacity_id=compute.provisioned_capacity_id))]),
+        **_task_settings(spec.jobs, "train"))
+
+
+def ai_runtime_script(spec, where: JobTarget, *, wheel_name: str, spec_name: str,
+                      shared: str, header: str) -> str:
+    """The command script of :func:`ai_runtime_task`: install the wheel with its extras from
+    beside the script (``../dist``), then run every stage of the spec (``../specs``)."""
+    import shlex
+
+    extras = ",".join(dict.fromkeys(task_extras(spec, ("train", "serve"))))
+    run = ["dbspec", "run", f'"$here/../specs/{spec_name}"']
+    if where.target:
+        run += ["--target", shlex.quote(where.target)]
+    run += ["--shared-dir", shlex.quote(shared), "--quiet"]
+    return (f"#!/usr/bin/env bash\n{header}"
+            "# The AI Runtime (serverless GPU) command of this job: every stage of the spec.\n"
+            "set -euo pipefail\n"
+            'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+            f'python -m pip install --quiet "$here/../dist/{wheel_name}[{extras}]"\n'
+            f"exec {' '.join(run)}\n")
+
+
 def build_job(spec, where: JobTarget):
     """The job for ``spec`` as ``jobs.JobSettings``."""
     from databricks.sdk.service import jobs as j
-    from databricks.sdk.service.compute import Library
 
     plan = compile_plan(spec)
     settings = spec.jobs
-    resources = training_resources(spec)
     env = mlflow_env(spec)
-    clusters = {"main": cluster(settings.cluster, Resources(0, 0, False), env)}
     groups = task_groups(plan)
-    if any(key in TRAINING_GROUPS for key, _, _ in groups):
-        training = cluster(settings.training_cluster, resources, env)
-        if training != clusters["main"]:  # else the tasks share one cluster
-            clusters["training"] = training
-    tasks = []
-    for key, stages, upstream in groups:
-        parameters = task_parameters(spec, where, stages)
-        tasks.append(j.Task(
-            task_key=key,
-            description=f"dbspec stages: {', '.join(stages)}",
-            depends_on=[j.TaskDependency(task_key=u) for u in upstream] or None,
-            job_cluster_key="training" if key in TRAINING_GROUPS and "training" in clusters
-            else "main",
-            python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
-                                                parameters=parameters),
-            libraries=[Library(whl=where.wheel)],
-            **_task_settings(settings, key)))
+    clusters: dict[str, Any] = {}
+    if serverless(spec):
+        tasks = [ai_runtime_task(spec, where, groups)]
+    else:
+        clusters["main"] = cluster(resolve_cluster(spec, "main"), env,
+                                   current_user=where.current_user)
+        if any(key in TRAINING_GROUPS for key, _, _ in groups):
+            training = cluster(resolve_cluster(spec, "training"), env,
+                               current_user=where.current_user)
+            if training != clusters["main"]:  # else the tasks share one cluster
+                clusters["training"] = training
+        tasks = []
+        for key, stages, upstream in groups:
+            tasks.append(j.Task(
+                task_key=key,
+                description=f"dbspec stages: {', '.join(stages)}",
+                depends_on=[j.TaskDependency(task_key=u) for u in upstream] or None,
+                job_cluster_key="training" if key in TRAINING_GROUPS and "training" in clusters
+                else "main",
+                python_wheel_task=j.PythonWheelTask(
+                    package_name="dbspec", entry_point="dbspec",
+                    parameters=task_parameters(spec, where, stages)),
+                libraries=task_libraries(spec, stages, where.wheel),
+                **_task_settings(settings, key)))
+    from dbspec.jobs.resources import endpoint_task  # resources imports this module
+
+    update = endpoint_task(spec, where)  # the endpoint follows the alias (realtime serving)
+    if update is not None:
+        tasks.append(update)
     notifications = None
     if settings.notifications is not None:
         n = settings.notifications
@@ -229,7 +337,7 @@ def build_job(spec, where: JobTarget):
         description=(spec.description.strip() or f"dbspec spec {spec.name}")[:1000],
         tasks=tasks,
         job_clusters=[j.JobCluster(job_cluster_key=k, new_cluster=c)
-                      for k, c in clusters.items()],
+                      for k, c in clusters.items()] or None,
         email_notifications=notifications, schedule=schedule,
         tags=dict(sorted(tags.items())),
         max_concurrent_runs=settings.max_concurrent_runs,
@@ -240,12 +348,16 @@ def build_job(spec, where: JobTarget):
 
 
 def access_control(spec) -> list:
-    """``jobs.JobAccessControlRequest`` entries from ``jobs.permissions``."""
+    """``jobs.JobAccessControlRequest`` entries from ``jobs.permissions``, then the roles' (a
+    principal named in both keeps its ``jobs.permissions`` level)."""
     from databricks.sdk.service import jobs as j
+
+    from dbspec.jobs.resources import role_permissions  # resources imports this module
 
     return [j.JobAccessControlRequest(
         user_name=p.user, group_name=p.group, service_principal_name=p.service_principal,
-        permission_level=j.JobPermissionLevel(p.level)) for p in spec.jobs.permissions]
+        permission_level=j.JobPermissionLevel(p.level)) for p in spec.jobs.permissions] + \
+        role_permissions(spec)
 
 
 def warnings_for(spec) -> list[str]:

@@ -76,8 +76,12 @@ def promote(registry: Registry, name: str, version: str, alias: str, *, force: b
     Raises:
         RegistryError: unknown model or version, or a gate fails without ``force``.
     """
-    from dbspec.spec.models.lifecycle import Gate
+    from dbspec.spec.models.lifecycle import Gate, check_alias
 
+    try:
+        check_alias(alias)
+    except ValueError as exc:
+        raise RegistryError(f"--alias {exc}") from None
     candidate = registry.version(name, version)
     tags = candidate.tags or {}
     gates = [Gate.model_validate(g) for g in json.loads(tags.get("dbspec.gates", "[]"))]

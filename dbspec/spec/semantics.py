@@ -99,7 +99,15 @@ def check_spec(spec: Spec) -> list[Finding]:
     _check_evaluation(spec, found)
     _check_serving(spec, found)
     _check_spark(spec, found)
+    _check_jobs(spec, found)
     return found.items
+
+
+def _check_jobs(spec: Spec, found: _Findings) -> None:
+    from dbspec.spec.clusters import check_clusters
+
+    for problem in check_clusters(spec):
+        (found.warning if problem.warning else found.error)(problem.path, problem.message)
 
 
 def _check_data(spec: Spec, found: _Findings) -> None:

@@ -165,6 +165,26 @@ class ClusterSettings(SpecModel):
     spark_conf: dict[str, str] = d("Extra Spark configuration.", default_factory=dict)
     custom_tags: dict[str, str] = d("Tags on the cluster's cloud resources.",
                                     default_factory=dict)
+    data_security_mode: Optional[Literal[
+        "DATA_SECURITY_MODE_DEDICATED", "DATA_SECURITY_MODE_STANDARD", "DATA_SECURITY_MODE_AUTO",
+        "SINGLE_USER", "USER_ISOLATION", "NONE"]] = d(
+        "Access mode. Default: DATA_SECURITY_MODE_DEDICATED when the registry or the data are "
+        "in Unity Catalog (Runtime ML reaches Unity Catalog on dedicated compute only), else "
+        "unset (the workspace's default).", default=None)
+    single_user_name: Optional[str] = d(
+        "The principal of dedicated compute: a user (e-mail) or a group, whose members then "
+        "share the cluster with the group's permissions. Default in bundles: the deploying "
+        "user (${workspace.current_user.userName}).", default=None, min_length=1)
+    runtime_engine: Optional[Literal["STANDARD", "PHOTON"]] = d(
+        "PHOTON speeds up Spark SQL and DataFrame work, not PyTorch; allowed on CPU clusters "
+        "only (data, evaluation and batch tasks), never on GPU nodes.", default=None)
+    use_ml_runtime: Optional[bool] = d(
+        "The Clusters API's newer form: a plain spark_version (e.g. 17.3.x-scala2.13) plus the "
+        "ML runtime flag; needs kind: CLASSIC_PREVIEW.", default=None)
+    kind: Optional[Literal["CLASSIC_PREVIEW"]] = d("Cluster kind (with use_ml_runtime).",
+                                                   default=None)
+    graviton: bool = d("Default CPU nodes are AWS Graviton (ARM) types (15.4 LTS ML and later, "
+                       "CPU only).", default=False)
 
 
 class JobsSpec(SpecModel):
@@ -202,6 +222,9 @@ class JobsSpec(SpecModel):
                         "batch_predict"], TaskSettings] = d(
         "Per-task overrides, by task: data, tune, train, evaluate, promote, serve, "
         "batch_predict.", default_factory=dict)
+    cloud: Literal["aws", "azure", "gcp"] = d("Cloud of the workspace: chooses the default "
+                                              "node types and checks given ones.",
+                                              default="aws")
     cluster: ClusterSettings = d("The cluster of the data, evaluation and serving tasks.",
                                  default_factory=ClusterSettings)
     training_cluster: ClusterSettings = d("The cluster of the tune and train tasks.",

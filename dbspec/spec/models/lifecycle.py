@@ -1,8 +1,9 @@
 """After training: tracking, evaluation, the registry with its gates, and serving."""
 
+import re
 from typing import Literal, Optional, Union
 
-from pydantic import model_validator
+from pydantic import field_validator, model_validator
 
 from dbspec.spec.models.base import SpecModel, d
 
@@ -14,6 +15,23 @@ PlotName = Literal["loss_curve", "residuals", "predicted_vs_actual", "confusion_
                    "precision_recall"]
 REGRESSION_PLOTS = ("loss_curve", "residuals", "predicted_vs_actual")
 CLASSIFICATION_PLOTS = ("loss_curve", "confusion_matrix", "roc", "precision_recall")
+
+#: Alias names MLflow's registry keeps for itself (Unity Catalog refuses to set them).
+_RESERVED_ALIAS = re.compile(r"^(latest|v\d+)$", re.IGNORECASE)
+
+
+def check_alias(value: str) -> str:
+    """``value`` unless MLflow reserves it (``latest``, ``v<number>``, any case).
+
+    Raises:
+        ValueError: a reserved name.
+    """
+    if _RESERVED_ALIAS.match(value):
+        raise ValueError(f"'{value}' is reserved by the MLflow registry ('latest' and "
+                         "'v<number>' name versions, not aliases); choose another alias, such "
+                         "as champion or production")
+    return value
+
 
 #: Metrics each task computes when ``evaluation.metrics`` is not given.
 DEFAULT_METRICS = {
@@ -96,6 +114,11 @@ class PromotionSpec(SpecModel):
                    pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
     gates: list[Gate] = d("Conditions that must all hold.", default_factory=list)
 
+    @field_validator("alias")
+    @classmethod
+    def _not_reserved(cls, value: str) -> str:
+        return check_alias(value)
+
 
 class RegistrySpec(SpecModel):
     """The MLflow model registry entry."""
@@ -152,5 +175,10 @@ class ServingSpec(SpecModel):
                                                    default="none")
     model_alias: Optional[str] = d("Alias to serve; default: the promotion alias.", default=None,
                                    pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
+
+    @field_validator("model_alias")
+    @classmethod
+    def _alias_not_reserved(cls, value: Optional[str]) -> Optional[str]:
+        return None if value is None else check_alias(value)
     realtime: RealtimeSpec = d("Settings of the realtime mode.", default_factory=RealtimeSpec)
     batch: Optional[BatchSpec] = d("Settings of the batch mode.", default=None)
