@@ -382,8 +382,9 @@ def _cmd_models(args: argparse.Namespace) -> int:
 def _cmd_promote(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dbspec.registry.commands import open_registry, promote
+    from dbspec.registry.commands import alias_argument, open_registry, promote
 
+    alias_argument(args.alias)  # before opening any store
     result = promote(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
                      args.version, args.alias, force=args.force)
     for gate in result["gates"]:

@@ -67,6 +67,20 @@ def render_models(described: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def alias_argument(alias: str) -> str:
+    """``alias`` unless MLflow reserves the name (``latest``, ``v<number>``).
+
+    Raises:
+        RegistryError: a reserved name.
+    """
+    from dbspec.spec.models.lifecycle import check_alias
+
+    try:
+        return check_alias(alias)
+    except ValueError as exc:
+        raise RegistryError(f"--alias {exc}") from None
+
+
 def promote(registry: Registry, name: str, version: str, alias: str, *, force: bool) -> dict:
     """Point ``alias`` at ``version``; the gates recorded at registration are re-checked.
 
@@ -76,12 +90,9 @@ def promote(registry: Registry, name: str, version: str, alias: str, *, force: b
     Raises:
         RegistryError: unknown model or version, or a gate fails without ``force``.
     """
-    from dbspec.spec.models.lifecycle import Gate, check_alias
+    from dbspec.spec.models.lifecycle import Gate
 
-    try:
-        check_alias(alias)
-    except ValueError as exc:
-        raise RegistryError(f"--alias {exc}") from None
+    alias_argument(alias)
     candidate = registry.version(name, version)
     tags = candidate.tags or {}
     gates = [Gate.model_validate(g) for g in json.loads(tags.get("dbspec.gates", "[]"))]
