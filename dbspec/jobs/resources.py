@@ -1,33 +1,261 @@
-"""Bundle resources beside the job: the registered model and its serving endpoint."""
+"""Bundle resources beside the job — the registered model, its serving endpoint and the
+experiment, with the access the spec's ``roles`` give — and the job task that keeps the
+endpoint on the version the promotion alias holds.
+
+Roles follow the course's table (admin: read/write/deploy; data scientist: read/write;
+analyst: read only):
+
+=========================  ======================  ==================  ==========
+resource                   admin                   data_scientist      analyst
+=========================  ======================  ==================  ==========
+UC registered model        ALL_PRIVILEGES, MANAGE  EXECUTE, APPLY_TAG  EXECUTE
+(grants)
+workspace registry model   CAN_MANAGE              CAN_EDIT            CAN_READ
+job                        CAN_MANAGE              CAN_MANAGE_RUN      CAN_VIEW
+experiment                 CAN_MANAGE              CAN_EDIT            CAN_READ
+serving endpoint           CAN_MANAGE              CAN_QUERY           CAN_VIEW
+=========================  ======================  ==================  ==========
+
+In Unity Catalog ``EXECUTE`` is reading a model (its versions, loading them), ``APPLY_TAG``
+writing its tags, ``MANAGE`` its grants, renaming and dropping; ``ALL_PRIVILEGES`` holds every
+privilege but ``MANAGE``. Creating versions and moving aliases stay with the model's owner
+(whoever deploys the bundle, the identity the job runs as). Every principal also needs
+``USE CATALOG`` and ``USE SCHEMA`` on the model's parents, which the bundle does not grant.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
-from dbspec.jobs.build import job_key
+from dbspec.jobs.build import job_key, training_resources
+
+#: Unity Catalog privileges on the registered model, by role.
+ROLE_GRANTS = {"admin": ("ALL_PRIVILEGES", "MANAGE"),
+               "data_scientist": ("APPLY_TAG", "EXECUTE"),
+               "analyst": ("EXECUTE",)}
+#: Permission levels by resource, then role.
+ROLE_LEVELS = {
+    "job": {"admin": "CAN_MANAGE", "data_scientist": "CAN_MANAGE_RUN", "analyst": "CAN_VIEW"},
+    "experiment": {"admin": "CAN_MANAGE", "data_scientist": "CAN_EDIT", "analyst": "CAN_READ"},
+    "endpoint": {"admin": "CAN_MANAGE", "data_scientist": "CAN_QUERY", "analyst": "CAN_VIEW"},
+    "model": {"admin": "CAN_MANAGE", "data_scientist": "CAN_EDIT", "analyst": "CAN_READ"},
+}
+UPDATE_ENDPOINT = "update_endpoint"
+_PRINCIPAL_FIELD = {"user": "user_name", "group": "group_name",
+                    "service_principal": "service_principal_name"}
+_WORKSPACE_PATHS = ("/Users/", "/Shared/", "/Workspace/")
+
+
+def endpoint_name(spec, target: str) -> str:
+    """The serving endpoint's name: the spec's name and the bundle target, 63 characters."""
+    endpoint = "".join(c if c.isalnum() or c in "-_" else "-" for c in spec.name)[:63]
+    return f"{endpoint}-{target}"[:63]
+
+
+def serves_realtime(spec) -> bool:
+    """Whether the bundle has a serving endpoint (realtime serving of a registered model)."""
+    return spec.registry is not None and spec.serving.mode == "realtime"
+
+
+def trains_on_gpu(spec) -> bool:
+    """Whether ``compute`` trains on GPUs, so that the endpoint serves on them too."""
+    compute = spec.compute
+    if compute.kind in ("single_gpu", "serverless_gpu"):
+        return True
+    if compute.kind == "ray":
+        return compute.use_gpu is not False
+    return training_resources(spec).gpus_per_node > 0
+
+
+def served_entity_name(spec) -> str:
+    """The served entity's name: the alias it follows, so the name outlives each version."""
+    promotion = spec.registry.promotion
+    return spec.serving.model_alias or (promotion.alias if promotion else "latest-version")
 
 
 def registry_resources(spec, target: str) -> dict[str, Any]:
-    """The registered model and, for realtime serving, its serving endpoint."""
-    if spec.registry is None:
-        return {}
-    key = job_key(spec)
-    parts = spec.registry.name.split(".")
+    """The registered model, the serving endpoint (realtime serving) and, when roles are
+    given, the experiment: each with the roles' grants or permissions."""
     out: dict[str, Any] = {}
+    key = job_key(spec)
+    experiment = experiment_resource(spec)
+    if experiment:
+        out["experiments"] = {key: experiment}
+    if spec.registry is None:
+        return out
+    parts = spec.registry.name.split(".")
     if len(parts) == 3:
-        out["registered_models"] = {key: {"catalog_name": parts[0], "schema_name": parts[1],
-                                          "name": parts[2],
-                                          "comment": f"Trained by dbspec spec {spec.name}"}}
+        model: dict[str, Any] = {"catalog_name": parts[0], "schema_name": parts[1],
+                                 "name": parts[2],
+                                 "comment": f"Trained by dbspec spec {spec.name}"}
+        grants = role_grants(spec)
+        if grants:
+            model["grants"] = grants
+        out["registered_models"] = {key: model}
     else:
-        out["models"] = {key: {"name": spec.registry.name,
-                               "description": f"Trained by dbspec spec {spec.name}"}}
-    if spec.serving.mode == "realtime":
-        endpoint = "".join(c if c.isalnum() or c in "-_" else "-" for c in spec.name)[:63]
-        out["model_serving_endpoints"] = {key: {
-            "name": f"{endpoint}-{target}"[:63],
-            "config": {"served_entities": [{
-                "entity_name": spec.registry.name,
-                "entity_version": "${var.served_model_version}",
-                "workload_size": "Small",
-                "scale_to_zero_enabled": True}]}}}
+        legacy: dict[str, Any] = {"name": spec.registry.name,
+                                  "description": f"Trained by dbspec spec {spec.name}"}
+        permissions = _bundle_permissions(spec, "model")
+        if permissions:
+            legacy["permissions"] = permissions
+        out["models"] = {key: legacy}
+    if serves_realtime(spec):
+        out["model_serving_endpoints"] = {key: endpoint_resource(spec, target)}
     return out
+
+
+def endpoint_resource(spec, target: str) -> dict[str, Any]:
+    """The ``model_serving_endpoints`` entry: one served entity (CPU, or GPU_SMALL for a model
+    trained on GPUs), the inference table through the AI Gateway, the roles' permissions.
+
+    The version is the ``served_model_version`` bundle variable, since a deploy needs one;
+    the job's ``update_endpoint`` task moves the endpoint to the alias holder after each run.
+    """
+    from databricks.sdk.service import serving as s
+
+    entity = s.ServedEntityInput(
+        name=served_entity_name(spec), entity_name=spec.registry.name,
+        entity_version="${var.served_model_version}", workload_size="Small",
+        workload_type=s.ServingModelWorkloadType.GPU_SMALL if trains_on_gpu(spec)
+        else s.ServingModelWorkloadType.CPU,
+        scale_to_zero_enabled=True)
+    name = endpoint_name(spec, target)
+    config = s.EndpointCoreConfigInput(name=name, served_entities=[entity]).as_dict()
+    config.pop("name")  # the bundle names the endpoint beside its config
+    out: dict[str, Any] = {"name": name, "config": config}
+    table = inference_table_config(spec, target)
+    if table is not None:
+        out["ai_gateway"] = s.AiGatewayConfig(inference_table_config=table).as_dict()
+    permissions = _bundle_permissions(spec, "endpoint")
+    if permissions:
+        out["permissions"] = permissions
+    return out
+
+
+def inference_table_config(spec, target: str):
+    """``serving.realtime.inference_table`` as the AI Gateway's inference table, in the
+    registered model's catalog and schema; None when off or the registry is not in Unity
+    Catalog (inference tables live there)."""
+    from databricks.sdk.service.serving import AiGatewayInferenceTableConfig
+
+    table = spec.serving.realtime.inference_table
+    parts = spec.registry.name.split(".")
+    if table is None or not table.enabled or len(parts) != 3:
+        return None
+    prefix = "".join(c if c.isalnum() else "_" for c in endpoint_name(spec, target)).lower()
+    return AiGatewayInferenceTableConfig(catalog_name=parts[0], schema_name=parts[1],
+                                         table_name_prefix=prefix, enabled=True)
+
+
+def experiment_resource(spec) -> Optional[dict[str, Any]]:
+    """The ``experiments`` entry carrying the roles' permissions: only with roles, and only
+    for a workspace path (the name MLflow on Databricks needs)."""
+    experiment = spec.tracking.experiment or ""
+    permissions = _bundle_permissions(spec, "experiment")
+    if not permissions or not experiment.startswith(_WORKSPACE_PATHS):
+        return None
+    return {"name": experiment, "permissions": permissions}
+
+
+def role_grants(spec) -> list[dict[str, Any]]:
+    """Unity Catalog grants (``catalog.PrivilegeAssignment`` as dicts) by role."""
+    from databricks.sdk.service.catalog import Privilege, PrivilegeAssignment
+
+    if spec.roles is None:
+        return []
+    return [PrivilegeAssignment(principal=principal.name,
+                                privileges=[Privilege(p) for p in ROLE_GRANTS[role]]).as_dict()
+            for role, principal in spec.roles.members()]
+
+
+def role_permissions(spec) -> list:
+    """The job's ``jobs.JobAccessControlRequest`` entries from the roles; a principal that
+    ``jobs.permissions`` names keeps the level given there."""
+    from databricks.sdk.service import jobs as j
+
+    given = {(p.user, p.group, p.service_principal) for p in spec.jobs.permissions}
+    out = []
+    for role, principal in _members(spec):
+        row = {field: principal.name if field == _PRINCIPAL_FIELD[principal.kind] else None
+               for field in _PRINCIPAL_FIELD.values()}
+        if (row["user_name"], row["group_name"], row["service_principal_name"]) in given:
+            continue
+        out.append(j.JobAccessControlRequest(
+            **row, permission_level=j.JobPermissionLevel(ROLE_LEVELS["job"][role])))
+    return out
+
+
+def _members(spec) -> list:
+    return spec.roles.members() if spec.roles is not None else []
+
+
+def _bundle_permissions(spec, resource: str) -> list[dict[str, str]]:
+    """The bundle's ``permissions`` entries (``level`` and one principal field) by role."""
+    return [{"level": ROLE_LEVELS[resource][role],
+             _PRINCIPAL_FIELD[principal.kind]: principal.name}
+            for role, principal in _members(spec)]
+
+
+def resource_warnings(spec) -> list[str]:
+    """What the roles or the endpoint cannot carry although the spec is valid."""
+    found = []
+    experiment = spec.tracking.experiment or spec.name
+    if _members(spec) and not experiment.startswith(_WORKSPACE_PATHS):
+        found.append(f"roles: no experiment permissions, since tracking.experiment "
+                     f"'{experiment}' is not a workspace path")
+    table = spec.serving.realtime.inference_table
+    if serves_realtime(spec) and table is not None and table.enabled and \
+            spec.registry.name.count(".") != 2:
+        found.append(f"serving.realtime.inference_table: the endpoint gets no inference table; "
+                     f"AI Gateway inference tables live in Unity Catalog and registry.name "
+                     f"'{spec.registry.name}' is not catalog.schema.model")
+    return found
+
+
+def jobs_json_warnings(spec) -> list[str]:
+    """What the jobs-json format leaves out: it carries the job and its access list only."""
+    missing = [what for what, present in (
+        ("registered model", spec.registry is not None),
+        ("experiment", experiment_resource(spec) is not None),
+        ("serving endpoint", serves_realtime(spec))) if present]
+    if not _members(spec) or not missing:
+        return []
+    return [f"roles: the jobs-json format sets access on the job only; {', '.join(missing)} "
+            "access is not set (use --format bundle, or grant it by hand)"]
+
+
+def endpoint_task(spec, where):
+    """The ``update_endpoint`` task (a ``jobs.Task``), or None without a serving endpoint.
+
+    It runs ``dbspec endpoint SPEC --endpoint NAME --wait`` after promote and serve (which
+    checks that the version answers), so the endpoint moves only when the alias did. In a
+    bundle the endpoint's name is a reference, since development mode prefixes it.
+    """
+    from databricks.sdk.service import jobs as j
+
+    from dbspec.jobs.build import _task_settings, cluster, mlflow_env, task_libraries
+    from dbspec.spec.clusters import resolve_cluster, serverless
+
+    if not serves_realtime(spec):
+        return None
+    if where.spec_path.startswith("${workspace."):  # a bundle (jobs-json paths are literal)
+        name = f"${{resources.model_serving_endpoints.{job_key(spec)}.name}}"
+    else:
+        name = endpoint_name(spec, where.target or "default")
+    parameters = ["endpoint", where.spec_path] + (
+        ["--target", where.target] if where.target else []) + ["--endpoint", name, "--wait"]
+    if serverless(spec):  # one AI Runtime task runs every stage; no job cluster to share
+        compute: dict[str, Any] = {"new_cluster": cluster(
+            resolve_cluster(spec, "main"), mlflow_env(spec), current_user=where.current_user)}
+        upstream = ["pipeline"]
+    else:
+        compute = {"job_cluster_key": "main"}
+        upstream = (["promote"] if spec.registry.promotion is not None else []) + ["serve"]
+    return j.Task(
+        task_key=UPDATE_ENDPOINT,
+        description="Point the serving endpoint at the version the alias holds, if it moved",
+        depends_on=[j.TaskDependency(task_key=u) for u in upstream],
+        python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
+                                            parameters=parameters),
+        libraries=task_libraries(spec, ("promote",), where.wheel),
+        **compute, **_task_settings(spec.jobs, UPDATE_ENDPOINT))
