@@ -193,7 +193,8 @@ def test_the_latest_version_is_followed_without_an_alias(monkeypatch, tmp_path, 
      "alias 'staging'"),
     (None, [], "error: endpoint ep does not exist in this workspace: deploy the bundle first"),
     (detail("1", entity="main.ml.other"), [],
-     "error: endpoint ep serves no version of diabetes_endpoint_model (it serves main.ml.other v1)"),
+     "error: endpoint ep serves no version of diabetes_endpoint_model (it serves "
+     "main.ml.other v1)"),
     (detail("1", state="IN_PROGRESS", pending="1"), [],
      "error: endpoint ep is being updated (to v1); rerun once the update has finished"),
 ])
