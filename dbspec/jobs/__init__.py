@@ -48,7 +48,10 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
     command = "dbspec jobs " + shown + "".join(f" --target {t}" for t in targets) + \
         "".join(f" --set {a}" for a in assignments) + f" --format {fmt} -o DIR"
     if fmt == "jobs-json":
-        warnings += [f"{name}: {w}" for name, spec in specs.items() for w in _principal(spec)]
+        from dbspec.jobs.resources import jobs_json_warnings
+
+        warnings += [f"{name}: {w}" for name, spec in specs.items()
+                     for w in [*_principal(spec), *jobs_json_warnings(spec)]]
         return jobs_json_files(specs, spec_file=shown, spec_targets=spec_targets,
                                command=command), warnings
     text = Path(spec_file).read_text(encoding="utf-8")

@@ -375,4 +375,7 @@ def warnings_for(spec) -> list[str]:
         if spec.serving.batch.input.startswith((".", "/tmp")):
             found.append(f"serving.batch.input '{spec.serving.batch.input}' is a local path; a "
                          "job needs a table name, a /Volumes path or cloud storage")
+    from dbspec.jobs.resources import resource_warnings  # resources imports this module
+
+    found += resource_warnings(spec)
     return found

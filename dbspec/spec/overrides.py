@@ -23,8 +23,10 @@ def list_targets(document: Document) -> list[str]:
 def apply_target(document: Document, target: str) -> Document:
     """Merge ``targets.<target>`` over the spec's own sections.
 
-    Mappings merge key by key; lists and scalars are replaced. The ``mode`` key of a target
-    and ``default`` keys describe the target itself and are not merged.
+    Mappings merge key by key; lists and scalars are replaced. A section whose selector
+    (``kind``; the ``name`` of the optimizer and scheduler) the target changes is replaced whole, so ``compute: {kind: ray}`` does
+    not inherit the base's ``torch_distributor`` settings. The ``mode`` key of a target and
+    ``default`` keys describe the target itself and are not merged.
 
     Raises:
         UsageError: the spec has no such target.
@@ -44,11 +46,25 @@ def apply_target(document: Document, target: str) -> Document:
     return Document(document.file, root, document.text)
 
 
-def _merge_into(mapping: dict[str, Node], key: str, incoming: Node) -> None:
+#: Where a key other than ``kind`` selects a section's kind (discriminated unions on ``name``).
+_NAME_SELECTED = {("training", "optimizer"), ("training", "scheduler")}
+
+
+def _switches_kind(path: tuple, existing: dict[str, Node], incoming: dict[str, Node]) -> bool:
+    """Whether ``incoming`` changes the kind of the section at ``path``."""
+    selectors = ("kind", "name") if path in _NAME_SELECTED else ("kind",)
+    return any(k in existing and k in incoming and existing[k].value != incoming[k].value
+               for k in selectors)
+
+
+def _merge_into(mapping: dict[str, Node], key: str, incoming: Node, path: tuple = ()) -> None:
     existing = mapping.get(key)
-    if existing is not None and isinstance(existing.value, dict) and isinstance(incoming.value, dict):
+    here = path + (key,)
+    if existing is not None and isinstance(existing.value, dict) and \
+            isinstance(incoming.value, dict) and not _switches_kind(here, existing.value,
+                                                                    incoming.value):
         for sub_key, sub_child in incoming.value.items():
-            _merge_into(existing.value, sub_key, sub_child)
+            _merge_into(existing.value, sub_key, sub_child, here)
     else:
         mapping[key] = incoming.copy()
 

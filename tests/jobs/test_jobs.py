@@ -41,6 +41,10 @@ def generate(spec, out, *args) -> None:
 def assert_shared_dir_handover(job: dict, reference: str) -> None:
     """Every task gets ``--shared-dir reference`` and nothing points at a node's own disk."""
     for task in job["tasks"]:
+        if "ai_runtime_task" in task:  # its command script passes the resolved directory
+            continue
+        if task["python_wheel_task"]["parameters"][0] != "run":  # dbspec endpoint: no stages
+            continue
         parameters = task["python_wheel_task"]["parameters"]
         assert not [p for p in parameters if "local_disk0" in p], (task["task_key"], parameters)
         assert "--state-dir" not in parameters, task["task_key"]  # node-local scratch
@@ -120,8 +124,10 @@ def tasks_of(body: dict) -> dict[str, list[str]]:
 def test_tasks_mirror_the_plan_and_run_their_stages_with_a_shared_run_key(tmp_path):
     body = payload(tmp_path, ROOT / "specs" / "diabetes.yaml", "--target", "prod")
     assert tasks_of(body) == {"data": [], "train": ["data"], "evaluate": ["data", "train"],
-                              "promote": ["evaluate"], "serve": ["promote"]}
+                              "promote": ["evaluate"], "serve": ["promote"],
+                              "update_endpoint": ["promote", "serve"]}
     params = {t["task_key"]: t["python_wheel_task"]["parameters"] for t in body["tasks"]}
+    assert params["update_endpoint"][0] == "endpoint"
     assert params["evaluate"][:4] == ["run", "/Workspace/Shared/dbspec/specs/diabetes.yaml",
                                       "--target", "prod"]
     assert params["evaluate"][4:8] == ["--only", "evaluate,register", "--run-key",

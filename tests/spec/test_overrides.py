@@ -28,6 +28,31 @@ def test_target_merges_mappings_key_by_key(write_spec):
     assert spec.targets["prod"].mode == "production"
 
 
+def test_a_target_that_changes_a_kind_replaces_the_section(write_spec):
+    spec = write_spec(MINIMAL + """\
+training: {optimizer: {name: sgd, lr: 0.1, momentum: 0.9}}
+compute: {kind: torch_distributor, num_processes: 4, local_mode: false}
+targets:
+  ray: {compute: {kind: ray, num_workers: 3}, training: {optimizer: {name: adam}}}
+  more: {compute: {num_processes: 8}}
+""")
+    ray = load_spec(spec, target="ray").spec
+    assert ray.compute.kind == "ray" and ray.compute.num_workers == 3  # no num_processes left
+    assert ray.training.optimizer.name == "adam" and ray.training.optimizer.lr == 0.001
+    more = load_spec(spec, target="more").spec  # the same kind still merges key by key
+    assert (more.compute.num_processes, more.compute.local_mode) == (8, False)
+
+
+def test_a_registry_name_is_not_a_kind(write_spec):
+    spec = write_spec(MINIMAL + """\
+registry: {name: dev_model, promotion: {alias: champion}}
+targets:
+  prod: {registry: {name: main.ml.model}}
+""")
+    registry = load_spec(spec, target="prod").spec.registry
+    assert registry.name == "main.ml.model" and registry.promotion.alias == "champion"
+
+
 def test_default_target_applies_when_none_is_named(write_spec):
     loaded = load_spec(write_spec(TARGETS))
     assert loaded.target == "dev" and loaded.spec.training.epochs == 2
