@@ -61,6 +61,9 @@ class JobTarget(NamedTuple):
     current_user: Optional[str] = None
     #: Workspace path of the AI Runtime command script (``compute.kind: serverless_gpu``).
     script: Optional[str] = None
+    #: ``--set`` assignments every task passes (bundles: the names of the registered model
+    #: and experiment resources, which development mode prefixes per user).
+    assignments: tuple[str, ...] = ()
 
 
 def task_groups(plan: Plan) -> list[tuple[str, tuple[str, ...], tuple[str, ...]]]:
@@ -154,6 +157,7 @@ def shared_dir(spec) -> str:
 def task_parameters(spec, where: JobTarget, stages: tuple[str, ...]) -> list[str]:
     """The ``dbspec`` command line of the task running ``stages``."""
     parameters = ["run", where.spec_path] + (["--target", where.target] if where.target else [])
+    parameters += [f"--set={a}" for a in where.assignments]
     parameters += ["--only", ",".join(stages), "--run-key", "{{job.run_id}}",
                    "--shared-dir", where.shared_dir]
     if spec.jobs.state_dir:  # else node-local scratch: nothing is handed over through it

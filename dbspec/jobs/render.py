@@ -35,7 +35,7 @@ from dbspec.jobs.build import (
     warnings_for,
 )
 from dbspec.spec.clusters import CURRENT_USER, serverless
-from dbspec.jobs.resources import registry_resources
+from dbspec.jobs.resources import name_assignments, registry_resources
 
 WHEEL = f"dbspec-{__version__}-py3-none-any.whl"
 SHARED_DIR_HELP = (
@@ -75,6 +75,7 @@ def bundle_job(spec, spec_file: str, target: Optional[str]) -> dict[str, Any]:
     where = JobTarget(spec_path=f"${{workspace.file_path}}/specs/{PurePosixPath(spec_file).name}",
                       wheel=f"../dist/{WHEEL}", target=target,
                       shared_dir=f"${{var.{SHARED_DIR}}}", current_user=CURRENT_USER,
+                      assignments=name_assignments(spec),
                       script=f"${{workspace.file_path}}/{script_name(spec, target)}")
     job = build_job(spec, where).as_dict()
     permissions = []

@@ -114,7 +114,7 @@ def endpoint_resource(spec, target: str) -> dict[str, Any]:
     from databricks.sdk.service import serving as s
 
     entity = s.ServedEntityInput(
-        name=served_entity_name(spec), entity_name=spec.registry.name,
+        name=served_entity_name(spec), entity_name=registered_name(spec),
         entity_version="${var.served_model_version}", workload_size="Small",
         workload_type=s.ServingModelWorkloadType.GPU_SMALL if trains_on_gpu(spec)
         else s.ServingModelWorkloadType.CPU,
@@ -145,6 +145,27 @@ def inference_table_config(spec, target: str):
     prefix = "".join(c if c.isalnum() else "_" for c in endpoint_name(spec, target)).lower()
     return AiGatewayInferenceTableConfig(catalog_name=parts[0], schema_name=parts[1],
                                          table_name_prefix=prefix, enabled=True)
+
+
+def registered_name(spec) -> str:
+    """The registered model's name as the bundle resolves it: a reference to its resource,
+    since development mode prefixes the name per user (``dev_<user>_model``)."""
+    key, parts = job_key(spec), spec.registry.name.split(".")
+    if len(parts) == 3:
+        return f"{parts[0]}.{parts[1]}.${{resources.registered_models.{key}.name}}"
+    return f"${{resources.models.{key}.name}}"
+
+
+def name_assignments(spec) -> tuple[str, ...]:
+    """``--set`` assignments that point every task at the bundle's own resources (the
+    registered model; the experiment when the bundle creates it), so that a development
+    deployment trains into its per-user copies, not the production ones."""
+    out = []
+    if spec.registry is not None:
+        out.append(f"registry.name={registered_name(spec)}")
+    if experiment_resource(spec) is not None:
+        out.append(f"tracking.experiment=${{resources.experiments.{job_key(spec)}.name}}")
+    return tuple(out)
 
 
 def experiment_resource(spec) -> Optional[dict[str, Any]]:
@@ -243,7 +264,8 @@ def endpoint_task(spec, where):
     else:
         name = endpoint_name(spec, where.target or "default")
     parameters = ["endpoint", where.spec_path] + (
-        ["--target", where.target] if where.target else []) + ["--endpoint", name, "--wait"]
+        ["--target", where.target] if where.target else []) + [
+        f"--set={a}" for a in where.assignments] + ["--endpoint", name, "--wait"]
     if serverless(spec):  # one AI Runtime task runs every stage; no job cluster to share
         compute: dict[str, Any] = {"new_cluster": cluster(
             resolve_cluster(spec, "main"), mlflow_env(spec), current_user=where.current_user)}
