@@ -190,7 +190,8 @@ def test_the_endpoint_follows_the_alias_after_promote_and_serve(bundle, tmp_path
     assert update["job_cluster_key"] == "main"
     assert update["python_wheel_task"]["parameters"] == [
         "endpoint", "${workspace.file_path}/specs/spec.yaml", "--target", "prod",
-        "--set=registry.name=main.ml_models.${resources.registered_models.rbac.name}", "--endpoint",
+        "--set=registry.name=main.ml_models.${resources.registered_models.rbac.name}",
+        "--set=tracking.experiment=${resources.experiments.rbac.name}", "--endpoint",
         "${resources.model_serving_endpoints.rbac.name}", "--wait"]
     payload, _ = generate(tmp_path, ROLES, fmt="jobs-json")
     (literal,) = [t for t in json.loads(payload["rbac.prod.json"])["tasks"]
