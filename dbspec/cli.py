@@ -116,19 +116,28 @@ def build_parser() -> argparse.ArgumentParser:
     rollback.set_defaults(handler=_cmd_rollback)
 
     endpoint = commands.add_parser(
-        "endpoint", help="point a Databricks serving endpoint at the version the alias holds",
+        "endpoint", help="create or move a Databricks serving endpoint to the version the "
+                         "alias holds",
         description="Read the version the spec's alias holds (serving.model_alias, else the "
-                    "promotion alias) and update the Databricks Model Serving endpoint only "
-                    "when it serves another one; its other settings are kept. The generated "
-                    "job's update_endpoint task runs it. Credentials: the job's, else "
-                    "DATABRICKS_HOST/DATABRICKS_TOKEN or a profile.")
+                    "promotion alias). No Databricks Model Serving endpoint yet: create it "
+                    "serving that version with the spec's settings (GPU workload for a model "
+                    "trained on GPUs, scale to zero, serving.realtime.inference_table as the "
+                    "AI Gateway inference table). An endpoint: update it only when it serves "
+                    "another version; its other settings are kept. With roles in the spec, "
+                    "set the endpoint's permissions to theirs (replacing others; the caller "
+                    "keeps CAN_MANAGE). No version holds the alias: nothing to serve, exit 0. "
+                    "The generated job's update_endpoint task runs it. Credentials: the job's, "
+                    "else DATABRICKS_HOST/DATABRICKS_TOKEN or a profile.")
     endpoint.add_argument("file", metavar="SPEC", help="spec file")
     _add_spec_options(endpoint)
-    endpoint.add_argument("--endpoint", required=True, metavar="NAME", help="endpoint name")
+    endpoint.add_argument("--endpoint", metavar="NAME",
+                          help="endpoint name (default: the spec's name and target, "
+                               "<name>-<target>, <name>-default without a target)")
     endpoint.add_argument("--alias", help="follow this alias instead of the spec's")
     endpoint.add_argument("--wait", action="store_true",
                           help="wait until the new version serves; exit 1 if it fails")
-    endpoint.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    endpoint.add_argument("--dry-run", action="store_true",
+                          help="report what would be created or changed; change nothing")
     _add_registry_options(endpoint)
     endpoint.set_defaults(handler=_cmd_endpoint)
 

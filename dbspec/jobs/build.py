@@ -221,6 +221,13 @@ def extra_requirements(extra: str) -> list[str]:
     return out
 
 
+def _distribution(requirement: str) -> str:
+    """The distribution a requirement names, lower case (``mlflow>=3.0,<4`` -> ``mlflow``)."""
+    import re
+
+    return re.split(r"[<>=!~\[ ;]", requirement.strip(), maxsplit=1)[0].lower()
+
+
 def task_extras(spec, stages: tuple[str, ...]) -> tuple[str, ...]:
     """The dbspec extras the stages of one task import."""
     extras = ["train"]
@@ -231,12 +238,20 @@ def task_extras(spec, stages: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(extras)
 
 
-def task_libraries(spec, stages: tuple[str, ...], wheel: str) -> list:
+def task_libraries(spec, stages: tuple[str, ...], wheel: str, *,
+                   packages: Optional[tuple[str, ...]] = None) -> list:
     """The wheel, and its extras' requirements as PyPI libraries (a wheel library installs
-    the core dependencies only), so that every task imports what its stages run."""
+    the core dependencies only), so that every task imports what its stages run.
+
+    ``packages`` keeps only the extras' requirements of these distributions, pinned as the
+    extras pin them: a task that runs no stage (the endpoint task needs MLflow alone).
+    """
     from databricks.sdk.service.compute import Library, PythonPyPiLibrary
 
     pins = [pin for extra in task_extras(spec, stages) for pin in extra_requirements(extra)]
+    if packages is not None:
+        wanted = {p.lower() for p in packages}
+        pins = [pin for pin in pins if _distribution(pin) in wanted]
     return [Library(whl=wheel)] + [Library(pypi=PythonPyPiLibrary(package=pin))
                                    for pin in dict.fromkeys(pins)]
 

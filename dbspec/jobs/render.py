@@ -7,8 +7,9 @@ Bundle layout (``-o DIR``)::
 
     databricks.yml                     bundle name, targets with their mode, variables (the
                                        shared directory; per target where it differs)
-    resources/<job>.<target>.yml       per target: the job, the registered model and, for
-                                       realtime serving, the model serving endpoint
+    resources/<job>.<target>.yml       per target: the job, the registered model and (with
+                                       roles) the experiment; the job's update_endpoint task
+                                       creates and keeps the serving endpoint
     specs/<spec file>                  the spec the tasks run (synced with the bundle)
 
 Jobs JSON: ``<job>.<target>.json`` per target, a ``jobs/create`` body with its access control
@@ -88,17 +89,11 @@ def bundle_job(spec, spec_file: str, target: Optional[str]) -> dict[str, Any]:
     return job
 
 
-def bundle_variables(specs: dict[str, Any], base) -> dict[str, Any]:
+def bundle_variables(base) -> dict[str, Any]:
     """The bundle's variables: the shared directory (default from ``base``, the spec without a
-    target) and, for realtime serving, the served model version."""
-    variables: dict[str, Any] = {SHARED_DIR: {"description": SHARED_DIR_HELP,
-                                              "default": shared_dir(base)}}
-    if any(s.serving.mode == "realtime" and s.registry is not None for s in specs.values()):
-        variables["served_model_version"] = {
-            "description": "Registered model version the serving endpoint serves; promote "
-                           "moves the alias, deploy with --var served_model_version=N.",
-            "default": "1"}
-    return variables
+    target). No served model version: the job's ``update_endpoint`` task owns the serving
+    endpoint, so a deploy neither needs a version nor resets the one the alias holds."""
+    return {SHARED_DIR: {"description": SHARED_DIR_HELP, "default": shared_dir(base)}}
 
 
 def bundle_target(spec, mode: str, is_default: bool, base_dir: str) -> dict[str, Any]:
@@ -119,7 +114,7 @@ def bundle_files(specs: dict[str, Any], modes: dict[str, str], default: Optional
     first = next(iter(specs.values()))
     key = job_key(first)
     header = _header(spec_file, command)
-    variables = bundle_variables(specs, base)
+    variables = bundle_variables(base)
     root: dict[str, Any] = {"bundle": {"name": key}, "include": ["resources/*.yml"],
                             "variables": variables}
     root["targets"] = {name: bundle_target(spec, modes[name], name == default,
@@ -128,7 +123,7 @@ def bundle_files(specs: dict[str, Any], modes: dict[str, str], default: Optional
     files = {"databricks.yml": header + dump_yaml(root)}
     for target, spec in specs.items():
         resources = {"jobs": {key: bundle_job(spec, spec_file, spec_targets[target])},
-                     **registry_resources(spec, target)}
+                     **registry_resources(spec)}
         files[f"resources/{key}.{target}.yml"] = header + dump_yaml(
             {"targets": {target: {"resources": resources}}})
         if serverless(spec):

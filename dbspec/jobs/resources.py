@@ -1,6 +1,11 @@
-"""Bundle resources beside the job — the registered model, its serving endpoint and the
-experiment, with the access the spec's ``roles`` give — and the job task that keeps the
-endpoint on the version the promotion alias holds.
+"""Bundle resources beside the job — the registered model and the experiment, with the access
+the spec's ``roles`` give — and the job task that owns the serving endpoint.
+
+The endpoint is no bundle resource: a first deploy would create it on a version the model does
+not have yet (the job has not run), and every redeploy would reset it to a fixed version,
+undoing the last promotion. The job's ``update_endpoint`` task (``dbspec endpoint``) creates it
+on the alias holder, moves it when the alias moves, and sets the roles' permissions on it; the
+settings it creates the endpoint with are computed here, from the spec.
 
 Roles follow the course's table (admin: read/write/deploy; data scientist: read/write;
 analyst: read only):
@@ -41,19 +46,22 @@ ROLE_LEVELS = {
     "model": {"admin": "CAN_MANAGE", "data_scientist": "CAN_EDIT", "analyst": "CAN_READ"},
 }
 UPDATE_ENDPOINT = "update_endpoint"
+#: What ``dbspec endpoint`` imports beyond dbspec's core dependencies (databricks-sdk among them).
+ENDPOINT_PACKAGES = ("mlflow",)
 _PRINCIPAL_FIELD = {"user": "user_name", "group": "group_name",
                     "service_principal": "service_principal_name"}
 _WORKSPACE_PATHS = ("/Users/", "/Shared/", "/Workspace/")
 
 
 def endpoint_name(spec, target: str) -> str:
-    """The serving endpoint's name: the spec's name and the bundle target, 63 characters."""
+    """The serving endpoint's name: the spec's name and the target (``default`` without
+    targets), 63 characters; what ``dbspec endpoint`` serves without ``--endpoint``."""
     endpoint = "".join(c if c.isalnum() or c in "-_" else "-" for c in spec.name)[:63]
     return f"{endpoint}-{target}"[:63]
 
 
 def serves_realtime(spec) -> bool:
-    """Whether the bundle has a serving endpoint (realtime serving of a registered model)."""
+    """Whether the job keeps a serving endpoint (realtime serving of a registered model)."""
     return spec.registry is not None and spec.serving.mode == "realtime"
 
 
@@ -73,9 +81,10 @@ def served_entity_name(spec) -> str:
     return spec.serving.model_alias or (promotion.alias if promotion else "latest-version")
 
 
-def registry_resources(spec, target: str) -> dict[str, Any]:
-    """The registered model, the serving endpoint (realtime serving) and, when roles are
-    given, the experiment: each with the roles' grants or permissions."""
+def registry_resources(spec) -> dict[str, Any]:
+    """The registered model and, when roles are given, the experiment: each with the roles'
+    grants or permissions. (The serving endpoint belongs to the job's ``update_endpoint``
+    task, see :func:`endpoint_task`.)"""
     out: dict[str, Any] = {}
     key = job_key(spec)
     experiment = experiment_resource(spec)
@@ -99,52 +108,54 @@ def registry_resources(spec, target: str) -> dict[str, Any]:
         if permissions:
             legacy["permissions"] = permissions
         out["models"] = {key: legacy}
-    if serves_realtime(spec):
-        out["model_serving_endpoints"] = {key: endpoint_resource(spec, target)}
     return out
 
 
-def endpoint_resource(spec, target: str) -> dict[str, Any]:
-    """The ``model_serving_endpoints`` entry: one served entity (CPU, or GPU_SMALL for a model
-    trained on GPUs), the inference table through the AI Gateway, the roles' permissions.
-
-    The version is the ``served_model_version`` bundle variable, since a deploy needs one;
-    the job's ``update_endpoint`` task moves the endpoint to the alias holder after each run.
-    """
+def endpoint_config(spec, endpoint: str, version: str):
+    """(``EndpointCoreConfigInput``, ``AiGatewayConfig`` or None) that ``dbspec endpoint``
+    creates ``endpoint`` with: one served entity of ``spec.registry.name`` at ``version``,
+    named after the alias it follows, Small, CPU (GPU_SMALL for a model trained on GPUs),
+    scaling to zero; the inference table through the AI Gateway."""
     from databricks.sdk.service import serving as s
 
     entity = s.ServedEntityInput(
-        name=served_entity_name(spec), entity_name=registered_name(spec),
-        entity_version="${var.served_model_version}", workload_size="Small",
+        name=served_entity_name(spec), entity_name=spec.registry.name, entity_version=version,
+        workload_size="Small",
         workload_type=s.ServingModelWorkloadType.GPU_SMALL if trains_on_gpu(spec)
         else s.ServingModelWorkloadType.CPU,
         scale_to_zero_enabled=True)
-    name = endpoint_name(spec, target)
-    config = s.EndpointCoreConfigInput(name=name, served_entities=[entity]).as_dict()
-    config.pop("name")  # the bundle names the endpoint beside its config
-    out: dict[str, Any] = {"name": name, "config": config}
-    table = inference_table_config(spec, target)
-    if table is not None:
-        out["ai_gateway"] = s.AiGatewayConfig(inference_table_config=table).as_dict()
-    permissions = _bundle_permissions(spec, "endpoint")
-    if permissions:
-        out["permissions"] = permissions
-    return out
+    table = inference_table_config(spec, endpoint)
+    return (s.EndpointCoreConfigInput(name=endpoint, served_entities=[entity]),
+            s.AiGatewayConfig(inference_table_config=table) if table is not None else None)
 
 
-def inference_table_config(spec, target: str):
-    """``serving.realtime.inference_table`` as the AI Gateway's inference table, in the
-    registered model's catalog and schema; None when off or the registry is not in Unity
-    Catalog (inference tables live there)."""
+def inference_table_config(spec, endpoint: str):
+    """``serving.realtime.inference_table`` as the AI Gateway's inference table of
+    ``endpoint``, in the registered model's catalog and schema, its tables prefixed with the
+    endpoint's name (so a development endpoint, named per user, logs to tables of its own);
+    None when off or the registry is not in Unity Catalog (inference tables live there)."""
     from databricks.sdk.service.serving import AiGatewayInferenceTableConfig
 
     table = spec.serving.realtime.inference_table
     parts = spec.registry.name.split(".")
     if table is None or not table.enabled or len(parts) != 3:
         return None
-    prefix = "".join(c if c.isalnum() else "_" for c in endpoint_name(spec, target)).lower()
+    prefix = "".join(c if c.isalnum() else "_" for c in endpoint).lower()
     return AiGatewayInferenceTableConfig(catalog_name=parts[0], schema_name=parts[1],
                                          table_name_prefix=prefix, enabled=True)
+
+
+def endpoint_permissions(spec) -> Optional[list]:
+    """The roles' ``serving.ServingEndpointAccessControlRequest`` entries; None without a
+    ``roles`` section (the spec then leaves the endpoint's access alone)."""
+    from databricks.sdk.service import serving as s
+
+    if spec.roles is None:
+        return None
+    return [s.ServingEndpointAccessControlRequest(
+        **{_PRINCIPAL_FIELD[principal.kind]: principal.name},
+        permission_level=s.ServingEndpointPermissionLevel(ROLE_LEVELS["endpoint"][role]))
+        for role, principal in spec.roles.members()]
 
 
 def registered_name(spec) -> str:
@@ -234,23 +245,44 @@ def resource_warnings(spec) -> list[str]:
 
 
 def jobs_json_warnings(spec) -> list[str]:
-    """What the jobs-json format leaves out: it carries the job and its access list only."""
+    """What the jobs-json format leaves out: it carries the job and its access list only
+    (the endpoint's permissions come from the ``update_endpoint`` task in both formats)."""
     missing = [what for what, present in (
         ("registered model", spec.registry is not None),
-        ("experiment", experiment_resource(spec) is not None),
-        ("serving endpoint", serves_realtime(spec))) if present]
+        ("experiment", experiment_resource(spec) is not None)) if present]
     if not _members(spec) or not missing:
         return []
     return [f"roles: the jobs-json format sets access on the job only; {', '.join(missing)} "
             "access is not set (use --format bundle, or grant it by hand)"]
 
 
+#: The name prefix a bundle's development mode gives serving endpoints (the Databricks CLI turns
+#: ``[dev <short name>] `` into ``dev_<short name>_`` where names take no spaces).
+DEV_ENDPOINT_PREFIX = "dev_${workspace.current_user.short_name}_"
+
+
+def task_endpoint_name(spec, where) -> str:
+    """The endpoint name the ``update_endpoint`` task passes: :func:`endpoint_name` of the
+    target; in a bundle target in development mode prefixed per user as the bundle prefixes
+    its own resources, so that two users' development jobs do not serve from one endpoint.
+    Jobs API bodies (no deployment modes, no references) carry the literal name."""
+    name = endpoint_name(spec, where.target or "default")
+    if not where.spec_path.startswith("${workspace."):  # jobs-json: paths are literal
+        return name
+    target = spec.targets.get(where.target) if where.target else None
+    mode = target.mode if target is not None else "development"  # as dbspec.jobs.generate
+    return DEV_ENDPOINT_PREFIX + name if mode == "development" else name
+
+
 def endpoint_task(spec, where):
-    """The ``update_endpoint`` task (a ``jobs.Task``), or None without a serving endpoint.
+    """The ``update_endpoint`` task (a ``jobs.Task``), or None without realtime serving.
 
     It runs ``dbspec endpoint SPEC --endpoint NAME --wait`` after promote and serve (which
-    checks that the version answers), so the endpoint moves only when the alias did. In a
-    bundle the endpoint's name is a reference, since development mode prefixes it.
+    checks that the version answers): the command creates the endpoint on the alias holder
+    the first time, afterwards moves it only when the alias moved, and sets the roles'
+    permissions on it each run. Served entity, workload and inference table come from the
+    spec the task passes; the task installs the wheel and MLflow only (what the command
+    imports).
     """
     from databricks.sdk.service import jobs as j
 
@@ -259,13 +291,10 @@ def endpoint_task(spec, where):
 
     if not serves_realtime(spec):
         return None
-    if where.spec_path.startswith("${workspace."):  # a bundle (jobs-json paths are literal)
-        name = f"${{resources.model_serving_endpoints.{job_key(spec)}.name}}"
-    else:
-        name = endpoint_name(spec, where.target or "default")
     parameters = ["endpoint", where.spec_path] + (
         ["--target", where.target] if where.target else []) + [
-        f"--set={a}" for a in where.assignments] + ["--endpoint", name, "--wait"]
+        f"--set={a}" for a in where.assignments] + [
+        "--endpoint", task_endpoint_name(spec, where), "--wait"]
     if serverless(spec):  # one AI Runtime task runs every stage; no job cluster to share
         compute: dict[str, Any] = {"new_cluster": cluster(
             resolve_cluster(spec, "main"), mlflow_env(spec), current_user=where.current_user)}
@@ -275,9 +304,10 @@ def endpoint_task(spec, where):
         upstream = (["promote"] if spec.registry.promotion is not None else []) + ["serve"]
     return j.Task(
         task_key=UPDATE_ENDPOINT,
-        description="Point the serving endpoint at the version the alias holds, if it moved",
+        description="Create the serving endpoint on the version the alias holds, or move it "
+                    "there if the alias moved; set the roles' permissions on it",
         depends_on=[j.TaskDependency(task_key=u) for u in upstream],
         python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
                                             parameters=parameters),
-        libraries=task_libraries(spec, ("promote",), where.wheel),
+        libraries=task_libraries(spec, (), where.wheel, packages=ENDPOINT_PACKAGES),
         **compute, **_task_settings(spec.jobs, UPDATE_ENDPOINT))

@@ -1,26 +1,44 @@
-"""``dbspec endpoint``: keep a Databricks Model Serving endpoint on the version the spec's alias
-holds.
+"""``dbspec endpoint``: create a Databricks Model Serving endpoint on the version the spec's
+alias holds, and keep it there.
 
-A bundle deploys the endpoint with a fixed version; promotion moves the alias in the registry
-and nothing else. This command (the generated job's ``update_endpoint`` task) reads the alias
-holder from MLflow's registry and the endpoint through databricks-sdk, and changes the
-endpoint's config only when the two differ: every other served-entity setting (workload size
-and type, scale to zero, environment variables), the traffic split and the legacy inference
-table stay as they are. Databricks rolls the new version out without downtime; the old one
-keeps serving if the new one fails to start.
+The endpoint belongs to the generated job's ``update_endpoint`` task, not to the bundle (a
+deploy would create it on a version that does not exist yet and reset it on each redeploy).
+This command reads the alias holder from MLflow's registry and the endpoint through
+databricks-sdk:
+
+- no endpoint yet: it creates one serving the holder, with the settings the spec gives (see
+  :func:`dbspec.jobs.resources.endpoint_config`: served entity, workload, scale to zero, the
+  AI Gateway inference table);
+- an endpoint: it changes the endpoint's config only when the served version differs from the
+  holder; every other served-entity setting (workload size and type, scale to zero,
+  environment variables), the traffic split and the legacy inference table stay as they are.
+  Databricks rolls the new version out without downtime; the old one keeps serving if the new
+  one fails to start;
+- with ``roles`` in the spec, it sets the endpoint's permissions to the roles' levels on each
+  run (``set_permissions``: a PUT that replaces the direct permissions, so a principal removed
+  from the roles loses access; ``update_permissions`` would only add). The identity it runs as
+  keeps CAN_MANAGE, or the next run could not manage the endpoint;
+- no holder (the first model did not pass the gates): nothing to serve, which is no failure.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, NamedTuple, Optional
+import re
+from typing import Any, Callable, NamedTuple, Optional
 
-from dbspec.errors import DbspecError
+from dbspec.errors import DbspecError, UsageError
+from dbspec.registry import RegistryError
 from dbspec.serving.source import ModelTarget, resolve_version
 
 #: How long ``--wait`` waits for Databricks to build and start the new version.
 WAIT = datetime.timedelta(minutes=40)
+#: Serving endpoint names: letters, digits, dashes and underscores, 63 at most.
+NAME_LIMIT = 63
+_NAME = re.compile(r"^[\w-]+$")
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-([0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
+_LEVEL_FIELDS = ("user_name", "group_name", "service_principal_name")
 
 
 class EndpointUpdate(NamedTuple):
@@ -28,20 +46,41 @@ class EndpointUpdate(NamedTuple):
 
     endpoint: str
     target: ModelTarget
-    served: str
-    version: str
-    updated: bool
+    served: Optional[str]  #: the version the endpoint served; None: it did not exist
+    version: Optional[str]  #: the alias holder; None: nothing to serve
+    updated: bool  #: created or moved
     dry_run: bool = False
+    problem: str = ""  #: why there is nothing to serve
+    created: Optional[str] = None  #: what a new endpoint serves on (workload, inference table)
+    permissions: Optional[tuple[str, ...]] = None  #: the levels set (None: not touched)
+    notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """``endpoint X serves v3 = @champion: nothing to do`` or ``endpoint X: v2 -> v3
-        (@champion moved)``."""
+        """``endpoint X serves v3 = @champion: nothing to do``, ``endpoint X: v2 -> v3
+        (@champion moved)`` or ``endpoint X: created serving v3 = @champion (...)``, then the
+        permissions set and any notes."""
         holder = f"@{self.target.alias}" if self.target.alias else "the latest version"
-        if self.served == self.version:
-            return f"endpoint {self.endpoint} serves v{self.version} = {holder}: nothing to do"
-        why = f"@{self.target.alias} moved" if self.target.alias else "a newer version"
-        return (f"endpoint {self.endpoint}: v{self.served} -> v{self.version} ({why})"
-                + (" [dry run: not changed]" if self.dry_run else ""))
+        dry = " [dry run: not changed]" if self.dry_run else ""
+        if self.version is None:
+            lines = [f"endpoint {self.endpoint}: nothing to serve: {self.problem}; "
+                     "the endpoint is left as it is"]
+        elif self.served is None:
+            verb = "would create it" if self.dry_run else "created"
+            lines = [f"endpoint {self.endpoint}: {verb} serving v{self.version} = {holder} "
+                     f"({self.created})" + dry]
+        elif self.served == self.version:
+            lines = [f"endpoint {self.endpoint} serves v{self.version} = {holder}: nothing "
+                     "to do"]
+        else:
+            why = f"@{self.target.alias} moved" if self.target.alias else "a newer version"
+            lines = [f"endpoint {self.endpoint}: v{self.served} -> v{self.version} ({why})"
+                     + dry]
+        if self.permissions is not None:
+            verb = "would set" if self.dry_run else "set"
+            lines.append(f"endpoint {self.endpoint}: permissions {verb}: "
+                         + (", ".join(self.permissions) or "none"))
+        lines += [f"endpoint {self.endpoint}: {note}" for note in self.notes]
+        return "\n".join(lines)
 
 
 def workspace_client():
@@ -62,49 +101,158 @@ def workspace_client():
 
 
 def follow_alias(workspace, client, target: ModelTarget, endpoint: str, *,
-                 dry_run: bool = False, wait: Optional[datetime.timedelta] = None
-                 ) -> EndpointUpdate:
-    """Point ``endpoint``'s served version of ``target.name`` at the version ``target`` holds.
+                 config: Callable[[str], tuple[Any, Any]],
+                 permissions: Optional[list] = None, dry_run: bool = False,
+                 wait: Optional[datetime.timedelta] = None) -> EndpointUpdate:
+    """Create ``endpoint`` on the version ``target`` holds, or point its served version of
+    ``target.name`` there; then set its permissions.
 
     Args:
-        workspace: A ``WorkspaceClient`` (or anything with its ``serving_endpoints``).
+        workspace: A ``WorkspaceClient`` (or anything with its ``serving_endpoints`` and
+            ``current_user``).
         client: An ``MlflowClient`` on the registry the model lives in.
         target: The model and alias to follow (no alias: its latest version).
         endpoint: The serving endpoint's name.
+        config: version -> (``EndpointCoreConfigInput``, ``AiGatewayConfig`` or None): what a
+            new endpoint is created with.
+        permissions: ``ServingEndpointAccessControlRequest`` entries the endpoint's direct
+            permissions are set to (with the caller's CAN_MANAGE); None leaves them alone.
         dry_run: Report what would change; change nothing.
         wait: Wait this long for the new version to serve, and fail if it does not.
 
     Raises:
-        DbspecError: no alias holder, no such endpoint, an endpoint that does not serve exactly
+        DbspecError: a registry that does not answer, an endpoint that does not serve exactly
             one version of the model, an update in progress, a refused or failed update.
     """
     try:
         version = resolve_version(client, target)
-    except DbspecError as exc:
-        raise DbspecError(f"endpoint {endpoint}: nothing to serve: {exc}") from None
-    detail = _call(endpoint, "read", workspace.serving_endpoints.get, endpoint)
+    except RegistryError as exc:
+        if str(exc).startswith("the registry did not answer"):  # a failure, not an answer
+            raise DbspecError(f"endpoint {endpoint}: {exc}") from None
+        return EndpointUpdate(endpoint, target, None, None, False, dry_run, problem=str(exc))
+    detail = _existing(workspace, endpoint)
+    if detail is None:
+        return _create(workspace, target, endpoint, version, config(version), permissions,
+                       dry_run=dry_run, wait=wait)
+    notes = _gateway_notes(detail, config(version)[1])
     state = getattr(detail.state, "config_update", None)
     if getattr(state, "value", state) == "IN_PROGRESS":
-        pending = _served_version(endpoint, target, detail.pending_config)
-        if pending == version:
-            return EndpointUpdate(endpoint, target, version, version, False, dry_run)
-        raise DbspecError(f"endpoint {endpoint} is being updated (to v{pending}); rerun once "
-                          "the update has finished")
+        pending = _served_version(endpoint, target, detail.pending_config) \
+            if getattr(detail.pending_config, "served_entities", None) else None
+        if pending != version:
+            to = f" (to v{pending})" if pending else ""
+            raise DbspecError(f"endpoint {endpoint} is being updated{to}; rerun once the "
+                              "update has finished")
+        acl = _permissions(workspace, endpoint, detail.id, permissions, dry_run)
+        return EndpointUpdate(endpoint, target, version, version, False, dry_run,
+                              permissions=acl, notes=notes)
     served = _served_version(endpoint, target, detail.config)
-    if served == version or dry_run:
-        return EndpointUpdate(endpoint, target, served, version, False, dry_run)
-    entities, traffic = _moved(detail.config, target.name, served, version)
-    capture = _capture(detail.config)
-    waiter = _call(endpoint, "update", workspace.serving_endpoints.update_config, endpoint,
-                   served_entities=entities, traffic_config=traffic, auto_capture_config=capture)
-    if wait is not None:
+    waiter = None
+    if served != version and not dry_run:
+        entities, traffic = _moved(detail.config, target.name, served, version)
+        capture = _capture(detail.config)
+        waiter = _call(endpoint, "update", workspace.serving_endpoints.update_config, endpoint,
+                       served_entities=entities, traffic_config=traffic,
+                       auto_capture_config=capture)
+    acl = _permissions(workspace, endpoint, detail.id, permissions, dry_run)
+    if waiter is not None and wait is not None:
         _wait(waiter, endpoint, served, version, wait)
-    return EndpointUpdate(endpoint, target, served, version, True)
+    return EndpointUpdate(endpoint, target, served, version, waiter is not None, dry_run,
+                          permissions=acl, notes=notes)
+
+
+def _existing(workspace, endpoint: str):
+    """The endpoint's ``ServingEndpointDetailed``, None when there is none."""
+    try:
+        return _call(endpoint, "read", workspace.serving_endpoints.get, endpoint)
+    except _Missing:
+        return None
+
+
+def _create(workspace, target: ModelTarget, endpoint: str, version: str, settings,
+            permissions: Optional[list], *, dry_run: bool,
+            wait: Optional[datetime.timedelta]) -> EndpointUpdate:
+    """A new endpoint serving ``version`` with ``settings`` (config, AI Gateway)."""
+    core, gateway = settings
+    (entity,) = core.served_entities
+    table = getattr(gateway, "inference_table_config", None)
+    shown = (f"served entity {entity.name}, {entity.workload_size} "
+             f"{getattr(entity.workload_type, 'value', entity.workload_type)}"
+             + (", scale to zero" if entity.scale_to_zero_enabled else "")
+             + (f", inference table {table.catalog_name}.{table.schema_name}."
+                f"{table.table_name_prefix}_*" if table is not None else ""))
+    if dry_run:
+        return EndpointUpdate(endpoint, target, None, version, False, True, created=shown,
+                              permissions=_permissions(workspace, endpoint, None, permissions,
+                                                       True))
+    waiter = _call(endpoint, "create", workspace.serving_endpoints.create, endpoint,
+                   config=core, ai_gateway=gateway)
+    created = getattr(waiter, "response", None)
+    acl = _permissions(workspace, endpoint, getattr(created, "id", None), permissions, False)
+    if wait is not None:
+        _wait(waiter, endpoint, None, version, wait)
+    return EndpointUpdate(endpoint, target, None, version, True, created=shown,
+                          permissions=acl)
+
+
+def _permissions(workspace, endpoint: str, endpoint_id: Optional[str],
+                 permissions: Optional[list], dry_run: bool) -> Optional[tuple[str, ...]]:
+    """Set the endpoint's direct permissions to ``permissions`` and the caller's CAN_MANAGE
+    (``set_permissions`` replaces them all); the levels set, as text, or None when
+    ``permissions`` is None."""
+    from databricks.sdk.service.serving import (
+        ServingEndpointAccessControlRequest,
+        ServingEndpointPermissionLevel,
+    )
+
+    if permissions is None:
+        return None
+    me = _call(endpoint, "read the identity that manages", workspace.current_user.me)
+    field = "service_principal_name" if _UUID.match(me.user_name or "") else "user_name"
+    caller = ServingEndpointAccessControlRequest(
+        **{field: me.user_name}, permission_level=ServingEndpointPermissionLevel.CAN_MANAGE)
+    acl = [caller] + [p for p in permissions if _principal(p) != _principal(caller)]
+    shown = tuple(f"{_principal(p)[1]} {p.permission_level.value}" for p in acl)
+    if dry_run:
+        return shown
+    if endpoint_id is None:  # created without an id in the answer: read it back
+        endpoint_id = _call(endpoint, "read", workspace.serving_endpoints.get, endpoint).id
+    _call(endpoint, "set the permissions of", workspace.serving_endpoints.set_permissions,
+          endpoint_id, access_control_list=acl)
+    return shown
+
+
+def _principal(entry) -> tuple[str, str]:
+    """(field, name) of the one principal an access control entry names."""
+    return next((f, getattr(entry, f)) for f in _LEVEL_FIELDS if getattr(entry, f))
+
+
+def _gateway_notes(detail, gateway) -> tuple[str, ...]:
+    """A note when the endpoint's inference table is not the one the spec gives: this command
+    does not change an existing endpoint's AI Gateway (its rate limits, guardrails and usage
+    tracking would go with it)."""
+    want = getattr(gateway, "inference_table_config", None)
+    have = getattr(getattr(detail, "ai_gateway", None), "inference_table_config", None)
+    key = ("catalog_name", "schema_name", "table_name_prefix")
+
+    def shown(table) -> str:
+        if table is None or not table.enabled:
+            return "none"
+        return ".".join(str(getattr(table, k)) for k in key) + "_*"
+
+    if shown(want) == shown(have):
+        return ()
+    return (f"inference table {shown(have)} is not the spec's ({shown(want)}); an existing "
+            "endpoint's AI Gateway is left as it is: change it in the Serving UI",)
 
 
 def _served_version(endpoint: str, target: ModelTarget, config) -> str:
     """The version of ``target.name`` that ``config`` serves (exactly one)."""
     entities = list(getattr(config, "served_entities", None) or [])
+    if not entities:
+        raise DbspecError(f"endpoint {endpoint} serves nothing (its creation failed, or its "
+                          f"config was removed): delete it (databricks serving-endpoints delete "
+                          f"{endpoint}) and rerun, which creates it again")
     ours = [e for e in entities if e.entity_name == target.name]
     if not ours:
         shown = ", ".join(f"{e.entity_name} v{e.entity_version}" for e in entities) or "nothing"
@@ -164,6 +312,10 @@ def _as(cls, output: Any):
     return cls.from_dict({k: v for k, v in output.as_dict().items() if k in names})
 
 
+class _Missing(DbspecError):
+    """The SDK's NotFound: no such endpoint (or, creating one, no such model version)."""
+
+
 def _call(endpoint: str, verb: str, method, *args, **kwargs):
     """``method(*args, **kwargs)``, its SDK errors as messages that say what to do."""
     from databricks.sdk.errors import (
@@ -176,12 +328,13 @@ def _call(endpoint: str, verb: str, method, *args, **kwargs):
 
     try:
         return method(*args, **kwargs)
-    except NotFound:
-        raise DbspecError(f"endpoint {endpoint} does not exist in this workspace: deploy the "
-                          "bundle first (databricks bundle deploy), or check --endpoint") from None
+    except NotFound as exc:
+        raise _Missing(f"cannot {verb} endpoint {endpoint}: {_first(exc)}") from None
     except PermissionDenied as exc:
+        need = ("the workspace's permission to create serving endpoints" if verb == "create"
+                else "CAN_MANAGE on the endpoint")
         raise DbspecError(f"not allowed to {verb} endpoint {endpoint}: {_first(exc)} (the job "
-                          "runs as its owner, who needs CAN_MANAGE on the endpoint)") from None
+                          f"runs as its owner, who needs {need})") from None
     except Unauthenticated as exc:
         raise DbspecError(f"not authenticated to the Databricks workspace: {_first(exc)}") \
             from None
@@ -192,22 +345,25 @@ def _call(endpoint: str, verb: str, method, *args, **kwargs):
         raise DbspecError(f"cannot {verb} endpoint {endpoint}: {_first(exc)}") from None
 
 
-def _wait(waiter, endpoint: str, served: str, version: str,
+def _wait(waiter, endpoint: str, served: Optional[str], version: str,
           timeout: datetime.timedelta) -> None:
+    """Wait for the rollout of ``version`` (``served`` None: of a new endpoint)."""
     from databricks.sdk.errors import DatabricksError, OperationFailed
 
+    what = f"the update to v{version}" if served is not None else \
+        f"starting the new endpoint on v{version}"
     try:
         waiter.result(timeout=timeout)
     except OperationFailed as exc:
-        raise DbspecError(f"endpoint {endpoint}: the update to v{version} failed "
-                          f"({_first(exc)}); it still serves v{served}: see the endpoint's "
-                          "events in the Serving UI") from None
+        kept = f"it still serves v{served}" if served is not None else "it serves nothing"
+        raise DbspecError(f"endpoint {endpoint}: {what} failed ({_first(exc)}); {kept}: see "
+                          "the endpoint's events in the Serving UI") from None
     except TimeoutError:
         raise DbspecError(f"endpoint {endpoint}: v{version} was not serving after "
                           f"{timeout}; Databricks goes on with the update (see the endpoint's "
                           "events)") from None
     except DatabricksError as exc:
-        raise DbspecError(f"endpoint {endpoint}: cannot follow the update to v{version}: "
+        raise DbspecError(f"endpoint {endpoint}: cannot follow {what}: "
                           f"{_first(exc)}") from None
 
 
@@ -216,13 +372,28 @@ def _first(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def checked_name(name: str) -> str:
+    """``name`` as a serving endpoint name: cut to 63 characters (a development bundle's
+    per-user prefix can make the generated one longer).
+
+    Raises:
+        UsageError: characters other than letters, digits, dashes and underscores.
+    """
+    if not name or not _NAME.match(name):
+        raise UsageError(f"--endpoint '{name}': a serving endpoint name has letters, digits, "
+                         "dashes and underscores only")
+    return name[:NAME_LIMIT]
+
+
 def run_endpoint(args) -> int:
-    """The ``endpoint`` command: the spec's alias holder onto ``--endpoint``."""
+    """The ``endpoint`` command: the spec's alias holder onto ``--endpoint`` (default: the
+    spec's name and target), created with the spec's settings when it does not exist."""
     import os
     from pathlib import Path
 
     import mlflow
 
+    from dbspec.jobs.resources import endpoint_config, endpoint_name, endpoint_permissions
     from dbspec.registry.commands import open_registry
     from dbspec.serving.source import spec_target, tracking_uri_for
     from dbspec.spec.loader import load_spec
@@ -231,10 +402,13 @@ def run_endpoint(args) -> int:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
     spec = load_spec(args.file, target=args.target, assignments=args.assignments).spec
     target = spec_target(spec, alias=args.alias)
+    name = checked_name(args.endpoint or endpoint_name(spec, args.target or "default"))
     client = open_registry(tracking_uri_for(spec, args.tracking_uri), Path(args.state_dir)).client
     if spec.tracking.registry_uri and not os.environ.get("MLFLOW_REGISTRY_URI"):
         client = mlflow.MlflowClient(registry_uri=spec.tracking.registry_uri)
-    result = follow_alias(workspace_client(), client, target, args.endpoint,
+    result = follow_alias(workspace_client(), client, target, name,
+                          config=lambda version: endpoint_config(spec, name, version),
+                          permissions=endpoint_permissions(spec),
                           dry_run=args.dry_run, wait=WAIT if args.wait else None)
     print(result.describe())
     return 0

@@ -1,7 +1,9 @@
 """``roles`` on Databricks: Unity Catalog grants on the registered model and permission levels on
-the job, the experiment and the serving endpoint; the endpoint resource (GPU workload, AI Gateway
-inference table) and the ``update_endpoint`` task. Bundles are checked against the official
-bundle schema and round-tripped through databricks-sdk's classes."""
+the job, the experiment and the serving endpoint; the ``update_endpoint`` task, which owns the
+endpoint (no bundle resource: ``dbspec endpoint`` creates it with the GPU workload, the AI Gateway
+inference table and the roles' permissions computed here, see tests/serving/
+test_databricks_endpoint.py). Bundles are checked against the official bundle schema and
+round-tripped through databricks-sdk's classes."""
 
 from __future__ import annotations
 
@@ -74,13 +76,32 @@ def principal(entry: dict) -> tuple[str, str]:
     return field, entry[field]
 
 
+def spec_of(tmp_path, text: str, target=None, name: str = "loaded.yaml"):
+    from dbspec.spec.loader import load_spec
+
+    path = tmp_path / name
+    path.write_text(text)
+    return load_spec(str(path), target=target).spec
+
+
+def endpoint_levels(spec) -> list[dict]:
+    """The endpoint's permissions ``dbspec endpoint`` sets, as bundle-style entries."""
+    from dbspec.jobs.resources import endpoint_permissions
+
+    out = []
+    for entry in endpoint_permissions(spec):
+        row = entry.as_dict()
+        out.append({"level": row.pop("permission_level"), **row})
+    return out
+
+
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     files, warnings = generate(tmp_path_factory.mktemp("roles"), ROLES)
     return files, warnings
 
 
-def test_a_bundle_with_roles_validates_and_round_trips_through_the_sdk(bundle,
+def test_a_bundle_with_roles_validates_and_round_trips_through_the_sdk(bundle, tmp_path,
                                                                        bundle_validator):
     from databricks.sdk.service.catalog import PrivilegeAssignment
     from databricks.sdk.service.jobs import JobAccessControlRequest, JobSettings
@@ -94,6 +115,8 @@ def test_a_bundle_with_roles_validates_and_round_trips_through_the_sdk(bundle,
         ServingEndpointAccessControlRequest,
     )
     from jsonschema.exceptions import best_match
+
+    from dbspec.jobs.resources import endpoint_config
 
     files, _ = bundle
     for path, text in files.items():
@@ -111,11 +134,12 @@ def test_a_bundle_with_roles_validates_and_round_trips_through_the_sdk(bundle,
     round_trip(JobAccessControlRequest, job.pop("permissions"))
     assert JobSettings.from_dict(job).as_dict() == job
     round_trip(ExperimentAccessControlRequest, prod["experiments"]["rbac"]["permissions"])
-    endpoint = prod["model_serving_endpoints"]["rbac"]
-    round_trip(ServingEndpointAccessControlRequest, endpoint["permissions"])
-    config = {"name": endpoint["name"], **endpoint["config"]}
-    assert EndpointCoreConfigInput.from_dict(config).as_dict() == config
-    assert AiGatewayConfig.from_dict(endpoint["ai_gateway"]).as_dict() == endpoint["ai_gateway"]
+    assert "model_serving_endpoints" not in prod  # the job's update_endpoint task owns it
+    spec = spec_of(tmp_path, ROLES, "prod")
+    round_trip(ServingEndpointAccessControlRequest, endpoint_levels(spec))
+    core, gateway = endpoint_config(spec, "rbac-prod", "3")
+    assert EndpointCoreConfigInput.from_dict(core.as_dict()).as_dict() == core.as_dict()
+    assert AiGatewayConfig.from_dict(gateway.as_dict()).as_dict() == gateway.as_dict()
     grants = prod["registered_models"]["rbac"]["grants"]
     assert [PrivilegeAssignment.from_dict(g).as_dict() for g in grants] == grants
     legacy = resources(files, "dev")["models"]["rbac"]  # the dev target's workspace registry
@@ -123,7 +147,7 @@ def test_a_bundle_with_roles_validates_and_round_trips_through_the_sdk(bundle,
 
 
 @pytest.mark.parametrize("role, field, name", MEMBERS, ids=[f"{r}-{n}" for r, _, n in MEMBERS])
-def test_each_role_gets_its_access_on_every_resource(bundle, role, field, name):
+def test_each_role_gets_its_access_on_every_resource(bundle, tmp_path, role, field, name):
     files, _ = bundle
     prod, dev = resources(files, "prod"), resources(files, "dev")
 
@@ -134,7 +158,7 @@ def test_each_role_gets_its_access_on_every_resource(bundle, role, field, name):
     expected = EXPECTED[role]
     assert level(prod["jobs"]["rbac"]["permissions"]) == expected["job"]
     assert level(prod["experiments"]["rbac"]["permissions"]) == expected["experiment"]
-    assert level(prod["model_serving_endpoints"]["rbac"]["permissions"]) == expected["endpoint"]
+    assert level(endpoint_levels(spec_of(tmp_path, ROLES, "prod"))) == expected["endpoint"]
     assert level(dev["models"]["rbac"]["permissions"]) == expected["model"]
     (grant,) = [g for g in prod["registered_models"]["rbac"]["grants"] if g["principal"] == name]
     assert grant["privileges"] == expected["grants"]
@@ -157,7 +181,10 @@ def test_without_roles_nothing_gains_permissions(tmp_path):
     prod = resources(files, "prod")
     assert "experiments" not in prod and "permissions" not in prod["jobs"]["rbac"]
     assert "grants" not in prod["registered_models"]["rbac"]
-    assert "permissions" not in prod["model_serving_endpoints"]["rbac"]
+    from dbspec.jobs.resources import endpoint_permissions
+
+    # no roles: dbspec endpoint leaves the endpoint's permissions as they are
+    assert endpoint_permissions(spec_of(tmp_path, text, "prod")) is None
 
 
 def test_the_jobs_json_format_carries_the_job_acl_and_says_what_it_leaves_out(tmp_path):
@@ -175,14 +202,15 @@ def test_the_jobs_json_format_carries_the_job_acl_and_says_what_it_leaves_out(tm
         [(EXPECTED[role]["job"], (field, name)) for role, field, name in MEMBERS]
     spec = load_spec(str(tmp_path / "spec.yaml"), target="prod").spec
     assert jobs_json_warnings(spec) == [
-        "roles: the jobs-json format sets access on the job only; registered model, experiment, "
-        "serving endpoint access is not set (use --format bundle, or grant it by hand)"]
+        "roles: the jobs-json format sets access on the job only; registered model, experiment "
+        "access is not set (use --format bundle, or grant it by hand)"]  # the endpoint task
+    # sets the endpoint's in both formats
     no_roles = load_spec(str(tmp_path / "spec.yaml"), target="prod",
                          assignments=["roles=null"]).spec
     assert jobs_json_warnings(no_roles) == []
 
 
-def test_the_endpoint_follows_the_alias_after_promote_and_serve(bundle, tmp_path):
+def test_the_endpoint_task_names_the_endpoint_and_the_bundle_declares_none(bundle, tmp_path):
     files, _ = bundle
     tasks = {t["task_key"]: t for t in resources(files, "prod")["jobs"]["rbac"]["tasks"]}
     update = tasks["update_endpoint"]
@@ -192,12 +220,53 @@ def test_the_endpoint_follows_the_alias_after_promote_and_serve(bundle, tmp_path
         "endpoint", "${workspace.file_path}/specs/spec.yaml", "--target", "prod",
         "--set=registry.name=main.ml_models.${resources.registered_models.rbac.name}",
         "--set=tracking.experiment=${resources.experiments.rbac.name}", "--endpoint",
-        "${resources.model_serving_endpoints.rbac.name}", "--wait"]
+        "rbac-prod", "--wait"]
+    # development mode names the endpoint per user, as the bundle names its own resources
+    (dev,) = [t for t in resources(files, "dev")["jobs"]["rbac"]["tasks"]
+              if t["task_key"] == "update_endpoint"]
+    assert dev["python_wheel_task"]["parameters"][-3:] == [
+        "--endpoint", "dev_${workspace.current_user.short_name}_rbac-dev", "--wait"]
+    for target in ("prod", "dev"):
+        assert "model_serving_endpoints" not in resources(files, target)
+    assert "served_model_version" not in files["databricks.yml"]
+    assert list(yaml.safe_load(files["databricks.yml"])["variables"]) == ["shared_dir"]
     payload, _ = generate(tmp_path, ROLES, fmt="jobs-json")
-    (literal,) = [t for t in json.loads(payload["rbac.prod.json"])["tasks"]
-                  if t["task_key"] == "update_endpoint"]
-    assert literal["python_wheel_task"]["parameters"][4:6] == ["--endpoint", "rbac-prod"]
-    assert resources(files, "prod")["model_serving_endpoints"]["rbac"]["name"] == "rbac-prod"
+    for target in ("prod", "dev"):  # Jobs API bodies: literal names, no deployment modes
+        (literal,) = [t for t in json.loads(payload[f"rbac.{target}.json"])["tasks"]
+                      if t["task_key"] == "update_endpoint"]
+        assert literal["python_wheel_task"]["parameters"][-3:] == [
+            "--endpoint", f"rbac-{target}", "--wait"]
+
+
+def test_the_endpoint_task_installs_the_wheel_and_mlflow_only(bundle):
+    from dbspec.jobs.build import extra_requirements
+
+    files, _ = bundle
+    tasks = {t["task_key"]: t for t in resources(files, "prod")["jobs"]["rbac"]["tasks"]}
+    (mlflow,) = [pin for pin in extra_requirements("train") if pin.startswith("mlflow")]
+    assert [lib.get("whl", "").rsplit("/", 1)[0] or lib["pypi"]["package"]
+            for lib in tasks["update_endpoint"]["libraries"]] == ["../dist", mlflow]
+    assert len(tasks["promote"]["libraries"]) > 2  # the stage tasks get their extras
+
+
+def test_jobs_tasks_set_the_endpoint_task_s_timeout_and_retries(tmp_path, bundle_validator):
+    section = ("jobs: {tasks: {update_endpoint: {timeout_seconds: 3600, max_retries: 2, "
+               "min_retry_interval_ms: 60000}}}\n")
+    files, _ = generate(tmp_path, ROLES.replace("targets:", section + "targets:"))
+    tasks = {t["task_key"]: t for t in resources(files, "prod")["jobs"]["rbac"]["tasks"]}
+    update = tasks["update_endpoint"]
+    assert (update["timeout_seconds"], update["max_retries"],
+            update["min_retry_interval_millis"]) == (3600, 2, 60000)
+    assert "timeout_seconds" not in tasks["train"]
+    for path, content in files.items():
+        if path.endswith(".yml"):
+            assert list(bundle_validator.iter_errors(yaml.safe_load(content))) == [], path
+
+
+def test_an_unknown_task_in_jobs_tasks_is_a_located_error(write_spec):
+    code, out, _ = run_main("validate", write_spec(
+        MINIMAL + "jobs: {tasks: {update_endpoints: {max_retries: 1}}}\n"))
+    assert code == 1 and "jobs.tasks" in out and "update_endpoint" in out, out
 
 
 @pytest.mark.parametrize("serving, tasks", [
@@ -224,12 +293,15 @@ def test_only_a_served_registered_model_gets_the_task(tmp_path, serving, tasks):
 ])
 def test_the_endpoint_serves_on_gpus_when_training_does(tmp_path, compute, workload,
                                                         bundle_validator):
+    from dbspec.jobs.resources import endpoint_config
+
     text = MINIMAL + f"compute: {compute}\nregistry: {{name: main.ml.m}}\n" \
         "serving: {mode: realtime}\n"
     files, _ = generate(tmp_path, text)
-    found = resources(files, "default")
-    (entity,) = found["model_serving_endpoints"]["minimal"]["config"]["served_entities"]
+    core, _ = endpoint_config(spec_of(tmp_path, text), "minimal-default", "1")
+    (entity,) = core.as_dict()["served_entities"]
     assert entity["workload_type"] == workload and entity["workload_size"] == "Small"
+    assert entity["scale_to_zero_enabled"] is True and entity["entity_name"] == "main.ml.m"
     for path, content in files.items():
         if path.endswith(".yml"):
             assert list(bundle_validator.iter_errors(yaml.safe_load(content))) == [], path
@@ -248,19 +320,24 @@ def test_an_ai_runtime_job_updates_the_endpoint_on_a_cluster_of_its_own(tmp_path
             assert list(bundle_validator.iter_errors(yaml.safe_load(content))) == [], path
 
 
-def test_the_inference_table_lives_beside_a_unity_catalog_model(bundle, tmp_path):
+def test_the_inference_table_lives_beside_a_unity_catalog_model(tmp_path):
     from dbspec.jobs.resources import resource_warnings
     from dbspec.spec.loader import load_spec
 
-    files, _ = bundle
-    prod = resources(files, "prod")["model_serving_endpoints"]["rbac"]
-    assert prod["ai_gateway"] == {"inference_table_config": {
-        "catalog_name": "main", "schema_name": "ml_models", "table_name_prefix": "rbac_prod",
-        "enabled": True}}
-    assert "ai_gateway" not in resources(files, "dev")["model_serving_endpoints"]["rbac"]
+    from dbspec.jobs.resources import endpoint_config
+
     path = tmp_path / "spec.yaml"
     path.write_text(ROLES)
+    prod = load_spec(str(path), target="prod").spec
+    _, gateway = endpoint_config(prod, "rbac-prod", "1")
+    assert gateway.as_dict() == {"inference_table_config": {
+        "catalog_name": "main", "schema_name": "ml_models", "table_name_prefix": "rbac_prod",
+        "enabled": True}}
+    # a development endpoint, named per user, logs to tables of its own
+    _, gateway = endpoint_config(prod, "dev_jane_doe_rbac-dev", "1")
+    assert gateway.inference_table_config.table_name_prefix == "dev_jane_doe_rbac_dev"
     dev = load_spec(str(path), target="dev").spec
+    assert endpoint_config(dev, "rbac-dev", "1")[1] is None
     assert resource_warnings(dev) == [
         "serving.realtime.inference_table: the endpoint gets no inference table; AI Gateway "
         "inference tables live in Unity Catalog and registry.name 'rbac_model' is not "

@@ -11,7 +11,9 @@ from pydantic import field_validator, model_validator
 from dbspec.spec.models.base import SpecModel, d
 
 _EMAIL = r"^[^@\s]+@[^@\s]+$"
-TASK_GROUPS = ("data", "tune", "train", "evaluate", "promote", "serve", "batch_predict")
+#: The tasks of a generated job (``jobs.tasks`` keys): the stage groups, then the endpoint task.
+TASK_GROUPS = ("data", "tune", "train", "evaluate", "promote", "serve", "batch_predict",
+               "update_endpoint")
 #: URI schemes of shared storage that dbspec can open with file I/O (DBFS, through /dbfs on
 #: every node). Ranks and trials torch.save and glob in the shared dir, so object storage
 #: (s3://, abfss://, gs://) is reached through a Unity Catalog Volume or a mount instead.
@@ -218,10 +220,9 @@ class JobsSpec(SpecModel):
     timeout_seconds: int = d("Job timeout; 0 means none.", default=0, ge=0)
     task_defaults: TaskSettings = d("Timeout and retries of every task.",
                                     default_factory=TaskSettings)
-    tasks: dict[Literal["data", "tune", "train", "evaluate", "promote", "serve",
-                        "batch_predict"], TaskSettings] = d(
+    tasks: dict[Literal[TASK_GROUPS], TaskSettings] = d(  # type: ignore[valid-type]
         "Per-task overrides, by task: data, tune, train, evaluate, promote, serve, "
-        "batch_predict.", default_factory=dict)
+        "batch_predict, update_endpoint.", default_factory=dict)
     cloud: Literal["aws", "azure", "gcp"] = d("Cloud of the workspace: chooses the default "
                                               "node types and checks given ones.",
                                               default="aws")
