@@ -249,6 +249,33 @@ def _model_payload(loaded: LoadedModel) -> tuple[str, dict, bytes]:
     return key, dataclasses.asdict(loaded.model.card), buffer.getvalue()
 
 
+def ship_custom_code(spark, model: dict) -> list[str]:
+    """Send a ``model.custom`` class's module to the executors (``SparkContext.addPyFile``,
+    which serves it from the driver, so executors on machines that cannot see the driver's
+    disk get it too); returns what was shipped. Layer networks need nothing but dbspec.
+
+    Raises:
+        PortabilityError: the class lives where it cannot travel.
+    """
+    import tempfile
+    import zipfile
+
+    from dbspec.models.portable import custom_code
+
+    shipped = []
+    for path in map(Path, custom_code(model).code_paths):
+        if path.is_file():
+            spark.sparkContext.addPyFile(str(path))
+        else:  # a package directory travels as a zip with the package at its root
+            archive = Path(tempfile.mkdtemp(prefix="dbspec-code-")) / f"{path.name}.zip"
+            with zipfile.ZipFile(archive, "w") as zipped:
+                for file in sorted(path.rglob("*.py")):
+                    zipped.write(file, file.relative_to(path.parent).as_posix())
+            spark.sparkContext.addPyFile(str(archive))
+        shipped.append(str(path))
+    return shipped
+
+
 def _worker_model(payload: tuple[str, dict, bytes]):
     """The payload's model, rebuilt once per Python worker process."""
     key, card, weights = payload
@@ -325,6 +352,7 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
     _clashes(list(types), list(empty), source)
     fields = [T.StructField(name, _spark_type(values)) for name, values in empty.items()]
     result_type = T.StructType(fields)
+    ship_custom_code(spark, loaded.model.card.model)
     payload = spark.sparkContext.broadcast(_model_payload(loaded))
     scored_rows = spark.sparkContext.accumulator(0)
 
