@@ -273,8 +273,8 @@ def test_promote_refuses_a_reserved_alias(alias, tmp_path):
 
 
 def test_bundle_tasks_use_the_bundle_s_own_model_name(tmp_path):
-    """Development mode prefixes resource names per user; the tasks and the endpoint name the
-    resource, so a dev deployment trains and serves its own copy. After the bundle substitutes
+    """Development mode prefixes resource names per user; every task (the endpoint task too)
+    names the resource, so a dev deployment trains and serves its own copy. After the bundle substitutes
     the reference, the assignment is a valid spec value."""
     from dbspec.spec.loader import load_spec
 
@@ -283,9 +283,7 @@ def test_bundle_tasks_use_the_bundle_s_own_model_name(tmp_path):
     reference = "main.ml_models.${resources.registered_models.diabetes_regressor.name}"
     for task in job["tasks"]:
         assert f"--set=registry.name={reference}" in task["python_wheel_task"]["parameters"]
-    entity = resources["model_serving_endpoints"]["diabetes_regressor"]["config"][
-        "served_entities"][0]
-    assert entity["entity_name"] == reference
+    assert "model_serving_endpoints" not in resources  # the job creates and moves it
     assert resources["registered_models"]["diabetes_regressor"]["name"] == "diabetes_predictor"
     substituted = reference.replace("${resources.registered_models.diabetes_regressor.name}",
                                     "dev_jdoe_diabetes_predictor")
