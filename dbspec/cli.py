@@ -302,9 +302,12 @@ def _read_revision(given: str):
     if os.path.exists(given) or ":" not in given:
         return read_document(given)
     revision, _, path = given.partition(":")
-    try:
-        shown = subprocess.run(["git", "show", f"{revision}:{path}"], capture_output=True,
-                               text=True, timeout=30)
+    if revision.startswith("-"):  # git would take it for an option (--output=FILE writes)
+        raise UsageError(f"{given}: not a file, and '{revision}' is not a git revision "
+                         "(revisions never start with '-')")
+    try:  # after --end-of-options git reads REV:PATH as a revision, never as an option
+        shown = subprocess.run(["git", "show", "--end-of-options", f"{revision}:{path}"],
+                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UsageError(f"{given}: cannot run git: {exc}") from None
     if shown.returncode != 0:
@@ -451,7 +454,9 @@ def _cmd_tensorboard(args: argparse.Namespace) -> int:
     if args.port < 0 or args.port > 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")
     client = open_registry(tracking_uri, state_dir).client
-    logdir = fetch_event_files(client, run_id, state_dir / "tensorboard" / run_id)
+    from dbspec.paths import inside
+
+    logdir = fetch_event_files(client, run_id, inside(state_dir / "tensorboard", run_id))
     if args.logdir_only:
         print(logdir)
         return 0
@@ -494,6 +499,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    try:
+        _check_names(args)
+    except DbspecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     if args.command in _LIGHT_COMMANDS:
         # Spec models need no third-party pydantic plugins; looking them up scans every
         # installed package's entry points, a large part of a cold `validate`.
@@ -512,6 +522,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _check_names(args: argparse.Namespace) -> None:
+    """Names from the command line that become path parts (--target, --run-key) are names."""
+    from dbspec.paths import TARGET_PATTERN, TARGET_RULE, check_name
+
+    for target in [getattr(args, "target", None), *getattr(args, "targets", [])]:
+        if target is not None:
+            check_name(target, "--target", pattern=TARGET_PATTERN, rule=TARGET_RULE)
+    key = getattr(args, "run_key", None)
+    if key is not None and key.strip():  # an empty key has its own message
+        check_name(key, "--run-key")
 
 
 def entry_point() -> None:

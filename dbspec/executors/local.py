@@ -19,6 +19,7 @@ from typing import Any, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
 from dbspec.executors.state import LocalState, MlflowState
+from dbspec.paths import inside
 from dbspec.plan import Plan, compile_plan
 from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
@@ -149,7 +150,7 @@ class LocalExecutor:
     def run_dir(self, loaded: LoadedSpec) -> Path:
         """``.dbspec/runs/<spec>[@target][-smoke]``."""
         name = loaded.spec.name + (f"@{loaded.target}" if loaded.target else "")
-        return self.project_dir / "runs" / (name + ("-smoke" if self.options.smoke else ""))
+        return inside(self.project_dir / "runs", name + ("-smoke" if self.options.smoke else ""))
 
     def _check_inputs(self, plan: Plan, only: tuple[str, ...], state: dict[str, Any]) -> None:
         needed = {dep for name in only for dep in plan.ancestors(name)} - set(only)

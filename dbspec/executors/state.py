@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from dbspec.errors import DbspecError
+from dbspec.paths import inside
 from dbspec.stages.base import write_json
 
 _LOCAL_ONLY = ("checkpoints", "error.txt")
@@ -45,7 +46,7 @@ class LocalState:
         write_json(self.run_dir / "state.json", state)
 
     def stage_dir(self, name: str) -> Path:
-        return self.run_dir / "stages" / name
+        return inside(self.run_dir / "stages", name)
 
     def fetch(self, names: Iterable[str]) -> None:
         """Make the files of ``names`` available under :meth:`stage_dir` (already local)."""
@@ -64,7 +65,7 @@ class MlflowState(LocalState):
         from dbspec.tracking.mlflow_tracking import (check_tracking_server, ensure_experiment,
                                                      quiet_mlflow)
 
-        super().__init__(Path(run_dir) / f"key-{_safe(key)}")
+        super().__init__(inside(run_dir, f"key-{_safe(key)}"))
         quiet_mlflow()
         check_tracking_server(tracking_uri)  # before any stage runs, not minutes into one
         self.client = mlflow.MlflowClient(tracking_uri=tracking_uri)
@@ -117,7 +118,7 @@ class MlflowState(LocalState):
             target.mkdir(parents=True)
             if not self._has_artifacts("dbspec/stages", name):  # a stage that wrote no files
                 continue
-            scratch = target.parent / f".{name}.download"
+            scratch = inside(target.parent, f".{name}.download")
             local = self._download(f"dbspec/stages/{name}", scratch,
                                    what=f"the files of stage '{name}'")
             for item in local.iterdir():

@@ -37,6 +37,7 @@ from dbspec.jobs.build import (
 )
 from dbspec.spec.clusters import CURRENT_USER, serverless
 from dbspec.jobs.resources import name_assignments, registry_resources
+from dbspec.paths import inside
 
 WHEEL = f"dbspec-{__version__}-py3-none-any.whl"
 SHARED_DIR_HELP = (
@@ -191,7 +192,7 @@ def check(directory: Path, files: dict[str, str],
     files matching the generated patterns that dbspec did not write (never touched)."""
     problems, foreign = [], []
     for relative, content in sorted(files.items()):
-        path = directory / relative
+        path = inside(directory, relative)  # never read (or report on) files outside it
         if not path.exists():
             problems.append(Difference(relative, "missing"))
         elif path.read_text(encoding="utf-8", errors="replace") != content:
@@ -216,8 +217,9 @@ def write(directory: Path, files: dict[str, str], pattern: Sequence[str]) -> lis
     """Write ``files`` (only those that changed) and remove the files dbspec generated before
     that it no longer makes; files without dbspec's header are never removed."""
     written = []
+    paths = {relative: inside(directory, relative) for relative in files}  # all, before any write
     for relative, content in sorted(files.items()):
-        path = directory / relative
+        path = paths[relative]
         if path.exists() and path.read_text(encoding="utf-8", errors="replace") == content:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -228,7 +230,7 @@ def write(directory: Path, files: dict[str, str], pattern: Sequence[str]) -> lis
     for path in _matching(directory, pattern):
         relative = path.relative_to(directory).as_posix()
         if relative not in files and generated_by_dbspec(path):
-            path.unlink()
+            inside(directory, relative).unlink()  # not through a link that leads elsewhere
             written.append(f"{relative} (removed)")
     return written
 

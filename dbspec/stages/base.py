@@ -125,8 +125,10 @@ class StageContext:
         if not self.options.shared_dir:
             raise DbspecError("spark.shared_dir: this stage's executors need a shared dir; set "
                               "spark.shared_dir, DBSPEC_SHARED_DIR or --shared-dir")
-        return Path(self.options.shared_dir) / "runs" / (self.run_name or self.spec.name) / \
-            self.directory.name
+        from dbspec.paths import inside
+
+        return inside(Path(self.options.shared_dir) / "runs", self.run_name or self.spec.name,
+                      self.directory.name)
 
 
 class Stage(Protocol):

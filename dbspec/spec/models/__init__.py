@@ -6,7 +6,10 @@ and is frozen.
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import StrictBool
+from pydantic import AfterValidator, StrictBool, WithJsonSchema
+from typing_extensions import Annotated
+
+from dbspec.paths import TARGET_PATTERN, TARGET_RULE, is_name
 
 from dbspec.spec.models.base import SpecModel, d
 from dbspec.spec.models.compute import Compute, LocalCompute
@@ -66,18 +69,34 @@ class TargetSpec(SpecModel):
     roles: Optional[dict[str, Any]] = d("Overrides of roles.", default=None)
 
 
+def _target_name(name: str) -> str:
+    if not is_name(name, TARGET_PATTERN):
+        raise ValueError(f"target name {name!r} is not allowed: it becomes part of file, job "
+                         f"and endpoint names; use {TARGET_RULE}")
+    return name
+
+
+#: A target's name: part of state directories, bundle files and endpoint names.
+TargetName = Annotated[str, AfterValidator(_target_name),
+                       WithJsonSchema({"type": "string", "pattern": TARGET_PATTERN})]
+
+
 class Spec(SpecModel):
     """A dbspec model spec: data, model, training, compute, search, registry and serving."""
 
     model_config = SpecModel.model_config | {"title": "dbspec model spec"}
 
-    name: str = d("Name of the spec; default experiment and study name.",
+    name: str = d("Name of the spec; default experiment and study name (also a path part of "
+                  "the state dir: letters, digits, '_', '-' and '.', starting with a letter or "
+                  "digit).",
                   pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$", max_length=128)
     description: str = d("What this spec trains and why.", default="")
     vars: dict[str, Any] = d("Values for {{ templates }} in the rest of the spec.",
                              default_factory=dict)
-    targets: dict[str, TargetSpec] = d("Per-environment overrides (dev, staging, prod...).",
-                                       default_factory=dict)
+    targets: dict[TargetName, TargetSpec] = d(
+        "Per-environment overrides (dev, staging, prod...); a name is letters, digits, '_' "
+        "and '-', starting with a letter or digit (it becomes part of file and job names).",
+        default_factory=dict, json_schema_extra={"additionalProperties": False})
     data: DataSpec = d("The data and the task.")
     model: ModelSpec = d("The network.")
     training: TrainingSpec = d("How it is trained.", default_factory=TrainingSpec)

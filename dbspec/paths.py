@@ -1,0 +1,71 @@
+"""Names that become path parts, and paths that must stay inside their root.
+
+A target name, a spec name, a stage name or a run key ends up in a file name (``runs/<spec>@<target>``,
+``resources/<job>.<target>.yml``). :data:`NAME_PATTERN` is what such a name may look like: no
+separator, no ``..``, no leading dot or dash. :func:`inside` is the one check every writer uses
+before it creates a file or a directory from parts: the joined path, with symlinks resolved,
+must lie inside the resolved root.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Union
+
+from dbspec.errors import DbspecError, UsageError
+
+#: A name used as a path part: letters, digits, ``_``, ``-`` and ``.``, starting with a letter
+#: or digit (so never ``..``, ``.hidden`` or an option like ``-x``), at most 128 characters.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+#: Target names are also parts of endpoint and job names: no dots.
+TARGET_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,63}$"
+NAME_RULE = ("letters, digits, '_', '-' and '.', starting with a letter or digit, at most 128 "
+             "characters")
+TARGET_RULE = "letters, digits, '_' and '-', starting with a letter or digit, at most 64 characters"
+
+
+class PathEscape(DbspecError):
+    """A path built from names would lie outside the directory it belongs in."""
+
+
+def is_name(value: str, pattern: str = NAME_PATTERN) -> bool:
+    """Whether ``value`` may be used as one path part."""
+    return isinstance(value, str) and re.fullmatch(pattern, value) is not None
+
+
+def check_name(value: str, what: str, *, pattern: str = NAME_PATTERN,
+               rule: str = NAME_RULE) -> str:
+    """``value``, if it is a safe name; else a :class:`UsageError` naming ``what`` (``--run-key``).
+
+    Raises:
+        UsageError: ``value`` could escape a directory or be taken for an option.
+    """
+    if not is_name(value, pattern):
+        raise UsageError(f"{what} {value!r}: not a valid name; use {rule}")
+    return value
+
+
+def inside(root: Union[str, os.PathLike], *parts: Union[str, os.PathLike]) -> Path:
+    """``root / parts``, checked to stay inside ``root``.
+
+    The check is on the resolved paths (symlinks followed, ``..`` folded), so an absolute part,
+    a ``..`` that climbs out, or a symlink inside ``root`` pointing elsewhere is refused. The
+    returned path is the joined one, not the resolved one (messages stay readable).
+
+    Raises:
+        PathEscape: the path would lie outside ``root``.
+    """
+    base = Path(root)
+    path = base.joinpath(*parts)
+    real_root = base.resolve()
+    real = path.resolve()
+    if real != real_root and real_root not in real.parents:
+        shown = "/".join(str(p) for p in parts)
+        raise PathEscape(f"{shown!r} would be written outside {base} (to {real}); names used "
+                         f"in paths may contain only {NAME_RULE}")
+    return path
+
+
+__all__ = ["NAME_PATTERN", "TARGET_PATTERN", "PathEscape", "check_name", "inside", "is_name"]
