@@ -59,7 +59,10 @@ def resolve_shared_dir(spec, override: Optional[str] = None) -> Optional[str]:
 
 
 def ranks_on_executors(spec) -> bool:
-    """Distributed training whose ranks run as Spark tasks (``local_mode: false``)."""
+    """Distributed training whose ranks run as Spark tasks (``local_mode: false``; always for
+    ``kind: ray``, whose worker nodes are Spark tasks)."""
+    if spec.compute.kind == "ray":
+        return True
     return spec.compute.kind in ("torch_distributor", "deepspeed") and \
         not spec.compute.local_mode
 
@@ -87,7 +90,9 @@ def check_placement(spec, *, master: str, executor: str, shared_dir: Optional[st
     if is_local_master(master):
         return []
     remote = [what for what, needed in (
-        ("training ranks (compute.local_mode: false)", ranks_on_executors(spec)),
+        ("training ranks (Ray Train workers on Ray-on-Spark worker nodes)"
+         if spec.compute.kind == "ray" else "training ranks (compute.local_mode: false)",
+         ranks_on_executors(spec)),
         ("search trials (Spark tasks)", trials_on_executors(spec, executor))) if needed]
     if not remote:
         return []

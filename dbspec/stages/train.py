@@ -25,6 +25,10 @@ class TrainStage:
             from dbspec.training.deepspeed_config import check_deepspeed_config, deepspeed_config
 
             check_deepspeed_config(deepspeed_config(spec))  # before any stage runs
+        if spec.compute.kind == "ray":
+            from dbspec.training.ray_launch import require_ray
+
+            require_ray(quick=True)  # before any stage runs
 
     def run(self, ctx: StageContext) -> dict[str, Any]:
         from dbspec.models.served import save_served_model
@@ -63,7 +67,7 @@ class TrainStage:
 
             if "tune" in ctx.upstream and ctx.output_of("tune")["final_model"] == "best_trial":
                 result = _best_trial(ctx)
-            elif spec.compute.kind in ("torch_distributor", "deepspeed"):
+            elif spec.compute.kind in ("torch_distributor", "deepspeed", "ray"):
                 from dbspec.spark import spark_session
 
                 tracker.flush()
@@ -76,8 +80,10 @@ class TrainStage:
                     result = fit_spec(spec, table, splits, fitted, epochs=epochs,
                                       checkpoints=checkpoints, resume=ctx.options.resume,
                                       work_dir=files / "distributed",
-                                      tracking={"uri": tracker.tracking_uri, "run_id": run_id})
-                result.outcome.extra["placement"] = _placement(spec, session, files)
+                                      tracking={"uri": tracker.tracking_uri, "run_id": run_id},
+                                      say=ctx.reporter.line)
+                if "placement" not in result.outcome.extra:  # ray words its own
+                    result.outcome.extra["placement"] = _placement(spec, session, files)
                 _log_ranks(tracker, result.outcome.extra)
             else:
                 result = fit_spec(spec, table, splits, fitted, epochs=epochs,

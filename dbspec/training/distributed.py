@@ -1,4 +1,5 @@
-"""DistributedDataParallel training launched by pyspark's ``TorchDistributor``.
+"""DistributedDataParallel training launched by pyspark's ``TorchDistributor`` (or DeepSpeed's,
+or Ray Train's ``TorchTrainer`` through :mod:`dbspec.training.ray_launch`).
 
 The driver writes the prepared tensors and a job description to a work directory; every rank
 reads them, trains its own shard with DDP (gloo on CPU, nccl on GPU) through the same loop as
@@ -6,7 +7,9 @@ single-process training, and rank 0 alone logs metrics to MLflow, writes checkpo
 final weights. Results come back through files, never through the distributor's return value
 (measured here: in local mode it comes from an arbitrary rank, often ``None``), and the driver
 checks for rank 0's success marker explicitly, because a failing rank can return without an
-exception.
+exception. The launchers differ only in who starts the processes and joins the process group
+(:func:`rank_main` for torchrun's environment, Ray Train on its own); :func:`train_rank` is the
+rank's work under every launcher.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from dbspec.errors import DbspecError
 
@@ -28,11 +31,12 @@ class DistributedError(DbspecError):
 
 
 def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], resume: bool,
-           tracking: Optional[dict[str, str]], checkpoint_dir: Optional[Path]) -> dict[str, Any]:
-    """Train on ``compute.num_processes`` ranks; returns rank 0's result record.
+           tracking: Optional[dict[str, str]], checkpoint_dir: Optional[Path],
+           say: Callable[[str], None] = lambda text: None) -> dict[str, Any]:
+    """Train on the compute's ranks; returns rank 0's result record.
 
     Args:
-        spec: The validated spec (``compute.kind: torch_distributor``).
+        spec: The validated spec (``compute.kind`` torch_distributor, deepspeed or ray).
         tensors_cpu: Preprocessed inputs and training targets on the CPU.
         card: The served model's card (to rebuild the network on every rank).
         work_dir: Shared directory for the job, the per-rank records and the result.
@@ -40,13 +44,19 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
         resume: Continue from the newest checkpoint in ``checkpoint_dir``.
         tracking: ``{"uri", "run_id"}`` for rank 0's metric logging, or None.
         checkpoint_dir: Where rank 0 writes checkpoints.
+        say: Progress lines for people (the reporter's ``line``).
 
     Raises:
         DistributedError: a rank failed (its error is in the message) or no result appeared.
+        DbspecError: ``compute.kind: ray`` without Ray installed.
     """
     import torch
 
     compute = spec.compute
+    if compute.kind == "ray":
+        from dbspec.training.ray_launch import require_ray
+
+        require_ray()  # before any file is written
     use_gpu = torch.cuda.is_available() if compute.use_gpu == "auto" else bool(compute.use_gpu)
     backend = getattr(compute, "backend", "auto")
     backend = backend if backend != "auto" else ("nccl" if use_gpu else "gloo")
@@ -61,9 +71,7 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
     for stale in [*work_dir.glob("rank-*"), *work_dir.glob("shard-*.pt"),
                   work_dir / "result.json", work_dir / "weights.pt"]:
         stale.unlink(missing_ok=True)
-    world = compute.num_gpus * compute.num_nodes if ds_config is not None \
-        else compute.num_processes
-    _write_shards(tensors_cpu, work_dir, world)
+    _write_shards(tensors_cpu, work_dir, world_size(compute))
     job = {"spec": spec.model_dump(mode="json", by_alias=True), "card": asdict(card),
            "epochs": epochs, "resume": resume, "backend": backend, "use_gpu": use_gpu,
            "tracking": tracking, "deepspeed": ds_config,
@@ -72,6 +80,11 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
            "deepspeed_checkpoint_dir": str(Path(checkpoint_dir).resolve())
            if checkpoint_dir and ds_config else None}
     (work_dir / "job.json").write_text(json.dumps(job, default=str))
+    if compute.kind == "ray":
+        from dbspec.training.ray_launch import run_on_ray
+
+        where = run_on_ray(spec, work_dir, use_gpu=use_gpu, backend=backend, say=say)
+        return {**_result(work_dir), "placement": f"on Ray Train workers: {where}"}
     if ds_config is not None:
         from pyspark.ml.deepspeed.deepspeed_distributor import DeepspeedTorchDistributor
 
@@ -93,13 +106,27 @@ def launch(spec, tensors_cpu, card, *, work_dir: Path, epochs: Optional[int], re
     except Exception as exc:  # the distributor wraps rank failures in several types
         from dbspec.spark import python_cause
 
-        causes = [c for c in (watch.lost() if watch else "", _rank_errors(work_dir)) if c]
+        causes = [c for c in (watch.lost() if watch else "", rank_errors(work_dir)) if c]
         raise DistributedError(f"{type(distributor).__name__} failed: "
                                f"{'; '.join(causes) or python_cause(exc)}") from None
+    return _result(work_dir)
+
+
+def world_size(compute) -> int:
+    """How many ranks the compute trains on."""
+    if compute.kind == "deepspeed":
+        return compute.num_gpus * compute.num_nodes
+    if compute.kind == "ray":
+        return compute.num_workers
+    return compute.num_processes
+
+
+def _result(work_dir: Path) -> dict[str, Any]:
+    """Rank 0's result record, once the launcher returned; the shards are removed."""
     result = work_dir / "result.json"
     if not result.exists():
         raise DistributedError("training ranks ended without a result: "
-                               + (_rank_errors(work_dir) or "no rank reported an error"))
+                               + (rank_errors(work_dir) or "no rank reported an error"))
     for shard in work_dir.glob("shard-*.pt"):
         shard.unlink(missing_ok=True)  # inputs can be large; checkpoints and results stay
     return json.loads(result.read_text())
@@ -205,27 +232,50 @@ class RankWatcher:
             time.sleep(self.interval)
 
 
-def _rank_errors(work_dir: Path) -> str:
+def rank_errors(work_dir: Path) -> str:
+    """Each failed rank's Python error, one ``rank-N: Type: message`` per rank ('' if none)."""
     errors = sorted(work_dir.glob("rank-*.error"))
     return "; ".join(f"{p.stem}: {p.read_text().strip().splitlines()[-1]}" for p in errors)
 
 
+def record_rank_failure(work_dir: Path, rank: int, exc: BaseException) -> None:
+    """The rank's traceback into ``rank-N.error``, one line on its stderr."""
+    record = Path(work_dir) / f"rank-{rank}.error"
+    record.write_text("".join(traceback.format_exception(exc)))
+    # one line on the rank's output (streamed to the driver), the traceback in the file:
+    # the driver words the failure from these files, so a Python stack per rank is noise
+    print(f"rank {rank} failed: {type(exc).__name__}: {str(exc)[:300]} (traceback in "
+          f"{record})", file=sys.stderr, flush=True)
+
+
 def rank_main(work_dir: str) -> None:
-    """One rank: join the process group, train its shard under DDP, clean up."""
+    """One torchrun rank (TorchDistributor, DeepSpeed): join the process group its environment
+    describes, train its shard under DDP, leave the group."""
     rank = int(os.environ.get("RANK", "0"))
     try:
-        _train_rank(Path(work_dir), rank)
+        import torch
+        import torch.distributed as dist
+
+        job = json.loads((Path(work_dir) / "job.json").read_text())
+        if job["deepspeed"]:
+            import deepspeed
+
+            deepspeed.init_distributed(dist_backend=job["backend"])
+        else:
+            dist.init_process_group(job["backend"])
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local_rank) if job["use_gpu"] else torch.device("cpu")
+        train_rank(Path(work_dir), rank, device)
+        dist.destroy_process_group()
     except BaseException as exc:
-        record = Path(work_dir) / f"rank-{rank}.error"
-        record.write_text(traceback.format_exc())
-        # one line on the rank's output (streamed to the driver), the traceback in the file:
-        # the driver words the failure from these files, so a Python stack per rank is noise
-        print(f"rank {rank} failed: {type(exc).__name__}: {str(exc)[:300]} (traceback in "
-              f"{record})", file=sys.stderr, flush=True)
+        record_rank_failure(Path(work_dir), rank, exc)
         raise SystemExit(1) from None
 
 
-def _train_rank(work_dir: Path, rank: int) -> None:
+def train_rank(work_dir: Path, rank: int, device) -> None:
+    """One rank's training, in a process group its launcher has joined already: reads its
+    shard, trains under DDP (or the DeepSpeed engine), rank 0 logs, checkpoints and writes the
+    result; ends on a barrier, leaving the group to the launcher."""
     import contextlib
     import gc
     import time
@@ -242,15 +292,9 @@ def _train_rank(work_dir: Path, rank: int) -> None:
     job = json.loads((work_dir / "job.json").read_text())
     if job["deepspeed"]:
         import deepspeed
-
-        deepspeed.init_distributed(dist_backend=job["backend"])
-    else:
-        dist.init_process_group(job["backend"])
     world = dist.get_world_size()
     spec = Spec.model_validate(job["spec"])
     card = ModelCard(**job["card"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = torch.device("cuda", local_rank) if job["use_gpu"] else torch.device("cpu")
     torch.manual_seed(spec.training.seed)  # identical initial weights on every rank
     served = ServedModel(card)
     network = served.network.to(device)
@@ -269,7 +313,8 @@ def _train_rank(work_dir: Path, rank: int) -> None:
         model = _EngineModule(engine, engine.module.parameters().__next__().dtype)
     else:
         model = DistributedDataParallel(network,
-                                        device_ids=[local_rank] if job["use_gpu"] else None)
+                                        device_ids=[device.index] if device.type == "cuda"
+                                        else None)
     checkpoints = None
     if engine is not None and job["deepspeed_checkpoint_dir"]:
         checkpoints = DeepspeedCheckpoints(engine, Path(job["deepspeed_checkpoint_dir"]),
@@ -343,7 +388,6 @@ def _train_rank(work_dir: Path, rank: int) -> None:
     del model, network, served, outcome, engine
     gc.collect()
     dist.barrier()
-    dist.destroy_process_group()
 
 
 class DeepspeedCheckpoints:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -84,11 +84,12 @@ class Fitted:
 def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep], *,
              epochs: Optional[int] = None, checkpoints=None, resume: bool = False,
              callbacks: Sequence = (), work_dir=None, tracking: Optional[dict] = None,
-             observer=None) -> Fitted:
+             observer=None, say: Callable[[str], None] = lambda text: None) -> Fitted:
     """Build the spec's network for ``table``, train it, and wrap it as a served model.
 
-    With ``compute.kind: torch_distributor`` the training runs on the distributor's ranks
-    (``work_dir`` holds their files; ``tracking`` names the MLflow run rank 0 logs to).
+    With ``compute.kind`` torch_distributor, deepspeed or ray the training runs on the
+    launcher's ranks (``work_dir`` holds their files; ``tracking`` names the MLflow run rank 0
+    logs to; ``say`` gets the launcher's progress lines).
     ``observer`` (a :class:`~dbspec.monitoring.observer.TrainingObserver`) sees every epoch
     first. A CUDA out-of-memory error fails with advice, or with ``training.auto_batch_size``
     restarts the training at half the batch size.
@@ -103,7 +104,7 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
 
     task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
     width, out = len(table.feature_names), output_width(task, loss, table.classes)
-    distributed = spec.compute.kind in ("torch_distributor", "deepspeed")
+    distributed = spec.compute.kind in ("torch_distributor", "deepspeed", "ray")
     device = torch.device("cpu") if distributed else select_device(spec.compute)
     torch.manual_seed(spec.training.seed)
     network = build_network(spec.model, width, out)
@@ -119,7 +120,7 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
     if distributed:
         return _fit_distributed(spec, served, tensors, card, epochs=epochs, resume=resume,
                                 work_dir=work_dir, tracking=tracking, checkpoints=checkpoints,
-                                threads=threads, parameters=parameters)
+                                threads=threads, parameters=parameters, say=say)
     training = spec.training
     while True:
         network.to(device)
@@ -156,7 +157,7 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
 
 
 def _fit_distributed(spec, served, tensors, card, *, epochs, resume, work_dir, tracking,
-                     checkpoints, threads, parameters) -> Fitted:
+                     checkpoints, threads, parameters, say) -> Fitted:
     import json
     from pathlib import Path
 
@@ -170,12 +171,14 @@ def _fit_distributed(spec, served, tensors, card, *, epochs, resume, work_dir, t
     work_dir = Path(work_dir)
     record = launch(spec, tensors, card, work_dir=work_dir, epochs=epochs, resume=resume,
                     tracking=tracking,
-                    checkpoint_dir=checkpoints.directory if checkpoints is not None else None)
+                    checkpoint_dir=checkpoints.directory if checkpoints is not None else None,
+                    say=say)
     served.network.load_state_dict(torch.load(work_dir / "weights.pt", weights_only=True))
     fields = TrainOutcome.__dataclass_fields__
     outcome = TrainOutcome(**{k: v for k, v in record.items() if k in fields})
     outcome.extra = {"world_size": record["world_size"], "backend": record["backend"],
                      "diagnosis": record.get("diagnosis", []),
+                     **({"placement": record["placement"]} if "placement" in record else {}),
                      "ranks": [json.loads(p.read_text())
                                for p in sorted(work_dir.glob("rank-*.json"))]}
     return Fitted(served.eval(), outcome, torch.device("cpu"), threads, parameters)

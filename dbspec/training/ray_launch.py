@@ -1,0 +1,369 @@
+"""``compute.kind: ray``: the DDP ranks as Ray Train workers in a Ray cluster started on Spark.
+
+:func:`dbspec.training.distributed.launch` prepares the work directory exactly as for
+TorchDistributor (one shard per rank, ``job.json``) and hands over to :func:`run_on_ray`, which
+starts Ray on the active Spark session (``ray.util.spark.setup_ray_cluster``: a head node on the
+driver, worker nodes as long-running Spark tasks), runs Ray Train's ``TorchTrainer`` with one
+worker per rank, and shuts Ray down again. Ray Train joins the process group itself; each worker
+then runs :func:`dbspec.training.distributed.train_rank`, the same rank body as under
+TorchDistributor: same shards, rank 0 alone logs to MLflow and writes checkpoints and the
+result, a failed rank leaves its traceback in ``rank-N.error``. Ray's own retries are off
+(``max_failures=0``): a failed run is resumed with ``dbspec run --resume`` from dbspec's
+checkpoints, as with the other engines.
+
+Sizing, from ``ray.util.spark.cluster_init`` (Ray 2.60): on a cluster master (``spark://``,
+``local-cluster[...]``, ``yarn``) Spark stage scheduling gives each Ray worker node exactly
+``cpus_per_worker`` CPUs (and one GPU with ``use_gpu``), one node per training worker. A local
+master (``local[N]``) is supported but has no stage scheduling: every worker node gets
+``spark.task.cpus`` CPUs and no GPU, so when the workers do not fit such nodes (GPUs, more CPUs
+per worker than ``spark.task.cpus``, or more nodes than ``local[N]`` runs at once) they run on
+the head node, which is the same machine there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Collection, Iterator, Optional
+
+from dbspec.errors import DbspecError
+
+RAY_INSTALL = "pip install 'dbspec[ray]'"
+#: The object store per Ray node: the ranks read their shards from files, so Ray only carries
+#: the train function and small records (Ray's default is 30% of the node's memory).
+OBJECT_STORE_BYTES = 512 * 1024 * 1024
+#: Environment the training workers get from the driver, as torchrun's ranks do by inheritance
+#: (Ray workers start from the worker node's environment instead): the import path of a custom
+#: network, dbspec's switches, and the tracking server's address and credentials for rank 0.
+PROPAGATED_ENV = ("PYTHONPATH",)
+PROPAGATED_PREFIXES = ("DBSPEC_", "MLFLOW_", "DATABRICKS_")
+
+
+def require_ray(*, quick: bool = False) -> None:
+    """Ray Train and Ray on Spark are importable (``quick``: Ray is installed, checked without
+    importing it, which takes seconds).
+
+    Raises:
+        DbspecError: naming the extra to install.
+    """
+    if quick:
+        from importlib.util import find_spec
+
+        if find_spec("ray") is None:
+            raise DbspecError(f"compute.kind ray needs Ray Train and Ray on Spark: "
+                              f"{RAY_INSTALL} (no module named 'ray')")
+        return
+    try:
+        import ray  # noqa: F401
+        import ray.train  # noqa: F401
+        import ray.util.spark  # noqa: F401
+    except ImportError as exc:
+        raise DbspecError(f"compute.kind ray needs Ray Train and Ray on Spark: {RAY_INSTALL} "
+                          f"({exc})") from None
+
+
+@dataclass(frozen=True)
+class RayLayout:
+    """How the Ray cluster is sized for the spec's workers, as ``setup_ray_cluster`` arguments."""
+
+    worker_nodes: int
+    min_worker_nodes: int
+    cpus_per_node: Optional[int]  # None: Spark's task size decides (a local master)
+    gpus_per_node: Optional[int]
+    head_cpus: int
+    head_gpus: int
+    where: str  # in words, for the progress line and the summary
+
+    def setup_arguments(self) -> dict[str, Any]:
+        arguments: dict[str, Any] = {
+            "max_worker_nodes": self.worker_nodes, "min_worker_nodes": self.min_worker_nodes,
+            "num_cpus_head_node": self.head_cpus, "num_gpus_head_node": self.head_gpus,
+            "object_store_memory_worker_node": OBJECT_STORE_BYTES,
+            "head_node_options": {"include_dashboard": False}}
+        if self.cpus_per_node is not None:
+            arguments.update(num_cpus_worker_node=self.cpus_per_node,
+                             num_gpus_worker_node=self.gpus_per_node or 0)
+        if self.head_cpus or self.head_gpus:
+            arguments["object_store_memory_head_node"] = OBJECT_STORE_BYTES
+        return arguments
+
+
+def ray_layout(compute, *, use_gpu: bool, master: str, task_cpus: int = 1,
+               parallelism: int = 1) -> RayLayout:
+    """The Ray cluster for ``compute`` on ``master``.
+
+    Args:
+        compute: ``compute`` of kind ray.
+        use_gpu: Whether the workers train on GPUs (``use_gpu: auto`` already resolved).
+        master: The Spark master URL.
+        task_cpus: ``spark.task.cpus`` (a local master's Ray worker nodes get this many CPUs).
+        parallelism: How many tasks a local master runs at once (``local[N]``: N).
+    """
+    from dbspec.spark.placement import is_local_master
+
+    workers, cpus = compute.num_workers, compute.cpus_per_worker
+    plural = "s" if workers > 1 else ""
+    if not is_local_master(master):
+        gpu = ", 1 GPU" if use_gpu else ""
+        return RayLayout(workers, workers, cpus, 1 if use_gpu else 0, 0, 0,
+                         f"{workers} Ray worker node{plural} on the executors of {master} "
+                         f"({cpus} CPU{'s' if cpus > 1 else ''}{gpu} each)")
+    per_node = task_cpus // cpus
+    nodes = math.ceil(workers / per_node) if per_node else 0
+    slots = max(1, parallelism // max(1, task_cpus))
+    if not use_gpu and per_node and nodes <= slots:
+        return RayLayout(nodes, nodes, None, None, 0, 0,
+                         f"{nodes} Ray worker node{'s' if nodes > 1 else ''} in Spark tasks of "
+                         f"{master} ({task_cpus} CPU{'s' if task_cpus > 1 else ''} each)")
+    why = ("GPUs" if use_gpu else f"{cpus} CPUs per worker > spark.task.cpus {task_cpus}"
+           if not per_node else f"{nodes} worker nodes > {slots} task slots")
+    # at least one worker node is required; with min 0 it is started only on unmet demand
+    return RayLayout(1, 0, None, None, workers * cpus, workers if use_gpu else 0,
+                     f"the Ray head node on this machine ({master}; {why})")
+
+
+def run_on_ray(spec, work_dir: Path, *, use_gpu: bool, backend: str,
+               say: Callable[[str], None] = lambda text: None) -> str:
+    """Train the prepared job in ``work_dir`` on ``compute.num_workers`` Ray Train workers.
+
+    Returns:
+        Where the workers ran, in words.
+
+    Raises:
+        DistributedError: Ray could not start, or a worker failed (its Python error, no
+            traceback).
+    """
+    import shutil
+
+    from dbspec.training.distributed import DistributedError
+
+    require_ray()
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise DbspecError("compute.kind ray starts Ray on Spark: pip install 'dbspec[spark]'") \
+            from None
+    session = SparkSession.getActiveSession()
+    if session is None:
+        raise DistributedError("compute.kind ray starts Ray on a Spark session; none is active")
+    compute = spec.compute
+    storage = work_dir / "ray"
+    shutil.rmtree(storage, ignore_errors=True)  # Ray Train's run state of an earlier launch
+    with ray_on_spark(session, compute, use_gpu=use_gpu, say=say) as where:
+        trainer = _trainer(compute, work_dir, storage, use_gpu=use_gpu, backend=backend)
+        started = time.perf_counter()
+        try:
+            trainer.fit()
+        except Exception as exc:  # WorkerGroupError, ControllerError, an actor that died
+            from dbspec.training.distributed import rank_errors
+
+            # the ranks' own records first; Ray's word for the ranks that left none (a worker
+            # whose process or node died)
+            recorded = {int(p.stem.split("-")[1]) for p in work_dir.glob("rank-*.error")}
+            causes = [c for c in (rank_errors(work_dir), worker_cause(exc, skip=recorded)) if c]
+            raise DistributedError(f"Ray Train failed: {'; '.join(causes)}") from None
+        say(f"  Ray Train: {compute.num_workers} worker{'s' if compute.num_workers > 1 else ''} "
+            f"({backend}) trained in {time.perf_counter() - started:.0f} s")
+    return where
+
+
+def _trainer(compute, work_dir: Path, storage: Path, *, use_gpu: bool, backend: str):
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    resources = {"CPU": compute.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
+    return TorchTrainer(
+        _worker_loop, train_loop_config={"work_dir": str(work_dir), "use_gpu": use_gpu},
+        torch_config=TorchConfig(backend=backend),
+        scaling_config=ScalingConfig(num_workers=compute.num_workers, use_gpu=use_gpu,
+                                     resources_per_worker=resources),
+        run_config=RunConfig(name="train", storage_path=str(storage),
+                             failure_config=FailureConfig(max_failures=0),
+                             worker_runtime_env={"env_vars": propagated_env()}))
+
+
+def propagated_env(environ: Optional[dict[str, str]] = None) -> dict[str, str]:
+    """The driver's variables the training workers get (see :data:`PROPAGATED_ENV`)."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items()
+            if k in PROPAGATED_ENV or k.startswith(PROPAGATED_PREFIXES)}
+
+
+def _worker_loop(config: dict[str, Any]) -> None:
+    """One Ray Train worker: Ray Train has joined the process group; the rank body is
+    :func:`~dbspec.training.distributed.train_rank`, as under TorchDistributor."""
+    import ray.train
+    import torch
+
+    from dbspec.training.distributed import record_rank_failure, train_rank
+
+    work_dir = Path(config["work_dir"])
+    rank = ray.train.get_context().get_world_rank()
+    try:
+        if config["use_gpu"]:
+            from ray.train.torch import get_device
+
+            device = get_device()  # the GPU Ray assigned to this worker
+        else:
+            device = torch.device("cpu")
+        train_rank(work_dir, rank, device)
+    except BaseException as exc:
+        record_rank_failure(work_dir, rank, exc)
+        raise
+
+
+@contextlib.contextmanager
+def ray_on_spark(session, compute, *, use_gpu: bool,
+                 say: Callable[[str], None] = lambda text: None) -> Iterator[str]:
+    """A Ray cluster for ``compute``, connected, for the block; yields where it runs, in words.
+
+    A cluster this process already uses (``ray.init`` called, or ``RAY_ADDRESS`` set, as
+    ``setup_ray_cluster`` in a notebook does) is used as it is and left running; otherwise one
+    is started on ``session`` and shut down afterwards, whatever happens in the block.
+
+    Raises:
+        DistributedError: Ray on Spark could not start, or started without room for the
+            workers.
+    """
+    import ray
+
+    from dbspec.training.distributed import DistributedError
+
+    need_cpus = compute.num_workers * compute.cpus_per_worker
+    need_gpus = compute.num_workers if use_gpu else 0
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        joined = not ray.is_initialized()
+        if joined:
+            try:
+                with _quiet_ray():
+                    ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+            except Exception as exc:
+                raise DistributedError(f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}: cannot join "
+                                       f"that Ray cluster: {_causes(exc)}") from None
+        have = ray.cluster_resources()
+        where = f"the running Ray cluster ({have.get('CPU', 0):.0f} CPUs, " \
+                f"{have.get('GPU', 0):.0f} GPUs; left running)"
+        say(f"  Ray: using {where}")
+        if have.get("CPU", 0) < need_cpus or have.get("GPU", 0) < need_gpus:
+            say(f"  Ray: the workers need {need_cpus} CPUs and {need_gpus} GPUs; Ray Train "
+                "waits until the cluster has them")
+        try:
+            yield where
+        finally:
+            if joined:
+                ray.shutdown()
+        return
+    from ray.util.spark import setup_ray_cluster, shutdown_ray_cluster
+
+    from dbspec.spark.placement import is_local_master
+
+    context = session.sparkContext
+    master = context.master
+    if use_gpu and is_local_master(master):
+        _check_local_gpus(need_gpus)
+    layout = ray_layout(compute, use_gpu=use_gpu, master=master,
+                        task_cpus=int(context.getConf().get("spark.task.cpus", "1")),
+                        parallelism=context.defaultParallelism)
+    say(f"  Ray on Spark: starting a head node on the driver, training on {layout.where}")
+    started = time.perf_counter()
+    try:
+        try:
+            with _quiet_ray():
+                address, _ = setup_ray_cluster(**layout.setup_arguments())
+                ray.init(address=address, log_to_driver=False)
+        except Exception as exc:
+            raise DistributedError(f"Ray on Spark could not start: {_causes(exc)}") from None
+        have = ray.cluster_resources()
+        if have.get("CPU", 0) < need_cpus or have.get("GPU", 0) < need_gpus:
+            raise DistributedError(
+                f"Ray on Spark started with {have.get('CPU', 0):.0f} CPUs and "
+                f"{have.get('GPU', 0):.0f} GPUs; compute.num_workers "
+                f"{compute.num_workers} x cpus_per_worker {compute.cpus_per_worker} need "
+                f"{need_cpus} CPUs{f' and {need_gpus} GPUs' if need_gpus else ''}: the Spark "
+                f"cluster {master} has no room for the worker nodes")
+        say(f"  Ray cluster up in {time.perf_counter() - started:.0f} s "
+            f"({have.get('CPU', 0):.0f} CPUs, {have.get('GPU', 0):.0f} GPUs)")
+        yield layout.where
+    finally:
+        with _quiet_ray():
+            head = _head_process()
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            with contextlib.suppress(Exception):  # nothing to shut down when it never started
+                shutdown_ray_cluster()
+            if head is not None:  # its last words come while the quiet lasts
+                with contextlib.suppress(Exception):
+                    head.wait(timeout=15)
+
+
+def _head_process():
+    """The head node's process of the active Ray-on-Spark cluster, or None (a Ray internal
+    that is only read, to wait for the head's exit)."""
+    from ray.util.spark import cluster_init
+
+    return getattr(getattr(cluster_init, "_active_ray_cluster", None), "head_proc", None)
+
+
+def _check_local_gpus(needed: int) -> None:
+    import torch
+
+    from dbspec.training.distributed import DistributedError
+
+    present = torch.cuda.device_count()
+    if present < needed:
+        raise DistributedError(f"compute.num_workers: {needed} GPU workers need {needed} GPUs "
+                               f"on this machine (local Spark master); {present} present")
+
+
+@contextlib.contextmanager
+def _quiet_ray() -> Iterator[None]:
+    """Ray's start-up chatter off this process's stdout and its INFO logging off stderr.
+
+    ``setup_ray_cluster`` copies the head node's output to ``sys.stdout`` (it keeps the tail
+    for its own error message) and logs its sizing advice for general workloads; the progress
+    lines say what matters.
+    """
+    import io
+
+    loggers = [logging.getLogger(name) for name in (
+        "ray", "ray._private.worker", "ray.util.spark",
+        "ray.autoscaler._private.spark.spark_job_server")]  # ray.init resets "ray" to INFO
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _causes(exc: BaseException) -> str:
+    """The first line of an exception and of each cause under it."""
+    parts = []
+    seen: Optional[BaseException] = exc
+    while seen is not None and len(parts) < 4:
+        text = str(seen).strip().splitlines()
+        parts.append(f"{type(seen).__name__}: {text[0][:300]}" if text else type(seen).__name__)
+        seen = seen.__cause__ or seen.__context__
+    return "; ".join(parts)
+
+
+def worker_cause(exc: BaseException, skip: Collection[int] = ()) -> str:
+    """The workers' Python errors out of a Ray Train failure, one line each, no traceback
+    (``skip``: ranks already worded; '' when only those failed)."""
+    failures = getattr(exc, "worker_failures", None)
+    if failures:
+        return "; ".join(f"rank-{rank}: {type(error).__name__}: "
+                         f"{(str(error).strip().splitlines() or [''])[0][:300]}"
+                         for rank, error in sorted(failures.items()) if rank not in skip)
+    inner = getattr(exc, "controller_failure", None)
+    if inner is not None:
+        return _causes(inner)
+    return _causes(exc)
