@@ -13,7 +13,7 @@ import sys
 from typing import Callable, Optional, Sequence
 
 from dbspec import __version__
-from dbspec.errors import DbspecError, Diagnostic, SpecError, UsageError
+from dbspec.errors import DbspecError, Diagnostic, SpecError, UsageError, redact
 
 _VALIDATE_FORMATS = ("text", "json", "github", "sarif")
 _LIGHT_COMMANDS = ("validate", "plan", "schema", "diff", "jobs")
@@ -515,7 +515,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(diag.format(), file=sys.stderr)
         return exc.exit_code
     except DbspecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -7,9 +7,59 @@ and exits with the error's ``exit_code``. Anything else reaching the CLI is a bu
 from __future__ import annotations
 
 import difflib
-from typing import Iterable, Literal, NamedTuple
+import threading
+from typing import Any, Iterable, Literal, NamedTuple
 
 Severity = Literal["error", "warning"]
+
+#: Values shorter than this are not masked inside text: "1" or "cpu" are no secrets, and
+#: masking them would garble every message that happens to contain them.
+MIN_SECRET_LENGTH = 4
+_secrets: dict[str, str] = {}  # value -> what is shown instead ({{ env.NAME }})
+_secrets_lock = threading.Lock()
+_pattern: list = [None]  # compiled alternation of the values, longest first; None: rebuild
+
+
+def register_secret(value: Any, shown_as: str) -> None:
+    """Remember a value that came from the environment, so output shows ``shown_as`` instead.
+
+    Templating registers every environment variable a template reads (``{{ env.NAME }}``) and
+    every value rendered from one; :func:`redact` then masks them in diagnostics
+    (:meth:`Diagnostic.format`, :meth:`Diagnostic.to_dict`, :meth:`Diagnostic.redacted`), in
+    MLflow params and in logged spec files. The registry is per process and only grows.
+    """
+    if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
+        return
+    with _secrets_lock:
+        for variant in {value, repr(value)[1:-1], value.encode("unicode_escape").decode()}:
+            if len(variant) >= MIN_SECRET_LENGTH and variant not in _secrets:
+                _secrets[variant] = shown_as
+                _pattern[0] = None
+
+
+def redact(text: Any) -> Any:
+    """``text`` with every registered environment value replaced by how it was written."""
+    if not isinstance(text, str) or not _secrets:
+        return text
+    pattern = _pattern[0]
+    if pattern is None:
+        import re
+
+        with _secrets_lock:
+            ordered = sorted(_secrets, key=len, reverse=True)
+            pattern = _pattern[0] = re.compile("|".join(map(re.escape, ordered)))
+    return pattern.sub(lambda m: _secrets[m.group(0)], text)
+
+
+def redact_data(value: Any) -> Any:
+    """:func:`redact` through dicts (keys and values), lists and tuples."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_data(k): redact_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact_data(v) for v in value)
+    return value
 
 
 class Diagnostic(NamedTuple):
@@ -33,8 +83,14 @@ class Diagnostic(NamedTuple):
     severity: Severity = "error"
     origin: str = ""
 
+    def redacted(self) -> "Diagnostic":
+        """This diagnostic with environment values masked; every output format starts here."""
+        return self._replace(file=redact(self.file), path=redact(self.path),
+                             message=redact(self.message), origin=redact(self.origin))
+
     def format(self) -> str:
-        """Render as ``file:line:col: path: message`` (warnings say so)."""
+        """Render as ``file:line:col: path: message`` (warnings say so; secrets masked)."""
+        self = self.redacted()
         where = f"{self.file}:{self.line}:{self.column}" if self.line else self.file
         head = "warning: " if self.severity == "warning" else ""
         path = f"{self.path}: " if self.path else ""
@@ -42,8 +98,8 @@ class Diagnostic(NamedTuple):
         return f"{where}: {head}{path}{self.message}{origin}"
 
     def to_dict(self) -> dict:
-        """A JSON-ready mapping with the documented keys."""
-        return self._asdict()
+        """A JSON-ready mapping with the documented keys (secrets masked)."""
+        return self.redacted()._asdict()
 
 
 class DbspecError(Exception):

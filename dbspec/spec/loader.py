@@ -6,6 +6,7 @@ Steps: read and parse (located nodes) -> merge the target -> apply ``--set`` -> 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, NamedTuple, Optional, Sequence
 
 from pydantic import BaseModel, ValidationError
@@ -16,7 +17,7 @@ from dbspec.spec.models import Spec
 from dbspec.spec.models.search import FloatDistribution
 from dbspec.spec.overrides import apply_assignments, apply_target, list_targets, set_path
 from dbspec.spec.semantics import check_spec
-from dbspec.spec.templating import render_document
+from dbspec.spec.templating import is_template, render_document
 
 
 class LoadedSpec(NamedTuple):
@@ -80,7 +81,8 @@ def from_source(source: Document, target: Optional[str] = None) -> LoadedSpec:
     return LoadedSpec(spec, source, target, tuple(warnings))
 
 
-def apply_values(loaded: LoadedSpec, values: dict[str, Any]) -> LoadedSpec:
+def apply_values(loaded: LoadedSpec, values: dict[str, Any], *,
+                 defaults: Optional[dict[str, Any]] = None) -> LoadedSpec:
     """A new spec with ``values`` set at dotted paths (a search trial's suggestions).
 
     Raises:
@@ -88,7 +90,8 @@ def apply_values(loaded: LoadedSpec, values: dict[str, Any]) -> LoadedSpec:
         SpecError: the result is invalid.
     """
     root = loaded.source.root.copy()
-    defaults = loaded.spec.model_dump(mode="json", by_alias=True)
+    if defaults is None:
+        defaults = loaded.spec.model_dump(mode="json", by_alias=True)
     for dotted, value in values.items():
         path = tuple(int(p) if p.isdigit() else p for p in dotted.split("."))
         origin = f"search value {dotted}={value!r}"
@@ -147,6 +150,15 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
     out: list[Diagnostic] = []
     baseline = {(d.path, d.message) for d in known}
     loaded = LoadedSpec(spec, source)
+    # Linear, not quadratic, in the number of entries: samples are checked on the spec without
+    # its search section (a sample does not change it), the defaults are dumped once, and a
+    # var that no template names cannot make the spec invalid, so its samples are not tried.
+    without_search = LoadedSpec(spec, Document(source.file, Node(
+        {k: v for k, v in source.root.value.items() if k != "search"}, source.root.line,
+        source.root.column), source.text))
+    defaults = spec.model_dump(mode="json", by_alias=True)
+    named = set(re.findall(r"[A-Za-z_]\w*", " ".join(
+        node.value for _, node in source.root.walk() if is_template(node.value))))
     for dotted, dist in spec.search.space.items():
         where = ("search", "space", dotted)
         if any(d.path == format_path(where) for d in known):
@@ -162,9 +174,14 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
                                          "an int distribution", at_key=True))
             continue
         samples = list(bounds) if bounds is not None else list(dist.choices)
+        parts = dotted.split(".")
+        if parts[0] == "vars" and len(parts) > 1 and parts[1] not in named \
+                and "vars" not in named:
+            continue
+        trial = loaded if parts[0] == "search" else without_search
         for sample in samples:
             try:
-                apply_values(loaded, {dotted: sample})
+                apply_values(trial, {dotted: sample}, defaults=defaults)
             except SpecError as exc:
                 new = [d for d in exc.diagnostics if d.severity == "error"
                        and (d.path, d.message) not in baseline]
@@ -227,8 +244,11 @@ def validate_file(path: str, *, target: Optional[str] = None,
     targets = [target] if target else [None, *list_targets(document)]
     found: dict[tuple, Diagnostic] = {}
     for name in targets:
+        # the first pass checks the whole targets section; each target's pass needs only that
+        # target (validating all of them for each one made this quadratic in the spec's size)
+        checked = _only_target(document, name) if name and not target else document
         try:
-            diagnostics: Iterable[Diagnostic] = build(document, target=name,
+            diagnostics: Iterable[Diagnostic] = build(checked, target=name,
                                                       assignments=assignments).warnings
         except SpecError as exc:
             diagnostics = exc.diagnostics
@@ -242,6 +262,18 @@ def validate_file(path: str, *, target: Optional[str] = None,
     kept = [d for d in found.values()
             if not (d.path.startswith("targets.") and (d.line, d.column) in merged)]
     return sorted(kept, key=lambda d: (d.line, d.column))
+
+
+def _only_target(document: Document, target: str) -> Document:
+    """The document with its ``targets`` section cut down to ``target`` (nodes shared)."""
+    targets = document.root.value.get("targets")
+    if targets is None or not isinstance(targets.value, dict):
+        return document
+    kept = Node({target: targets.value[target]}, targets.line, targets.column,
+                targets.key_line, targets.key_column, targets.origin)
+    root = Node({**document.root.value, "targets": kept}, document.root.line,
+                document.root.column, origin=document.root.origin)
+    return Document(document.file, root, document.text)
 
 
 def _mention_target(diag: Diagnostic, target: str) -> Diagnostic:

@@ -20,6 +20,7 @@ def github_annotation(diag: Diagnostic) -> str:
     def escape_property(text: str) -> str:
         return escape(text).replace(":", "%3A").replace(",", "%2C")
 
+    diag = diag.redacted()
     level = "error" if diag.severity == "error" else "warning"
     where = f"file={escape_property(diag.file)}"
     if diag.line:
@@ -36,6 +37,7 @@ def rule_id(diag: Diagnostic) -> str:
 
 def sarif(results: Sequence[Diagnostic], *, version: str) -> dict[str, Any]:
     """A SARIF 2.1.0 log with one run of dbspec; file URIs relative to the working directory."""
+    results = [d.redacted() for d in results]
     rules = sorted({rule_id(d) for d in results})
     index = {rule: i for i, rule in enumerate(rules)}
     findings = []

@@ -190,6 +190,7 @@ def _log_inputs(ctx: StageContext, spec, tracker, table, result) -> None:
     import pandas as pd
     import yaml
 
+    from dbspec.errors import redact_data
     from dbspec.tracking.mlflow_tracking import flatten
 
     parameters, threads, device = result.parameters, result.threads, result.device
@@ -200,7 +201,7 @@ def _log_inputs(ctx: StageContext, spec, tracker, table, result) -> None:
     tracker.log_params(params)
     spec_dir = ctx.directory / "spec"
     spec_dir.mkdir(exist_ok=True)
-    (spec_dir / "resolved.yaml").write_text(yaml.safe_dump(dumped, sort_keys=False))
+    (spec_dir / "resolved.yaml").write_text(yaml.safe_dump(redact_data(dumped), sort_keys=False))
     source = Path(ctx.loaded.file)
     (spec_dir / source.name).write_text(source.read_text())
     tracker.log_artifact(spec_dir / "resolved.yaml", "spec")

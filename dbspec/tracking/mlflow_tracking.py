@@ -159,7 +159,10 @@ class Tracker:
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k[:250], v) for k, v in params.items()]
+        from dbspec.errors import redact
+
+        # environment values a template read are logged as {{ env.NAME }}, never the value
+        items = [Param(redact(k)[:250], redact(v)) for k, v in params.items()]
         for start in range(0, len(items), 100):
             self.client.log_batch(self.run_id, params=items[start:start + 100])
 
