@@ -3,7 +3,9 @@ table, and write the rows with their predictions and the model's name and versio
 
 - ``local``: Arrow record batches stream from the input through the model into the writer, so
   inputs larger than memory work. A Delta output is committed in one transaction at the end, so
-  a failure leaves the table as it was; a Parquet output is written to a temporary file first.
+  a failure leaves the table as it was; a Parquet output is written to a hidden temporary file
+  in the output directory and renamed into place (a killed write leaves the old file, and the
+  next run removes its leftover).
 - ``spark``: an iterator Arrow UDF (``arrow_udf``) scores Arrow batches of the feature columns;
   the model (its card and weights, broadcast once) is rebuilt once per Python worker and run
   under ``torch.inference_mode``. Only the features travel to Python and only the predictions
@@ -13,6 +15,7 @@ table, and write the rows with their predictions and the model's name and versio
 from __future__ import annotations
 
 import io
+import os
 import time
 import uuid
 from pathlib import Path
@@ -209,28 +212,62 @@ def _write(reader, output: str, fmt: str) -> Optional[int]:
                             f"{str(exc).splitlines()[0][:300]}") from exc
     import pyarrow.parquet as pq
 
-    stale = sorted(target.glob(f"{_PART}*.parquet")) if target.is_dir() else []
-    others = [p.name for p in target.iterdir() if p.suffix == ".parquet" and p not in stale] \
+    _remove_leftovers(target)
+    final = target / _OUTPUT
+    stale = sorted(p for p in target.glob(f"{_PART}*.parquet") if p != final) \
         if target.is_dir() else []
+    others = [p.name for p in target.iterdir() if p.suffix == ".parquet" and p not in stale
+              and p != final] if target.is_dir() else []
     if others:
         raise DataError(f"output {output} holds Parquet files dbspec did not write "
                         f"({', '.join(others[:3])}); give an empty or new directory")
-    final = target / f"{_PART}{uuid.uuid4().hex[:12]}.parquet"
-    partial = final.with_suffix(".parquet.partial")
+    # a hidden name (readers skip '.' and '_' files), in the output directory (so the rename
+    # is atomic), with this process's id (so the next run knows a dead writer's leftover)
+    partial = target / f"{_HIDDEN}{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet.partial"
     try:
         target.mkdir(parents=True, exist_ok=True)
         with pq.ParquetWriter(partial, reader.schema) as writer:
             for batch in reader:
                 writer.write_batch(batch)
-        partial.replace(final)
+        partial.replace(final)  # the old predictions or the new ones, never half
     except BaseException as exc:
         partial.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise DataError(f"cannot write {output}: {exc.strerror or exc}") from None
         raise
-    for old in stale:  # the previous predictions, replaced whole
-        old.unlink()
+    for old in stale:  # predictions of an earlier dbspec, under other names
+        old.unlink(missing_ok=True)
     return None
+
+
+_OUTPUT = f"{_PART}predictions.parquet"  # one name: a rerun replaces the file in one rename
+_HIDDEN = f".{_PART}"
+
+
+def _remove_leftovers(target: Path) -> None:
+    """Delete what killed Parquet writes left in ``target``: hidden partial files of dead
+    processes, and the visible ``.partial`` files of earlier dbspec versions (those made the
+    directory unreadable to ``pyarrow.dataset``)."""
+    if not target.is_dir():
+        return
+    for path in target.glob(f"{_PART}*.parquet.partial"):
+        path.unlink(missing_ok=True)
+    for path in target.glob(f"{_HIDDEN}*.parquet.partial"):
+        pid = path.name[len(_HIDDEN):].split("-", 1)[0]
+        if not pid.isdigit() or not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # an earlier call of this process that was interrupted
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: another user's live process
+        return True
+    return True
 
 
 # -- Spark ----------------------------------------------------------------------------------
