@@ -48,7 +48,43 @@ def redact(text: Any) -> Any:
         with _secrets_lock:
             ordered = sorted(_secrets, key=len, reverse=True)
             pattern = _pattern[0] = re.compile("|".join(map(re.escape, ordered)))
-    return pattern.sub(lambda m: _secrets[m.group(0)], text)
+    text = pattern.sub(lambda m: _secrets[m.group(0)], text)
+    return _redact_truncated(text) if "..." in text or "\u2026" in text else text
+
+
+#: A shortened value (``'ghp_A1b2...'``, ``...A1b2'``) is masked when this much of it shows.
+_MIN_TRUNCATED = 8
+
+
+def _redact_truncated(text: str) -> str:
+    """Mask the start of a secret before ``...`` and the end of one after it: messages shorten
+    long values, and a shortened secret is still a secret."""
+    import re
+
+    with _secrets_lock:
+        secrets = [(v, shown) for v, shown in _secrets.items() if len(v) > _MIN_TRUNCATED]
+    out, last = [], 0
+    for mark in re.finditer(r"\.\.\.|\u2026", text):
+        start, end = mark.start(), mark.end()
+        cut_before = cut_after = 0
+        shown_as = ""
+        for value, shown in secrets:
+            for k in range(min(len(value) - 1, start - last), _MIN_TRUNCATED - 1, -1):
+                if text[start - k:start] == value[:k]:
+                    if k > cut_before:
+                        cut_before, shown_as = k, shown
+                    break
+            for k in range(min(len(value) - 1, len(text) - end), _MIN_TRUNCATED - 1, -1):
+                if text[end:end + k] == value[-k:]:
+                    if k > cut_after:
+                        cut_after, shown_as = k, shown
+                    break
+        if cut_before or cut_after:
+            out.append(text[last:start - cut_before])
+            out.append(shown_as)
+            last = end + cut_after
+    out.append(text[last:])
+    return "".join(out)
 
 
 def redact_data(value: Any) -> Any:

@@ -515,8 +515,10 @@ def render_document(document: Document) -> Document:
 
 def _uses(text: str, tainted: set[str]) -> bool:
     """Whether a template may read a var rendered from the environment (over-approximated)."""
-    return bool(tainted) and any(re.search(rf"\b{re.escape(n)}\b", text)
-                                 for n in (*tainted, "vars"))
+    if not tainted:
+        return False
+    names = "|".join(re.escape(n) for n in sorted((*tainted, "vars"), key=len, reverse=True))
+    return re.search(rf"\b(?:{names})\b", text) is not None
 
 
 def _register_rendered(value: Any, shown_as: str) -> None:

@@ -67,6 +67,17 @@ def test_a_value_rendered_from_the_environment_is_redacted_too(tmp_path, token):
     assert "testsecret" not in printed.lower()
 
 
+@pytest.mark.parametrize("fmt", ["text", "sarif"])
+def test_a_long_value_shortened_in_a_message_is_redacted(tmp_path, monkeypatch, fmt):
+    long = "ghp_" + "Q7w8" * 80 + "TAIL"
+    monkeypatch.setenv("DBSPEC_TEST_LONG_TOKEN", long)
+    body = BASE.replace("{out: 1}", '{out: "{{ env.DBSPEC_TEST_LONG_TOKEN }}"}')
+    status, printed = validate(tmp_path, body, "--format", fmt)
+    assert status == 1
+    assert "Q7w8Q7w8" not in printed
+    assert "{{ env.DBSPEC_TEST_LONG_TOKEN }}" in printed
+
+
 @pytest.mark.parametrize("expression", [
     "{{ env|string }}", "{{ env }}", "x{{ env }}", "{% for k in env %}{{ k }}{% endfor %}",
     "{{ env.items()|list }}", "{{ env|list }}", "{{ env|length }}", "{{ env.__dict__ }}",
