@@ -54,6 +54,8 @@ def redact(text: Any) -> Any:
 
 #: A shortened value (``'ghp_A1b2...'``, ``...A1b2'``) is masked when this much of it shows.
 _MIN_TRUNCATED = 8
+#: Messages show at most this much of a shortened value; longer runs are not looked for.
+_MAX_TRUNCATED = 256
 
 
 def _redact_truncated(text: str) -> str:
@@ -69,12 +71,14 @@ def _redact_truncated(text: str) -> str:
         cut_before = cut_after = 0
         shown_as = ""
         for value, shown in secrets:
-            for k in range(min(len(value) - 1, start - last), _MIN_TRUNCATED - 1, -1):
+            for k in range(min(len(value) - 1, start - last, _MAX_TRUNCATED),
+                           _MIN_TRUNCATED - 1, -1):
                 if text[start - k:start] == value[:k]:
                     if k > cut_before:
                         cut_before, shown_as = k, shown
                     break
-            for k in range(min(len(value) - 1, len(text) - end), _MIN_TRUNCATED - 1, -1):
+            for k in range(min(len(value) - 1, len(text) - end, _MAX_TRUNCATED),
+                           _MIN_TRUNCATED - 1, -1):
                 if text[end:end + k] == value[-k:]:
                     if k > cut_after:
                         cut_after, shown_as = k, shown
