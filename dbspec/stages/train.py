@@ -20,7 +20,12 @@ class TrainStage:
 
     @staticmethod
     def check(spec) -> None:
-        """Refuse compute kinds this executor cannot launch before any stage runs."""
+        """Refuse what cannot run or travel before any stage runs: compute kinds this
+        executor cannot launch, a custom network whose module cannot ship with the model."""
+        if spec.model.custom is not None:
+            from dbspec.models.portable import custom_code
+
+            custom_code(spec.model)  # after training would be an hour too late
         if spec.compute.kind == "deepspeed":
             from dbspec.training.deepspeed_config import check_deepspeed_config, deepspeed_config
 

@@ -237,3 +237,5 @@ def test_a_class_in_main_fails_the_run_cleanly(workdir, monkeypatch):
     assert "Traceback" not in err
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workdir / '.dbspec' / 'mlflow.db'}")
     assert client.search_registered_models() == []
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    assert client.search_runs(experiments) == []  # refused before any stage, not after training
