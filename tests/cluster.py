@@ -98,6 +98,26 @@ class SparkCluster:
         raise RuntimeError(f"{count} workers did not register in {timeout:.0f}s:\n"
                            + "\n".join(self.log_tail(n) for n in self.processes))
 
+    def wait_until_idle(self, timeout: float = 60) -> None:
+        """Until no application runs and every worker's cores are free again (a stopped
+        application's executors take a moment to exit), so the next one gets both workers."""
+        import json
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}/json/",
+                                            timeout=5) as r:
+                    state = json.load(r)
+                if not state.get("activeapps") and all(
+                        w.get("coresused", 0) == 0 for w in state.get("workers", [])):
+                    return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"the cluster was still busy {timeout:.0f}s after its application "
+                           "stopped")
+
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.root / f"{name}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) \
@@ -135,6 +155,26 @@ def mount_namespaces_work(hidden: str) -> str:
         f"cannot hide the driver's directories from workers: {probe.stderr.strip() or 'refused'}"
 
 
+def _tools_first(root: Path) -> str:
+    """A PATH entry (with its ':') holding only the ``ninja`` this process would run, or ''.
+
+    DeepSpeed JIT-builds its CPU communication op with whatever ``ninja`` the PATH finds, into
+    one per-machine cache (~/.cache/torch_extensions). Two ninja versions (pip's 1.13, a
+    system's 1.11) record their build commands differently, so a cache built by one is rebuilt
+    whole by the other (a minute or more on 2 cores, measured): ranks on the workers use the
+    same ninja as ranks started from this process, or each DeepSpeed test rebuilds the op.
+    """
+    ninja = shutil.which("ninja")
+    if ninja is not None and f"{os.sep}shims{os.sep}" in ninja:  # pyenv: runs the env's own
+        ninja = shutil.which("ninja", path=os.path.dirname(sys.executable)) or ninja
+    if ninja is None:
+        return ""
+    tools = root / "tools"
+    tools.mkdir(exist_ok=True)
+    (tools / "ninja").symlink_to(os.path.realpath(ninja))
+    return f"{tools}:"
+
+
 def start_cluster(root: Path, hidden: list[str], workers: int = 2) -> SparkCluster:
     """Start a master and ``workers`` 1-core workers that cannot see ``hidden``."""
     port, ui = free_port(), free_port()
@@ -142,8 +182,8 @@ def start_cluster(root: Path, hidden: list[str], workers: int = 2) -> SparkClust
     env = {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_NO_DAEMONIZE": "1",
            # as on a fresh node, `python3` on the PATH is the system's, which has no dbspec;
-           # the environment's own tools (ninja for DeepSpeed's JIT ops) come after it
-           "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:"
+           # the environment's own tools come after it
+           "PATH": _tools_first(root) + "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:"
                    + os.path.dirname(sys.executable),
            # the driver's interpreter is installed on every node (same path), but nothing
            # tells the executors to use it: dbspec chooses it, so PYSPARK_PYTHON is unset
