@@ -64,6 +64,66 @@ def run_main(*args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+class _StillRunning(BaseException):
+    """Raised into a command run by :func:`run_in_process` that outlives its timeout (a
+    BaseException, so the command's own ``except Exception`` does not swallow it)."""
+
+
+def run_in_process(*args: str, cwd: Path = ROOT, env: dict | None = None,
+                   timeout: int = 120) -> subprocess.CompletedProcess:
+    """What :func:`run_cli` returns, from the CLI's ``main`` in this process.
+
+    For tests of what a command says and returns, where the process itself is not what is
+    tested: no interpreter start and no second import of torch and MLflow (seconds a command).
+    As for :func:`run_cli`, ``env`` is laid over this process's environment and ``cwd`` is the
+    working directory; both are put back afterwards, with MLflow's process-wide tracking URI
+    (which ``mlflow.set_tracking_uri`` also writes into the environment). A usage error
+    (argparse's ``SystemExit``) is its exit code; a command still running after ``timeout``
+    seconds (a refusal that no longer refuses and serves instead) fails the test, as
+    run_cli's timeout would.
+    """
+    import contextlib
+    import io
+    import signal
+
+    from dbspec.cli import main
+
+    tracking = "mlflow.tracking._tracking_service.utils"  # where MLflow keeps the URI
+    saved_uri = getattr(sys.modules.get(tracking), "_tracking_uri", None)
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+
+    def still_running(signum, frame):
+        raise _StillRunning()
+
+    previous_handler = signal.signal(signal.SIGALRM, still_running)
+    try:
+        os.environ.update(env or {})
+        os.chdir(cwd)
+        signal.alarm(timeout)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    code = main(list(args))
+                except SystemExit as exc:  # argparse: 2 for a usage error, 0 for --help
+                    code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) \
+                        else 1
+        except _StillRunning:
+            raise AssertionError(f"dbspec {' '.join(args)} still ran after {timeout} s:\n"
+                                 f"{err.getvalue()[-3000:]}") from None
+        finally:
+            signal.alarm(0)
+    finally:
+        signal.signal(signal.SIGALRM, previous_handler)
+        os.chdir(saved_cwd)
+        if getattr(sys.modules.get(tracking), "_tracking_uri", None) != saved_uri:
+            sys.modules[tracking].set_tracking_uri(saved_uri)
+        for name in set(os.environ) - set(saved_env):
+            del os.environ[name]
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["dbspec", *args], code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     """A fresh project directory: its own .dbspec state and MLflow store."""

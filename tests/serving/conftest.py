@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 import httpx
 import pytest
 
-from tests.conftest import ROOT, checkout_env, run_cli
+from tests.conftest import ROOT, checkout_env, run_in_process
 
 NAME = "diabetes_predictor_smoke"
 FEATURES = ["age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"]
@@ -36,8 +36,8 @@ def registered(tmp_path_factory) -> Registered:
     workdir = tmp_path_factory.mktemp("serving")
     env = {"MLFLOW_TRACKING_URI": ""}
     for extra in ([], ["--set", "training.optimizer.lr=0.03"]):
-        result = run_cli("run", str(ROOT / "specs" / "diabetes.yaml"), "--smoke", "--quiet",
-                         *extra, cwd=workdir, env=env)
+        result = run_in_process("run", str(ROOT / "specs" / "diabetes.yaml"), "--smoke",
+                                "--quiet", *extra, cwd=workdir, env=env, timeout=600)
         assert result.returncode == 0, result.stderr
     return Registered(workdir, f"sqlite:///{workdir / '.dbspec' / 'mlflow.db'}", NAME)
 

@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from dbspec.data.sources import DataError
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, run_in_process
 from tests.serving.conftest import FEATURES, NAME
 
 
@@ -132,9 +132,9 @@ def test_unreadable_inputs_are_clear_errors(model, tmp_path, make, version, mess
 def test_predict_command_scores_a_table_with_a_registered_model(registered, tmp_path):
     source = tmp_path / "in.parquet"
     pq.write_table(rows_table(50), source)
-    result = run_cli("predict", f"models:/{NAME}/2", "--input", str(source), "--output",
-                     str(tmp_path / "out"), cwd=registered.workdir,
-                     env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    result = run_in_process("predict", f"models:/{NAME}/2", "--input", str(source),
+                            "--output", str(tmp_path / "out"), cwd=registered.workdir,
+                            env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
     assert result.returncode == 0, result.stderr
     assert f"wrote 50 rows to {tmp_path / 'out'} (Delta version 0)" in result.stdout
     assert set(read_output(tmp_path / "out")["model_version"].to_pylist()) == {"2"}
@@ -148,8 +148,8 @@ def test_predict_command_scores_a_table_with_a_registered_model(registered, tmp_
      "input nowhere.parquet does not exist"),
 ])
 def test_bad_predict_arguments_are_clear_errors(registered, args, message):
-    result = run_cli("predict", *args, cwd=registered.workdir,
-                     env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    result = run_in_process("predict", *args, cwd=registered.workdir,
+                            env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
     assert result.returncode in (1, 2) and message in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -159,8 +159,8 @@ def test_a_batch_spec_ends_with_predictions_and_rescores_on_every_run(workdir):
     shutil.copy(ROOT / "specs" / "data" / "diabetes_scoring.parquet", workdir / "specs" / "data")
     spec = str(ROOT / "specs" / "diabetes_batch.yaml")
     for attempt in range(2):
-        result = run_cli("run", spec, "--smoke", "--quiet", "--summary-json", "summary.json",
-                         cwd=workdir)
+        result = run_in_process("run", spec, "--smoke", "--quiet", "--summary-json",
+                                "summary.json", cwd=workdir)
         assert result.returncode == 0, result.stderr
     import json
 
@@ -282,6 +282,7 @@ def test_spark_refuses_to_overwrite_a_directory_of_other_files(model, spark, tmp
 
 
 def test_a_spark_master_that_does_not_start_is_a_clear_error(registered, tmp_path):
+    # a process of its own: in this one, dbspec would use the Spark session of the tests above
     pq.write_table(rows_table(5), tmp_path / "in.parquet")
     result = run_cli("predict", f"models:/{NAME}/1", "--input", str(tmp_path / "in.parquet"),
                      "--output", str(tmp_path / "out"), "--engine", "spark", "--master",
@@ -308,12 +309,12 @@ serving:
 def test_with_no_alias_holder_batch_fails_and_serve_says_so(workdir):
     pq.write_table(rows_table(5), workdir / "in.parquet")
     (workdir / "batch.yaml").write_text(REJECTED % "batch")
-    batch = run_cli("run", "batch.yaml", "-q", cwd=workdir)
+    batch = run_in_process("run", "batch.yaml", "-q", cwd=workdir)
     assert batch.returncode == 1
     assert "stage 'batch_predict' failed: nothing to serve: no version of 'never_promoted' " \
            "holds the alias 'production'" in batch.stderr
     assert "did not pass the gates" in batch.stderr
     (workdir / "live.yaml").write_text(REJECTED % "realtime")
-    live = run_cli("run", "live.yaml", "--summary-json", "s.json", cwd=workdir)
+    live = run_in_process("run", "live.yaml", "--summary-json", "s.json", cwd=workdir)
     assert live.returncode == 0, live.stderr  # the run did its job; the endpoint has nothing
     assert "serving        nothing to serve" in live.stdout

@@ -1,4 +1,5 @@
-"""``dbspec serve`` as a real process on 127.0.0.1, driven over HTTP."""
+"""``dbspec serve`` as a real process on 127.0.0.1, driven over HTTP; the refusals, which never
+get as far as serving, and the ``promote`` calls run the CLI in this process."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import requests
 from sklearn.datasets import load_diabetes
 
-from tests.conftest import run_cli
+from tests.conftest import run_in_process
 from tests.serving.conftest import AUTH, FEATURES, NAME, TOKEN
 
 ROWS = load_diabetes().data[:64].astype(np.float32)
@@ -154,8 +155,8 @@ def test_concurrent_requests_are_merged_into_batches(registered, serve):
 def test_watch_alias_swaps_versions_without_dropping_requests(registered, serve):
     store = ["--tracking-uri", registered.tracking_uri]
     cwd = registered.workdir
-    assert run_cli("promote", NAME, "1", "--alias", "live", "--force", *store, cwd=cwd) \
-        .returncode == 0
+    assert run_in_process("promote", NAME, "1", "--alias", "live", "--force", *store,
+                          cwd=cwd).returncode == 0
     server = serve(f"models:/{NAME}@live", "--watch-alias", "--watch-interval", "0.3")
     statuses, stop = [], threading.Event()
 
@@ -169,8 +170,8 @@ def test_watch_alias_swaps_versions_without_dropping_requests(registered, serve)
     for worker in workers:
         worker.start()
     try:
-        assert run_cli("promote", NAME, "2", "--alias", "live", "--force", *store, cwd=cwd) \
-            .returncode == 0
+        assert run_in_process("promote", NAME, "2", "--alias", "live", "--force", *store,
+                              cwd=cwd).returncode == 0
         deadline = time.monotonic() + 30
         while httpx.get(server.url + "/version", headers=AUTH).json()["model_version"] != "2":
             assert time.monotonic() < deadline, server.output()
@@ -223,8 +224,8 @@ def test_the_inference_table_holds_every_answered_request_after_a_graceful_stop(
 
 def test_a_public_address_needs_a_token_or_an_explicit_no_auth(registered):
     env = {"MLFLOW_TRACKING_URI": registered.tracking_uri, "DBSPEC_TOKEN": ""}
-    result = run_cli("serve", f"models:/{NAME}/1", "--host", "0.0.0.0", cwd=registered.workdir,
-                     env=env)
+    result = run_in_process("serve", f"models:/{NAME}/1", "--host", "0.0.0.0",
+                            cwd=registered.workdir, env=env)
     assert result.returncode == 2
     assert "refusing to serve on 0.0.0.0 without authentication" in result.stderr
     assert "--no-auth" in result.stderr and "Traceback" not in result.stderr
@@ -235,9 +236,9 @@ def test_a_busy_port_is_a_clear_error(registered):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = run_cli("serve", f"models:/{NAME}/1", "--port", str(port),
-                         cwd=registered.workdir,
-                         env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+        result = run_in_process("serve", f"models:/{NAME}/1", "--port", str(port),
+                                cwd=registered.workdir,
+                                env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
     assert result.returncode == 2
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
 
@@ -259,8 +260,8 @@ def test_a_busy_port_is_a_clear_error(registered):
      "inference table /proc/dbspec/table: cannot write there"),
 ])
 def test_bad_serve_arguments_are_clear_errors(registered, args, code, message):
-    result = run_cli("serve", *args, cwd=registered.workdir,
-                     env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    result = run_in_process("serve", *args, cwd=registered.workdir,
+                            env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
     assert result.returncode == code, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -270,8 +271,9 @@ def test_a_spec_serves_its_registered_model_and_alias(registered, serve):
     from tests.conftest import ROOT
 
     spec = str(ROOT / "specs" / "diabetes.yaml")
-    result = run_cli("serve", spec, "--set", f"registry.name={NAME}", "--alias", "nobody",
-                     cwd=registered.workdir, env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    result = run_in_process("serve", spec, "--set", f"registry.name={NAME}", "--alias", "nobody",
+                            cwd=registered.workdir,
+                            env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
     assert result.returncode == 1 and "holds the alias 'nobody'" in result.stderr
     server = serve(spec, "--set", f"registry.name={NAME}", "--alias", "live")
     version = httpx.get(server.url + "/version", headers=AUTH).json()
@@ -284,8 +286,9 @@ def test_an_inference_table_path_holding_another_delta_table_is_refused(register
     import pyarrow as pa
 
     write_deltalake(str(tmp_path / "other"), pa.table({"x": [1, 2]}))
-    result = run_cli("serve", f"models:/{NAME}/1", "--inference-table", str(tmp_path / "other"),
-                     cwd=registered.workdir, env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    result = run_in_process("serve", f"models:/{NAME}/1", "--inference-table",
+                            str(tmp_path / "other"), cwd=registered.workdir,
+                            env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
     assert result.returncode == 1 and "is a Delta table of another kind" in result.stderr
 
 
