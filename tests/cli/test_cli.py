@@ -1,4 +1,9 @@
-"""The command line as a user meets it: exit codes, formats, no tracebacks, light imports."""
+"""The command line as a user meets it: exit codes, formats, no tracebacks, light imports.
+
+A real ``python -m dbspec`` process for an exit 0, an exit 1 and ``--version`` (and the import
+checks); the other commands, whose output and exit code are what is checked, run the CLI's
+``main`` in this process (seconds less each).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ASSETS, MINIMAL, ROOT, SPECS, run_cli
+from tests.conftest import ASSETS, MINIMAL, ROOT, SPECS, run_cli, run_in_process
 
 INVALID = sorted(str(p) for p in (ASSETS / "invalid").glob("*.yaml"))
 HEAVY = ("torch", "mlflow", "pyspark", "optuna", "deepspeed", "sklearn", "pandas")
@@ -37,14 +42,14 @@ def test_every_broken_spec_exits_1_without_a_traceback():
     (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
 ])
 def test_usage_errors_exit_2(args, code, message):
-    result = run_cli(*args)
+    result = run_in_process(*args)
     assert result.returncode == code
     assert message in result.stdout + result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_unreadable_file_among_valid_ones_still_checks_the_rest():
-    result = run_cli("validate", "specs/diabetes.yaml", "missing.yaml")
+    result = run_in_process("validate", "specs/diabetes.yaml", "missing.yaml")
     assert result.returncode == 2
     assert "specs/diabetes.yaml: ok" in result.stdout
     assert "missing.yaml: no such file" in result.stdout
@@ -53,7 +58,7 @@ def test_unreadable_file_among_valid_ones_still_checks_the_rest():
 def test_json_format(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(MINIMAL.replace("task: regression", "task: regresion"))
-    result = run_cli("validate", "--format", "json", str(bad), "specs/diabetes.yaml")
+    result = run_in_process("validate", "--format", "json", str(bad), "specs/diabetes.yaml")
     assert result.returncode == 1
     (item,) = json.loads(result.stdout)
     assert set(item) == {"file", "line", "column", "path", "message", "severity", "origin"}
@@ -65,7 +70,7 @@ def test_json_format(tmp_path):
 def test_github_format(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(MINIMAL + "training: {lerning_rate: 0.1}\n")
-    result = run_cli("validate", "--format", "github", str(bad))
+    result = run_in_process("validate", "--format", "github", str(bad))
     (line,) = result.stdout.splitlines()
     assert line.startswith(f"::error file={bad},line=8,col=12,title=training.lerning_rate::")
     assert "unknown key 'lerning_rate'" in line
@@ -80,41 +85,41 @@ def test_github_format_escapes_properties():
 
 
 def test_warnings_pass_unless_strict():
-    ok = run_cli("validate", "specs/synthetic_deepspeed.yaml")
+    ok = run_in_process("validate", "specs/synthetic_deepspeed.yaml")
     assert ok.returncode == 0 and "warning: compute.kind" in ok.stdout
-    strict = run_cli("validate", "--strict", "specs/synthetic_deepspeed.yaml")
+    strict = run_in_process("validate", "--strict", "specs/synthetic_deepspeed.yaml")
     assert strict.returncode == 1
 
 
 def test_target_and_set_on_validate():
-    result = run_cli("validate", "specs/diabetes.yaml", "--target", "prod",
-                     "--set", "training.epochs=0")
+    result = run_in_process("validate", "specs/diabetes.yaml", "--target", "prod",
+                            "--set", "training.epochs=0")
     assert result.returncode == 1
     assert "training.epochs: must be greater than or equal to 1, got 0 " \
            "[from --set training.epochs=0]" in result.stdout
 
 
 def test_plan_formats():
-    text = run_cli("plan", "specs/diabetes.yaml")
+    text = run_in_process("plan", "specs/diabetes.yaml")
     assert text.returncode == 0 and text.stdout.startswith("plan for diabetes-regressor")
-    data = json.loads(run_cli("plan", "specs/diabetes.yaml", "--format", "json").stdout)
+    data = json.loads(run_in_process("plan", "specs/diabetes.yaml", "--format", "json").stdout)
     assert [s["name"] for s in data["stages"]][-2:] == ["promote", "serve"]
-    mermaid = run_cli("plan", "specs/diabetes.yaml", "--format", "mermaid").stdout
+    mermaid = run_in_process("plan", "specs/diabetes.yaml", "--format", "mermaid").stdout
     assert mermaid.startswith("flowchart TD")
 
 
 def test_plan_of_an_invalid_spec_exits_1():
-    result = run_cli("plan", INVALID[0], env={"DBSPEC_TEST_SURELY_UNSET": ""})
+    result = run_in_process("plan", INVALID[0], env={"DBSPEC_TEST_SURELY_UNSET": ""})
     assert result.returncode == 1 and result.stdout == ""
     assert "Traceback" not in result.stderr and result.stderr
 
 
 def test_schema_command_writes_the_committed_schema(tmp_path):
     target = tmp_path / "out" / "schema.json"
-    result = run_cli("schema", "-o", str(target))
+    result = run_in_process("schema", "-o", str(target))
     assert result.returncode == 0
     assert target.read_text() == (ROOT / "schemas" / "dbspec.schema.json").read_text()
-    assert run_cli("schema").stdout == target.read_text()
+    assert run_in_process("schema").stdout == target.read_text()
 
 
 def test_version():
@@ -156,6 +161,6 @@ def test_light_commands_import_no_heavy_library(args):
     ("README.md/x.json", "cannot write README.md/x.json"),
 ])
 def test_schema_to_a_bad_path_is_a_usage_error(target, message):
-    result = run_cli("schema", "-o", target)
+    result = run_in_process("schema", "-o", target)
     assert result.returncode == 2 and message in result.stderr
     assert "Traceback" not in result.stderr

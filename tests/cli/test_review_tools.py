@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import ASSETS, ROOT, run_cli
+from tests.conftest import ASSETS, ROOT, run_in_process
 
 
 def sarif_schema() -> dict:
@@ -20,7 +20,7 @@ def sarif_schema() -> dict:
 
 def test_sarif_output_is_valid_sarif_with_located_results():
     files = sorted(str(p.relative_to(ROOT)) for p in (ASSETS / "invalid").glob("*.yaml"))[:12]
-    result = run_cli("validate", "--format", "sarif", *files, "specs/diabetes.yaml")
+    result = run_in_process("validate", "--format", "sarif", *files, "specs/diabetes.yaml")
     assert result.returncode == 1
     log = json.loads(result.stdout)
     jsonschema.Draft4Validator(sarif_schema()).validate(log)
@@ -37,7 +37,7 @@ def test_sarif_output_is_valid_sarif_with_located_results():
 
 
 def test_sarif_for_a_valid_spec_has_no_results():
-    result = run_cli("validate", "--format", "sarif", "specs/diabetes.yaml")
+    result = run_in_process("validate", "--format", "sarif", "specs/diabetes.yaml")
     assert result.returncode == 0
     log = json.loads(result.stdout)
     jsonschema.Draft4Validator(sarif_schema()).validate(log)
@@ -48,8 +48,8 @@ def test_diff_lists_changed_values_and_the_stages_they_rerun(tmp_path):
     text = (ROOT / "specs" / "diabetes.yaml").read_text()
     changed = text.replace("lr: 0.005", "lr: 0.01").replace("hidden: 32", "hidden: 64")
     (tmp_path / "new.yaml").write_text(changed)
-    result = run_cli("diff", "specs/diabetes.yaml", str(tmp_path / "new.yaml"), "--format",
-                     "json")
+    result = run_in_process("diff", "specs/diabetes.yaml", str(tmp_path / "new.yaml"), "--format",
+                            "json")
     assert result.returncode == 0, result.stderr
     diff = json.loads(result.stdout)
     changes = {c["path"]: (c["old"], c["new"]) for c in diff["changes"]}
@@ -61,13 +61,13 @@ def test_diff_lists_changed_values_and_the_stages_they_rerun(tmp_path):
     assert "training.optimizer.lr" in stages["train"]["because"]
     assert stages["evaluate"]["because"] == ["upstream train reruns"]
     assert diff["unchanged"] == ["load_data", "split", "preprocess"]
-    text_out = run_cli("diff", "specs/diabetes.yaml", str(tmp_path / "new.yaml")).stdout
+    text_out = run_in_process("diff", "specs/diabetes.yaml", str(tmp_path / "new.yaml")).stdout
     assert "  training.optimizer.lr: 0.005 -> 0.01" in text_out
     assert "  train         reruns (" in text_out
 
 
 def test_diff_of_identical_specs_and_across_targets():
-    same = run_cli("diff", "specs/diabetes.yaml", "specs/diabetes.yaml")
+    same = run_in_process("diff", "specs/diabetes.yaml", "specs/diabetes.yaml")
     assert same.returncode == 0 and "no value changed" in same.stdout
     assert "no stage reruns" in same.stdout
 
@@ -82,7 +82,7 @@ def test_diff_reads_a_git_revision(tmp_path):
     git("add", "s.yaml")
     git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
     (tmp_path / "s.yaml").write_text(spec.replace("epochs: 300", "epochs: 50"))
-    result = run_cli("diff", "HEAD:s.yaml", "s.yaml", cwd=tmp_path)
+    result = run_in_process("diff", "HEAD:s.yaml", "s.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "training.epochs: 300 -> 50" in result.stdout
 
@@ -93,7 +93,7 @@ def test_diff_reads_a_git_revision(tmp_path):
     (["specs/diabetes.yaml", "tests/assets/invalid/unknown_keys.yaml"], 1, "unknown_keys.yaml:"),
 ])
 def test_diff_errors(args, code, message):
-    result = run_cli("diff", *args)
+    result = run_in_process("diff", *args)
     assert result.returncode == code
     assert message in result.stderr and "Traceback" not in result.stderr
 
