@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import MINIMAL, checkout_env, run_cli
+from tests.conftest import MINIMAL, checkout_env, run_cli, run_in_process
 
 OBSERVED = MINIMAL + """\
 training: {epochs: 6, batch_size: 64}
@@ -22,6 +22,8 @@ registry: {name: observed_model}
 def observed_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("observed")
     (workdir / "spec.yaml").write_text(OBSERVED)
+    # a process of its own, as a user's run: its output is checked whole (the GPU notice once);
+    # the commands below, whose output alone is checked, run the CLI in this process
     result = run_cli("run", "spec.yaml", "--summary-json", "summary.json", cwd=workdir,
                      env={"MLFLOW_TRACKING_URI": ""})
     assert result.returncode == 0, result.stderr
@@ -32,8 +34,8 @@ def test_event_files_are_readable_by_tensorboard(observed_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     workdir, summary, _ = observed_run
-    fetched = run_cli("tensorboard", "spec.yaml", "--logdir-only", cwd=workdir,
-                      env={"MLFLOW_TRACKING_URI": ""})
+    fetched = run_in_process("tensorboard", "spec.yaml", "--logdir-only", cwd=workdir,
+                             env={"MLFLOW_TRACKING_URI": ""})
     assert fetched.returncode == 0, fetched.stderr
     logdir = fetched.stdout.strip()
     assert summary["run_id"] in logdir
@@ -70,19 +72,20 @@ def test_monitor_metrics_and_the_diagnosis_reach_mlflow(observed_run):
 def test_tensorboard_command_errors(observed_run, tmp_path):
     workdir, summary, _ = observed_run
     env = {"MLFLOW_TRACKING_URI": ""}
-    missing = run_cli("tensorboard", "0123456789abcdef", "--logdir-only", cwd=workdir, env=env)
+    missing = run_in_process("tensorboard", "0123456789abcdef", "--logdir-only", cwd=workdir,
+                             env=env)
     assert missing.returncode == 1 and "no MLflow run 0123456789abcdef" in missing.stderr
     (tmp_path / "spec.yaml").write_text(OBSERVED)
-    never = run_cli("tensorboard", "spec.yaml", cwd=tmp_path, env=env)
+    never = run_in_process("tensorboard", "spec.yaml", cwd=tmp_path, env=env)
     assert never.returncode == 1 and "no finished training" in never.stderr
-    port = run_cli("tensorboard", "spec.yaml", "--port", "70000", cwd=workdir, env=env)
+    port = run_in_process("tensorboard", "spec.yaml", "--port", "70000", cwd=workdir, env=env)
     assert port.returncode == 2 and "--port must be between" in port.stderr
 
 
 def test_a_run_without_tensorboard_has_no_event_files(workdir, write_spec):
     (workdir / "s.yaml").write_text(MINIMAL + "training: {epochs: 2}\n")
-    assert run_cli("run", "s.yaml", "-q", cwd=workdir).returncode == 0
-    result = run_cli("tensorboard", "s.yaml", "--logdir-only", cwd=workdir)
+    assert run_in_process("run", "s.yaml", "-q", cwd=workdir).returncode == 0
+    result = run_in_process("tensorboard", "s.yaml", "--logdir-only", cwd=workdir)
     assert result.returncode == 1 and "set tracking.tensorboard: true" in result.stderr
 
 
