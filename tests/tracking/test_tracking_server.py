@@ -3,7 +3,8 @@
 Each test runs once per store. With the server, every dbspec process runs from its own working
 directory and, where the machine allows it (root and ``unshare``), with the server's directory
 hidden behind an empty tmpfs: whatever it logs must travel through the server's REST and
-artifact API, and the test then finds it under the server's ``--artifacts-destination``.
+artifact API, and the test then finds it under the server's ``--artifacts-destination``. On
+SQLite, with nothing to hide, the commands but ``serve`` run the CLI in this process.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, checkout_env, run_main
+from tests.conftest import ROOT, checkout_env, run_in_process, run_main
 
 SPEC = """\
 name: tracked-regressor
@@ -122,10 +123,18 @@ def environment(store: Store) -> dict:
 
 
 def dbspec(store: Store, *args: str, cwd: Path, timeout: float = 600) -> str:
-    """Run a dbspec command as a user would; its stdout (the test fails with its stderr)."""
+    """Run a dbspec command as a user would; its stdout (the test fails with its stderr).
+
+    On the server, a process of its own that cannot see the server's disk; on SQLite, where
+    there is nothing to hide, the CLI in this process (no interpreter start, no imports again).
+    """
     cwd.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(command(store, *args), cwd=cwd, env=environment(store),
-                            capture_output=True, text=True, timeout=timeout)
+    if store.private is None:
+        result = run_in_process(*args, cwd=cwd, env={"MLFLOW_TRACKING_URI": store.uri},
+                                timeout=int(timeout))
+    else:
+        result = subprocess.run(command(store, *args), cwd=cwd, env=environment(store),
+                                capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"dbspec {shlex.join(args)} failed:\n{result.stderr[-4000:]}"
     assert "Traceback" not in result.stderr, result.stderr[-4000:]
     return result.stdout
