@@ -275,9 +275,14 @@ def test_a_spec_serves_its_registered_model_and_alias(registered, serve):
                             cwd=registered.workdir,
                             env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
     assert result.returncode == 1 and "holds the alias 'nobody'" in result.stderr
-    server = serve(spec, "--set", f"registry.name={NAME}", "--alias", "live")
+    # an alias of this test's own (it used to serve @live, which only the watch-alias test
+    # sets: alone, this test failed)
+    assert run_in_process("promote", NAME, "1", "--alias", "spec_served", "--force",
+                          "--tracking-uri", registered.tracking_uri,
+                          cwd=registered.workdir).returncode == 0
+    server = serve(spec, "--set", f"registry.name={NAME}", "--alias", "spec_served")
     version = httpx.get(server.url + "/version", headers=AUTH).json()
-    assert version["model_uri"] == f"models:/{NAME}@live"
+    assert version["model_uri"] == f"models:/{NAME}@spec_served"
 
 
 def test_an_inference_table_path_holding_another_delta_table_is_refused(registered, tmp_path):
