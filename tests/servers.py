@@ -57,7 +57,12 @@ def start_mlflow_server(root: Path) -> tuple[subprocess.Popen, MlflowServer]:
     port = free_port()
     log = root / "server.log"
     handle = log.open("w")
-    env = {**os.environ, "MLFLOW_TRACKING_URI": ""}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": "",
+           # MLflow's job execution (GenAI judges, trace rollups), which dbspec never uses: on
+           # by default, it starts a huey runner and its workers beside the server, measured 8
+           # more processes that double the start (15-25 s -> 40 s on 2 loaded cores) and
+           # compete with the tests for the CPU all session
+           "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     # a session of its own, so the uvicorn workers it spawns are stopped with it
     process = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server",
