@@ -112,8 +112,10 @@ class SparkCluster:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}/json/",
                                             timeout=5) as r:
                     state = json.load(r)
+                # a killed worker stays listed, DEAD, with the cores it had in use
                 if not state.get("activeapps") and all(
-                        w.get("coresused", 0) == 0 for w in state.get("workers", [])):
+                        w.get("coresused", 0) == 0 for w in state.get("workers", [])
+                        if w.get("state") == "ALIVE"):
                     return
             except (OSError, ValueError):
                 pass
