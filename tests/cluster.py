@@ -180,8 +180,8 @@ def _tools_first(root: Path) -> str:
     return f"{tools}:"
 
 
-def start_cluster(root: Path, hidden: list[str], workers: int = 2) -> SparkCluster:
-    """Start a master and ``workers`` 1-core workers that cannot see ``hidden``."""
+def launch_cluster(root: Path, hidden: list[str], workers: int = 2) -> SparkCluster:
+    """Start a master and ``workers`` 1-core workers that cannot see ``hidden``; no waiting."""
     port, ui = free_port(), free_port()
     shared = Path(tempfile.mkdtemp(prefix="dbspec-shared-", dir=root))
     env = {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
@@ -204,6 +204,15 @@ def start_cluster(root: Path, hidden: list[str], workers: int = 2) -> SparkClust
                                                    start_new_session=True)
     for index in range(workers):
         cluster.start_worker(f"worker-{index}")
+    return cluster
+
+
+def start_cluster(root: Path, hidden: list[str], workers: int = 2) -> SparkCluster:
+    """Start a master and ``workers`` 1-core workers that cannot see ``hidden``; wait for them."""
+    return _registered(launch_cluster(root, hidden, workers), workers)
+
+
+def _registered(cluster: SparkCluster, workers: int = 2) -> SparkCluster:
     try:
         cluster.wait_for_workers(workers)
     except Exception:
@@ -212,15 +221,41 @@ def start_cluster(root: Path, hidden: list[str], workers: int = 2) -> SparkClust
     return cluster
 
 
+_prestarted: list[SparkCluster] = []
+
+
+def prestart_cluster(tmp_path_factory) -> None:
+    """Launch the session's cluster now, when collection shows a test will need it: its JVMs
+    start (20-40 s) beside the tests that run first, and ``spark_cluster`` waits for them.
+    Where workers cannot be hidden nothing is launched (``spark_cluster`` skips)."""
+    hidden = str(tmp_path_factory.getbasetemp())
+    if not mount_namespaces_work(hidden):
+        _prestarted.append(launch_cluster(Path(tempfile.mkdtemp(prefix="dbspec-cluster-")),
+                                          [hidden]))
+
+
+def stop_prestarted_cluster() -> None:
+    """At the session's end: stop a launched cluster no test claimed (say, after ``-x``)."""
+    while _prestarted:
+        cluster = _prestarted.pop()
+        cluster.stop()
+        shutil.rmtree(cluster.root, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
-    """A Spark standalone cluster whose workers cannot see pytest's temporary root."""
+    """A Spark standalone cluster whose workers cannot see pytest's temporary root (launched
+    once the collected tests show one needs it, else on first use)."""
     hidden = str(tmp_path_factory.getbasetemp())
     reason = mount_namespaces_work(hidden)
     if reason:
         pytest.skip(reason)
-    root = Path(tempfile.mkdtemp(prefix="dbspec-cluster-"))  # outside the hidden root
-    cluster = start_cluster(root, [hidden])
+    if _prestarted:
+        cluster = _registered(_prestarted.pop())
+        root = cluster.root
+    else:
+        root = Path(tempfile.mkdtemp(prefix="dbspec-cluster-"))  # outside the hidden root
+        cluster = start_cluster(root, [hidden])
     yield cluster
     cluster.stop()
     shutil.rmtree(root, ignore_errors=True)

@@ -149,3 +149,33 @@ def spark(tmp_path_factory):
 
 from tests.cluster import spark_cluster  # noqa: E402,F401  (a standalone cluster, once per session)
 from tests.servers import mlflow_server  # noqa: E402,F401  (a real mlflow server, once per session)
+
+
+# The session's servers start in the background as soon as collection shows that a test will
+# need them (the tracking tests ask for the server through their `store` fixture), so their
+# start (the MLflow server 10-40 s, the cluster's JVMs 20-40 s, on 2 loaded cores) overlaps the
+# tests that run first instead of adding to the first test that uses them. Still one of each per
+# session, waited for by the fixtures; a run that needs neither starts neither.
+_NEEDS_SERVER = {"mlflow_server", "store"}
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly or not session.items:
+        return
+    from tests import cluster, servers
+
+    needed = set().union(*(getattr(item, "fixturenames", ()) for item in session.items))
+    factory = getattr(session.config, "_tmp_path_factory", None)  # tmp_path_factory's object
+    if factory is None:
+        return
+    if needed & _NEEDS_SERVER:
+        servers.prestart_mlflow_server(factory)
+    if "spark_cluster" in needed:
+        cluster.prestart_cluster(factory)
+
+
+def pytest_sessionfinish(session):
+    from tests import cluster, servers
+
+    servers.stop_prestarted_mlflow_server()
+    cluster.stop_prestarted_cluster()

@@ -52,6 +52,11 @@ def start_mlflow_server(root: Path) -> tuple[subprocess.Popen, MlflowServer]:
     Raises:
         RuntimeError: the server exited or did not answer in time (with its output).
     """
+    return wait_for_mlflow_server(*launch_mlflow_server(root))
+
+
+def launch_mlflow_server(root: Path) -> tuple[subprocess.Popen, MlflowServer]:
+    """Start ``mlflow server`` with its store and artifacts under ``root``; no waiting."""
     artifacts = root / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -70,7 +75,12 @@ def start_mlflow_server(root: Path) -> tuple[subprocess.Popen, MlflowServer]:
          "--artifacts-destination", str(artifacts), "--serve-artifacts",
          "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
         cwd=root, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-    server = MlflowServer(f"http://127.0.0.1:{port}", artifacts, log)
+    return process, MlflowServer(f"http://127.0.0.1:{port}", artifacts, log)
+
+
+def wait_for_mlflow_server(process: subprocess.Popen,
+                           server: MlflowServer) -> tuple[subprocess.Popen, MlflowServer]:
+    """Until a launched server answers /health; stopped and raised about if it does not."""
     deadline = time.monotonic() + _START_SECONDS
     while time.monotonic() < deadline:
         if _healthy(server.uri):
@@ -81,7 +91,7 @@ def start_mlflow_server(root: Path) -> tuple[subprocess.Popen, MlflowServer]:
     stop_mlflow_server(process)
     state = f"exited with {process.returncode}" if process.returncode is not None else \
         f"did not answer {server.uri}/health within {_START_SECONDS} s"
-    raise RuntimeError(f"mlflow server {state}; its output:\n{log.read_text()[-4000:]}")
+    raise RuntimeError(f"mlflow server {state}; its output:\n{server.log.read_text()[-4000:]}")
 
 
 def stop_mlflow_server(process: subprocess.Popen) -> None:
@@ -102,14 +112,33 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         pass  # the whole group is gone already
 
 
+_prestarted: list[tuple[subprocess.Popen, MlflowServer]] = []
+
+
+def prestart_mlflow_server(tmp_path_factory) -> None:
+    """Launch the session's server now, when collection shows a test will need it: it starts
+    (10-40 s) beside the tests that run first, and ``mlflow_server`` waits for it."""
+    _prestarted.append(launch_mlflow_server(tmp_path_factory.mktemp("mlflow-server")))
+
+
+def stop_prestarted_mlflow_server() -> None:
+    """At the session's end: stop a launched server no test claimed (say, after ``-x``)."""
+    while _prestarted:
+        stop_mlflow_server(_prestarted.pop()[0])
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory) -> MlflowServer:
-    """A real ``mlflow server`` on 127.0.0.1 for the whole session (started on first use).
+    """A real ``mlflow server`` on 127.0.0.1 for the whole session (launched once the collected
+    tests show one needs it, else on first use).
 
     ``.uri`` is its ``http://127.0.0.1:PORT``; ``.artifacts`` its ``--artifacts-destination``,
     where everything clients log must end up (they never write there themselves).
     """
-    process, server = start_mlflow_server(tmp_path_factory.mktemp("mlflow-server"))
+    if _prestarted:
+        process, server = wait_for_mlflow_server(*_prestarted.pop())
+    else:
+        process, server = start_mlflow_server(tmp_path_factory.mktemp("mlflow-server"))
     try:
         yield server
     finally:
