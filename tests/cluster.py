@@ -102,8 +102,9 @@ class SparkCluster:
         """Until no application runs and every worker's cores are free again (a stopped
         application's executors take a moment to exit), so the next one gets both workers.
 
-        The bound is generous: under load (CI measured it with other test runs on the same two
-        cores) executors took over 60 s to exit; it is a wait, not a timing assertion."""
+        The bound is generous, a wait, not a timing assertion. (The 60 s that once ran out in a
+        full run was not a slow exit: the worker the DDP test kills stays listed, DEAD, with the
+        core it had in use; only ALIVE workers count now.)"""
         import json
 
         deadline = time.monotonic() + timeout
