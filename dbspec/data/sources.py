@@ -84,6 +84,7 @@ def read_source(data: DataSpec, *, base: Path) -> SourceData:
             frame = pd.read_csv(path, sep=source.delimiter)
         except (ValueError, UnicodeDecodeError) as exc:
             raise DataError(f"data.source.path: cannot read {path} as CSV: {exc}") from None
+        check_csv_header(path, source.delimiter)
         return SourceData(frame, f"csv-{_path_digest(path)}", str(path))
     if source.kind == "parquet":
         import pyarrow.parquet as pq
@@ -99,6 +100,20 @@ def read_source(data: DataSpec, *, base: Path) -> SourceData:
         frame = table.to_pyarrow_table().to_pandas()
         return SourceData(frame, f"delta-v{table.version()}", str(_resolve(source.path, base)))
     raise DataError(_SPARK_ONLY)
+
+
+def check_csv_header(path: Path, delimiter: str) -> None:
+    """pandas renames a repeated column name (``a``, ``a.1``) without a word; a feature list
+    would then silently pick one of them."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        header = next(csv.reader(handle, delimiter=delimiter), [])
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise DataError(f"data.source.path: {path}:1: repeated column name(s) "
+                        f"{', '.join(repr(name) for name in repeated)}: give every column its "
+                        "own name")
 
 
 def _resolve(path: str, base: Path) -> Path:
@@ -118,13 +133,40 @@ def _open_delta(source, base: Path):
     try:
         table = DeltaTable(str(path), version=source.version)
         if source.timestamp is not None:
-            table.load_as_version(source.timestamp)
+            when = _as_of(source.timestamp)
+            _check_after_first_commit(table, when, path)
+            table.load_as_version(when)
+    except DataError:
+        raise
     except TableNotFoundError:
         raise DataError(f"data.source.path: {path} is not a Delta table (no _delta_log)") from None
     except Exception as exc:  # delta-rs reports a missing version or bad timestamp this way
         raise DataError(f"data.source: cannot open Delta table {path} at "
                         f"{_delta_point(source)}: {exc}") from None
     return table
+
+
+def _as_of(timestamp: str):
+    """An ISO-8601 timestamp as an aware datetime; one without a zone is taken as UTC."""
+    from datetime import datetime, timezone
+
+    when = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def _check_after_first_commit(table, when, path: Path) -> None:
+    """delta-rs reads version 0 for a timestamp before the table existed; Spark refuses it.
+    dbspec refuses it too, since those rows were not there at that time."""
+    from datetime import datetime, timezone
+
+    commits = [entry["timestamp"] for entry in table.history() if "timestamp" in entry]
+    if not commits:
+        return
+    first = datetime.fromtimestamp(min(commits) / 1000, tz=timezone.utc)
+    if when < first:
+        raise DataError(f"data.source.timestamp: {when.isoformat()} is before the first commit "
+                        f"of the Delta table {path} (its earliest version is from "
+                        f"{first.isoformat(timespec='seconds')})")
 
 
 def _delta_point(source) -> str:

@@ -61,11 +61,13 @@ def read_source_spark(spark, data: DataSpec, *, base: Path) -> SourceData:
 
 
 def _read(spark, data: DataSpec, base: Path) -> tuple[Any, str, str]:
-    from dbspec.data.sources import resolve_version
+    from dbspec.data.sources import check_csv_header, resolve_version
 
     source = data.source
     if source.kind == "csv":
         path = _resolve(source.path, base)
+        if path.is_file():  # Spark, too, renames a repeated column (a0, a3) without a word
+            check_csv_header(path, source.delimiter)
         frame = (spark.read.option("header", True).option("inferSchema", True)
                  .option("sep", source.delimiter).csv(str(path)))
         return frame, resolve_version(data, base=base), str(path)

@@ -15,6 +15,7 @@ from dbspec.errors import Diagnostic, SpecError, did_you_mean
 from dbspec.spec.document import Document, Node, format_path, read_document
 from dbspec.spec.models import Spec
 from dbspec.spec.models.search import FloatDistribution
+from dbspec.spec.numbers import boolean_numbers
 from dbspec.spec.overrides import apply_assignments, apply_target, list_targets, set_path
 from dbspec.spec.semantics import check_spec
 from dbspec.spec.templating import is_template, render_document
@@ -128,8 +129,11 @@ def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagn
         from dbspec.spec.translate import translate  # only needed when something is wrong
 
         raise SpecError(translate(exc, rendered, Spec)) from None
-    diagnostics = [rendered.diagnostic(f.path, f.message, f.severity, at_key=f.at_key)
-                   for f in check_spec(spec)]
+    diagnostics = [rendered.diagnostic(where, f"expected a number, not the boolean "
+                                          f"{str(value).lower()}")
+                   for where, value in boolean_numbers(spec, rendered.root.to_data())]
+    diagnostics += [rendered.diagnostic(f.path, f.message, f.severity, at_key=f.at_key)
+                    for f in check_spec(spec)]
     if check_search and spec.search is not None:
         diagnostics.extend(_check_space(spec, source, diagnostics))
     if _has_errors(diagnostics):

@@ -28,6 +28,8 @@ _TYPE_WORDS = {
 #: Names pydantic gives union members and wrappers in error locations.
 _LABELS = {"int", "float", "bool", "str", "list", "dict", "tuple", "none", "literal",
            "constrained-int", "constrained-float", "constrained-str", "is-instance"}
+_NUMBER_BOUNDS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                  "multiple_of"}
 _YAML_BOOLEANS = "YAML reads yes/no/on/off/true/false as booleans; quote the value"
 _SHOW_LIMIT = 60
 
@@ -155,6 +157,8 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
             word = entries[0].entry_word
             return (f"each {word} is one key with its settings, like '- linear: {{out: 8}}' or "
                     f"'- relu'; found {_show(value)}"), False
+    if isinstance(value, bool) and kind in _NUMBER_BOUNDS:  # pydantic took it as 0 or 1
+        return f"expected a number, not the boolean {str(value).lower()}", False
     if kind in _TYPE_WORDS:
         hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""
         return f"expected {_TYPE_WORDS[kind]}, got {_show(value)}{hint}", False

@@ -127,6 +127,43 @@ def test_delta_time_travel_records_the_version(tmp_path, frame):
         read_source(missing, base=tmp_path)
 
 
+def test_delta_timestamp_before_the_first_commit_is_refused(tmp_path, frame):
+    """delta-rs would read version 0 for a time at which the table did not exist."""
+    import time
+    from datetime import datetime, timezone
+
+    from deltalake import DeltaTable, write_deltalake
+
+    path = tmp_path / "table"
+    write_deltalake(str(path), frame.iloc[:40])
+    time.sleep(1.1)
+    write_deltalake(str(path), frame.iloc[40:], mode="append")
+    before = data_spec(source={"kind": "delta", "path": str(path),
+                               "timestamp": "2001-01-01T00:00:00Z"}, target="y")
+    with pytest.raises(DataError, match=r"data.source.timestamp: 2001-01-01T00:00:00\+00:00 is "
+                                        "before the first commit"):
+        read_source(before, base=tmp_path)
+    with pytest.raises(DataError, match="before the first commit"):
+        resolve_version(before, base=tmp_path)
+    # between the commits, written without a zone (taken as UTC): version 0's rows
+    first, second = sorted(entry["timestamp"] for entry in DeltaTable(str(path)).history())
+    between = datetime.fromtimestamp((first + second) / 2000, tz=timezone.utc) \
+        .replace(tzinfo=None).isoformat()
+    middle = data_spec(source={"kind": "delta", "path": str(path), "timestamp": between},
+                       target="y")
+    read = read_source(middle, base=tmp_path)
+    assert read.version == "delta-v0" and len(read.frame) == 40
+
+
+def test_repeated_csv_column_names_are_refused(tmp_path):
+    """pandas would read them as ``a`` and ``a.1`` without a word."""
+    path = tmp_path / "rows.csv"
+    path.write_text("a;b;a;y\n1;2;3;4\n5;6;7;8\n")
+    spec = data_spec(source={"kind": "csv", "path": str(path), "delimiter": ";"}, target="y")
+    with pytest.raises(DataError, match=r"rows.csv:1: repeated column name\(s\) 'a'"):
+        read_source(spec, base=tmp_path)
+
+
 def test_not_a_delta_table(tmp_path):
     (tmp_path / "plain").mkdir()
     spec = data_spec(source={"kind": "delta", "path": str(tmp_path / "plain")})
