@@ -56,6 +56,7 @@ def translate(exc: ValidationError, document: Document, root: type[BaseModel]) -
         seen = set()
         for error in errors:
             message, at_key = _message(error, loc, root, document)
+            at_key = at_key or error["loc"][-1:] == ("[key]",)  # the key itself is wrong
             if message not in seen:
                 seen.add(message)
                 out.append(document.diagnostic(loc, message, at_key=at_key))
