@@ -7,6 +7,7 @@ stay free of torch, mlflow, pyspark, optuna and deepspeed, so a pull-request che
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -509,7 +510,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # installed package's entry points, a large part of a cold `validate`.
         os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
-        return handler(args)
+        with _redacted_output():
+            return handler(args)
     except SpecError as exc:
         for diag in exc.diagnostics:
             print(diag.format(), file=sys.stderr)
@@ -522,6 +524,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+class _Redacting:
+    """A text stream that masks values read from the environment (:func:`redact`) in what a
+    command prints: plans, diffs and summaries show ``{{ env.NAME }}``, never the value."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _redacted_output():
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Redacting(sys.stdout), _Redacting(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def _check_names(args: argparse.Namespace) -> None:

@@ -231,3 +231,20 @@ def test_a_run_logs_no_environment_value(tmp_path, monkeypatch):
     assert "{{ env.DBSPEC_TEST_RUN_SECRET }}" in text
     for path in tmp_path.rglob("resolved.yaml"):
         assert secret not in path.read_text()
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_plan_and_diff_print_no_environment_value(tmp_path, token, fmt):
+    """The value of an env-templated setting shows as its template in plan and diff output."""
+    old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    tagged = BASE + 'tracking: {tags: {owner: "%s{{ env.DBSPEC_TEST_GITHUB_TOKEN }}"}}\n'
+    old.write_text(tagged % "")
+    new.write_text(tagged % "team-")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        diffed = main(["diff", str(old), str(new), "--format", fmt])
+        planned = main(["plan", str(new), "--format", fmt])
+    printed = out.getvalue() + err.getvalue()
+    assert (diffed, planned) == (0, 0), printed
+    assert "tracking.tags.owner" in printed and "team-{{ env.DBSPEC_TEST_GITHUB_TOKEN }}" in printed
+    assert "testsecret" not in printed
