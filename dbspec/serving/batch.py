@@ -9,7 +9,10 @@ table, and write the rows with their predictions and the model's name and versio
 - ``spark``: an iterator Arrow UDF (``arrow_udf``) scores Arrow batches of the feature columns;
   the model (its card and weights, broadcast once) is rebuilt once per Python worker and run
   under ``torch.inference_mode``. Only the features travel to Python and only the predictions
-  come back.
+  come back. A local Parquet output is written to a hidden staging directory beside it and
+  swapped into place (:mod:`dbspec.atomic`): a failed or killed job leaves the old output as
+  it was. A remote one (``dbfs:/``, ``s3://``...) is written by Spark in place, with the
+  store's own commit protocol.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional, Tuple
 import numpy as np
 import pyarrow as pa
 
+from dbspec.atomic import is_alive
 from dbspec.data.sources import DataError
 from dbspec.serving.app import LoadedModel
 
@@ -254,20 +258,10 @@ def _remove_leftovers(target: Path) -> None:
         path.unlink(missing_ok=True)
     for path in target.glob(f"{_HIDDEN}*.parquet.partial"):
         pid = path.name[len(_HIDDEN):].split("-", 1)[0]
-        if not pid.isdigit() or not _alive(int(pid)):
+        if not pid.isdigit() or not is_alive(int(pid)):
             path.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False  # an earlier call of this process that was interrupted
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: another user's live process
-        return True
-    return True
 
 
 # -- Spark ----------------------------------------------------------------------------------
@@ -509,28 +503,31 @@ def _write_spark(spark, scored, output: str, fmt: str) -> tuple[int, Optional[in
         scored.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
             .save(output)
         return spark.read.format("delta").load(output).count(), None
-    if fmt == "parquet":
-        scored.write.mode("overwrite").parquet(str(target) if local else output)
-        if local:  # the files' footers know; a Spark count would be another job
-            import pyarrow.dataset as ds
-
-            return ds.dataset(str(target), format="parquet").count_rows(), None
+    if fmt == "parquet" and not local:  # the store's own commit protocol decides
+        scored.write.mode("overwrite").parquet(output)
         return spark.read.parquet(output).count(), None
     if not local:
         raise DataError(f"output {output}: writing Delta to a remote path needs a Spark session "
                         "with the Delta format (Databricks, or the Delta connector)")
-    staging = target.parent / f".{target.name}.staging-{uuid.uuid4().hex[:8]}"
+    import shutil
+
+    import pyarrow.dataset as ds
+
+    from dbspec.atomic import remove_leftovers, replace_directory, staging_for
+
+    remove_leftovers(target)
+    staging = staging_for(target)
     try:
         scored.write.parquet(str(staging))
-        import pyarrow.dataset as ds
+        dataset = ds.dataset(str(staging), format="parquet")
+        rows = dataset.count_rows()  # the files' footers know; a Spark count is another job
+        if fmt == "parquet":  # all or nothing: the old directory until the new one is whole
+            replace_directory(staging, target)
+            return rows, None
         from deltalake import DeltaTable, write_deltalake
 
-        dataset = ds.dataset(str(staging), format="parquet")
-        rows = dataset.count_rows()
         write_deltalake(str(target), dataset.scanner(batch_size=BATCH_ROWS).to_reader(),
                         mode="overwrite", schema_mode="overwrite")
         return rows, DeltaTable(str(target)).version()
     finally:
-        import shutil
-
         shutil.rmtree(staging, ignore_errors=True)

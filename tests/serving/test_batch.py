@@ -318,3 +318,59 @@ def test_with_no_alias_holder_batch_fails_and_serve_says_so(workdir):
     live = run_in_process("run", "live.yaml", "--summary-json", "s.json", cwd=workdir)
     assert live.returncode == 0, live.stderr  # the run did its job; the endpoint has nothing
     assert "serving        nothing to serve" in live.stdout
+
+
+def _parquet_rows(path) -> pa.Table:
+    import pyarrow.dataset as ds
+
+    return ds.dataset(str(path), format="parquet").to_table().sort_by("id")
+
+
+def test_a_failed_spark_parquet_write_keeps_the_previous_output(model, spark, tmp_path):
+    """Spark's own ``mode("overwrite")`` deletes the old files before its tasks write: a job
+    that failed (here: a row the model cannot score, raised in a task) used to leave nothing."""
+    from dbspec.serving.batch import predict_spark
+
+    good, bad, out = tmp_path / "good.parquet", tmp_path / "bad.parquet", tmp_path / "out"
+    pq.write_table(rows_table(40), good)
+    column = FEATURES[0]
+    broken = rows_table(40)
+    broken = broken.set_column(broken.schema.get_field_index(column), column,
+                               pa.array([0.0] * 39 + [None], pa.float64()))
+    pq.write_table(broken, bad)
+    predict_spark(spark, model, str(good), str(out), fmt="parquet")
+    before = sorted(p.name for p in out.iterdir())
+    kept = _parquet_rows(out)
+    with pytest.raises(DataError, match=f"missing values in {column}"):
+        predict_spark(spark, model, str(bad), str(out), fmt="parquet")
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert _parquet_rows(out).equals(kept)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
+
+
+def test_spark_parquet_leftovers_of_killed_writes_are_cleaned_up(model, spark, tmp_path):
+    """A staging directory of a dead writer is deleted; an old output set aside by a write that
+    died between its two renames is put back; a live writer's staging is left alone."""
+    import subprocess
+
+    from dbspec.atomic import remove_leftovers
+    from dbspec.serving.batch import predict_spark
+
+    source, out = tmp_path / "in.parquet", tmp_path / "out"
+    pq.write_table(rows_table(12), source)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".out.staging-{dead.pid}-0badf00d"
+    stale.mkdir()
+    (stale / "part-0.parquet").write_bytes(b"PAR1")
+    live = tmp_path / ".out.staging-1-cafe0123"  # pid 1 never dies
+    live.mkdir()
+    aside = tmp_path / f".out.old-{dead.pid}-feedbeef"
+    predict_spark(spark, model, str(source), str(aside), fmt="parquet")
+    assert sorted(remove_leftovers(out)) == sorted([aside, stale])
+    assert _parquet_rows(out).num_rows == 12  # the set-aside output is back in place
+    pq.write_table(rows_table(5), source)
+    predict_spark(spark, model, str(source), str(out), fmt="parquet")
+    assert _parquet_rows(out).num_rows == 5
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")) == \
+        [live.name]

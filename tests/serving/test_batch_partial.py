@@ -136,3 +136,4 @@ def test_a_failed_write_keeps_the_previous_output(tmp_path, monkeypatch):
         predict_local(fake_model(), str(source), str(out), fmt="parquet", batch_rows=10)
     assert [p.name for p in out.iterdir()] == ["part-dbspec-predictions.parquet"]
     assert readable(out).num_rows == 30
+

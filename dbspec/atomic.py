@@ -1,0 +1,104 @@
+"""All-or-nothing replacement of an output directory.
+
+A writer that cannot make one file (Spark writes a directory of part files) writes into a
+hidden staging directory beside the target, ``.<name>.staging-<pid>-<random>``, and then puts
+it in place with :func:`replace_directory`:
+
+- a new target is one ``rename``;
+- an existing one is swapped with ``renameat2(RENAME_EXCHANGE)`` (Linux 3.15+, on local file
+  systems that support it), so a reader sees the old directory or the new one and never a
+  missing or half-written one; the old contents are then deleted from the staging name;
+- where the exchange is not supported, the old directory is renamed aside
+  (``.<name>.old-<pid>-<random>``) and the new one renamed in: for the moment between the two
+  renames the target is missing, and a kill in that moment leaves the old one aside, which
+  :func:`remove_leftovers` puts back.
+
+A kill before the swap leaves a staging directory and the old output untouched;
+:func:`remove_leftovers`, run by the next write, deletes staging directories of processes that
+are no longer alive.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def staging_for(target: Path) -> Path:
+    """A new hidden staging path beside ``target``, named after this process."""
+    return target.parent / f".{target.name}.staging-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def replace_directory(staging: Path, target: Path) -> None:
+    """Put ``staging`` at ``target`` in one step where the system allows (see the module)."""
+    if not os.path.lexists(target):
+        os.rename(staging, target)
+        return
+    if _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # the old contents, under the staging name
+        return
+    aside = target.parent / f".{target.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.rename(target, aside)
+    os.rename(staging, target)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def remove_leftovers(target: Path) -> list[Path]:
+    """Clean up after killed writes to ``target``; returns what was removed or restored.
+
+    Staging directories of dead processes are deleted. An old directory set aside by a write
+    that died between its two renames is put back when the target is missing, else deleted.
+    """
+    handled = []
+    parent = target.parent
+    if not parent.is_dir():
+        return handled
+    for kind in ("staging", "old"):
+        for path in sorted(parent.glob(f".{target.name}.{kind}-*")):
+            pid = path.name[len(f".{target.name}.{kind}-"):].split("-", 1)[0]
+            if pid.isdigit() and is_alive(int(pid)):
+                continue
+            if kind == "old" and not os.path.lexists(target):
+                os.rename(path, target)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+            handled.append(path)
+    return handled
+
+
+def is_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process other than this one (an earlier, interrupted call of
+    this process left what it left for good)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: another user's live process
+        return True
+    return True
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically; False where the system or file system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EXDEV, errno.EPERM):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
