@@ -28,8 +28,8 @@ import torch
 from dbspec.models.served import prediction_columns
 from dbspec.serving.inference_table import InferenceTable, Record
 from dbspec.serving.metrics import ServerMetrics
-from dbspec.serving.protocol import (RequestError, check_content_type, dumps, error_body,
-                                     parse_body, predictions_body)
+from dbspec.serving.protocol import (RequestError, check_content_type, check_finite_predictions,
+                                     dumps, error_body, parse_body, predictions_body)
 
 _JSON = [(b"content-type", b"application/json")]
 _SLOW_FORWARD_S = 0.002
@@ -150,11 +150,18 @@ class Batcher:
                     item.future.set_exception(RequestError(500, f"the model failed: {exc}"))
             return
         self._forward_s = 0.8 * self._forward_s + 0.2 * (time.perf_counter() - started)
+        finite = bool(np.isfinite(out).all())
         offset = 0
         for item in batch:
+            stop = offset + len(item.x)
             if not item.future.done():
-                item.future.set_result((columns, offset, offset + len(item.x)))
-            offset += len(item.x)
+                try:
+                    if not finite:  # only the requests holding the overflowing rows fail
+                        check_finite_predictions(out, offset, stop)
+                    item.future.set_result((columns, offset, stop))
+                except RequestError as refused:
+                    item.future.set_exception(refused)
+            offset = stop
         self.app.metrics.batch(len(batch), len(x))
 
 

@@ -65,6 +65,18 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-size", type=int, metavar="ROWS")
     parser.add_argument("--max-wait-ms", type=float, metavar="MS")
     parser.add_argument("--max-body-bytes", type=int, metavar="BYTES")
+    parser.add_argument("--max-header-bytes", type=int, metavar="BYTES",
+                        help="largest request line plus headers (default: "
+                             "serving.realtime.max_header_bytes, 65536)")
+    parser.add_argument("--header-timeout", type=float, metavar="SECONDS",
+                        help="time allowed for a request's headers (default: "
+                             "serving.realtime.header_timeout_seconds, 10)")
+    parser.add_argument("--keep-alive-timeout", type=float, metavar="SECONDS",
+                        help="close connections idle this long (default: "
+                             "serving.realtime.keep_alive_timeout_seconds, 5)")
+    parser.add_argument("--max-connections", type=int, metavar="N",
+                        help="most open connections (default: serving.realtime.max_connections, "
+                             "1000)")
     parser.add_argument("--inference-table", metavar="PATH",
                         help="append every answered request to this Delta table")
     parser.add_argument("--watch-alias", action="store_true",
@@ -74,7 +86,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serve_options(args: argparse.Namespace, spec) -> Any:
-    from dbspec.serving.server import ServeOptions
+    from dbspec.serving.server import ConnectionLimits, ServeOptions
 
     realtime = spec.serving.realtime if spec is not None else None
 
@@ -92,6 +104,14 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
                              f"{'0 or more' if name == 'port' else 'at least 1'}, not {value}")
     if args.max_wait_ms is not None and not args.max_wait_ms >= 0:
         raise UsageError(f"--max-wait-ms must be 0 or more, not {args.max_wait_ms}")
+    if args.max_header_bytes is not None and args.max_header_bytes < 1024:
+        raise UsageError(f"--max-header-bytes must be at least 1024, not {args.max_header_bytes}")
+    if args.max_connections is not None and args.max_connections < 1:
+        raise UsageError(f"--max-connections must be at least 1, not {args.max_connections}")
+    for flag, value in (("--header-timeout", args.header_timeout),
+                        ("--keep-alive-timeout", args.keep_alive_timeout)):
+        if value is not None and not 0 < value <= 3600:
+            raise UsageError(f"{flag} must be over 0 and at most 3600 seconds, not {value}")
     if not args.watch_interval > 0 or args.watch_interval == float("inf"):
         raise UsageError(f"--watch-interval must be positive, not {args.watch_interval}")
     table, queue_size = args.inference_table, 10_000
@@ -100,6 +120,11 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
         table, queue_size = realtime.inference_table.path, realtime.inference_table.queue_size
     token_env = args.token_env or (realtime.auth.token_env if realtime is not None
                                    else "DBSPEC_TOKEN")
+    limits = ConnectionLimits(
+        max_header_bytes=pick(args.max_header_bytes, "max_header_bytes", 65_536),
+        header_timeout_s=pick(args.header_timeout, "header_timeout_seconds", 10.0),
+        keep_alive_timeout_s=pick(args.keep_alive_timeout, "keep_alive_timeout_seconds", 5.0),
+        max_connections=pick(args.max_connections, "max_connections", 1000))
     return ServeOptions(
         host=pick(args.host, "host", "127.0.0.1"), port=pick(args.port, "port", 8080),
         token_env=token_env, no_auth=args.no_auth,
@@ -108,7 +133,7 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
         max_body_bytes=pick(args.max_body_bytes, "max_body_bytes", 5_000_000),
         inference_table=Path(table) if table else None, queue_size=queue_size,
         watch_alias=args.watch_alias or bool(realtime is not None and realtime.watch_alias),
-        watch_interval_s=args.watch_interval)
+        watch_interval_s=args.watch_interval, limits=limits)
 
 
 def run_serve(args: argparse.Namespace) -> int:

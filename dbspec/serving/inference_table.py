@@ -1,22 +1,60 @@
-"""The inference table: every answered request appended to a Delta table, off the request path.
+"""The inference table: every answered request appended to a Delta table, kept through a kill.
 
-Requests hand their rows to a bounded queue (``put_nowait``, never a wait); a writer thread
-drains it and appends to Delta with ``deltalake`` once a second or every ``flush_rows`` rows.
 One table row per scored row: ``request_id``, ``timestamp`` (UTC), ``model_name``,
-``model_version``, ``latency_ms``, the feature columns and the prediction columns. A full queue
-drops the request's record and counts it (``dbspec_inference_log_dropped_total``).
+``model_version``, ``latency_ms``, the feature columns and the prediction columns.
+
+Before its response is sent, a request's record is appended to a write-ahead log on the event
+loop: one ``write`` of a framed JSON record to a segment file in ``<table>/.dbspec-wal/``. There
+is no fsync: a killed process (SIGKILL, the OOM killer, a crash) loses nothing the kernel holds,
+while an OS crash or a power cut can lose what the kernel had not written back yet (Linux writes
+dirty pages back within about 30 s). A writer thread appends to Delta once a second or every
+``flush_rows`` rows, one segment at a time, each commit carrying a Delta transaction identifier
+(``txn``: this server's id and the segment's number), and deletes the segment once committed.
+
+At the next start, :meth:`InferenceTable.recover` commits the segments of servers that died (a
+server holds a lock on its own lock file while it runs): a segment whose number the table already
+records was committed before the kill and is only deleted, so no request is logged twice. At most
+``queue_size`` records wait for Delta; more are dropped and counted
+(``dbspec_inference_log_dropped_total``), not logged.
 """
 
 from __future__ import annotations
 
-import queue
+import json
+import os
+import struct
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
+
+from dbspec.faults import pause_point
+
+WAL_DIR = ".dbspec-wal"
+_FRAME = struct.Struct("<II")  # payload length, crc32 of the payload
+
+try:
+    import orjson
+
+    def _encode(value: dict) -> bytes:
+        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=_tolist)
+
+    _decode = orjson.loads
+except ImportError:  # pragma: no cover - orjson comes with the serve extra
+    def _encode(value: dict) -> bytes:
+        return json.dumps(value, default=_tolist, separators=(",", ":")).encode()
+
+    _decode = json.loads
+
+
+def _tolist(value: Any) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.tolist()
+    raise TypeError(f"cannot log {type(value).__name__}")
 
 
 class Record(NamedTuple):
@@ -30,22 +68,87 @@ class Record(NamedTuple):
     predictions: dict[str, np.ndarray]
 
 
+class _Segment:
+    """One write-ahead file and the records it holds, committed to Delta as one version."""
+
+    def __init__(self, directory: Path, writer: str, number: int):
+        self.number = number
+        self.path = directory / f"{writer}.{number:08d}.wal"
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.records: list[Record] = []
+        self.rows = 0
+        self.attempts = 0
+
+    def append(self, record: Record) -> None:
+        """Write ``record`` to the file (raises OSError), then hold it for the Delta commit."""
+        payload = _encode({"id": record.request_id, "ts": record.timestamp,
+                           "model": record.model_name, "version": record.model_version,
+                           "latency_ms": record.latency_ms, "features": record.feature_names,
+                           "x": record.features, "p": record.predictions,
+                           "dtypes": {k: v.dtype.str for k, v in record.predictions.items()}})
+        view = memoryview(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+        while view:
+            view = view[os.write(self.fd, view):]
+        self.records.append(record)
+        self.rows += len(record.features)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def read_segment(path: Path) -> tuple[list[Record], int]:
+    """The records of a segment file, and how many bytes at its end were not a whole record
+    (a write cut by the kill; that request was not answered, as records are written first)."""
+    data = path.read_bytes()
+    records, at = [], 0
+    while at + _FRAME.size <= len(data):
+        size, crc = _FRAME.unpack_from(data, at)
+        payload = data[at + _FRAME.size: at + _FRAME.size + size]
+        if len(payload) < size or zlib.crc32(payload) != crc:
+            break
+        value = _decode(payload)
+        names = tuple(value["features"])
+        records.append(Record(
+            value["id"], value["ts"], value["model"], value["version"], value["latency_ms"],
+            names, np.asarray(value["x"], dtype=np.float32).reshape(-1, len(names)),
+            {k: np.asarray(v, dtype=value["dtypes"][k]) for k, v in value["p"].items()}))
+        at += _FRAME.size + size
+    return records, len(data) - at
+
+
 class InferenceTable:
-    """A background Delta writer with a bounded queue."""
+    """A write-ahead log on the request path and a background Delta writer."""
 
     def __init__(self, path: Path, *, queue_size: int = 10_000,
                  flush_seconds: float = 1.0, flush_rows: int = 20_000):
         self.path = Path(path)
-        self.queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.wal = self.path / WAL_DIR
+        self.queue_size = queue_size
         self.flush_seconds = flush_seconds
         self.flush_rows = flush_rows
-        self.dropped = 0  # incremented on the event loop only
+        self.writer = f"{int(time.time())}-{os.getpid()}-{os.urandom(3).hex()}"
+        self.dropped = 0
         self.written_requests = 0
         self.written_rows = 0
         self.failed_writes = 0
+        self.wal_errors = 0
+        self.replayed_requests = 0
+        self._lock = threading.Lock()  # the current segment, the sealed ones, the pending count
+        self._current: Optional[_Segment] = None
+        self._sealed: list[_Segment] = []
+        self._pending = 0
+        self._numbers = iter(range(1, sys.maxsize))
+        self._lock_fd = -1
+        self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dbspec-inference-table",
                                         daemon=True)
+
+    @property
+    def app_id(self) -> str:
+        return app_id(self.writer)
 
     def check(self) -> None:
         """Fail before serving when the table cannot be written, or is not an inference table.
@@ -63,6 +166,7 @@ class InferenceTable:
             self.path.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile(dir=self.path, prefix=".dbspec-probe-"):
                 pass
+            self.wal.mkdir(exist_ok=True)
         except OSError as exc:
             raise DbspecError(f"inference table {self.path}: cannot write there: "
                               f"{exc.strerror or exc}") from None
@@ -77,72 +181,165 @@ class InferenceTable:
                                   "kind (no request_id, timestamp, model_version columns); "
                                   "give a new path")
 
+    def recover(self) -> tuple[int, int]:
+        """Commit what servers that died left in the write-ahead log (run after :meth:`check`).
+
+        Returns:
+            (requests committed now, bytes of cut-off records skipped).
+
+        Raises:
+            DbspecError: a segment could not be committed (it stays for the next start).
+        """
+        from dbspec.errors import DbspecError
+
+        writers = sorted({p.name.split(".", 1)[0] for p in self.wal.glob("*.wal")})
+        committed = skipped = 0
+        for writer in writers:
+            held = _take_lock(self.wal / f"{writer}.lock")
+            if held is None:
+                continue  # a live server's segments
+            try:
+                for path in sorted(self.wal.glob(f"{writer}.*.wal")):
+                    number = int(path.name.split(".")[1])
+                    records, cut = read_segment(path)
+                    skipped += cut
+                    if records and (_committed_version(self.path, app_id(writer)) or 0) < number:
+                        try:
+                            self._commit(records, app_id(writer), number)
+                        except Exception as exc:
+                            raise DbspecError(f"inference table {self.path}: cannot commit the "
+                                              f"requests a stopped server left in {path}: "
+                                              f"{exc}") from None
+                        committed += len(records)
+                    path.unlink()
+                (self.wal / f"{writer}.lock").unlink(missing_ok=True)
+            finally:
+                os.close(held)
+        self.replayed_requests = committed
+        return committed, skipped
+
     def start(self) -> None:
-        """Start the writer (``dbspec serve`` runs :meth:`check` before it serves)."""
+        """Hold this server's lock, then start the writer (``dbspec serve`` runs :meth:`check`
+        and :meth:`recover` before it serves)."""
+        self.wal.mkdir(parents=True, exist_ok=True)
+        held = _take_lock(self.wal / f"{self.writer}.lock")
+        self._lock_fd = -1 if held is None else held
         self._thread.start()
 
     def offer(self, record: Record) -> None:
-        """Queue a record; drop and count it when the queue is full."""
-        try:
-            self.queue.put_nowait(record)
-        except queue.Full:
-            self.dropped += 1
+        """Log ``record`` before its response goes out; drop and count it when ``queue_size``
+        records already wait for Delta."""
+        with self._lock:
+            if self._pending >= self.queue_size:
+                self.dropped += 1
+                return
+            segment = self._current
+            if segment is None:
+                try:
+                    segment = self._current = _Segment(self.wal, self.writer, next(self._numbers))
+                except OSError as exc:
+                    self._wal_failed(exc)
+                    return
+            try:
+                segment.append(record)
+            except OSError as exc:  # a full disk: nothing after a cut record would be readable
+                self._wal_failed(exc)
+                self._seal()
+                return
+            self._pending += 1
+            if segment.rows >= self.flush_rows:
+                self._wake.set()
 
     def counters(self) -> dict[str, int]:
         return {"dbspec_inference_log_dropped_total": self.dropped,
                 "dbspec_inference_log_written_requests_total": self.written_requests,
                 "dbspec_inference_log_written_rows_total": self.written_rows,
-                "dbspec_inference_log_failed_writes_total": self.failed_writes}
+                "dbspec_inference_log_failed_writes_total": self.failed_writes,
+                "dbspec_inference_log_wal_errors_total": self.wal_errors,
+                "dbspec_inference_log_replayed_requests_total": self.replayed_requests}
 
     def close(self, timeout: float = 30.0) -> None:
-        """Write what is queued, then stop the writer."""
+        """Commit what is logged, stop the writer, release the lock. A segment that could not
+        be committed stays on disk for the next start."""
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self._lock_fd >= 0:
+            if not list(self.wal.glob(f"{self.writer}.*.wal")):
+                (self.wal / f"{self.writer}.lock").unlink(missing_ok=True)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _wal_failed(self, exc: OSError) -> None:
+        self.wal_errors += 1
+        self.dropped += 1
+        if self.wal_errors == 1:
+            print(f"dbspec serve: inference table: cannot write the write-ahead log in "
+                  f"{self.wal}: {exc.strerror or exc}; requests are not logged until it can",
+                  file=sys.stderr, flush=True)
+
+    def _seal(self) -> None:
+        """Close the current segment for new records (under ``_lock``)."""
+        if self._current is not None:
+            self._current.close()
+            if self._current.records:
+                self._sealed.append(self._current)
+            else:
+                self._current.path.unlink(missing_ok=True)
+            self._current = None
 
     def _loop(self) -> None:
-        pending: list[Record] = []
-        rows = 0
-        deadline = time.monotonic() + self.flush_seconds
         while True:
+            self._wake.wait(self.flush_seconds)
+            self._wake.clear()
             stopping = self._stop.is_set()
-            try:
-                record = self.queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                pending.append(record)
-                rows += len(record.features)
-                if rows < self.flush_rows and time.monotonic() < deadline:
-                    continue
-            except queue.Empty:
-                pass
-            while True:  # take the rest without waiting
-                try:
-                    pending.append(self.queue.get_nowait())
-                except queue.Empty:
+            with self._lock:
+                self._seal()
+                sealed = list(self._sealed)
+            for segment in sealed:  # in order: a Delta txn version only grows
+                if not self._write(segment):
                     break
-            if pending:
-                self._write(pending)
-                pending, rows = [], 0
-            if stopping and self.queue.empty():
+            if stopping:
                 return
-            deadline = time.monotonic() + self.flush_seconds
 
-    def _write(self, records: list[Record]) -> None:
-        from deltalake import write_deltalake
+    def _write(self, segment: _Segment) -> bool:
+        try:
+            if segment.attempts and (_committed_version(self.path, self.app_id) or 0) \
+                    >= segment.number:
+                pass  # the failed attempt had committed after all
+            else:
+                segment.attempts += 1
+                self._commit(segment.records, self.app_id, segment.number)
+        except Exception as exc:  # a full disk must not take the endpoint down
+            self.failed_writes += 1
+            if self.failed_writes == 1 or segment.attempts == 1:
+                print(f"dbspec serve: inference table write of {len(segment.records)} "
+                      f"request(s) failed (kept in {segment.path}, retried): {exc}",
+                      file=sys.stderr, flush=True)
+            return False
+        pause_point("inference_table.committed")  # a kill here must not log a request twice
+        segment.path.unlink(missing_ok=True)
+        with self._lock:
+            self._sealed.remove(segment)
+            self._pending -= len(segment.records)
+        self.written_requests += len(segment.records)
+        self.written_rows += segment.rows
+        return True
+
+    def _commit(self, records: list[Record], app: str, number: int) -> None:
+        import pyarrow as pa
+        from deltalake import CommitProperties, Transaction, write_deltalake
 
         groups: dict[tuple, list[Record]] = {}  # a swapped-in model may take other features
         for record in records:
             groups.setdefault(record.feature_names + tuple(record.predictions), []).append(record)
-        try:
-            for group in groups.values():
-                write_deltalake(str(self.path), self._table(group), mode="append",
-                                schema_mode="merge")
-        except Exception as exc:  # a full disk must not take the endpoint down
-            self.failed_writes += 1
-            print(f"dbspec serve: inference table write of {len(records)} request(s) failed: "
-                  f"{exc}", file=sys.stderr, flush=True)
-            return
-        self.written_requests += len(records)
-        self.written_rows += sum(len(r.features) for r in records)
+        tables = [self._table(group) for group in groups.values()]
+        data = tables[0] if len(tables) == 1 else pa.concat_tables(tables,
+                                                                   promote_options="default")
+        write_deltalake(str(self.path), data, mode="append", schema_mode="merge",
+                        commit_properties=CommitProperties(
+                            app_transactions=[Transaction(app, number)]))
 
     def _table(self, records: list[Record]) -> Any:
         import pyarrow as pa
@@ -171,3 +368,33 @@ class InferenceTable:
         for name in records[0].predictions:
             columns[name] = pa.array(np.concatenate([r.predictions[name] for r in records]))
         return pa.table(columns)
+
+
+def app_id(writer: str) -> str:
+    """The Delta transaction identifier of one server's commits."""
+    return f"dbspec-serve-{writer}"
+
+
+def _committed_version(path: Path, app: str) -> Optional[int]:
+    """The last segment number the table records for ``app``; None for none (or no table)."""
+    from deltalake import DeltaTable
+
+    if not (path / "_delta_log").is_dir():
+        return None
+    return DeltaTable(str(path)).transaction_version(app)
+
+
+def _take_lock(path: Path) -> Optional[int]:
+    """An open descriptor holding an exclusive lock on ``path``; None when another process
+    holds it. Without ``fcntl`` (Windows) every lock is taken: one server per table there."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return fd
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd

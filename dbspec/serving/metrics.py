@@ -40,10 +40,18 @@ class Histogram:
         return lines
 
 
+#: Connections the HTTP layer refused or cut, by reason (see ``server.LimitedHttpProtocol``).
+HTTP_REFUSALS = ("too_many_connections", "headers_too_large", "header_timeout", "malformed",
+                 "upgrade")
+
+
 class ServerMetrics:
     """What ``GET /metrics`` reports."""
 
     def __init__(self):
+        self.connections_open = 0
+        self.refused = dict.fromkeys(HTTP_REFUSALS, 0)
+        self.idle_closed = 0
         self.requests: dict[tuple[str, int], int] = {}
         self.latency = Histogram(LATENCY_BUCKETS)
         self.batch_rows = Histogram(BATCH_BUCKETS)
@@ -84,7 +92,18 @@ class ServerMetrics:
                 f"dbspec_rows_scored_total {self.rows_scored}",
                 "# HELP dbspec_model_swaps_total Model versions swapped in by --watch-alias.",
                 "# TYPE dbspec_model_swaps_total counter",
-                f"dbspec_model_swaps_total {self.model_swaps}"]
+                f"dbspec_model_swaps_total {self.model_swaps}",
+                "# HELP dbspec_http_connections_open Open HTTP connections.",
+                "# TYPE dbspec_http_connections_open gauge",
+                f"dbspec_http_connections_open {self.connections_open}",
+                "# HELP dbspec_http_refused_total Requests or connections refused before the app "
+                "saw them, by reason.", "# TYPE dbspec_http_refused_total counter",
+                *(f'dbspec_http_refused_total{{reason="{reason}"}} {count}'
+                  for reason, count in self.refused.items()),
+                "# HELP dbspec_http_idle_closed_total Connections closed with no request in "
+                "progress: idle for keep_alive_timeout_seconds, or silent at max_connections.",
+                "# TYPE dbspec_http_idle_closed_total counter",
+                f"dbspec_http_idle_closed_total {self.idle_closed}"]
         for name, value in extra().items():
             out += [f"# TYPE {name} counter", f"{name} {value}"]
         return "\n".join(out) + "\n"

@@ -189,6 +189,26 @@ def _first_bad(rows: Any) -> str:
     return "a value that is not a number"
 
 
+def check_finite_predictions(out: np.ndarray, start: int, stop: int) -> None:
+    """Refuse a request whose rows ``start:stop`` of the model's output are not all finite.
+
+    Finite inputs can still overflow the network (``3e38`` in every column): answering
+    ``null`` would look like a prediction, and the inference table would keep a NaN.
+
+    Raises:
+        RequestError: 422, naming the request's rows (0-based) that have no finite prediction.
+    """
+    rows = out[start:stop].reshape(stop - start, -1)
+    bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
+    if len(bad):
+        shown = ", ".join(str(i) for i in bad[:10]) + (f" and {len(bad) - 10} more"
+                                                        if len(bad) > 10 else "")
+        noun = "rows" if len(bad) > 1 else "row"
+        raise RequestError(422, f"the model has no finite prediction for {noun} {shown} of "
+                                f"{stop - start} (its output overflowed: values this far outside "
+                                "the training data's range cannot be scored)")
+
+
 def predictions_body(columns: dict[str, np.ndarray], start: int, stop: int) -> bytes:
     """``{"predictions": [{column: value}, ...]}`` for rows ``start:stop``, as MLflow returns."""
     names = list(columns)
@@ -204,7 +224,8 @@ def predictions_body(columns: dict[str, np.ndarray], start: int, stop: int) -> b
 def error_body(status: int, message: str) -> bytes:
     """The JSON body of a refused request, shaped as MLflow's (``error_code``, ``message``)."""
     code = {400: "BAD_REQUEST", 401: "UNAUTHENTICATED", 404: "ENDPOINT_NOT_FOUND",
-            405: "BAD_REQUEST", 413: "REQUEST_LIMIT_EXCEEDED", 415: "BAD_REQUEST",
+            405: "BAD_REQUEST", 408: "DEADLINE_EXCEEDED", 413: "REQUEST_LIMIT_EXCEEDED",
+            415: "BAD_REQUEST", 422: "INVALID_PARAMETER_VALUE", 431: "REQUEST_LIMIT_EXCEEDED",
             503: "TEMPORARILY_UNAVAILABLE"}.get(status, "INTERNAL_ERROR")
     return _dumps({"error_code": code, "message": message})
 

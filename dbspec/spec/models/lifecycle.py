@@ -153,6 +153,16 @@ class RealtimeSpec(SpecModel):
     max_batch_size: int = d("Most rows merged into one forward pass.", default=64, ge=1)
     max_wait_ms: float = d("Longest wait to fill a batch.", default=2.0, ge=0)
     max_body_bytes: int = d("Largest request body.", default=5_000_000, ge=1)
+    max_header_bytes: int = d("Largest request line plus headers; more is refused with 431.",
+                              default=65_536, ge=1024)
+    header_timeout_seconds: float = d("Longest time from a request's first byte to the end of "
+                                      "its headers; then 408 and the connection is closed.",
+                                      default=10.0, gt=0, le=3600)
+    keep_alive_timeout_seconds: float = d("A connection with no request in progress (new, or "
+                                          "between requests) is closed after this long.",
+                                          default=5.0, gt=0, le=3600)
+    max_connections: int = d("Most open connections; more are answered 503 and closed.",
+                             default=1000, ge=1)
     auth: AuthSpec = d("Authentication.", default_factory=AuthSpec)
     inference_table: Optional[InferenceTableSpec] = d("Request logging.", default=None)
     watch_alias: bool = d("Follow alias moves without a restart.", default=False)
