@@ -334,8 +334,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from dbspec.stages.base import Reporter, RunOptions
 
     loaded = _load(args)
+    from dbspec.paths import writable_directory
     from dbspec.spark.placement import resolve_shared_dir
 
+    writable_directory(args.state_dir, "--state-dir")
     kind = _run_executor(args, loaded.spec)
     shared_dir = resolve_shared_dir(loaded.spec, args.shared_dir)
     options = RunOptions(smoke=args.smoke, resume=args.resume, show_progress=not args.quiet,

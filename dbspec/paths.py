@@ -69,3 +69,22 @@ def inside(root: Union[str, os.PathLike], *parts: Union[str, os.PathLike]) -> Pa
 
 
 __all__ = ["NAME_PATTERN", "TARGET_PATTERN", "PathEscape", "check_name", "inside", "is_name"]
+
+
+def writable_directory(path: Union[str, Path], what: str) -> Path:
+    """``path`` as a directory this process can write into, created when missing.
+
+    Raises:
+        DbspecError: ``what`` (``--state-dir``) names a path that cannot be created or written.
+    """
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise DbspecError(f"{what} {directory}: exists and is not a directory") from None
+    except OSError as exc:
+        raise DbspecError(f"{what} {directory}: cannot create it: {exc.strerror or exc}") \
+            from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise DbspecError(f"{what} {directory}: not writable by this user")
+    return directory

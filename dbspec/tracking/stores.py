@@ -1,0 +1,101 @@
+"""A tracking store URI checked before anything uses it: a clear message, in bounded time.
+
+MLflow reports an unusable store from deep inside whatever first touches it, as a SQLAlchemy
+traceback (``sqlite:////etc/passwd``: "file is not a database"), an ``MlflowException`` about
+the file store's maintenance mode (``file:///etc``), an ``ImportError`` of a database driver
+(``postgresql://``) or an unsupported scheme. :func:`check_store` turns each into one
+:class:`TrackingError` line naming the URI; an ``http(s)://`` server is probed with a short
+timeout first (:func:`check_tracking_server`), so nothing waits on MLflow's minutes of retries.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+from urllib.parse import unquote, urlparse
+
+from dbspec.errors import redact
+from dbspec.tracking.mlflow_tracking import TrackingError, check_tracking_server
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def sqlite_path(uri: str) -> Optional[Path]:
+    """The database file of a ``sqlite:///`` URI; None for any other URI or an in-memory one."""
+    if not uri.startswith("sqlite:"):
+        return None
+    path = unquote(urlparse(uri).path)
+    if uri.startswith("sqlite:////"):
+        path = "/" + path.lstrip("/")
+    elif uri.startswith("sqlite:///"):
+        path = path[1:] if path.startswith("/") else path
+    return Path(path) if path and path != ":memory:" else None
+
+
+def check_store(uri: str, *, must_exist: bool) -> None:
+    """Fail with one clear line unless MLflow can use ``uri`` as its tracking store.
+
+    Args:
+        uri: The tracking URI (``sqlite:///...``, ``http(s)://...``, ``databricks``...).
+        must_exist: A command that only reads (``models``, ``promote``) needs the store to be
+            there already; ``run`` may create a SQLite database.
+
+    Raises:
+        TrackingError: naming the URI and what is wrong with it.
+    """
+    shown = redact(uri)
+    check_tracking_server(uri)
+    database = sqlite_path(uri)
+    if database is not None:
+        _check_sqlite_file(database, shown, must_exist=must_exist)
+    if uri.startswith(("databricks", "uc:")):
+        return  # MLflow's Databricks client reports its own credential errors; no probe here
+    file_store = uri.startswith("file:") or "://" not in uri and not uri.startswith("sqlite:")
+    if file_store and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
+        raise TrackingError(f"tracking URI {shown}: MLflow 3 no longer accepts a file store "
+                            "(a directory of runs); use a database such as "
+                            "sqlite:///path/mlflow.db or an MLflow server (http://...)")
+    import mlflow
+
+    from dbspec.tracking.mlflow_tracking import quiet_mlflow
+
+    quiet_mlflow()
+    try:
+        mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments(max_results=1)
+    except Exception as exc:  # SQLAlchemy, MlflowException, a missing driver: all the same here
+        raise TrackingError(f"tracking URI {shown}: {_first_line(exc)}") from None
+
+
+def _check_sqlite_file(database: Path, shown: str, *, must_exist: bool) -> None:
+    if database.is_dir():
+        raise TrackingError(f"tracking URI {shown}: {database} is a directory, not a SQLite "
+                            "database file")
+    if database.exists():
+        try:
+            with open(database, "rb") as handle:
+                head = handle.read(len(_SQLITE_MAGIC))
+        except OSError as exc:
+            raise TrackingError(f"tracking URI {shown}: cannot read {database}: "
+                                f"{exc.strerror or exc}") from None
+        if head and head != _SQLITE_MAGIC:
+            raise TrackingError(f"tracking URI {shown}: {database} is not a SQLite database")
+        return
+    if must_exist:
+        raise TrackingError(f"tracking URI {shown}: no database at {database}: run a spec "
+                            "first, or give the store that holds the runs")
+    parent = database.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrackingError(f"tracking URI {shown}: cannot create {parent}: "
+                            f"{exc.strerror or exc}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise TrackingError(f"tracking URI {shown}: {parent} is not writable")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    if type(exc).__name__ == "ModuleNotFoundError":
+        text = f"the database driver is not installed ({text})"
+    return redact(text.splitlines()[0][:300])
