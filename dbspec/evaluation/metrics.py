@@ -54,10 +54,19 @@ def classification_metrics(y_true: np.ndarray, probabilities: np.ndarray, names:
             fn = {"precision": m.precision_score, "recall": m.recall_score, "f1": m.f1_score}[name]
             out[name] = float(fn(y_true, y_pred, average=average, zero_division=0))
         elif name == "log_loss":
-            out[name] = float(m.log_loss(y_true, np.clip(full, 1e-7, 1 - 1e-7), labels=labels))
+            out[name] = float(m.log_loss(y_true, _probabilities(full), labels=labels))
         elif name == "roc_auc":
-            out[name] = _roc_auc(y_true, probabilities if binary else full, binary)
+            out[name] = _roc_auc(y_true, probabilities if binary else _probabilities(full),
+                                 binary)
     return out
+
+
+def _probabilities(full: np.ndarray) -> np.ndarray:
+    """Rows clipped away from 0 (log_loss is infinite there) and scaled to sum to one again:
+    a float32 softmax sums to 1 ± 1e-7, and clipping moves it further, which sklearn warns
+    about on every multiclass evaluation."""
+    clipped = np.clip(full, 1e-7, 1.0)
+    return clipped / clipped.sum(axis=1, keepdims=True)
 
 
 def _roc_auc(y_true, scores, binary: bool) -> float:

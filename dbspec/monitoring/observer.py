@@ -20,6 +20,14 @@ from dbspec.monitoring.tensorboard import TensorboardLog, settings_of
 _TOLD = False  # whether this process said that GPU metrics are unavailable
 
 
+def gpu_expected(compute) -> bool:
+    """Whether the spec's compute asks for a GPU (``single_gpu``, ``device: cuda``,
+    ``use_gpu: true``); ``auto`` is content with a CPU."""
+    if compute.kind in ("single_gpu", "serverless_gpu"):
+        return True
+    return getattr(compute, "device", None) == "cuda" or getattr(compute, "use_gpu", None) is True
+
+
 class TrainingObserver:
     """Monitor + TensorBoard for one training; use as a context manager around the training."""
 
@@ -40,7 +48,8 @@ class TrainingObserver:
         global _TOLD
         if self.monitor is not None:
             self.monitor.start()
-            if self.monitor.gpu_unavailable and not _TOLD:  # once per process, not per sample
+            if self.monitor.gpu_unavailable and not _TOLD and gpu_expected(self.spec.compute):
+                # once per process, not per sample; on a CPU run there is nothing to miss
                 self._say(f"  monitor: GPU metrics unavailable: {self.monitor.gpu_unavailable}")
                 _TOLD = True
         return self

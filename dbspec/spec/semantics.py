@@ -200,7 +200,8 @@ def _check_model(spec: Spec, found: _Findings) -> None:
                     f"with loss '{loss}' needs {expected}")
     final_layer = layers[-1].key
     if loss in ("bce", "cross_entropy") and final_layer in ("sigmoid", "softmax"):
-        found.warning(last, f"the '{loss}' loss applies {final_layer} itself and expects raw "
+        applies = "a sigmoid" if loss == "bce" else "a softmax"
+        found.warning(last, f"the '{loss}' loss applies {applies} itself and expects raw "
                       f"scores; remove the final {final_layer} layer")
     if loss == "nll" and final_layer != "log_softmax":
         found.warning(last, "the nll loss expects log-probabilities; end with '- log_softmax' "

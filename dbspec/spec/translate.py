@@ -30,6 +30,16 @@ _LABELS = {"int", "float", "bool", "str", "list", "dict", "tuple", "none", "lite
            "constrained-int", "constrained-float", "constrained-str", "is-instance"}
 _NUMBER_BOUNDS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal",
                   "multiple_of"}
+#: Keras's and PyTorch's names of the losses, which did-you-mean alone gets wrong
+#: (``binary_crossentropy`` is closest in spelling to ``cross_entropy``, not ``bce``).
+_OTHER_NAMES = {
+    "binary_crossentropy": "bce", "binary_cross_entropy": "bce", "bcewithlogitsloss": "bce",
+    "bceloss": "bce", "categorical_crossentropy": "cross_entropy",
+    "sparse_categorical_crossentropy": "cross_entropy", "crossentropyloss": "cross_entropy",
+    "crossentropy": "cross_entropy", "mean_squared_error": "mse", "mseloss": "mse",
+    "mean_absolute_error": "mae", "l1loss": "mae", "l1": "mae", "huberloss": "huber",
+    "smoothl1loss": "smooth_l1", "nllloss": "nll",
+}
 _YAML_BOOLEANS = "YAML reads yes/no/on/off/true/false as booleans; quote the value"
 _SHOW_LIMIT = 60
 
@@ -141,6 +151,11 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
         if str(value) in choices and not isinstance(value, bool):
             return f"{_show(value)} is a string here; write {value} without quotes", False
         hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""
+        known = _OTHER_NAMES.get(str(value).lower().replace("-", "_")) \
+            if loc and loc[-1] == "loss" else None
+        if known in choices:  # another library's name for one of ours
+            return (f"unknown value {_show(value)}: dbspec calls this loss '{known}'; expected "
+                    f"{one_of(choices)}"), False
         return f"unknown value {_show(value)}{_suggest(str(value), choices)}{hint}", False
     if kind == "union_tag_invalid":
         choices = _QUOTED.findall(ctx.get("expected_tags", ""))
