@@ -6,19 +6,26 @@ fingerprint is unchanged (``batch_predict`` always runs: its input lives outside
 change reruns what depends on it; ``--from`` forces a stage and its dependents; ``--only`` runs
 the named stages on recorded inputs; ``--resume`` continues an interrupted training from its
 last checkpoint.
+
+One run per run directory at a time (:mod:`dbspec.executors.lock`); a run first ends the MLflow
+runs that dead processes left RUNNING, and SIGTERM unwinds it like Ctrl-C
+(:mod:`dbspec.executors.recovery`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
-from dbspec.executors.state import LocalState, MlflowState
+from dbspec.executors.lock import RunLock
+from dbspec.executors.recovery import RunTerminated, Terminated, sigterm_unwinds
+from dbspec.executors.state import LocalState, MlflowState, state_dir_of
 from dbspec.paths import inside
 from dbspec.plan import Plan, compile_plan
 from dbspec.spec.loader import LoadedSpec
@@ -63,6 +70,8 @@ class LocalExecutor:
         self.reporter = reporter or Reporter(enabled=options.show_progress)
         self.resume_command = resume_command
         self.spark = None
+        self._guarded_depth = 0
+        self._stage_now: Optional[str] = None
 
     def run(self, loaded: LoadedSpec, *, only: Sequence[str] = (),
             from_stage: Optional[str] = None, run_key: Optional[str] = None) -> RunRecord:
@@ -71,7 +80,9 @@ class LocalExecutor:
         Raises:
             UsageError: ``only``/``from_stage`` names no stage of the plan, or ``only`` lacks
                 recorded inputs.
+            RunLocked: another process runs this spec in the same run directory.
             StageFailed: a stage raised; its error is recorded and the run can resume.
+            RunTerminated: SIGTERM stopped the run (recorded as failed; resumable).
         """
         only = tuple(only)
         version = self.data_version(loaded)
@@ -85,18 +96,99 @@ class LocalExecutor:
             if hasattr(stage, "check"):
                 stage.check(loaded.spec)
         self.check_placement(loaded)
-        store = self.state_store(loaded, run_key)
-        state = store.load()
-        if only:
-            self._check_inputs(plan, only, state)
-        failed = True
+        with self.guarded(loaded, run_key):
+            store = self.state_store(loaded, run_key)
+            state = store.load()
+            if only:
+                self._check_inputs(plan, only, state)
+            status = "FAILED"
+            try:
+                record = self._run(loaded, plan, store, state, only=only, from_stage=from_stage)
+                status = "FINISHED"
+                return record
+            except KeyboardInterrupt:
+                status = "KILLED"
+                raise
+            finally:
+                if isinstance(store, MlflowState):
+                    store.finish(status)
+
+    @contextlib.contextmanager
+    def guarded(self, loaded: LoadedSpec, run_key: Optional[str]) -> Iterator[None]:
+        """Hold the run directory's lock, end the MLflow runs dead processes left RUNNING,
+        and turn SIGTERM into :class:`RunTerminated` (re-entrant: the spark executor enters
+        it before its session starts, and the run again inside)."""
+        if self._guarded_depth:
+            self._guarded_depth += 1
+            try:
+                yield
+            finally:
+                self._guarded_depth -= 1
+            return
+        what = f"dbspec run {loaded.spec.name}" + (f" --target {loaded.target}"
+                                                   if loaded.target else "")
+        lock = RunLock(state_dir_of(self.run_dir(loaded), run_key))
+        self._guarded_depth = 1
         try:
-            record = self._run(loaded, plan, store, state, only=only, from_stage=from_stage)
-            failed = False
-            return record
+            with sigterm_unwinds():
+                lock.acquire(what)
+                try:
+                    self._say_lock(lock)
+                    self.end_dead_runs(loaded)
+                    yield
+                except Terminated:
+                    stage = f" during stage '{self._stage_now}'" if self._stage_now else ""
+                    hint = (f"; resume with: {self.resume_command} --resume"
+                            if self.resume_command else "")
+                    raise RunTerminated(f"stopped by SIGTERM{stage}: the stage is recorded as "
+                                        "failed and the MLflow run it had open ended KILLED, "
+                                        f"its metrics flushed{hint}") from None
+                finally:
+                    lock.release()
         finally:
-            if isinstance(store, MlflowState):
-                store.finish("FAILED" if failed else "FINISHED")
+            self._guarded_depth = 0
+            self._stage_now = None
+
+    def _say_lock(self, lock: RunLock) -> None:
+        from dbspec.executors.lock import describe_holder
+
+        if not lock.supported:
+            self._warn(f"warning: {lock.path.parent} is on a file system without file locks: "
+                       "this run is not protected from a second run of the same spec there")
+        elif lock.previous:
+            self._warn(f"warning: taking over {lock.path} from a run that died holding it "
+                       f"({describe_holder(lock.previous)})")
+
+    def _warn(self, text: str) -> None:
+        print(text, file=self.reporter.stream, flush=True)  # even with -q
+
+    def end_dead_runs(self, loaded: LoadedSpec) -> list[str]:
+        """End as KILLED this spec's MLflow runs whose process died on this host."""
+        from dbspec.executors.recovery import end_dead_runs
+        from dbspec.tracking.mlflow_tracking import TrackingError, resolve_tracking_uri
+
+        spec = loaded.spec
+        uri = resolve_tracking_uri(spec, self.project_dir)
+        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+            return []  # a new store: nothing ran there yet
+        import mlflow
+        from mlflow.exceptions import MlflowException
+
+        from dbspec.tracking.mlflow_tracking import quiet_mlflow
+
+        quiet_mlflow()
+        experiment = (spec.tracking.experiment or spec.name) + \
+            ("-smoke" if self.options.smoke else "")
+        try:
+            client = mlflow.MlflowClient(tracking_uri=uri)
+            found = client.get_experiment_by_name(experiment)
+            if found is None:
+                return []
+            return end_dead_runs(client, found.experiment_id, spec=spec.name,
+                                 target=loaded.target, say=self._warn)
+        except MlflowException as exc:
+            raise TrackingError(f"cannot look for runs of {spec.name} left RUNNING in {uri}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
 
     kind = "local"
 
@@ -201,6 +293,7 @@ class LocalExecutor:
                 state["stages"].pop(name, None)  # their inputs are about to change
             store.save(state, changed=(planned.name, *later))
             self.reporter.line(f"> {planned.name}" + (" (resuming)" if resume else ""))
+            self._stage_now = planned.name
             started = time.perf_counter()
             try:
                 output = build_stage(planned).run(ctx)
@@ -211,6 +304,7 @@ class LocalExecutor:
                 raise StageFailed(self._failure_message(loaded, planned.name, exc, directory)) \
                     from None if isinstance(exc, DbspecError) else exc
             tracker = ctx._tracker
+            self._stage_now = None
             seconds = time.perf_counter() - started
             store.publish(planned.name)
             state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
@@ -258,15 +352,18 @@ class SparkExecutor(LocalExecutor):
         from dbspec.spark.probe import check_executors
 
         self.check_placement(loaded)  # before the session: starting one takes seconds
-        self.reporter.line(f"> spark session on {self.master(loaded)}")
-        with spark_session(loaded.spec, self.master_override, say=self.reporter.line) as session:
-            self.spark = session
-            try:
-                check_executors(session, loaded.spec, shared_dir=self.options.shared_dir,
-                                executor=self.kind, say=self.reporter.line)
-                return super().run(loaded, only=only, from_stage=from_stage, run_key=run_key)
-            finally:
-                self.spark = None
+        with self.guarded(loaded, run_key):  # a second run is refused before its session too
+            self.reporter.line(f"> spark session on {self.master(loaded)}")
+            with spark_session(loaded.spec, self.master_override,
+                               say=self.reporter.line) as session:
+                self.spark = session
+                try:
+                    check_executors(session, loaded.spec, shared_dir=self.options.shared_dir,
+                                    executor=self.kind, say=self.reporter.line)
+                    return super().run(loaded, only=only, from_stage=from_stage,
+                                       run_key=run_key)
+                finally:
+                    self.spark = None
 
     def data_version(self, loaded: LoadedSpec) -> str:
         from dbspec.data.spark_sources import spark_version

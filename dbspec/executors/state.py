@@ -9,21 +9,35 @@ different machines that share a tracking server and a run key (``--run-key {{job
 a generated job) hand stages over through it: a task downloads the files of the stages it
 depends on, runs its own and uploads them. Checkpoints stay local (they only serve
 ``--resume`` within one task).
+
+Only a run key with no pipeline run yet, or a pipeline run without ``dbspec/state``, means
+"nothing ran yet": any failure to read the state (a server error, an unreadable entry) is a
+:class:`StateError`, so a job task fails instead of silently redoing every stage.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from dbspec.errors import DbspecError
 from dbspec.paths import inside
 from dbspec.stages.base import write_json
 
 _LOCAL_ONLY = ("checkpoints", "error.txt")
+
+
+class StateError(DbspecError):
+    """The stage state of a run key cannot be read from (or written to) MLflow."""
+
+
+def state_dir_of(run_dir: Path, run_key: Optional[str]) -> Path:
+    """Where a run's ``state.json``/``stages`` live: the run dir, or its ``key-<key>`` slot."""
+    return inside(Path(run_dir), f"key-{_safe(run_key)}") if run_key else Path(run_dir)
 
 
 class LocalState:
@@ -65,45 +79,77 @@ class MlflowState(LocalState):
         from dbspec.tracking.mlflow_tracking import (check_tracking_server, ensure_experiment,
                                                      quiet_mlflow)
 
-        super().__init__(inside(run_dir, f"key-{_safe(key)}"))
+        super().__init__(state_dir_of(run_dir, key))
         quiet_mlflow()
         check_tracking_server(tracking_uri)  # before any stage runs, not minutes into one
         self.client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        self.tracking_uri = tracking_uri
         self.key = key
         self.tags = tags
-        self.experiment_id = ensure_experiment(self.client, experiment, state_dir)
         self._run_id: Optional[str] = None
+        with self._tracking(f"experiment '{experiment}'"):
+            self.experiment_id = ensure_experiment(self.client, experiment, state_dir)
+
+    @contextlib.contextmanager
+    def _tracking(self, what: str) -> Iterator[None]:
+        """Any failure of the tracking store while reading or writing ``what`` becomes a
+        one-line :class:`StateError` (never "nothing ran", never a traceback)."""
+        try:
+            yield
+        except DbspecError:
+            raise
+        except Exception as exc:
+            text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            where = f"MLflow run {self._run_id}" if self._run_id else "MLflow"
+            raise StateError(f"--run-key {self.key}: cannot use {what} in {where} at "
+                             f"{self.tracking_uri}: {type(exc).__name__}"
+                             + (f": {text}" if text else "")) from None
 
     @property
     def run_id(self) -> str:
         """The pipeline run of this key: found by its tag, or created."""
         if self._run_id is None:
-            found = self.client.search_runs(
-                [self.experiment_id], f"tags.`dbspec.run_key` = '{_quote(self.key)}'",
-                max_results=2)
-            if found:
-                self._run_id = found[0].info.run_id
-            else:
-                run = self.client.create_run(
-                    self.experiment_id, run_name=f"dbspec pipeline {self.key}",
-                    tags={"dbspec.run_key": self.key, "dbspec.kind": "pipeline", **self.tags})
-                self._run_id = run.info.run_id
+            from dbspec.tracking.mlflow_tracking import process_tags
+
+            with self._tracking("the pipeline run"):
+                found = self.client.search_runs(
+                    [self.experiment_id], f"tags.`dbspec.run_key` = '{_quote(self.key)}'",
+                    max_results=2)
+                if found:
+                    self._run_id = found[0].info.run_id
+                else:
+                    run = self.client.create_run(
+                        self.experiment_id, run_name=f"dbspec pipeline {self.key}",
+                        tags={"dbspec.run_key": self.key, "dbspec.kind": "pipeline",
+                              **self.tags, **process_tags()})
+                    self._run_id = run.info.run_id
         return self._run_id
 
     def load(self) -> dict[str, Any]:
+        """The recorded stages; empty only when no stage of this key saved anything yet.
+
+        Raises:
+            StateError: the store failed, or a recorded entry cannot be read.
+        """
         stages: dict[str, Any] = {}
-        if not self._has_artifacts("dbspec", "state"):  # no stage has saved anything yet
-            return {"stages": {}}
+        with self._tracking("the stage state"):
+            if not self._has_artifacts("dbspec", "state"):  # no stage has saved anything yet
+                return {"stages": {}}
         with tempfile.TemporaryDirectory() as tmp:
             local = self._download("dbspec/state", Path(tmp), what="the stage state")
             for path in sorted(local.glob("*.json")):
-                entry = json.loads(path.read_text())
+                try:
+                    entry = json.loads(path.read_text())
+                except (OSError, ValueError) as exc:
+                    raise StateError(f"--run-key {self.key}: the recorded state of stage "
+                                     f"'{path.stem}' in MLflow run {self.run_id} is "
+                                     f"unreadable ({exc}); rerun with a new --run-key") from None
                 if entry.get("status") != "invalidated":
                     stages[path.stem] = entry
         return {"stages": stages}
 
     def save(self, state: dict[str, Any], changed: Iterable[str] = ()) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, self._tracking("the stage state"):
             for name in changed:
                 entry = state["stages"].get(name, {"status": "invalidated"})
                 path = Path(tmp) / f"{name}.json"
@@ -116,8 +162,9 @@ class MlflowState(LocalState):
             if target.exists():
                 shutil.rmtree(target)
             target.mkdir(parents=True)
-            if not self._has_artifacts("dbspec/stages", name):  # a stage that wrote no files
-                continue
+            with self._tracking(f"the files of stage '{name}'"):
+                if not self._has_artifacts("dbspec/stages", name):  # it wrote no files
+                    continue
             scratch = inside(target.parent, f".{name}.download")
             local = self._download(f"dbspec/stages/{name}", scratch,
                                    what=f"the files of stage '{name}'")
@@ -143,15 +190,17 @@ class MlflowState(LocalState):
 
     def publish(self, name: str) -> None:
         directory = self.stage_dir(name)
-        for path in sorted(directory.rglob("*")):
-            relative = path.relative_to(directory)
-            if path.is_dir() or relative.parts[0] in _LOCAL_ONLY:
-                continue
-            where = "/".join(("dbspec", "stages", name, *relative.parts[:-1]))
-            self.client.log_artifact(self.run_id, str(path), where)
+        with self._tracking(f"the files of stage '{name}'"):
+            for path in sorted(directory.rglob("*")):
+                relative = path.relative_to(directory)
+                if path.is_dir() or relative.parts[0] in _LOCAL_ONLY:
+                    continue
+                where = "/".join(("dbspec", "stages", name, *relative.parts[:-1]))
+                self.client.log_artifact(self.run_id, str(path), where)
 
     def finish(self, status: str = "FINISHED") -> None:
-        self.client.set_terminated(self.run_id, status)
+        with self._tracking("the pipeline run"):
+            self.client.set_terminated(self.run_id, status)
 
 
 def _safe(key: str) -> str:

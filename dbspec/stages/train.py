@@ -1,4 +1,10 @@
-"""train: build the network, train it, log the run and the served model to MLflow."""
+"""train: build the network, train it, log the run and the served model to MLflow.
+
+Epoch metrics reach MLflow at every checkpoint at the latest (flushed before the checkpoint is
+written), so a killed training never has a checkpoint whose epochs MLflow lacks; a resumed one
+logs each epoch exactly once: epochs MLflow already has are not logged again when they are
+retrained, and epochs the checkpoint has but MLflow lost are logged from its history.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dbspec.errors import DbspecError
+from dbspec.faults import pause_point
 from dbspec.stages.base import StageContext, write_json
 from dbspec.stages.data import load_preprocessing, load_splits, load_table
 
@@ -55,6 +62,7 @@ class TrainStage:
         previous_run = json.loads(run_file.read_text())["run_id"] \
             if ctx.options.resume and run_file.exists() else None
         tracker = ctx.tracker
+        reused = "tune" in ctx.upstream and ctx.output_of("tune")["final_model"] == "best_trial"
         tags = {"dbspec.spec": spec.name, "dbspec.target": ctx.loaded.target or "",
                 "dbspec.smoke": str(ctx.options.smoke).lower(),
                 "dbspec.data_version": ctx.output_of("load_data")["data_version"]}
@@ -65,12 +73,18 @@ class TrainStage:
         with tracker.run(previous_run, tags=tags,
                          system_metrics=spec.tracking.system_metrics) as run_id, observer:
             write_json(run_file, {"run_id": run_id})
+            # a resumed run retrains the epochs after its checkpoint: MLflow may have them
+            logged = tracker.logged_steps() if previous_run is not None else {}
 
             def log_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
-                tracker.log_metrics(metrics, step=epoch)
+                tracker.log_metrics({k: v for k, v in metrics.items()
+                                     if epoch not in logged.get(k, ())}, step=epoch)
+                if checkpoints is not None and checkpoints.due(epoch, last=epoch == epochs - 1):
+                    tracker.flush()  # before the checkpoint of this epoch is written
+                pause_point(f"train.epoch.{epoch}")
                 ctx.reporter.epoch(epoch=epoch, epochs=epochs, metrics=metrics)
 
-            if "tune" in ctx.upstream and ctx.output_of("tune")["final_model"] == "best_trial":
+            if reused:
                 result = _best_trial(ctx)
             elif spec.compute.kind in ("torch_distributor", "deepspeed", "ray"):
                 from dbspec.spark import spark_session
@@ -95,6 +109,8 @@ class TrainStage:
                                   checkpoints=checkpoints, resume=ctx.options.resume,
                                   callbacks=[log_epoch], observer=observer)
             served, outcome = result.served, result.outcome
+            if previous_run is not None and not reused:
+                tracker.log_missing_epochs(outcome.history)  # lost with a killed run's buffer
             findings = observer.finish(device=result.device.type, threads=result.threads,
                                        batch_size=result.batch_size or spec.training.batch_size)
             diagnosis = outcome.extra.get("diagnosis") or [f.text() for f in findings]

@@ -8,11 +8,12 @@ from typing import Any
 
 from dbspec.stages.base import StageContext
 from dbspec.tuning import (
+    GRACE_SECONDS,
     TrialFailed,
     TrialRecord,
     default_study_name,
     direction,
-    fail_interrupted_trials,
+    fail_stale_trials,
     make_pruner,
     make_sampler,
     open_storage,
@@ -59,14 +60,17 @@ class TuneStage:
             raise TrialFailed(f"study '{name}' in {storage} was made for a different search; "
                               "give search.study_name a new name, or remove it to let dbspec "
                               "name the study")
-        interrupted = fail_interrupted_trials(study)
+        interrupted, elsewhere = fail_stale_trials(study)
         done = len(study.trials)
         remaining = max(0, n_trials - done)
+        notes = [f"{interrupted} of dead workers, marked failed"] if interrupted else []
+        notes += [f"{elsewhere} running elsewhere, left alone"] if elsewhere else []
         ctx.reporter.line(f"  study {name}: {done} trial(s) recorded"
-                          + (f" ({interrupted} interrupted, marked failed)" if interrupted else "")
+                          + (f" ({'; '.join(notes)})" if notes else "")
                           + f", {remaining} to run, {parallelism} at a time")
         tracker = ctx.tracker
         with tracker.run(tags={"dbspec.spec": spec.name, "dbspec.study": name,
+                               "dbspec.target": ctx.loaded.target or "",
                                "dbspec.smoke": str(smoke).lower()}) as run_id:
             tracker.log_params({"search.n_trials": str(n_trials), "search.storage": storage,
                                 "search.sampler": search.sampler.name,
@@ -168,7 +172,8 @@ def _run_trials(ctx: StageContext, setup, remaining: int, parallelism: int, seed
     crashed = [p.name for p in processes if p.exitcode != 0]
     if crashed:
         ctx.reporter.line(f"  warning: worker(s) {', '.join(crashed)} exited abnormally; their "
-                          "unfinished trials are marked failed on the next run")
+                          "unfinished trials are marked failed once their heartbeat is "
+                          f"{GRACE_SECONDS} s old (by the next trial or run)")
 
 
 def _run_trials_on_spark(ctx: StageContext, setup, quotas: list[int], seed: int,

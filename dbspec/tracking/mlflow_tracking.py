@@ -3,7 +3,9 @@
 Defaults need nothing running: a SQLite tracking and registry store and artifacts under
 ``.dbspec/`` in the working directory. ``MLFLOW_TRACKING_URI`` in the environment wins over
 the spec, as MLflow users expect. Metrics are buffered and sent in batches (one
-``log_metric`` per step costs more than a small model's step).
+``log_metric`` per step costs more than a small model's step): every few seconds, when the
+train stage writes a checkpoint (so what a checkpoint covers is in MLflow before it exists),
+and on every way out of :meth:`Tracker.run` (an exception, Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 import warnings
 from pathlib import Path
@@ -36,6 +39,46 @@ def quiet_mlflow() -> None:
     # with a tracking server MLflow prints 'View run ... at URL' on stdout after every run,
     # where our summary and --format json output go
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
+
+def process_tags() -> dict[str, str]:
+    """``dbspec.pid`` and ``dbspec.host`` of this process: a later run of the spec ends a run
+    whose process died as KILLED (:func:`dbspec.executors.recovery.end_dead_runs`)."""
+    return {"dbspec.pid": str(os.getpid()), "dbspec.host": socket.gethostname()}
+
+
+def process_alive(pid: int, *, since_ms: Optional[float] = None) -> bool:
+    """Whether process ``pid`` of this host lives (with ``since_ms``: and started before that
+    time, so a PID the kernel has reused for a later process counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True  # no /proc (not Linux): existence is all we know
+    state, started = stat
+    if state in ("Z", "X"):
+        return False  # killed, not yet reaped by its parent
+    return since_ms is None or started is None or started <= since_ms / 1000 + 2
+
+
+def _proc_stat(pid: int) -> Optional[tuple[str, Optional[float]]]:
+    """(state letter, start time in seconds since the epoch) from ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat", encoding="ascii") as handle:
+            boot = next(float(line.split()[1]) for line in handle if line.startswith("btime"))
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+    try:
+        started: Optional[float] = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError, OSError):
+        started = None
+    return fields[0], started
 
 
 def resolve_tracking_uri(spec: Spec, state_dir: Path) -> str:
@@ -133,7 +176,12 @@ class Tracker:
     @contextlib.contextmanager
     def run(self, run_id: Optional[str] = None, *, tags: Optional[dict[str, str]] = None,
             system_metrics: bool = False) -> Iterator[str]:
-        """Start (or re-open) the run; ends it FAILED on an exception, KILLED on Ctrl-C."""
+        """Start (or re-open) the run; ends it FAILED on an exception, KILLED on Ctrl-C or
+        SIGTERM (see :mod:`dbspec.executors.recovery`), after flushing the buffered metrics.
+
+        The run is tagged with this process's PID and host, so a later run can tell that a run
+        left RUNNING belongs to a dead process.
+        """
         import mlflow
 
         if system_metrics:
@@ -141,7 +189,8 @@ class Tracker:
                 self.spec.tracking.system_metrics_interval)
         active = mlflow.start_run(run_id=run_id, experiment_id=self.experiment_id,
                                   run_name=None if run_id else self.spec.tracking.run_name,
-                                  tags=tags, log_system_metrics=system_metrics)
+                                  tags={**(tags or {}), **process_tags()},
+                                  log_system_metrics=system_metrics)
         self.run_id = active.info.run_id
         status = "FINISHED"
         try:
@@ -153,8 +202,13 @@ class Tracker:
             status = "FAILED"
             raise
         finally:
-            self.flush()
-            mlflow.end_run(status=status)
+            try:
+                self.flush()
+            except BaseException:
+                status = "FAILED" if status == "FINISHED" else status
+                raise
+            finally:
+                mlflow.end_run(status=status)
 
     def log_params(self, params: dict[str, str]) -> None:
         from mlflow.entities import Param
@@ -189,6 +243,30 @@ class Tracker:
         for start in range(0, len(buffer), 1000):
             self.client.log_batch(self.run_id, metrics=buffer[start:start + 1000])
         self._last_flush = time.monotonic()
+
+    def logged_steps(self) -> dict[str, set[int]]:
+        """The steps each metric of the run already has in MLflow (what a resumed training
+        must not log again, and the gaps it must fill)."""
+        keys = self.client.get_run(self.run_id).data.metrics
+        return {key: {m.step for m in self.client.get_metric_history(self.run_id, key)}
+                for key in keys}
+
+    def log_missing_epochs(self, history: list[dict[str, float]]) -> int:
+        """Log every epoch of ``history`` (epoch ``i`` at step ``i``) that MLflow lacks.
+
+        A SIGKILLed training loses what its buffer held; the checkpoint it resumes from still
+        has those epochs' metrics. Returns how many metric values were logged.
+        """
+        self.flush()
+        logged = self.logged_steps()
+        missing = 0
+        for epoch, metrics in enumerate(history):
+            fresh = {k: v for k, v in metrics.items() if epoch not in logged.get(k, ())}
+            if fresh:
+                missing += len(fresh)
+                self.log_metrics(fresh, step=epoch)
+        self.flush()
+        return missing
 
     def log_artifact(self, path: Path, artifact_path: Optional[str] = None) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path)

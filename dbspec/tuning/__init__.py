@@ -4,6 +4,15 @@ Each trial applies its suggestions to a copy of the spec at the ``search.space``
 the result, trains, and reports ``search.metric`` every epoch so the pruner really stops weak
 trials. Trials are nested MLflow runs under the study's run; the study lives in Optuna RDB
 storage, so an interrupted search continues where it stopped.
+
+A trial's worker records an Optuna heartbeat every :data:`HEARTBEAT_SECONDS` while the trial
+runs (RDB storages: SQLite, PostgreSQL, MySQL). A RUNNING trial whose heartbeat is older than
+:data:`GRACE_SECONDS` belongs to a dead worker and is marked failed, by Optuna before each new
+trial and by the tune stage when it starts (:func:`fail_stale_trials`). The stage also fails at
+once the RUNNING trials whose worker (recorded as the trial's ``dbspec.worker`` attribute) is a
+process of this host that is gone, so a rerun right after a kill need not wait for the grace
+period. Trials of live workers, in this run or in another process sharing the study, are never
+touched.
 """
 
 from __future__ import annotations
@@ -119,25 +128,76 @@ def storage_url(search: SearchSpec, project_dir: Path, shared_dir: Optional[Path
     return f"sqlite:///{(project_dir / 'optuna.db').resolve()}"
 
 
+#: Seconds between the heartbeats of a running trial.
+HEARTBEAT_SECONDS = 10
+#: A running trial without a heartbeat for this long belongs to a dead worker.
+GRACE_SECONDS = 60
+
+
 def open_storage(url: str):
-    """What Optuna takes as ``storage``: an RDB URL as is, a ``journal:///path`` as a journal
-    file storage."""
-    if not url.startswith("journal://"):
-        return url
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
+    """What Optuna takes as ``storage``: an RDB storage with heartbeats for a database URL, a
+    journal file storage for ``journal:///path`` (Optuna has no heartbeats for journals)."""
+    import warnings
 
-    return JournalStorage(JournalFileBackend(url[len("journal://"):]))
+    from optuna.storages import JournalStorage, RDBStorage
+
+    if url.startswith("journal://"):
+        from optuna.storages.journal import JournalFileBackend
+
+        return JournalStorage(JournalFileBackend(url[len("journal://"):]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # heartbeat_interval is marked experimental
+        return RDBStorage(url, heartbeat_interval=HEARTBEAT_SECONDS, grace_period=GRACE_SECONDS)
 
 
-def fail_interrupted_trials(study) -> int:
-    """Trials left RUNNING by a killed process are marked failed; returns how many."""
+WORKER_ATTR = "dbspec.worker"
+
+
+def worker_attr() -> dict[str, Any]:
+    """This process as a trial's ``dbspec.worker`` attribute (host, PID, start in ms)."""
+    import os
+    import socket
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "since_ms": int(time.time() * 1000)}
+
+
+def fail_stale_trials(study) -> tuple[int, int]:
+    """Mark failed the RUNNING trials of dead workers: Optuna's heartbeat check (a heartbeat
+    older than the grace period), then trials whose worker process is gone from this host.
+
+    Returns:
+        (trials marked failed, trials still RUNNING: live workers', or ones whose death this
+        host cannot see yet: another host's worker within the grace period, or any of another
+        host on a journal storage, which keeps no heartbeats).
+    """
+    import socket
+    import warnings
+
+    import optuna
     from optuna.trial import TrialState
 
-    stale = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
-    for trial in stale:
-        study._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL)
-    return len(stale)
+    from dbspec.tracking.mlflow_tracking import process_alive
+
+    def running():
+        return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+    before = {t.number for t in running()}
+    if not before:
+        return 0, 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fail_stale_trials is marked experimental
+        optuna.storages.fail_stale_trials(study)
+    here = socket.gethostname()
+    for trial in running():
+        worker = trial.user_attrs.get(WORKER_ATTR) or {}
+        if worker.get("host") == here and isinstance(worker.get("pid"), int) and \
+                not process_alive(worker["pid"], since_ms=worker.get("since_ms")):
+            try:
+                study.tell(trial.number, state=TrialState.FAIL)
+            except ValueError:
+                pass  # it finished meanwhile
+    failed = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))}
+    return len(before & failed), len(before & {t.number for t in running()})
 
 
 @dataclass

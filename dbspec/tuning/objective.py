@@ -15,7 +15,16 @@ from typing import Any, Optional
 from dbspec.data import store
 from dbspec.errors import DbspecError
 from dbspec.spec.document import Document
-from dbspec.tuning import ReportFn, TrialFailed, TrialRecord, best_value_of, suggest, timed
+from dbspec.tuning import (
+    WORKER_ATTR,
+    ReportFn,
+    TrialFailed,
+    TrialRecord,
+    best_value_of,
+    suggest,
+    timed,
+    worker_attr,
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,7 @@ class Objective:
 
         search = self.loaded.spec.search
         elapsed = timed()
+        trial.set_user_attr(WORKER_ATTR, worker_attr())  # lets a rerun see this worker die
         values = suggest(trial, search)
         run_id = self._start_run(trial.number, values)
         history: list[dict[str, float]] = []
@@ -120,9 +130,14 @@ class Objective:
     def _start_run(self, number: int, values: dict[str, Any]) -> str:
         from mlflow.entities import Param
 
+        from dbspec.tracking.mlflow_tracking import process_tags
+
         run = self.client.create_run(self.setup.experiment_id, run_name=f"trial-{number}", tags={
             "mlflow.parentRunId": self.setup.parent_run_id, "dbspec.study": self.setup.study_name,
-            "dbspec.trial": str(number), "dbspec.worker_pid": str(os.getpid())})
+            "dbspec.trial": str(number), "dbspec.worker_pid": str(os.getpid()),
+            # a later run of the spec ends this run KILLED if its worker dies
+            "dbspec.spec": self.loaded.spec.name, "dbspec.target": self.setup.target or "",
+            **process_tags()})
         self.client.log_batch(run.info.run_id,
                               params=[Param(k[:250], str(v)[:6000]) for k, v in values.items()])
         return run.info.run_id
