@@ -114,7 +114,10 @@ class ServedModel(nn.Module):
 
         if isinstance(features, pd.DataFrame):
             features = features[self.card.feature_names]
-        x = torch.as_tensor(np.asarray(features, dtype=np.float32))
+        x = np.asarray(features, dtype=np.float32)
+        if not x.flags.writeable:  # pandas 3 hands out read-only views (copy-on-write)
+            x = x.copy()
+        x = torch.from_numpy(x)
         with torch.inference_mode():
             out = self(x).numpy()
         return pd.DataFrame(prediction_columns(self.card, out))
