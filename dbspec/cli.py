@@ -521,11 +521,45 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except DbspecError as exc:
         print(f"error: {redact(str(exc))}", file=sys.stderr)
         return exc.exit_code
+    except ImportError as exc:  # ModuleNotFoundError, importlib.metadata's PackageNotFoundError
+        needed = missing_extra(exc)
+        if needed is None:
+            raise
+        print(f"error: dbspec {args.command} needs {needed}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+#: Which extra brings each third-party module (or distribution) a command may import.
+_EXTRAS = {
+    **dict.fromkeys(("torch", "mlflow", "optuna", "cmaes", "sklearn", "scikit-learn", "numpy",
+                     "pandas", "pyarrow", "deltalake", "psutil", "pynvml", "nvidia-ml-py",
+                     "matplotlib", "tensorboard", "scipy", "sqlalchemy"), "train"),
+    "pyspark": "spark", "py4j": "spark", "deepspeed": "deepspeed", "ray": "ray",
+    **dict.fromkeys(("uvicorn", "httptools", "uvloop", "orjson", "httpx"), "serve"),
+}
+
+
+def missing_extra(exc: ImportError) -> Optional[str]:
+    """What to install for a missing third-party package, or None when ``exc`` is about
+    something else (a module of dbspec itself is a bug, not a missing extra)."""
+    from importlib.metadata import PackageNotFoundError
+
+    if isinstance(exc, PackageNotFoundError):
+        name = str(exc.args[0]) if exc.args else ""
+    elif isinstance(exc, ModuleNotFoundError) and exc.name:
+        name = exc.name
+    else:
+        return None
+    extra = _EXTRAS.get(name.split(".")[0])
+    if extra is None:
+        return None
+    return (f"the '{extra}' extra ({name} is not installed): "
+            f"pip install 'dbspec[{extra}]' (or 'dbspec[all]')")
 
 
 class _Redacting:
