@@ -1,20 +1,51 @@
-"""MLflow model registry: versions, promotion gates, aliases and their history."""
+"""MLflow model registry: versions, promotion gates, aliases and their history.
+
+Integrity under ``kill -9`` and concurrency (what holds on which store is in the README's
+"Registry guarantees"):
+
+- A version is created already tagged ``dbspec.decision=pending`` (the tag travels with
+  ``create_model_version``), so a kill before its gates ran never leaves a version that looks
+  decided. A rerun of the same training run adopts that version instead of registering a
+  duplicate; pending versions of dead processes are tagged ``abandoned``.
+- Every alias move (promotion, ``promote``, ``rollback``) runs in :meth:`Registry.guarded_move`:
+  under a registry-wide lock, the caller decides on the holders it sees, the history entry is
+  written first (an intent), and the holder is re-read right before and after the move; a
+  changed holder means deciding again against the new one.
+- History is append-only, one tag per move; an entry whose move never happened (killed between
+  the two) does not match what followed it and is not taken as a move.
+"""
 
 from __future__ import annotations
 
 import getpass
 import json
+import os
+import random
 import re
+import secrets
+import socket
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Optional
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator, Optional
 
 from dbspec.errors import DbspecError
+from dbspec.faults import pause_point
 from dbspec.spec.models.lifecycle import Gate
 from dbspec.spec.semantics import lower_is_better
 
-HISTORY_TAG = "dbspec.alias_history.{alias}"
-_HISTORY_LIMIT = 50
+HISTORY_TAG = "dbspec.alias_history.{alias}"  # one JSON list: the format before entry tags
+DECISION_TAG = "dbspec.decision"
+RUN_TAG = "dbspec.run_id"
+GATES_TAG = "dbspec.gates"
+OWNER_TAG = "dbspec.pending_owner"  # host:pid of the process that is gating the version
+LEASE_TAG = "dbspec.lock"
+PENDING, ABANDONED = "pending", "abandoned"
+#: Decisions after which a version is no longer "not validated".
+DECIDED = ("promoted", "rejected", "forced")
+#: A pending version whose owner cannot be checked (another host) counts as dead after this.
+PENDING_GRACE_S = 3600.0
+_MOVE_ATTEMPTS = 5
 _MODEL_VERSIONS_TAG = "mlflow.modelVersions"
 # MLflow 3's URI of a logged model: one path segment, no alias (models:/NAME/1 is a version)
 _LOGGED_MODEL_URI = re.compile(r"^models:/(?P<model_id>[^/@]+)$")
@@ -82,14 +113,91 @@ def _versus(gate: Gate, value: Optional[float], champion: Optional[float]) -> Ga
                       f"@{gate.better_than} has {champion:.6g}")
 
 
+@dataclass(frozen=True)
+class RegistrySnapshot:
+    """One read of a registered model: its aliases and tags (history included)."""
+
+    name: str
+    aliases: dict[str, str]
+    tags: dict[str, str]
+
+    def holder(self, alias: str) -> Optional[str]:
+        """The version holding ``alias``, or None."""
+        return self.aliases.get(alias)
+
+    def history(self, alias: str, *, unapplied: bool = False) -> list[dict[str, Any]]:
+        """The moves of ``alias``, oldest first; with ``unapplied``, also the entries whose move
+        never happened (each entry then says ``applied``)."""
+        entries = _history_entries(self.tags, alias, self.holder(alias))
+        return entries if unapplied else [e for e in entries if e["applied"]]
+
+    def replaced(self, alias: str, version: str) -> Optional[str]:
+        """The version ``alias`` held before ``version`` was last promoted to it (rollbacks
+        skipped, so repeated rollbacks step further back)."""
+        for move in reversed(self.history(alias)):
+            if move["version"] == version and move["reason"] != "rollback":
+                return move.get("previous")
+        return None
+
+    def reference(self, alias: str, candidate: str) -> Optional[str]:
+        """The champion ``candidate`` is compared with on ``alias``: the holder, or the version
+        the candidate replaced when it holds the alias already (a promotion killed after the
+        move and resumed)."""
+        holder = self.holder(alias)
+        return self.replaced(alias, candidate) if holder == candidate else holder
+
+
+@dataclass(frozen=True)
+class AliasDecision:
+    """What a caller of :meth:`Registry.guarded_move` wants, given the holders it saw.
+
+    Attributes:
+        version: Where the alias should point; None leaves it where it is.
+        reason: Recorded in the history entry.
+        detail: The caller's own data (its gate results), handed back in the outcome.
+    """
+
+    version: Optional[str]
+    reason: str = ""
+    detail: Any = None
+
+
+@dataclass(frozen=True)
+class AliasOutcome:
+    """The last decision taken, the holder it replaced and whether the alias moved."""
+
+    decision: AliasDecision
+    previous: Optional[str]
+    moved: bool
+
+
+@dataclass(frozen=True)
+class RegisteredVersion:
+    """The version :meth:`Registry.register` made or adopted, and the versions it abandoned."""
+
+    version: str
+    adopted: bool = False
+    abandoned: tuple[str, ...] = field(default=())
+
+
 class Registry:
     """Registered versions, gate records and aliases of one MLflow registry."""
+
+    #: Tag lease (stores other than SQLite): how long it is valid, how long a writer waits
+    #: between writing it and reading it back, and how long to wait for a busy lease.
+    lease_ttl_s = 120.0
+    lease_settle_s = 0.3
+    lock_wait_s = 300.0
 
     def __init__(self, client):
         self.client = client
 
-    def register(self, name: str, model_uri: str, run_id: str, tags: dict[str, str]) -> str:
-        """Create a version of ``name`` from ``model_uri``; returns the version number.
+    def register(self, name: str, model_uri: str, run_id: str,
+                 tags: dict[str, str]) -> RegisteredVersion:
+        """A version of ``name`` from ``model_uri``, created pending, or the undecided version
+        an interrupted register of the same run left behind (adopted, not duplicated).
+
+        Pending versions whose process is dead are tagged ``abandoned`` on the way.
 
         Args:
             name: The registered model (created if missing).
@@ -104,17 +212,66 @@ class Registry:
         except MlflowException:
             self.client.create_registered_model(name)
         model_id = logged_model_id(model_uri)
-        # a REST store (mlflow server, Databricks) refuses a models:/<id> source without its
-        # model_id; the SQLite store accepts it either way
-        version = self.client.create_model_version(name, model_uri, run_id=run_id, tags=tags,
-                                                   model_id=model_id)
+        tags = {**tags, RUN_TAG: run_id, DECISION_TAG: PENDING, OWNER_TAG: _owner()}
+        orphans = [v for v in self._search(name, f"tags.`{RUN_TAG}` = '{run_id}'")
+                   if _undecided(v) and (v.source == model_uri or
+                                         model_id is not None and v.model_id == model_id)]
+        adopted = orphans[0] if orphans else None
+        abandoned = [str(v.version) for v in orphans[1:]]  # duplicates of an older bug
+        for extra in orphans[1:]:
+            self._abandon(name, str(extra.version), f"duplicate of v{adopted.version}")
+        abandoned += self._abandon_dead(name, keep=str(adopted.version) if adopted else None)
+        if adopted is not None:
+            for key, value in tags.items():
+                self.client.set_model_version_tag(name, str(adopted.version), key, value)
+            version = adopted
+        else:
+            # a REST store (mlflow server, Databricks) refuses a models:/<id> source without
+            # its model_id; the SQLite store accepts it either way
+            version = self.client.create_model_version(name, model_uri, run_id=run_id,
+                                                       tags=tags, model_id=model_id)
+            pause_point("register.after_create")
         deadline = time.monotonic() + 300
         while version.status == "PENDING_REGISTRATION" and time.monotonic() < deadline:
             time.sleep(0.2)
             version = self.client.get_model_version(name, version.version)
         if model_id is not None:
             self._link_logged_model(model_id, name, str(version.version))
-        return str(version.version)
+        return RegisteredVersion(str(version.version), adopted is not None, tuple(abandoned))
+
+    def _abandon_dead(self, name: str, keep: Optional[str]) -> list[str]:
+        """Tag ``abandoned`` every pending version (but ``keep``) whose gating process is gone."""
+        found = []
+        for version in self._search(name, f"tags.`{DECISION_TAG}` = '{PENDING}'"):
+            if str(version.version) != keep and self._owner_is_dead(version):
+                self._abandon(name, str(version.version), "its process died before gating it")
+                found.append(str(version.version))
+        return found
+
+    def _owner_is_dead(self, version) -> bool:
+        """The version's run FAILED or KILLED, or its owner process is not running (checked on
+        this host; an owner elsewhere counts as dead after :data:`PENDING_GRACE_S`)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            if version.run_id and self.client.get_run(version.run_id).info.status in (
+                    "FAILED", "KILLED"):
+                return True
+        except MlflowException:
+            return True  # the run is gone
+        host, _, pid = (version.tags or {}).get(OWNER_TAG, "").rpartition(":")
+        if host == socket.gethostname() and pid.isdigit():
+            return not _alive(int(pid))
+        age = time.time() - (version.creation_timestamp or 0) / 1000
+        return bool(host) and age > PENDING_GRACE_S
+
+    def _abandon(self, name: str, version: str, why: str) -> None:
+        self.client.set_model_version_tag(name, version, DECISION_TAG, ABANDONED)
+        self.client.set_model_version_tag(name, version, "dbspec.abandoned", f"{_now()}: {why}")
+
+    def _search(self, name: str, condition: str) -> list[Any]:
+        found = self.client.search_model_versions(f"name = '{name}' and {condition}")
+        return sorted(found, key=lambda v: int(v.version), reverse=True)
 
     def _link_logged_model(self, model_id: str, name: str, version: str) -> None:
         """Record the version on the logged model, as ``mlflow.register_model`` does (the UI
@@ -142,31 +299,100 @@ class Registry:
         for index, result in enumerate(results):
             self.client.set_model_version_tag(name, version, f"dbspec.gate.{index}",
                                               json.dumps(asdict(result)))
-        self.client.set_model_version_tag(name, version, "dbspec.decision", decision)
+        self.client.set_model_version_tag(name, version, DECISION_TAG, decision)
 
-    def move_alias(self, name: str, alias: str, version: str, *, reason: str) -> Optional[str]:
-        """Point ``alias`` at ``version`` and append to its history; returns the old holder."""
+    def snapshot(self, name: str) -> RegistrySnapshot:
+        """Aliases and tags of ``name`` in one read."""
+        model = self._model(name)
+        return RegistrySnapshot(name, {a: str(v) for a, v in (model.aliases or {}).items()},
+                                dict(model.tags or {}))
+
+    def guarded_move(self, name: str, alias: str,
+                     decide: Callable[[RegistrySnapshot], AliasDecision]) -> AliasOutcome:
+        """Move ``alias`` where ``decide`` says, atomically with respect to other dbspec writers.
+
+        Under :meth:`lock`: read the model, ``decide`` on it, append the history entry (before
+        the move, so a kill cannot leave a move without one), re-read and move only if the
+        holder is still the one decided on, re-read after the move; a holder that changed in
+        between (a writer without the lock, an expired lease) means deciding again on what is
+        there now. ``decide`` may raise :class:`RegistryError` to refuse.
+
+        Raises:
+            RegistryError: the refusal of ``decide``, the lock could not be had, or the alias
+                kept changing under the move.
+        """
         from mlflow.exceptions import MlflowException
 
-        previous = self.holder(name, alias)
-        old = str(previous.version) if previous is not None else None
-        try:
-            self.client.set_registered_model_alias(name, alias, version)
-        except MlflowException as exc:
-            raise RegistryError(f"cannot set @{alias} on {name} v{version}: "
-                                f"{exc.message.splitlines()[0]}") from None
-        history = self.history(name, alias)
-        history.append({"version": version, "previous": old, "at": _now(),
-                        "by": getpass.getuser(), "reason": reason})
-        self.client.set_registered_model_tag(name, HISTORY_TAG.format(alias=alias),
-                                             json.dumps(history[-_HISTORY_LIMIT:]))
-        return old
+        with self.lock(name) as lease:
+            for _ in range(_MOVE_ATTEMPTS):
+                seen = self.snapshot(name)
+                if not lease.held(seen.tags):
+                    continue  # the lease ran out and was taken again: read anew
+                old = seen.holder(alias)
+                decision = decide(seen)
+                if decision.version is None or str(decision.version) == old:
+                    return AliasOutcome(decision, old, moved=False)
+                target = str(decision.version)
+                self._append_history(seen, alias, {
+                    "version": target, "previous": old, "at": _now(),
+                    "by": getpass.getuser(), "reason": decision.reason})
+                pause_point("promote.before_move")
+                if not lease.held() or self._holder_version(name, alias) != old:
+                    continue  # moved since we decided: decide again on the new holder
+                try:
+                    self.client.set_registered_model_alias(name, alias, target)
+                except MlflowException as exc:
+                    raise RegistryError(f"cannot set @{alias} on {name} v{target}: "
+                                        f"{exc.message.splitlines()[0]}") from None
+                pause_point("promote.after_move")
+                if self._holder_version(name, alias) == target:
+                    return AliasOutcome(decision, old, moved=True)
+        raise RegistryError(f"@{alias} of {name} kept changing while dbspec moved it "
+                            f"({_MOVE_ATTEMPTS} tries): something moves it without dbspec's "
+                            "lock; try again")
+
+    def _holder_version(self, name: str, alias: str) -> Optional[str]:
+        found = self.holder(name, alias)
+        return str(found.version) if found is not None else None
+
+    def move_alias(self, name: str, alias: str, version: str, *, reason: str) -> Optional[str]:
+        """Point ``alias`` at ``version`` unconditionally (with its history); returns the old
+        holder."""
+        return self.guarded_move(name, alias, lambda _: AliasDecision(version, reason)).previous
+
+    def _append_history(self, seen: RegistrySnapshot, alias: str, entry: dict) -> None:
+        """One new tag per move, keyed by time (never before the newest entry, whatever the
+        clocks say) and a random part, so concurrent writers never overwrite each other."""
+        base = HISTORY_TAG.format(alias=alias) + "."
+        stamps = [int(k[len(base):].split("-")[0]) for k in seen.tags
+                  if k.startswith(base) and k[len(base):].split("-")[0].isdigit()]
+        stamp = max([time.time_ns(), *(s + 1 for s in stamps)])
+        key = f"{base}{stamp:020d}-{secrets.token_hex(4)}"
+        self.client.set_registered_model_tag(seen.name, key, json.dumps(entry))
 
     def history(self, name: str, alias: str) -> list[dict[str, Any]]:
-        """Every recorded move of ``alias``, oldest first."""
-        model = self._model(name)
-        raw = model.tags.get(HISTORY_TAG.format(alias=alias))
-        return json.loads(raw) if raw else []
+        """Every move of ``alias`` that happened, oldest first."""
+        return self.snapshot(name).history(alias)
+
+    @contextmanager
+    def lock(self, name: str) -> Iterator["_Lease"]:
+        """Exclusive access to ``name``'s aliases among dbspec processes.
+
+        A SQLite store: an ``flock`` on a file beside the database (every process on this
+        host). Any other store (an mlflow server, Databricks): a lease in the registered
+        model's ``dbspec.lock`` tag, see :class:`_TagLease`.
+        """
+        path = _sqlite_path(getattr(self.client, "_registry_uri", None) or "")
+        if path is None:
+            lease = _TagLease(self, name)
+            lease.acquire()
+            try:
+                yield lease
+            finally:
+                lease.release()
+            return
+        with _file_lock(f"{path}.dbspec-lock", self.lock_wait_s):
+            yield _Lease()
 
     def versions(self, name: str) -> list[Any]:
         """Every version of ``name``, newest first."""
@@ -194,6 +420,168 @@ class Registry:
 
             raise RegistryError(f"no registered model '{name}'{did_you_mean(name, names)}; "
                                 f"known: {', '.join(names) or 'none'}") from None
+
+
+class _Lease:
+    """A held lock that cannot be lost (the file lock)."""
+
+    def held(self, tags: Optional[dict[str, str]] = None) -> bool:
+        """Whether the lock is still ours (``tags``: the model's, when just read)."""
+        return True
+
+
+class _TagLease(_Lease):
+    """A lease in a registered-model tag: ``{"owner", "expires", "by"}``.
+
+    MLflow has no compare-and-set, so a writer takes a free (or expired) lease by writing it,
+    waiting :attr:`Registry.lease_settle_s` and reading it back: of writers that raced, the
+    last write wins and the others see it and wait. This excludes as long as no writer takes
+    longer than the settle time between reading the lease free and writing it, and holders
+    finish within the lease's time (clocks agreeing to well under it); the re-reads around
+    each move are the second line of defence.
+    """
+
+    def __init__(self, registry: Registry, name: str):
+        self.registry, self.name = registry, name
+        self.token = secrets.token_hex(8)
+        self.expires = 0.0
+
+    def _current(self, tags: dict[str, str]) -> Optional[dict]:
+        """The unexpired lease in ``tags``, or None."""
+        try:
+            lease = json.loads(tags.get(LEASE_TAG) or "null")
+        except json.JSONDecodeError:
+            return None
+        return lease if isinstance(lease, dict) and lease.get("expires", 0) > time.time() \
+            else None
+
+    def _ours(self, tags: dict[str, str]) -> bool:
+        lease = self._current(tags)
+        return lease is not None and lease.get("owner") == self.token
+
+    def acquire(self) -> None:
+        registry = self.registry
+        deadline = time.monotonic() + registry.lock_wait_s
+        while True:
+            lease = self._current(registry.snapshot(self.name).tags)
+            if lease is None or lease.get("owner") == self.token:
+                self._write()
+                time.sleep(registry.lease_settle_s)
+                if self._ours(registry.snapshot(self.name).tags):
+                    return
+            elif time.monotonic() > deadline:
+                raise RegistryError(f"the registry lock on {self.name} (its {LEASE_TAG} tag) is "
+                                    f"held by {lease.get('by', '?')}; waited "
+                                    f"{registry.lock_wait_s:.0f} s. A dead holder's lease "
+                                    "expires by itself; try again later")
+            time.sleep(random.uniform(0.05, 0.25))
+
+    def _write(self) -> None:
+        self.expires = time.time() + self.registry.lease_ttl_s
+        value = {"owner": self.token, "expires": self.expires, "by": _owner()}
+        self.registry.client.set_registered_model_tag(self.name, LEASE_TAG, json.dumps(value))
+
+    def held(self, tags: Optional[dict[str, str]] = None) -> bool:
+        """True while the lease is ours (renewed past half its time); else it is taken again
+        and the caller must read anew (False)."""
+        if self._ours(self.registry.snapshot(self.name).tags if tags is None else tags):
+            if self.expires - time.time() < self.registry.lease_ttl_s / 2:
+                self._write()
+            return True
+        self.acquire()
+        return False
+
+    def release(self) -> None:
+        if self._ours(self.registry.snapshot(self.name).tags):
+            self.registry.client.delete_registered_model_tag(self.name, LEASE_TAG)
+
+
+@contextmanager
+def _file_lock(path: str, wait: float) -> Iterator[None]:
+    """``flock`` on ``path`` (separate opens exclude each other, threads included)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise RegistryError(f"cannot open the registry lock {path}: {exc.strerror}") from None
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
+                    raise RegistryError(f"the registry lock {path} is held by {holder}; waited "
+                                        f"{wait:.0f} s") from None
+                time.sleep(0.01)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, _owner().encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _history_entries(tags: dict[str, str], alias: str, holder: Optional[str]) -> list[dict]:
+    """The legacy JSON list, then one entry per tag in key order. An entry is ``applied`` when
+    what followed it starts from its version (the next entry's ``previous``, or the current
+    holder for the last one): an intent whose move was killed is not."""
+    base = HISTORY_TAG.format(alias=alias)
+    legacy = [{**e, "applied": True} for e in _load_list(tags.get(base))]
+    entries = []
+    for key in sorted(k for k in tags if k.startswith(base + ".")):
+        entry = _load_entry(tags[key])
+        if entry is not None:
+            entries.append({**entry, "id": key[len(base) + 1:]})
+    for index, entry in enumerate(entries):
+        after = entries[index + 1].get("previous") if index + 1 < len(entries) else holder
+        entry["applied"] = after == entry.get("version")
+    return legacy + entries
+
+
+def _load_list(raw: Optional[str]) -> list[dict]:
+    try:
+        found = json.loads(raw) if raw else []
+    except json.JSONDecodeError:
+        return []
+    return [e for e in found if isinstance(e, dict) and "version" in e] \
+        if isinstance(found, list) else []
+
+
+def _load_entry(raw: str) -> Optional[dict]:
+    try:
+        entry = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    return entry if isinstance(entry, dict) and "version" in entry else None
+
+
+def _undecided(version) -> bool:
+    return (version.tags or {}).get(DECISION_TAG) not in DECIDED
+
+
+def _sqlite_path(uri: str) -> Optional[str]:
+    """The database file of a ``sqlite:///`` URI; None for any other store (or in memory)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?")[0]
+    return path if path and path != ":memory:" else None
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def logged_model_id(model_uri: str) -> Optional[str]:

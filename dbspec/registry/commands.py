@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from dbspec.registry import GateResult, Registry, RegistryError, check_gates
+from dbspec.registry import (DECIDED, DECISION_TAG, GATES_TAG, AliasDecision, GateResult,
+                             Registry, RegistryError, RegistrySnapshot, check_gates)
 
 
 def open_registry(tracking_uri: Optional[str], state_dir: Path) -> Registry:
@@ -31,9 +32,9 @@ def open_registry(tracking_uri: Optional[str], state_dir: Path) -> Registry:
 
 def describe_models(registry: Registry, name: str) -> dict[str, Any]:
     """Versions (newest first) with aliases, decision, gate results and test metrics."""
-    model = registry._model(name)
+    seen = registry.snapshot(name)
     aliases: dict[str, list[str]] = {}
-    for alias, version in (model.aliases or {}).items():
+    for alias, version in seen.aliases.items():
         aliases.setdefault(str(version), []).append(alias)
     versions = []
     for version in registry.versions(name):
@@ -47,7 +48,7 @@ def describe_models(registry: Registry, name: str) -> dict[str, Any]:
             "gates": [GateResult(**g).describe() for g in gates],
             "metrics": {k[7:]: float(v) for k, v in tags.items() if k.startswith("metric.")},
         })
-    history = {alias: registry.history(name, alias) for alias in model.aliases or {}}
+    history = {alias: seen.history(alias) for alias in seen.aliases}
     return {"name": name, "versions": versions, "alias_history": history}
 
 
@@ -82,68 +83,90 @@ def alias_argument(alias: str) -> str:
 
 
 def promote(registry: Registry, name: str, version: str, alias: str, *, force: bool) -> dict:
-    """Point ``alias`` at ``version``; the gates recorded at registration are re-checked.
+    """Point ``alias`` at ``version``; the version's gates are re-checked first.
 
     The re-check compares the metrics logged for each version (the champion's own test
-    metrics), since the command has no data split of its own.
+    metrics), since the command has no data split of its own. It runs under the registry lock,
+    against the holder seen there (see :meth:`Registry.guarded_move`). A version without a
+    decision (its run died before gating it) is gated here, from the gates and metrics its
+    register recorded, and the decision recorded; without those it needs ``force``.
 
     Raises:
-        RegistryError: unknown model or version, or a gate fails without ``force``.
+        RegistryError: unknown model or version, a gate fails, or nothing to re-check with,
+            without ``force``.
     """
     from dbspec.spec.models.lifecycle import Gate
 
     alias_argument(alias)
+    version = str(version)
     candidate = registry.version(name, version)
     tags = candidate.tags or {}
-    gates = [Gate.model_validate(g) for g in json.loads(tags.get("dbspec.gates", "[]"))]
+    decision = tags.get(DECISION_TAG)
+    undecided = decision not in DECIDED
     metrics = {k[7:]: float(v) for k, v in tags.items() if k.startswith("metric.")}
+    if undecided and not force and (GATES_TAG not in tags or not metrics):
+        missing = "gates" if GATES_TAG not in tags else "metrics"
+        raise RegistryError(f"{name} v{version} has no gate decision ({decision or 'none'}) and "
+                            f"no {missing} recorded to re-run its gates: check it, then use "
+                            "--force to promote it anyway")
+    gates = [Gate.model_validate(g) for g in json.loads(tags.get(GATES_TAG, "[]"))]
 
-    def logged(alias_name: str, metric: str) -> Optional[float]:
-        holder = registry.holder(name, alias_name)
-        if holder is None or str(holder.version) == str(version):
-            return None
-        value = (holder.tags or {}).get(f"metric.{metric}")
-        return float(value) if value is not None else None
+    def decide(seen: RegistrySnapshot) -> AliasDecision:
+        def logged(alias_name: str, metric: str) -> Optional[float]:
+            reference = seen.reference(alias_name, version)
+            if reference is None:
+                return None
+            value = (registry.version(name, reference).tags or {}).get(f"metric.{metric}")
+            return float(value) if value is not None else None
 
-    results = [] if force else check_gates(gates, metrics, logged)
+        results = [] if force else check_gates(gates, metrics, logged)
+        failed = [r for r in results if not r.passed]
+        if failed:
+            return AliasDecision(None, detail=results)
+        return AliasDecision(version, "promoted by hand" + (" with --force" if force else ""),
+                             detail=results)
+
+    outcome = registry.guarded_move(name, alias, decide)
+    results = outcome.decision.detail
     failed = [r for r in results if not r.passed]
+    if undecided:
+        registry.record_gates(name, version, results,
+                              "rejected" if failed else "forced" if force else "promoted")
     if failed:
         raise RegistryError(f"{name} v{version} fails its gates: "
                             + "; ".join(r.describe() for r in failed)
                             + " (use --force to promote anyway)")
-    reason = "promoted by hand" + (" with --force" if force else "")
-    previous = registry.move_alias(name, alias, str(version), reason=reason)
-    return {"name": name, "alias": alias, "version": str(version), "previous": previous,
+    return {"name": name, "alias": alias, "version": version,
+            "previous": outcome.previous if outcome.moved else None,
             "gates": [r.describe() for r in results], "forced": force}
-
-
-def _earlier_holder(history: list[dict], current) -> Optional[str]:
-    """The version the alias held before the current holder was first promoted to it.
-
-    Rollback moves are skipped, so repeated rollbacks step further back instead of flipping
-    between the last two versions.
-    """
-    if current is None:
-        return None
-    version = str(current.version)
-    for move in reversed(history):
-        if move["version"] == version and move["reason"] != "rollback":
-            return move.get("previous")
-    return None
 
 
 def rollback(registry: Registry, name: str, alias: str, to: Optional[str]) -> dict:
     """Point ``alias`` back at ``to``, by default the version that held it before.
 
+    "Before" comes from the moves that happened (an entry whose move was killed is skipped),
+    read under the registry lock; rollbacks are skipped too, so repeated rollbacks step
+    further back.
+
     Raises:
-        RegistryError: the alias has no earlier holder, or ``to`` is not a version.
+        RegistryError: the alias has no earlier holder, ``to`` is not a version, or the alias
+            already points at it.
     """
-    current = registry.holder(name, alias)
-    if to is None:
-        to = _earlier_holder(registry.history(name, alias), current)
-        if to is None:
+    if to is not None:
+        registry.version(name, str(to))
+
+    def decide(seen: RegistrySnapshot) -> AliasDecision:
+        current = seen.holder(alias)
+        target = str(to) if to is not None else \
+            seen.replaced(alias, current) if current is not None else None
+        if target is None:
             raise RegistryError(f"@{alias} of {name} has no earlier holder recorded; give "
                                 "--to VERSION")
-    registry.version(name, str(to))
-    previous = registry.move_alias(name, alias, str(to), reason="rollback")
-    return {"name": name, "alias": alias, "version": str(to), "previous": previous}
+        if target == current:
+            raise RegistryError(f"@{alias} of {name} already points at v{target}: nothing to "
+                                "roll back; give --to VERSION for another version")
+        return AliasDecision(target, "rollback")
+
+    outcome = registry.guarded_move(name, alias, decide)
+    return {"name": name, "alias": alias, "version": outcome.decision.version,
+            "previous": outcome.previous}

@@ -91,12 +91,17 @@ def _loss(served, table, rows) -> float:
 
 
 class RegisterStage:
-    """A new registry version of the logged model, tagged with its spec and metrics."""
+    """A new registry version of the logged model, tagged with its spec, metrics and gates.
+
+    The version is created ``pending`` (not validated) with the gates it will be checked
+    against, so a kill before promote decides leaves nothing silently promotable, and a rerun
+    of the same training run adopts it instead of registering a duplicate.
+    """
 
     name = "register"
 
     def run(self, ctx: StageContext) -> dict[str, Any]:
-        from dbspec.registry import Registry
+        from dbspec.registry import GATES_TAG, Registry
 
         spec = ctx.spec
         train, evaluate = ctx.output_of("train"), ctx.output_of("evaluate")
@@ -105,63 +110,88 @@ class RegisterStage:
                 "dbspec.data_version": ctx.output_of("load_data")["data_version"],
                 **{f"metric.{k}": f"{v:.6g}" for k, v in evaluate["metrics"].items()},
                 **spec.registry.tags}
-        version = Registry(ctx.tracker.client).register(name, train["model_uri"], train["run_id"],
-                                                        tags)
-        ctx.reporter.line(f"  registered {name} version {version}")
-        return {"name": name, "version": version}
+        if spec.registry.promotion is not None:
+            tags[GATES_TAG] = json.dumps(_gates_of(spec))
+        registered = Registry(ctx.tracker.client).register(name, train["model_uri"],
+                                                           train["run_id"], tags)
+        for version in registered.abandoned:
+            ctx.reporter.line(f"  {name} version {version} tagged abandoned (its run died "
+                              "before gating it)")
+        how = "adopted the undecided" if registered.adopted else "registered"
+        ctx.reporter.line(f"  {how} {name} version {registered.version}")
+        return {"name": name, "version": registered.version, "adopted": registered.adopted}
+
+
+def _gates_of(spec) -> list[dict[str, Any]]:
+    return [g.model_dump(mode="json", exclude_none=True) for g in spec.registry.promotion.gates]
 
 
 class PromoteStage:
-    """Check every gate; move the alias only when all pass; record results on the version."""
+    """Check every gate; move the alias only when all pass; record results on the version.
+
+    Gates are checked and the alias moved in :meth:`Registry.guarded_move`, so a concurrent run
+    or ``dbspec promote`` cannot slip a worse champion in between: when the holder changed
+    since the champion was scored, it is scored again.
+    """
 
     name = "promote"
 
     def run(self, ctx: StageContext) -> dict[str, Any]:
-        from dbspec.registry import Registry, check_gates
+        from dbspec.registry import GATES_TAG, AliasDecision, Registry, check_gates
 
         spec = ctx.spec
         promotion = spec.registry.promotion
         registered = ctx.output_of("register")
-        name, version = registered["name"], registered["version"]
+        name, version = registered["name"], str(registered["version"])
         registry = Registry(ctx.tracker.client)
         metrics = ctx.output_of("evaluate")["metrics"]
-        results = check_gates(promotion.gates, metrics,
-                              lambda alias, metric: self._rescore(ctx, registry, name, alias,
-                                                                  metric, version))
+        scores: dict[tuple[str, str], Optional[float]] = {}  # (champion version, metric)
+
+        def champion(seen, alias: str, metric: str) -> Optional[float]:
+            holder = seen.reference(alias, version)
+            if holder is None:
+                return None
+            if (holder, metric) not in scores:
+                scores[holder, metric] = self._rescore(ctx, registry, name, holder, metric)
+            return scores[holder, metric]
+
+        def decide(seen) -> AliasDecision:
+            results = check_gates(promotion.gates, metrics,
+                                  lambda alias, metric: champion(seen, alias, metric))
+            target = version if all(r.passed for r in results) else None
+            return AliasDecision(target, f"gates passed in run {ctx.output_of('train')['run_id']}",
+                                 detail=results)
+
+        decide(registry.snapshot(name))  # score the champion before taking the lock (slow)
+        registry.client.set_model_version_tag(name, version, GATES_TAG,
+                                              json.dumps(_gates_of(spec)))
+        outcome = registry.guarded_move(name, promotion.alias, decide)
+        results = outcome.decision.detail
         passed = all(r.passed for r in results)
-        gates = [g.model_dump(mode="json", exclude_none=True) for g in promotion.gates]
-        registry.client.set_model_version_tag(name, version, "dbspec.gates", json.dumps(gates))
         registry.record_gates(name, version, results, "promoted" if passed else "rejected")
-        previous: Optional[str] = None
-        if passed:
-            previous = registry.move_alias(name, promotion.alias, version,
-                                           reason=f"gates passed in run "
-                                                  f"{ctx.output_of('train')['run_id']}")
         for result in results:
             ctx.reporter.line(f"  gate {result.describe()}")
         return {"name": name, "version": version, "alias": promotion.alias,
-                "decision": "promoted" if passed else "rejected", "previous": previous,
+                "decision": "promoted" if passed else "rejected",
+                "previous": outcome.previous if outcome.moved else None,
                 "gates": [r.describe() for r in results], "passed": passed}
 
     @staticmethod
-    def _rescore(ctx: StageContext, registry, name: str, alias: str, metric: str,
-                 candidate: str) -> Optional[float]:
-        """The alias holder's ``metric`` on this run's own split (champion vs challenger)."""
+    def _rescore(ctx: StageContext, registry, name: str, holder: str,
+                 metric: str) -> Optional[float]:
+        """Version ``holder``'s ``metric`` on this run's own split (champion vs challenger)."""
         import mlflow
 
         from dbspec.evaluation.metrics import task_metrics
 
-        holder = registry.holder(name, alias)
-        if holder is None or str(holder.version) == candidate:
-            return None
         split, _, base = metric.partition("_")
         table, splits = load_table(ctx), load_splits(ctx)
         rows = splits.test if split == "test" else splits.validation
-        model = mlflow.pyfunc.load_model(f"models:/{name}/{holder.version}")
+        model = mlflow.pyfunc.load_model(f"models:/{name}/{holder}")
         served = model.unwrap_python_model().model
         if served.card.feature_names != table.feature_names:
-            logged = (holder.tags or {}).get(f"metric.{metric}")  # cannot score this data
-            return float(logged) if logged is not None else None
+            logged = (registry.version(name, holder).tags or {}).get(f"metric.{metric}")
+            return float(logged) if logged is not None else None  # cannot score this data
         if base == "loss":
             return _loss(served, table, rows)
         found = task_metrics(ctx.spec.data.task, table.target[rows],
