@@ -17,6 +17,8 @@ from dbspec import __version__
 from dbspec.errors import DbspecError, Diagnostic, SpecError, UsageError, redact
 
 _VALIDATE_FORMATS = ("text", "json", "github", "sarif")
+#: ``dbspec run --fail-on-reject``: the run worked and the gates said no (1 is a failure).
+EXIT_REJECTED = 3
 _LIGHT_COMMANDS = ("validate", "plan", "schema", "diff", "jobs")
 
 
@@ -91,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="keep stage state and files in the MLflow run tagged with KEY instead "
                           "of the state dir, so separate processes (job tasks) hand stages over; "
                           "generated jobs pass {{job.run_id}}")
+    run.add_argument("--fail-on-reject", action="store_true",
+                     help=f"exit {EXIT_REJECTED} when the promotion gates reject the new "
+                          "version (default: exit 0, the rejection is in the summary)")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress output")
     run.set_defaults(handler=_cmd_run)
 
@@ -355,6 +360,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.summary_json:
         Path(args.summary_json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
+    if args.fail_on_reject and summary.get("promotion") == "rejected":
+        print(f"error: the promotion gates rejected {summary.get('model_name')} "
+              f"v{summary.get('model_version')} (--fail-on-reject)", file=sys.stderr)
+        return EXIT_REJECTED
     return 0
 
 

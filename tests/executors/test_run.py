@@ -103,6 +103,19 @@ def test_changed_training_reruns_downstream_and_rescores_the_champion(diabetes_r
     assert "@production has" in versus  # the holder was re-scored on this run's test split
 
 
+def test_fail_on_reject_gives_ci_an_exit_code(workdir):
+    """A version the gates reject is a successful run (exit 0) unless --fail-on-reject."""
+    weak = ("run", str(SPECS / "diabetes.yaml"), "--smoke", "-q",
+            "--set", "training.optimizer.lr=1e-9")  # an untrained net: test_rmse > 65
+    code, out, err = run(*weak, "--fail-on-reject")
+    assert code == 3, out + err
+    assert re.search(r"promotion +rejected", out)
+    assert re.search(r"error: the promotion gates rejected diabetes_predictor\S* v1 "
+                     r"\(--fail-on-reject\)", err)
+    code, out, _ = run(*weak)  # the same rejected version, now without the flag
+    assert code == 0 and re.search(r"promotion +rejected", out)
+
+
 def test_models_promote_rollback_commands(diabetes_run, monkeypatch):
     workdir, *_ = diabetes_run
     monkeypatch.chdir(workdir)
