@@ -185,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--port", type=int, default=6006, help="port (default: 6006)")
     board.add_argument("--logdir-only", action="store_true",
                        help="fetch the files and print the log directory; start nothing")
+    board.add_argument("--smoke", action="store_true",
+                       help="the spec's --smoke training (default: the full one, else the smoke "
+                            "one)")
     _add_registry_options(board)
     board.set_defaults(handler=_cmd_tensorboard)
 
@@ -456,12 +459,22 @@ def _cmd_tensorboard(args: argparse.Namespace) -> int:
         from dbspec.spec.loader import load_spec
         from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
 
+        from dbspec.stages.base import RunOptions
+
         loaded = load_spec(args.run, target=args.target)
-        state = LocalState(LocalExecutor(state_dir).run_dir(loaded)).load()
-        train = state["stages"].get("train", {})
-        if train.get("status") != "done":
-            raise DbspecError(f"{args.run}: no finished training in {state_dir}: run it first")
-        run_id = train["output"]["run_id"]
+        trainings = {}
+        for smoke in ((True,) if args.smoke else (False, True)):
+            run_dir = LocalExecutor(state_dir, options=RunOptions(smoke=smoke)).run_dir(loaded)
+            train = LocalState(run_dir).load()["stages"].get("train", {})
+            if train.get("status") == "done":
+                trainings[smoke] = train["output"]["run_id"]
+        if not trainings:
+            kind = "smoke training" if args.smoke else "finished training (full or --smoke)"
+            raise DbspecError(f"{args.run}: no {kind} in {state_dir}: run it first")
+        if False not in trainings:
+            print(f"{args.run}: showing its --smoke training (there is no full one)",
+                  file=sys.stderr)
+        run_id = trainings.get(False, trainings.get(True))
         tracking_uri = tracking_uri or resolve_tracking_uri(loaded.spec, state_dir)
     if args.port < 0 or args.port > 65535:
         raise UsageError(f"--port must be between 0 and 65535, not {args.port}")

@@ -103,6 +103,17 @@ def test_tensorboard_command_errors(observed_run, tmp_path):
     assert port.returncode == 2 and "--port must be between" in port.stderr
 
 
+def test_tensorboard_finds_a_smoke_training(workdir):
+    (workdir / "s.yaml").write_text(MINIMAL + "tracking: {tensorboard: true}\n")
+    assert run_in_process("run", "s.yaml", "-q", "--smoke", cwd=workdir).returncode == 0
+    found = run_in_process("tensorboard", "s.yaml", "--logdir-only", cwd=workdir)
+    assert found.returncode == 0, found.stderr
+    assert "showing its --smoke training (there is no full one)" in found.stderr
+    assert list((workdir / found.stdout.strip()).rglob("events.out.tfevents.*"))
+    asked = run_in_process("tensorboard", "s.yaml", "--logdir-only", "--smoke", cwd=workdir)
+    assert asked.returncode == 0 and asked.stdout == found.stdout
+
+
 def test_a_run_without_tensorboard_has_no_event_files(workdir, write_spec):
     (workdir / "s.yaml").write_text(MINIMAL + "training: {epochs: 2}\n")
     assert run_in_process("run", "s.yaml", "-q", cwd=workdir).returncode == 0
