@@ -20,7 +20,12 @@ with the features sent and the predictions returned (an exact match is required 
 
 Checks: zero 5xx; every good request answered 200 with one prediction per row; the inference
 table complete; every bad request refused with its 4xx. Exits 1 if any check fails.
-Run: ``python benchmarks/serve_soak.py [--duration 60] [--concurrency 64] [--keep]``.
+
+``--kill``: the server gets SIGKILL at the end of the load instead, with requests in flight (those
+get no answer, which is expected); a second server is started on the same inference table, is
+stopped with SIGINT, and the table must then hold every request the first one answered, exactly
+once (the report gives the loss and the duplicates).
+Run: ``python benchmarks/serve_soak.py [--duration 60] [--concurrency 64] [--kill] [--keep]``.
 """
 
 from __future__ import annotations
@@ -136,12 +141,15 @@ async def send(session, url: str, request: Request) -> Outcome:
 
 
 async def load(url: str, prepared: dict[Kind, list[Request]], workers: int,
-               seconds: float) -> tuple[list[Outcome], float]:
-    """``workers`` workers sending the rotation for ``seconds``; every outcome, and wall time."""
+               seconds: float, kill=None) -> tuple[list[Outcome], float]:
+    """``workers`` workers sending the rotation for ``seconds``; every outcome, and wall time.
+    ``kill``: called at the deadline while the workers are still sending."""
     import aiohttp
 
     outcomes: list[Outcome] = []
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + seconds + (0.5 if kill else 0)
+    if kill:
+        asyncio.get_running_loop().call_later(seconds, kill)
 
     async def worker(index: int, session) -> None:
         step = index
@@ -183,8 +191,10 @@ def close(a: float, b: float) -> bool:
 
 
 def check_table(path: Path, answered: dict[str, Outcome], feature_names: list[str],
-                dropped: int) -> tuple[bool, list[str]]:
-    """Compare the Delta table with the answered good requests; (complete?, report lines)."""
+                dropped: int, unanswered: Optional[int] = None) -> tuple[bool, list[str]]:
+    """Compare the Delta table with the answered good requests; (complete?, report lines).
+    ``unanswered``: after a kill, how many requests got no answer; the server may have logged
+    those (a kill between logging and sending the response), so up to that many may be extra."""
     from deltalake import DeltaTable
 
     table = DeltaTable(str(path)).to_pyarrow_table()
@@ -199,11 +209,13 @@ def check_table(path: Path, answered: dict[str, Outcome], feature_names: list[st
               f"(answered: {answered_rows:,} rows / {len(answered):,} good requests)")]
     extra = set(by_request) - set(answered)
     missing = set(answered) - set(by_request)
-    wrong = []
+    wrong, twice = [], []
     for request_id, index in by_request.items():
         outcome = answered.get(request_id)
         if outcome is None:
             continue
+        if len(index) > len(outcome.rows):
+            twice.append(request_id)
         table_rows = [[column[i] for column in features] for i in index]
         same = len(index) == len(outcome.rows) and all(
             close(a, b) for got, sent in zip(table_rows, outcome.rows) for a, b in zip(got, sent)
@@ -211,11 +223,16 @@ def check_table(path: Path, answered: dict[str, Outcome], feature_names: list[st
         if not same:
             wrong.append(request_id)
     lines.append(f"  request_ids not answered: {len(extra)}, answered but missing: "
-                 f"{len(missing)}, rows differing from what was sent/returned: {len(wrong)}")
+                 f"{len(missing)} ({len(missing) / max(1, len(answered)):.2%}), logged more than "
+                 f"once: {len(twice)}, rows differing from what was sent/returned: {len(wrong)}")
     for label, ids_ in (("not answered", extra), ("missing", missing), ("differing", wrong)):
         if ids_:
             lines.append(f"  e.g. {label}: {sorted(ids_)[:5]}")
-    if dropped == 0:
+    if unanswered is not None:
+        lines.append(f"  of the {unanswered:,} requests in flight at the kill, {len(extra):,} "
+                     "were logged though their answer never arrived")
+        complete = len(extra) <= unanswered and not missing and not wrong and not twice
+    elif dropped == 0:
         complete = not extra and not missing and not wrong and len(ids) == answered_rows
     else:
         lines.append(f"  the server dropped {dropped} record(s) (full queue): only those may "
@@ -224,10 +241,16 @@ def check_table(path: Path, answered: dict[str, Outcome], feature_names: list[st
     return complete, lines
 
 
-def report(outcomes: list[Outcome], elapsed: float) -> tuple[dict[str, bool], dict[str, Outcome]]:
-    """Print what was sent and answered; the client-side checks, and the answered good requests."""
+def report(outcomes: list[Outcome], elapsed: float, *, killed: bool = False
+           ) -> tuple[dict[str, bool], dict[str, Outcome]]:
+    """Print what was sent and answered; the client-side checks, and the answered good requests.
+    After a kill, requests without an answer are expected and left out of the checks."""
     statuses = Counter(o.status for o in outcomes if o.status is not None)
     errors = [o for o in outcomes if o.status is None]
+    if killed:
+        print(f"killed with requests in flight: {len(errors):,} got no answer (expected)")
+        outcomes = [o for o in outcomes if o.status is not None]
+        errors = []
     print(f"requests sent      {len(outcomes):,} in {elapsed:.1f} s = "
           f"{len(outcomes) / elapsed:,.0f} req/s")
     print("statuses           " + "  ".join(f"{s}: {c:,}" for s, c in sorted(statuses.items()))
@@ -278,6 +301,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=64,
                         help="workers, and connections (default 64)")
     parser.add_argument("--spec", default=str(setup.DIABETES_SPEC))
+    parser.add_argument("--kill", action="store_true",
+                        help="SIGKILL the server at the end of the load, restart it on the same "
+                             "inference table, and check that table")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (store, server log, inference table)")
     args = parser.parse_args()
@@ -298,6 +324,9 @@ def main() -> int:
         print(f"soak: {args.duration:g} s, {args.concurrency} workers against {trained.uri} on "
               f":{server.port} (--max-body-bytes {MAX_BODY_BYTES}, --inference-table)",
               flush=True)
+        if args.kill:
+            return finish_killed(args, trained, server, table_path, feature_names, prepared,
+                                 workdir)
         outcomes, elapsed = asyncio.run(load(server.url + "/invocations", prepared,
                                              args.concurrency, args.duration))
         metrics = scrape_metrics(server.url)
@@ -338,10 +367,44 @@ def main() -> int:
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
+    return print_checks(checks)
+
+
+def print_checks(checks: dict[str, bool]) -> int:
     print()
     for name, ok in checks.items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
     return 0 if all(checks.values()) else 1
+
+
+def finish_killed(args, trained, server, table_path: Path, feature_names: list[str],
+                  prepared, workdir: Path) -> int:
+    """``--kill``: load, SIGKILL mid-load, restart on the table, stop it, check the table."""
+    outcomes, elapsed = asyncio.run(load(server.url + "/invocations", prepared,
+                                         args.concurrency, args.duration,
+                                         kill=lambda: server.signal(signal.SIGKILL)))
+    server.wait(30)
+    unanswered = sum(o.status is None for o in outcomes)
+    checks, answered = report(outcomes, elapsed, killed=True)
+    print(f"first server       SIGKILLed after {args.duration:g} s of load")
+    second = setup.start_dbspec(trained, setup.free_port(), workdir / "dbspec-restart.log",
+                                "--inference-table", str(table_path),
+                                "--max-body-bytes", str(MAX_BODY_BYTES))
+    try:
+        started = time.monotonic()
+        second.wait_ready()
+        print(f"second server      ready in {time.monotonic() - started:.1f} s; its log: "
+              + " | ".join(line for line in second.log_tail(5).splitlines()
+                           if "inference table" in line))
+        second.signal(signal.SIGINT)
+        code = second.wait(120)
+        print(f"second server      exit {code} after SIGINT")
+    finally:
+        second.stop()
+    complete, lines = check_table(table_path, answered, feature_names, 0, unanswered)
+    print("\n".join(lines))
+    checks["inference table holds every answered request once after SIGKILL"] = complete
+    return print_checks(checks)
 
 
 if __name__ == "__main__":

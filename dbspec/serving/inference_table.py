@@ -192,7 +192,9 @@ class InferenceTable:
         """
         from dbspec.errors import DbspecError
 
-        writers = sorted({p.name.split(".", 1)[0] for p in self.wal.glob("*.wal")})
+        # a lock file with no segments is what a server killed before its first request left
+        writers = sorted({p.name.split(".", 1)[0] for p in self.wal.glob("*.wal")}
+                         | {p.name.split(".", 1)[0] for p in self.wal.glob("*.lock")})
         committed = skipped = 0
         for writer in writers:
             held = _take_lock(self.wal / f"{writer}.lock")

@@ -29,6 +29,15 @@ from dbspec.serving.inference_table import InferenceTable
 from dbspec.serving.source import ModelTarget, load_version, resolve_version
 
 
+class ConnectionLimits(NamedTuple):
+    """The HTTP layer's limits; ``serving.realtime`` documents each."""
+
+    max_header_bytes: int = 65_536
+    header_timeout_s: float = 10.0
+    keep_alive_timeout_s: float = 5.0
+    max_connections: int = 1000
+
+
 class ServeOptions(NamedTuple):
     host: str = "127.0.0.1"
     port: int = 8080
@@ -41,16 +50,7 @@ class ServeOptions(NamedTuple):
     queue_size: int = 10_000
     watch_alias: bool = False
     watch_interval_s: float = 10.0
-    limits: "ConnectionLimits" = None  # type: ignore[assignment]  # ConnectionLimits() if None
-
-
-class ConnectionLimits(NamedTuple):
-    """What one connection may hold; ``serving.realtime`` documents each."""
-
-    max_header_bytes: int = 65_536
-    header_timeout_s: float = 10.0
-    keep_alive_timeout_s: float = 5.0
-    max_connections: int = 1000
+    limits: ConnectionLimits = ConnectionLimits()
 
 
 def is_loopback(host: str) -> bool:
@@ -175,7 +175,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     app = ScoringApp(loaded, ServingConfig(token, options.max_batch_size, options.max_wait_ms,
                                            options.max_body_bytes),
                      table=table, background=background)
-    limits = options.limits or ConnectionLimits()
+    limits = options.limits
     protocol = limited_protocol(limits, app.metrics)
     sock = bind(options.host, options.port)
     host, port = sock.getsockname()[:2]

@@ -241,3 +241,16 @@ def _send_quietly(sock: socket.socket, data: bytes) -> bool:
         return True
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-header-bytes", "100"], "--max-header-bytes must be at least 1024, not 100"),
+    (["--max-connections", "0"], "--max-connections must be at least 1, not 0"),
+    (["--header-timeout", "0"], "--header-timeout must be over 0 and at most 3600 seconds"),
+    (["--keep-alive-timeout", "nan"], "--keep-alive-timeout must be over 0"),
+])
+def test_bad_limits_are_clear_errors(registered, args, message):
+    result = run_in_process("serve", f"models:/{NAME}/1", *args, cwd=registered.workdir,
+                            env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
