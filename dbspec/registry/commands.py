@@ -25,7 +25,7 @@ def open_registry(tracking_uri: Optional[str], state_dir: Path) -> Registry:
             raise RegistryError(f"no tracking store at {database}: run a spec first, or give "
                                 "--tracking-uri / MLFLOW_TRACKING_URI")
         uri = f"sqlite:///{database.resolve()}"
-    check_tracking_server(uri)
+    check_tracking_server(uri, must_exist=True)  # a reader needs the runs to be there
     mlflow.set_tracking_uri(uri)
     return Registry(mlflow.MlflowClient())
 

@@ -3,9 +3,10 @@
 Defaults need nothing running: a SQLite tracking and registry store and artifacts under
 ``.dbspec/`` in the working directory. ``MLFLOW_TRACKING_URI`` in the environment wins over
 the spec, as MLflow users expect. Metrics are buffered and sent in batches (one
-``log_metric`` per step costs more than a small model's step): every few seconds, when the
-train stage writes a checkpoint (so what a checkpoint covers is in MLflow before it exists),
-and on every way out of :meth:`Tracker.run` (an exception, Ctrl-C, SIGTERM).
+``log_metric`` per step costs more than a small model's step): every few seconds and on every
+way out of :meth:`Tracker.run` (an exception, Ctrl-C, SIGTERM). A SIGKILL loses the buffer; a
+resumed training then logs the lost epochs from its checkpoint's history
+(:meth:`Tracker.log_missing_epochs`) and skips the ones MLflow has (:meth:`Tracker.log_epoch`).
 """
 
 from __future__ import annotations
@@ -90,31 +91,44 @@ def resolve_tracking_uri(spec: Spec, state_dir: Path) -> str:
     return f"sqlite:///{(state_dir / 'mlflow.db').resolve()}"
 
 
-def check_tracking_server(uri: str) -> None:
-    """Fail in seconds when an ``http(s)://`` tracking server does not answer.
+def check_tracking_server(uri: str, *, must_exist: bool = False) -> None:
+    """Fail in seconds, with one line, when the tracking store at ``uri`` is unusable.
 
-    MLflow itself retries a refused connection for about four minutes before it gives up,
-    deep inside whatever stage first logs something. Any HTTP answer counts as alive (a 401
-    or 404 is for MLflow to report); TLS problems are left to MLflow too, which has its own
-    settings for them. Other stores (``sqlite:``, ``databricks``, paths) are not probed.
+    An ``http(s)://`` server is probed (``/health``, one retry): MLflow itself retries a
+    refused connection for about four minutes before it gives up, deep inside whatever stage
+    first logs something. Any HTTP answer counts as alive (a 401 or 404 is for MLflow to
+    report); TLS problems are left to MLflow too, which has its own settings for them. Any
+    other store is checked by :func:`dbspec.tracking.stores.check_store` (``must_exist``: a
+    reading command needs a SQLite database to be there already).
 
     Raises:
-        TrackingError: nothing accepts connections there, or it sends no answer in time.
+        TrackingError: nothing accepts connections there, it sends no answer in time, or the
+            store cannot be used.
     """
     if not uri.lower().startswith(("http://", "https://")):
+        from dbspec.tracking.stores import check_store
+
+        check_store(uri, must_exist=must_exist)
         return
     import requests
 
-    try:
-        requests.get(f"{uri.rstrip('/')}/health", timeout=_PROBE_SECONDS, allow_redirects=False)
-    except requests.exceptions.SSLError:
-        return
-    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-        raise TrackingError(f"the MLflow tracking server at {uri} does not answer "
-                            f"({_reason(exc)}): start it, or point MLFLOW_TRACKING_URI / "
-                            "tracking.tracking_uri / --tracking-uri at one that runs") from None
-    except requests.exceptions.RequestException as exc:
-        raise TrackingError(f"MLflow tracking URI {uri}: {_reason(exc)}") from None
+    for attempt in (1, 2):
+        try:
+            requests.get(f"{uri.rstrip('/')}/health", timeout=_PROBE_SECONDS,
+                         allow_redirects=False)
+            return
+        except requests.exceptions.SSLError:
+            return
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            if attempt == 1:
+                time.sleep(0.5)  # one retry: a server that is just starting, a dropped packet
+                continue
+            raise TrackingError(f"the MLflow tracking server at {uri} does not answer "
+                                f"({_reason(exc)}): start it, or point MLFLOW_TRACKING_URI / "
+                                "tracking.tracking_uri / --tracking-uri at one that runs") \
+                from None
+        except requests.exceptions.RequestException as exc:
+            raise TrackingError(f"MLflow tracking URI {uri}: {_reason(exc)}") from None
 
 
 def _reason(exc: Exception) -> str:
@@ -168,6 +182,7 @@ class Tracker:
         self.experiment_id = self._experiment(state_dir)
         self._buffer: list[Any] = []
         self._last_flush = time.monotonic()
+        self._logged: dict[str, set[int]] = {}  # steps MLflow had when a resumed run re-opened
         self.run_id: Optional[str] = None
 
     def _experiment(self, state_dir: Path) -> str:
@@ -192,6 +207,7 @@ class Tracker:
                                   tags={**(tags or {}), **process_tags()},
                                   log_system_metrics=system_metrics)
         self.run_id = active.info.run_id
+        self._logged = {}
         status = "FINISHED"
         try:
             yield self.run_id
@@ -245,11 +261,22 @@ class Tracker:
         self._last_flush = time.monotonic()
 
     def logged_steps(self) -> dict[str, set[int]]:
-        """The steps each metric of the run already has in MLflow (what a resumed training
-        must not log again, and the gaps it must fill)."""
+        """The steps each metric of the run has in MLflow."""
         keys = self.client.get_run(self.run_id).data.metrics
         return {key: {m.step for m in self.client.get_metric_history(self.run_id, key)}
                 for key in keys}
+
+    def resume_epochs(self) -> None:
+        """Remember the steps MLflow has, so :meth:`log_epoch` does not log them again: a
+        resumed training retrains the epochs after its checkpoint, some of which a killed run
+        may have flushed already."""
+        self._logged = self.logged_steps()
+
+    def log_epoch(self, metrics: dict[str, float], epoch: int) -> None:
+        """Buffer one epoch's metrics at step ``epoch``, but none that MLflow had when
+        :meth:`resume_epochs` looked."""
+        self.log_metrics({k: v for k, v in metrics.items()
+                          if epoch not in self._logged.get(k, ())}, step=epoch)
 
     def log_missing_epochs(self, history: list[dict[str, float]]) -> int:
         """Log every epoch of ``history`` (epoch ``i`` at step ``i``) that MLflow lacks.

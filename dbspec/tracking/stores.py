@@ -45,7 +45,9 @@ def check_store(uri: str, *, must_exist: bool) -> None:
         TrackingError: naming the URI and what is wrong with it.
     """
     shown = redact(uri)
-    check_tracking_server(uri)
+    if uri.lower().startswith(("http://", "https://")):
+        check_tracking_server(uri)
+        return
     database = sqlite_path(uri)
     if database is not None:
         _check_sqlite_file(database, shown, must_exist=must_exist)
