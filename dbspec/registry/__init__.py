@@ -40,7 +40,7 @@ RUN_TAG = "dbspec.run_id"
 GATES_TAG = "dbspec.gates"
 OWNER_TAG = "dbspec.pending_owner"  # host:pid of the process that is gating the version
 LEASE_TAG = "dbspec.lock"
-PENDING, ABANDONED = "pending", "abandoned"
+PENDING, ABANDONED, UNGATED = "pending", "abandoned", "ungated"
 #: Decisions after which a version is no longer "not validated".
 DECIDED = ("promoted", "rejected", "forced")
 #: A pending version whose owner cannot be checked (another host) counts as dead after this.
@@ -192,8 +192,8 @@ class Registry:
     def __init__(self, client):
         self.client = client
 
-    def register(self, name: str, model_uri: str, run_id: str,
-                 tags: dict[str, str]) -> RegisteredVersion:
+    def register(self, name: str, model_uri: str, run_id: str, tags: dict[str, str], *,
+                 decision: str = PENDING) -> RegisteredVersion:
         """A version of ``name`` from ``model_uri``, created pending, or the undecided version
         an interrupted register of the same run left behind (adopted, not duplicated).
 
@@ -204,6 +204,9 @@ class Registry:
             model_uri: What :meth:`Tracker.log_model` returned, ``models:/<model_id>``.
             run_id: The training run, linked from the version.
             tags: Version tags.
+            decision: The version's decision until its gates run: ``pending``, or ``ungated``
+                when no promotion will gate it (then only ``promote --force`` moves an alias
+                to it).
         """
         from mlflow.exceptions import MlflowException
 
@@ -212,8 +215,8 @@ class Registry:
         except MlflowException:
             self.client.create_registered_model(name)
         model_id = logged_model_id(model_uri)
-        tags = {**tags, RUN_TAG: run_id, DECISION_TAG: PENDING, OWNER_TAG: _owner()}
-        orphans = [v for v in self._search(name, f"tags.`{RUN_TAG}` = '{run_id}'")
+        tags = {**tags, RUN_TAG: run_id, DECISION_TAG: decision, OWNER_TAG: _owner()}
+        orphans = [v for v in self._search(name, RUN_TAG, run_id)
                    if _undecided(v) and (v.source == model_uri or
                                          model_id is not None and v.model_id == model_id)]
         adopted = orphans[0] if orphans else None
@@ -242,7 +245,7 @@ class Registry:
     def _abandon_dead(self, name: str, keep: Optional[str]) -> list[str]:
         """Tag ``abandoned`` every pending version (but ``keep``) whose gating process is gone."""
         found = []
-        for version in self._search(name, f"tags.`{DECISION_TAG}` = '{PENDING}'"):
+        for version in self._search(name, DECISION_TAG, PENDING):
             if str(version.version) != keep and self._owner_is_dead(version):
                 self._abandon(name, str(version.version), "its process died before gating it")
                 found.append(str(version.version))
@@ -269,8 +272,16 @@ class Registry:
         self.client.set_model_version_tag(name, version, DECISION_TAG, ABANDONED)
         self.client.set_model_version_tag(name, version, "dbspec.abandoned", f"{_now()}: {why}")
 
-    def _search(self, name: str, condition: str) -> list[Any]:
-        found = self.client.search_model_versions(f"name = '{name}' and {condition}")
+    def _search(self, name: str, tag: str, value: str) -> list[Any]:
+        """Versions of ``name`` whose ``tag`` is ``value``, newest first."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            found = self.client.search_model_versions(
+                f"name = '{name}' and tags.`{tag}` = '{value}'")
+        except MlflowException:  # a store without tag filters (Unity Catalog): filter here
+            found = [v for v in self.client.search_model_versions(f"name = '{name}'")
+                     if (v.tags or {}).get(tag) == value]
         return sorted(found, key=lambda v: int(v.version), reverse=True)
 
     def _link_logged_model(self, model_id: str, name: str, version: str) -> None:

@@ -95,13 +95,14 @@ class RegisterStage:
 
     The version is created ``pending`` (not validated) with the gates it will be checked
     against, so a kill before promote decides leaves nothing silently promotable, and a rerun
-    of the same training run adopts it instead of registering a duplicate.
+    of the same training run adopts it instead of registering a duplicate. Without a promotion
+    section it is created ``ungated``: nothing will gate it.
     """
 
     name = "register"
 
     def run(self, ctx: StageContext) -> dict[str, Any]:
-        from dbspec.registry import GATES_TAG, Registry
+        from dbspec.registry import GATES_TAG, PENDING, UNGATED, Registry
 
         spec = ctx.spec
         train, evaluate = ctx.output_of("train"), ctx.output_of("evaluate")
@@ -112,8 +113,9 @@ class RegisterStage:
                 **spec.registry.tags}
         if spec.registry.promotion is not None:
             tags[GATES_TAG] = json.dumps(_gates_of(spec))
-        registered = Registry(ctx.tracker.client).register(name, train["model_uri"],
-                                                           train["run_id"], tags)
+        registered = Registry(ctx.tracker.client).register(
+            name, train["model_uri"], train["run_id"], tags,
+            decision=UNGATED if spec.registry.promotion is None else PENDING)
         for version in registered.abandoned:
             ctx.reporter.line(f"  {name} version {version} tagged abandoned (its run died "
                               "before gating it)")
