@@ -317,3 +317,27 @@ def test_the_lease_orders_concurrent_moves_on_a_tracking_server(mlflow_server, t
     assert len(entries) >= 3
     assert_chain(entries, holder_of(client, name, "prod"))
     assert "dbspec.lock" not in client.get_registered_model(name).tags  # released
+
+
+def test_a_holder_changed_under_the_move_is_decided_again(store, tmp_path):
+    """The re-read before the move: a writer that does not take the lock (the UI) moves the
+    alias while the gate is being decided; the decision is taken again on the new holder."""
+    from dbspec.registry import AliasDecision
+
+    uri, client, registry = store
+    one, two, three = (add_version(client, tmp_path, rmse) for rmse in (60, 50, 55))
+    registry.move_alias(NAME, "production", one, reason="first")
+    seen_holders = []
+
+    def decide(seen):
+        seen_holders.append(seen.holder("production"))
+        if len(seen_holders) == 1:  # meanwhile, elsewhere: v2 (rmse 50) is put in place
+            client.set_registered_model_alias(NAME, "production", two)
+        beats = 55 <= float(client.get_model_version(NAME, seen.holder("production")).tags[
+            "metric.test_rmse"])
+        return AliasDecision(three if beats else None, "test", detail=beats)
+
+    outcome = registry.guarded_move(NAME, "production", decide)
+    assert seen_holders == [one, two] and outcome.moved is False and outcome.decision.detail \
+        is False
+    assert holder_of(client, NAME, "production") == two
