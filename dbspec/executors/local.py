@@ -134,7 +134,11 @@ class LocalExecutor:
                 lock.acquire(what)
                 try:
                     self._say_lock(lock)
-                    self.end_dead_runs(loaded)
+                    # a dead run leaves its holder's name in the lock file; without one (or a
+                    # --resume) there is nothing to look for, and a rerun whose stages are all
+                    # cached needs no MLflow store at all
+                    if lock.previous or not lock.supported or self.options.resume:
+                        self.end_dead_runs(loaded)
                     yield
                 except Terminated:
                     stage = f" during stage '{self._stage_now}'" if self._stage_now else ""

@@ -1,9 +1,10 @@
 """train: build the network, train it, log the run and the served model to MLflow.
 
-Epoch metrics reach MLflow at every checkpoint at the latest (flushed before the checkpoint is
-written), so a killed training never has a checkpoint whose epochs MLflow lacks; a resumed one
-logs each epoch exactly once: epochs MLflow already has are not logged again when they are
-retrained, and epochs the checkpoint has but MLflow lost are logged from its history.
+A resumed training logs each epoch exactly once to its MLflow run: epochs MLflow already has
+are not logged again when they are retrained after the checkpoint, and epochs the checkpoint
+has but MLflow lost (the metric buffer of a killed run) are logged from the checkpoint's
+history. Flushing at each checkpoint instead would cost a ``log_batch`` per epoch at the
+default checkpoint interval.
 """
 
 from __future__ import annotations
@@ -73,14 +74,11 @@ class TrainStage:
         with tracker.run(previous_run, tags=tags,
                          system_metrics=spec.tracking.system_metrics) as run_id, observer:
             write_json(run_file, {"run_id": run_id})
-            # a resumed run retrains the epochs after its checkpoint: MLflow may have them
-            logged = tracker.logged_steps() if previous_run is not None else {}
+            if previous_run is not None:
+                tracker.resume_epochs()  # the epochs after the checkpoint: MLflow may have them
 
             def log_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
-                tracker.log_metrics({k: v for k, v in metrics.items()
-                                     if epoch not in logged.get(k, ())}, step=epoch)
-                if checkpoints is not None and checkpoints.due(epoch, last=epoch == epochs - 1):
-                    tracker.flush()  # before the checkpoint of this epoch is written
+                tracker.log_epoch(metrics, epoch)
                 pause_point(f"train.epoch.{epoch}")
                 ctx.reporter.epoch(epoch=epoch, epochs=epochs, metrics=metrics)
 

@@ -92,8 +92,8 @@ def test_lock_names_its_holder_and_a_dead_holder_is_taken_over(tmp_path):
 def test_second_run_is_refused_then_kill_9_and_resume_log_every_epoch_once(workdir):
     (workdir / "spec.yaml").write_text(SPEC)
     marker = workdir / "paused"
-    # epoch 5 is checkpointed: its metrics are flushed before the pause, its checkpoint is not
-    # written yet, so the resume retrains epochs 3-5 that MLflow already has
+    # checkpoints are written after epochs 2 and 5: paused after epoch 5, before its
+    # checkpoint, the kill loses the buffered metrics and the resume retrains epochs 3-5
     process = run_until_paused(["run", "spec.yaml", "-q"], "train.epoch.5", marker,
                                cwd=workdir)
     checkpoints = workdir / ".dbspec/runs/minimal/stages/train/checkpoints"
@@ -133,9 +133,13 @@ def test_the_next_run_ends_runs_of_dead_processes_killed(workdir):
             "dbspec.spec": "minimal", "dbspec.target": target, "dbspec.pid": str(pid),
             "dbspec.host": host}).info.run_id
 
-    dead, live = running(dead_pid(), here), running(os.getpid(), here)
+    killed = dead_pid()
+    dead, live = running(killed, here), running(os.getpid(), here)
     elsewhere, other_target = running(dead_pid(), "another-host"), running(dead_pid(), here, "t")
-    # any run of the spec touches them: this one stops at a usage error right after
+    lock = workdir / ".dbspec/runs/minimal/run.lock"  # as the kill -9 left it
+    lock.parent.mkdir(parents=True)
+    lock.write_text(json.dumps({"pid": killed, "host": here, "started": "T"}))
+    # the next run of the spec ends them: this one stops at a usage error right after
     result = run_in_process("run", "spec.yaml", "--only", "evaluate", cwd=workdir)
     assert result.returncode == 2, result.stderr
     assert f"MLflow run {dead} (" in result.stderr
@@ -187,22 +191,27 @@ def test_sigterm_flushes_the_metrics_and_ends_the_run_killed(workdir):
     assert not (workdir / ".dbspec/runs/minimal/run.lock").read_text()  # released cleanly
 
 
-def test_missing_epochs_are_logged_once(workdir):
+def test_a_resumed_training_logs_each_epoch_once(workdir):
     from dbspec.spec.loader import load_spec
     from dbspec.tracking.mlflow_tracking import Tracker
 
     (workdir / "spec.yaml").write_text(SPEC)
-    tracker = Tracker(load_spec("spec.yaml").spec, workdir / ".dbspec")
-    history = [{"train_loss": 1.0 / (i + 1), "lr": 0.1} for i in range(5)]
-    with tracker.run() as run_id:
-        for epoch in (0, 1, 3):  # what MLflow kept of a killed run
-            tracker.log_metrics(history[epoch], step=epoch)
-        tracker.flush()
-        assert tracker.log_missing_epochs(history) == 4
-        assert tracker.log_missing_epochs(history) == 0
+    spec = load_spec("spec.yaml").spec
+    history = [{"train_loss": 1.0 / (i + 1), "lr": 0.1} for i in range(8)]
+    killed = Tracker(spec, workdir / ".dbspec")
+    with killed.run() as run_id:  # trained epochs 0-5; 2 and 3 were still buffered at the kill
+        for epoch in (0, 1, 4, 5):
+            killed.log_epoch(history[epoch], epoch)
+    resumed = Tracker(spec, workdir / ".dbspec")
+    with resumed.run(run_id):  # from the checkpoint of epoch 2: epochs 3-7 are trained again
+        resumed.resume_epochs()
+        for epoch in range(3, 8):
+            resumed.log_epoch(history[epoch], epoch)
+        assert resumed.log_missing_epochs(history) == 2  # epoch 2's two metrics
+        assert resumed.log_missing_epochs(history) == 0
     for key in ("train_loss", "lr"):
-        logged = tracker.client.get_metric_history(run_id, key)
-        assert sorted(m.step for m in logged) == [0, 1, 2, 3, 4]
+        logged = resumed.client.get_metric_history(run_id, key)
+        assert sorted(m.step for m in logged) == list(range(8))
 
 
 class _FailingArtifacts(http.server.BaseHTTPRequestHandler):
