@@ -40,6 +40,7 @@ RUN_TAG = "dbspec.run_id"
 GATES_TAG = "dbspec.gates"
 OWNER_TAG = "dbspec.pending_owner"  # host:pid of the process that is gating the version
 LEASE_TAG = "dbspec.lock"
+ABANDONED_TAG = "dbspec.abandoned"  # when and why a version was tagged abandoned
 PENDING, ABANDONED, UNGATED = "pending", "abandoned", "ungated"
 #: Decisions after which a version is no longer "not validated".
 DECIDED = ("promoted", "rejected", "forced")
@@ -227,6 +228,8 @@ class Registry:
         if adopted is not None:
             for key, value in tags.items():
                 self.client.set_model_version_tag(name, str(adopted.version), key, value)
+            if ABANDONED_TAG in (adopted.tags or {}):
+                self.client.delete_model_version_tag(name, str(adopted.version), ABANDONED_TAG)
             version = adopted
         else:
             # a REST store (mlflow server, Databricks) refuses a models:/<id> source without
@@ -270,7 +273,7 @@ class Registry:
 
     def _abandon(self, name: str, version: str, why: str) -> None:
         self.client.set_model_version_tag(name, version, DECISION_TAG, ABANDONED)
-        self.client.set_model_version_tag(name, version, "dbspec.abandoned", f"{_now()}: {why}")
+        self.client.set_model_version_tag(name, version, ABANDONED_TAG, f"{_now()}: {why}")
 
     def _search(self, name: str, tag: str, value: str) -> list[Any]:
         """Versions of ``name`` whose ``tag`` is ``value``, newest first."""

@@ -341,3 +341,31 @@ def test_a_holder_changed_under_the_move_is_decided_again(store, tmp_path):
     assert seen_holders == [one, two] and outcome.moved is False and outcome.decision.detail \
         is False
     assert holder_of(client, NAME, "production") == two
+
+
+def test_register_adopts_its_runs_abandoned_version_and_abandons_dead_ones(store, tmp_path):
+    import subprocess
+    import sys
+
+    uri, client, registry = store
+    source = str(tmp_path / "model")
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    dead = f"{socket.gethostname()}:{exited.pid}"
+    mine = add_version(client, tmp_path, 50, **{"dbspec.run_id": "r1", "dbspec.decision":
+                                                "abandoned", "dbspec.abandoned": "earlier"})
+    theirs = add_version(client, tmp_path, 50, **{"dbspec.run_id": "r0", "dbspec.decision":
+                                                  "pending", "dbspec.pending_owner": dead})
+    decided = add_version(client, tmp_path, 50, **{"dbspec.run_id": "r1", "dbspec.decision":
+                                                   "rejected"})
+    registered = registry.register(NAME, source, "r1", {"metric.test_rmse": "49"})
+    assert (registered.version, registered.adopted, registered.abandoned) == (mine, True,
+                                                                               (theirs,))
+    tags = client.get_model_version(NAME, mine).tags
+    assert tags["dbspec.decision"] == "pending" and "dbspec.abandoned" not in tags
+    assert tags["metric.test_rmse"] == "49"
+    assert client.get_model_version(NAME, theirs).tags["dbspec.decision"] == "abandoned"
+    assert client.get_model_version(NAME, decided).tags["dbspec.decision"] == "rejected"
+    again = registry.register(NAME, source, "r2", {})  # another run: a new version, pending
+    assert not again.adopted and client.get_model_version(NAME, again.version).tags[
+        "dbspec.decision"] == "pending"
