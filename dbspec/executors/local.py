@@ -134,10 +134,7 @@ class LocalExecutor:
                 lock.acquire(what)
                 try:
                     self._say_lock(lock)
-                    # a dead run leaves its holder's name in the lock file; without one (or a
-                    # --resume) there is nothing to look for, and a rerun whose stages are all
-                    # cached needs no MLflow store at all
-                    if lock.previous or not lock.supported or self.options.resume:
+                    if self._after_a_crash(lock, loaded, run_key):
                         self.end_dead_runs(loaded)
                     yield
                 except Terminated:
@@ -152,6 +149,18 @@ class LocalExecutor:
         finally:
             self._guarded_depth = 0
             self._stage_now = None
+
+    def _after_a_crash(self, lock: RunLock, loaded: LoadedSpec, run_key: Optional[str]) -> bool:
+        """Whether runs may have been left RUNNING: a dead holder's name in the lock file, a
+        stage recorded as running or failed (a SIGTERM'd run's workers), or a --resume. Else
+        there is nothing to look for, and a rerun whose stages are all cached opens no MLflow
+        store at all."""
+        if lock.previous or not lock.supported or self.options.resume:
+            return True
+        if run_key:
+            return False  # the state is in MLflow: the lock and --resume are the signs
+        stages = LocalState(state_dir_of(self.run_dir(loaded), None)).load()["stages"]
+        return any(entry.get("status") in ("running", "failed") for entry in stages.values())
 
     def _say_lock(self, lock: RunLock) -> None:
         from dbspec.executors.lock import describe_holder

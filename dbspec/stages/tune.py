@@ -166,6 +166,10 @@ def _run_trials(ctx: StageContext, setup, remaining: int, parallelism: int, seed
         process.start()
     try:
         optimize(setup, seed, quotas[0], timeout, report)
+    except BaseException:
+        for process in processes:  # Ctrl-C or SIGTERM: the workers stop with this process
+            process.terminate()
+        raise
     finally:
         for process in processes:
             process.join()
