@@ -479,10 +479,10 @@ class _TagLease(_Lease):
         while True:
             lease = self._current(registry.snapshot(self.name).tags)
             if lease is None or lease.get("owner") == self.token:
-                self._write()
-                time.sleep(registry.lease_settle_s)
-                if self._ours(registry.snapshot(self.name).tags):
-                    return
+                if self._write():
+                    time.sleep(registry.lease_settle_s)
+                    if self._ours(registry.snapshot(self.name).tags):
+                        return
             elif time.monotonic() > deadline:
                 raise RegistryError(f"the registry lock on {self.name} (its {LEASE_TAG} tag) is "
                                     f"held by {lease.get('by', '?')}; waited "
@@ -490,10 +490,18 @@ class _TagLease(_Lease):
                                     "expires by itself; try again later")
             time.sleep(random.uniform(0.05, 0.25))
 
-    def _write(self) -> None:
+    def _write(self) -> bool:
+        """Write our lease; False when a concurrent write of the tag made the store refuse
+        (an mlflow server on SQLite answers a UNIQUE constraint error): the race is lost."""
+        from mlflow.exceptions import MlflowException
+
         self.expires = time.time() + self.registry.lease_ttl_s
         value = {"owner": self.token, "expires": self.expires, "by": _owner()}
-        self.registry.client.set_registered_model_tag(self.name, LEASE_TAG, json.dumps(value))
+        try:
+            self.registry.client.set_registered_model_tag(self.name, LEASE_TAG, json.dumps(value))
+        except MlflowException:
+            return False
+        return True
 
     def held(self, tags: Optional[dict[str, str]] = None) -> bool:
         """True while the lease is ours (renewed past half its time); else it is taken again
@@ -506,8 +514,13 @@ class _TagLease(_Lease):
         return False
 
     def release(self) -> None:
+        from mlflow.exceptions import MlflowException
+
         if self._ours(self.registry.snapshot(self.name).tags):
-            self.registry.client.delete_registered_model_tag(self.name, LEASE_TAG)
+            try:
+                self.registry.client.delete_registered_model_tag(self.name, LEASE_TAG)
+            except MlflowException:
+                pass  # raced with a writer taking it over; the lease expires anyway
 
 
 @contextmanager
