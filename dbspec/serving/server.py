@@ -219,7 +219,9 @@ def limited_protocol(limits: ConnectionLimits, metrics) -> type:
     - a request's head (request line and headers) must arrive within ``header_timeout_s`` of its
       first byte (408) and stay within ``max_header_bytes`` (431): httptools only hands over
       whole headers, so an unfinished one is bounded by what was read (at most one read more);
-    - malformed HTTP and protocol upgrades get a JSON 400 instead of uvicorn's text/plain one.
+    - malformed HTTP gets a JSON 400 instead of uvicorn's text/plain one; so do an upgrade
+      request with a body and CONNECT (a bodiless ``Upgrade: h2c`` request is answered in
+      HTTP/1.1, then the connection closes).
 
     After a refusal the connection answers, sends FIN, drops what the client still sends for a
     moment and closes; closing at once would reset the connection and lose the answer.
@@ -335,11 +337,18 @@ def limited_protocol(limits: ConnectionLimits, metrics) -> type:
                 return
             if self.head_size > limits.max_header_bytes:
                 self.refusal = self.too_large()
-            elif self.parser.should_upgrade():
-                self.refusal = (400, "upgrade", "protocol upgrades (Upgrade, CONNECT) are not "
-                                                "supported: send plain HTTP/1.1 requests")
+            elif self.parser.should_upgrade() and (self.parser.get_method() == b"CONNECT" or any(
+                    name == b"transfer-encoding" or name == b"content-length"
+                    and value.strip() != b"0" for name, value in self.headers)):
+                # httptools stops parsing at an upgrade, so such a body would never be read
+                self.refusal = (400, "upgrade", "protocol upgrades are not supported, and the "
+                                                "body of an Upgrade or CONNECT request cannot "
+                                                "be read: send plain HTTP/1.1 (curl: without "
+                                                "--http2)")
             else:
                 super().on_headers_complete()
+                if self.parser.should_upgrade():  # answered as plain HTTP/1.1, then closed,
+                    self.cycle.keep_alive = False  # as the parser reads no further
 
         def on_body(self, body: bytes) -> None:
             if self.refusal is None:

@@ -227,6 +227,17 @@ def test_malformed_http_gets_a_json_400(server, raw):
     assert answer.json()["message"]
 
 
+def test_a_bodiless_upgrade_request_is_answered_in_http_1_1_then_closed(server):
+    with connect(server) as sock:  # what curl --http2 sends to an http:// URL
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings"
+                     b"\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n")
+        answer = read_answer(sock, to_close=True)
+    assert answer.status == 200 and answer.json()["status"] == "ok"
+    # httptools reads nothing after an upgrade: a next request on this connection would hang
+    assert answer.headers.get(b"connection") == b"close" and answer.closed
+    assert answer.seconds < 2
+
+
 def test_an_input_whose_prediction_overflows_is_refused_naming_its_rows(server):
     rows = [json.loads(BODY)["inputs"][0], [3e38] * 10, [-3e38] * 10]
     answer = ask(server, invocation(json.dumps({"inputs": rows}).encode()))
