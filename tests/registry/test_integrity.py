@@ -98,10 +98,12 @@ def assert_chain(moves: list[dict], holder: str) -> None:
     assert moves[-1]["version"] == holder
 
 
-def test_kill_inside_register_then_resume_adopts_the_orphan(workdir):
+def test_kill_inside_register_then_resume_adopts_the_orphan(workdir, empty_database):
     import mlflow
 
     (workdir / "spec.yaml").write_text(SPEC)
+    (workdir / ".dbspec").mkdir()
+    shutil.copy(empty_database, workdir / ".dbspec" / "mlflow.db")  # no migrations to wait for
     # the stages before register in this process (torch and MLflow are imported already);
     # the process that is killed only loads them from the state
     trained = run_in_process("run", "spec.yaml", "-q", "--only",
