@@ -19,7 +19,7 @@ from dbspec.errors import DbspecError, Diagnostic, SpecError, UsageError, redact
 _VALIDATE_FORMATS = ("text", "json", "github", "sarif")
 #: ``dbspec run --fail-on-reject``: the run worked and the gates said no (1 is a failure).
 EXIT_REJECTED = 3
-_LIGHT_COMMANDS = ("validate", "plan", "schema", "diff", "jobs")
+_LIGHT_COMMANDS = ("validate", "plan", "schema", "diff", "jobs", "init")
 
 
 def _add_spec_options(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +59,24 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--format", choices=("text", "json", "mermaid"), default="text",
                       help="text (default), json or mermaid")
     plan.set_defaults(handler=_cmd_plan)
+
+    init = commands.add_parser(
+        "init", help="write a first spec for a CSV, Parquet or Delta file",
+        description="Read a data file's columns and a sample of its rows, infer the target, "
+                    "the task and the features, and write a commented spec that validates and "
+                    "runs (try `dbspec run SPEC --smoke` first).")
+    init.add_argument("data", metavar="DATA", help="a CSV or Parquet file, or a Delta table")
+    init.add_argument("-o", "--output", metavar="SPEC",
+                      help="where to write the spec (default: <data name>.yaml here)")
+    init.add_argument("--target", metavar="COLUMN",
+                      help="the column to predict (default: one named target/label/y/class..., "
+                           "else the last)")
+    init.add_argument("--task", choices=("regression", "binary", "multiclass"),
+                      help="the task (default: inferred from the target's values)")
+    init.add_argument("--delimiter", default=",", help="CSV field delimiter (default: ,)")
+    init.add_argument("--name", help="the spec's name (default: from the data file's name)")
+    init.add_argument("--force", action="store_true", help="overwrite an existing spec file")
+    init.set_defaults(handler=_cmd_init)
 
     run = commands.add_parser(
         "run", help="run the spec's pipeline (data, tune, train, evaluate, register, promote)",
@@ -331,6 +349,34 @@ def _add_registry_options(parser: argparse.ArgumentParser) -> None:
                              ".dbspec/mlflow.db)")
     parser.add_argument("--state-dir", metavar="DIR", default=".dbspec",
                         help="the state directory of local runs (default: .dbspec)")
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dbspec.paths import NAME_PATTERN, NAME_RULE, check_name
+    from dbspec.scaffold import infer, render, spec_name
+
+    data = Path(args.data)
+    name = args.name or spec_name(data)
+    check_name(name, "--name", pattern=NAME_PATTERN, rule=NAME_RULE)
+    output = Path(args.output or f"{name}.yaml")
+    if output.exists() and not args.force:
+        raise UsageError(f"{output} exists; give another -o, or --force to overwrite it")
+    if len(args.delimiter) != 1:
+        raise UsageError(f"--delimiter must be one character, not {args.delimiter!r}")
+    scaffold = infer(data, target=args.target, task=args.task, delimiter=args.delimiter)
+    text = render(scaffold, name=name)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    print(f"wrote {output}: {scaffold.task} on {len(scaffold.features)} feature(s), target "
+          f"{scaffold.target!r}" + (f"; left out (not numeric): {', '.join(scaffold.skipped)}"
+                                    if scaffold.skipped else ""), file=sys.stderr)
+    print(f"next: dbspec validate {output} && dbspec run {output} --smoke", file=sys.stderr)
+    return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

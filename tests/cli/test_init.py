@@ -1,0 +1,80 @@
+"""``dbspec init``: a first spec from a data file, that validates and runs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import run_in_process
+
+
+@pytest.fixture(scope="module")
+def wine_csv(tmp_path_factory):
+    """scikit-learn's wine data as a CSV with a text column and a few missing values."""
+    from sklearn.datasets import load_wine
+
+    frame = load_wine(as_frame=True).frame
+    frame.insert(0, "batch id", [f"b{i % 7}" for i in range(len(frame))])
+    frame.loc[[3, 40], "ash"] = None
+    path = tmp_path_factory.mktemp("init") / "Wine Quality.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_init_writes_a_spec_that_validates_and_runs(wine_csv, workdir):
+    made = run_in_process("init", str(wine_csv), cwd=workdir)
+    assert made.returncode == 0, made.stderr
+    assert "wrote wine-quality.yaml: multiclass on 13 feature(s), target 'target'; left out " \
+           "(not numeric): batch id" in made.stderr
+    text = (workdir / "wine-quality.yaml").read_text()
+    assert "task: multiclass  # inferred: the target has 3 distinct values" in text
+    assert "preprocessing: [impute, standard_scale]" in text  # 'ash' has missing values
+    assert "- linear: {out: 3}" in text and '"batch id"' not in text.split("features:")[1][:20]
+    checked = run_in_process("validate", "wine-quality.yaml", cwd=workdir)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    ran = run_in_process("run", "wine-quality.yaml", "--smoke", "-q", cwd=workdir, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert re.search(r"model version +wine_quality_smoke v1", ran.stdout), ran.stdout
+
+
+def test_init_infers_binary_and_regression_and_takes_overrides(tmp_path):
+    (tmp_path / "rows.csv").write_text("a;b;label\n1;2.5;yes\n2;3.5;no\n3;1.5;yes\n")
+    made = run_in_process("init", "rows.csv", "--delimiter", ";", "-o", "b.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "b.yaml").read_text()
+    assert "target: label" in text and "task: binary" in text and 'delimiter: ";"' in text
+    made = run_in_process("init", "rows.csv", "--delimiter", ";", "--target", "b", "-o",
+                          "r.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    text = (tmp_path / "r.yaml").read_text()
+    assert "target: b" in text and "task: regression" in text and "features: [a]" in text
+    assert run_in_process("validate", "b.yaml", "r.yaml", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("content, args, message", [
+    (None, [], "does not exist"),
+    ("a,b\n1,2\n", ["--target", "c"], "--target 'c' is not a column of rows.csv"),
+    ("x,target\nu,1\nv,2\n", [], "no numeric column besides the target 'target'"),
+    ("a,target\n1,\n2,3\n", [], "the target column 'target' has 1 missing value(s)"),
+    ("a,target\n1,x\n2,y\n3,z\n", ["--task", "regression"], "regression needs numbers"),
+    ("a,a,target\n1,2,3\n", [], "rows.csv:1: repeated column name(s) 'a'"),
+    ("a,target\n1,2,3\n", [], "rows.csv:2: 3 fields, the header has 2"),
+    ("a,target\n", [], "a header and no rows"),
+])
+def test_init_errors_are_one_line(tmp_path, content, args, message):
+    if content is not None:
+        (tmp_path / "rows.csv").write_text(content)
+    done = run_in_process("init", "rows.csv", *args, cwd=tmp_path)
+    assert done.returncode == 1 and message in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "rows.yaml").exists()
+
+
+def test_init_keeps_an_existing_spec_unless_forced(tmp_path):
+    (tmp_path / "rows.csv").write_text("a,target\n1,2.5\n2,3.5\n3,1.25\n")
+    (tmp_path / "rows.yaml").write_text("mine\n")
+    kept = run_in_process("init", "rows.csv", cwd=tmp_path)
+    assert kept.returncode == 2 and "rows.yaml exists; give another -o, or --force" in kept.stderr
+    assert (tmp_path / "rows.yaml").read_text() == "mine\n"
+    assert run_in_process("init", "rows.csv", "--force", cwd=tmp_path).returncode == 0
+    assert "task: regression" in (tmp_path / "rows.yaml").read_text()
