@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -189,8 +190,27 @@ def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional
     study = optuna.load_study(study_name=setup.study_name, storage=open_storage(setup.storage),
                               sampler=make_sampler(search, sampler_seed),
                               pruner=make_pruner(search, epochs))
-    study.optimize(objective, n_trials=quota, timeout=timeout, catch=(TrialFailed,),
-                   gc_after_trial=False)
+    quiet = _NoInterruptTraceback()
+    handlers = logging.getLogger("optuna").handlers
+    for handler in handlers:
+        handler.addFilter(quiet)
+    try:
+        study.optimize(objective, n_trials=quota, timeout=timeout, catch=(TrialFailed,),
+                       gc_after_trial=False)
+    finally:
+        for handler in handlers:
+            handler.removeFilter(quiet)
+
+
+class _NoInterruptTraceback(logging.Filter):
+    """Optuna logs a trial that Ctrl-C or SIGTERM stopped with the interrupt's traceback; the
+    run reports the stop in one line of its own, so the traceback is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            record.exc_info = None
+            record.exc_text = None
+        return True
 
 
 def print_record(record: TrialRecord) -> None:
