@@ -103,7 +103,9 @@ class MlflowState(LocalState):
             where = f"MLflow run {self._run_id}" if self._run_id else "MLflow"
             raise StateError(f"--run-key {self.key}: cannot use {what} in {where} at "
                              f"{self.tracking_uri}: {type(exc).__name__}"
-                             + (f": {text}" if text else "")) from None
+                             + (f": {text}" if text else "")
+                             + " (no stage was redone; run the task again once the tracking "
+                               "store answers)") from None
 
     @property
     def run_id(self) -> str:
