@@ -27,6 +27,8 @@ import shutil
 import uuid
 from pathlib import Path
 
+from dbspec.processes import process_alive
+
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -76,15 +78,7 @@ def remove_leftovers(target: Path) -> list[Path]:
 def is_alive(pid: int) -> bool:
     """Whether ``pid`` is a live process other than this one (an earlier, interrupted call of
     this process left what it left for good)."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: another user's live process
-        return True
-    return True
+    return pid != os.getpid() and process_alive(pid)
 
 
 def _exchange(a: Path, b: Path) -> bool:

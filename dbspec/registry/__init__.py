@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
-import random
 import re
 import secrets
 import socket
@@ -29,17 +27,19 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from dbspec.errors import DbspecError
 from dbspec.faults import pause_point
+from dbspec.processes import owner, process_alive
+from dbspec.registry.errors import RegistryError
+from dbspec.registry.locks import Lease, TagLease, file_lock
 from dbspec.spec.models.lifecycle import Gate
 from dbspec.spec.semantics import lower_is_better
+from dbspec.tracking.stores import sqlite_path
 
 HISTORY_TAG = "dbspec.alias_history.{alias}"  # one JSON list: the format before entry tags
 DECISION_TAG = "dbspec.decision"
 RUN_TAG = "dbspec.run_id"
 GATES_TAG = "dbspec.gates"
 OWNER_TAG = "dbspec.pending_owner"  # host:pid of the process that is gating the version
-LEASE_TAG = "dbspec.lock"
 ABANDONED_TAG = "dbspec.abandoned"  # when and why a version was tagged abandoned
 PENDING, ABANDONED, UNGATED = "pending", "abandoned", "ungated"
 #: Decisions after which a version is no longer "not validated".
@@ -50,10 +50,6 @@ _MOVE_ATTEMPTS = 5
 _MODEL_VERSIONS_TAG = "mlflow.modelVersions"
 # MLflow 3's URI of a logged model: one path segment, no alias (models:/NAME/1 is a version)
 _LOGGED_MODEL_URI = re.compile(r"^models:/(?P<model_id>[^/@]+)$")
-
-
-class RegistryError(DbspecError):
-    """A registry operation cannot be done (unknown model, version or alias)."""
 
 
 @dataclass(frozen=True)
@@ -216,7 +212,7 @@ class Registry:
         except MlflowException:
             self.client.create_registered_model(name)
         model_id = logged_model_id(model_uri)
-        tags = {**tags, RUN_TAG: run_id, DECISION_TAG: decision, OWNER_TAG: _owner()}
+        tags = {**tags, RUN_TAG: run_id, DECISION_TAG: decision, OWNER_TAG: owner()}
         orphans = [v for v in self._search(name, RUN_TAG, run_id)
                    if _undecided(v) and (v.source == model_uri or
                                          model_id is not None and v.model_id == model_id)]
@@ -267,7 +263,7 @@ class Registry:
             return True  # the run is gone
         host, _, pid = (version.tags or {}).get(OWNER_TAG, "").rpartition(":")
         if host == socket.gethostname() and pid.isdigit():
-            return not _alive(int(pid))
+            return not process_alive(int(pid))
         age = time.time() - (version.creation_timestamp or 0) / 1000
         return bool(host) and age > PENDING_GRACE_S
 
@@ -389,24 +385,25 @@ class Registry:
         return self.snapshot(name).history(alias)
 
     @contextmanager
-    def lock(self, name: str) -> Iterator["_Lease"]:
+    def lock(self, name: str) -> Iterator[Lease]:
         """Exclusive access to ``name``'s aliases among dbspec processes.
 
         A SQLite store: an ``flock`` on a file beside the database (every process on this
         host). Any other store (an mlflow server, Databricks): a lease in the registered
-        model's ``dbspec.lock`` tag, see :class:`_TagLease`.
+        model's ``dbspec.lock`` tag, see :class:`~dbspec.registry.locks.TagLease`.
         """
-        path = _sqlite_path(getattr(self.client, "_registry_uri", None) or "")
+        database = sqlite_path(getattr(self.client, "_registry_uri", None) or "")
+        path = None if database is None else str(database)
         if path is None:
-            lease = _TagLease(self, name)
+            lease = TagLease(self, name)
             lease.acquire()
             try:
                 yield lease
             finally:
                 lease.release()
             return
-        with _file_lock(f"{path}.dbspec-lock", self.lock_wait_s):
-            yield _Lease()
+        with file_lock(f"{path}.dbspec-lock", self.lock_wait_s):
+            yield Lease()
 
     def versions(self, name: str) -> list[Any]:
         """Every version of ``name``, newest first."""
@@ -434,121 +431,6 @@ class Registry:
 
             raise RegistryError(f"no registered model '{name}'{did_you_mean(name, names)}; "
                                 f"known: {', '.join(names) or 'none'}") from None
-
-
-class _Lease:
-    """A held lock that cannot be lost (the file lock)."""
-
-    def held(self, tags: Optional[dict[str, str]] = None) -> bool:
-        """Whether the lock is still ours (``tags``: the model's, when just read)."""
-        return True
-
-
-class _TagLease(_Lease):
-    """A lease in a registered-model tag: ``{"owner", "expires", "by"}``.
-
-    MLflow has no compare-and-set, so a writer takes a free (or expired) lease by writing it,
-    waiting :attr:`Registry.lease_settle_s` and reading it back: of writers that raced, the
-    last write wins and the others see it and wait. This excludes as long as no writer takes
-    longer than the settle time between reading the lease free and writing it, and holders
-    finish within the lease's time (clocks agreeing to well under it); the re-reads around
-    each move are the second line of defence.
-    """
-
-    def __init__(self, registry: Registry, name: str):
-        self.registry, self.name = registry, name
-        self.token = secrets.token_hex(8)
-        self.expires = 0.0
-
-    def _current(self, tags: dict[str, str]) -> Optional[dict]:
-        """The unexpired lease in ``tags``, or None."""
-        try:
-            lease = json.loads(tags.get(LEASE_TAG) or "null")
-        except json.JSONDecodeError:
-            return None
-        return lease if isinstance(lease, dict) and lease.get("expires", 0) > time.time() \
-            else None
-
-    def _ours(self, tags: dict[str, str]) -> bool:
-        lease = self._current(tags)
-        return lease is not None and lease.get("owner") == self.token
-
-    def acquire(self) -> None:
-        registry = self.registry
-        deadline = time.monotonic() + registry.lock_wait_s
-        while True:
-            lease = self._current(registry.snapshot(self.name).tags)
-            if lease is None or lease.get("owner") == self.token:
-                if self._write():
-                    time.sleep(registry.lease_settle_s)
-                    if self._ours(registry.snapshot(self.name).tags):
-                        return
-            elif time.monotonic() > deadline:
-                raise RegistryError(f"the registry lock on {self.name} (its {LEASE_TAG} tag) is "
-                                    f"held by {lease.get('by', '?')}; waited "
-                                    f"{registry.lock_wait_s:.0f} s. A dead holder's lease "
-                                    "expires by itself; try again later")
-            time.sleep(random.uniform(0.05, 0.25))
-
-    def _write(self) -> bool:
-        """Write our lease; False when a concurrent write of the tag made the store refuse
-        (an mlflow server on SQLite answers a UNIQUE constraint error): the race is lost."""
-        from mlflow.exceptions import MlflowException
-
-        self.expires = time.time() + self.registry.lease_ttl_s
-        value = {"owner": self.token, "expires": self.expires, "by": _owner()}
-        try:
-            self.registry.client.set_registered_model_tag(self.name, LEASE_TAG, json.dumps(value))
-        except MlflowException:
-            return False
-        return True
-
-    def held(self, tags: Optional[dict[str, str]] = None) -> bool:
-        """True while the lease is ours (renewed past half its time); else it is taken again
-        and the caller must read anew (False)."""
-        if self._ours(self.registry.snapshot(self.name).tags if tags is None else tags):
-            if self.expires - time.time() < self.registry.lease_ttl_s / 2:
-                self._write()
-            return True
-        self.acquire()
-        return False
-
-    def release(self) -> None:
-        from mlflow.exceptions import MlflowException
-
-        if self._ours(self.registry.snapshot(self.name).tags):
-            try:
-                self.registry.client.delete_registered_model_tag(self.name, LEASE_TAG)
-            except MlflowException:
-                pass  # raced with a writer taking it over; the lease expires anyway
-
-
-@contextmanager
-def _file_lock(path: str, wait: float) -> Iterator[None]:
-    """``flock`` on ``path`` (separate opens exclude each other, threads included)."""
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise RegistryError(f"cannot open the registry lock {path}: {exc.strerror}") from None
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
-                    raise RegistryError(f"the registry lock {path} is held by {holder}; waited "
-                                        f"{wait:.0f} s") from None
-                time.sleep(0.01)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, _owner().encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def _history_entries(tags: dict[str, str], alias: str, holder: Optional[str]) -> list[dict]:
@@ -587,28 +469,6 @@ def _load_entry(raw: str) -> Optional[dict]:
 
 def _undecided(version) -> bool:
     return (version.tags or {}).get(DECISION_TAG) not in DECIDED
-
-
-def _sqlite_path(uri: str) -> Optional[str]:
-    """The database file of a ``sqlite:///`` URI; None for any other store (or in memory)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri[len("sqlite:///"):].split("?")[0]
-    return path if path and path != ":memory:" else None
-
-
-def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def logged_model_id(model_uri: str) -> Optional[str]:

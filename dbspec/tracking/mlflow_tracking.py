@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from dbspec.errors import DbspecError
+from dbspec.processes import process_alive  # noqa: F401  (imported from here too)
 from dbspec.spec.models import Spec
 
 _PARAM_LIMIT = 6000
@@ -46,40 +47,6 @@ def process_tags() -> dict[str, str]:
     """``dbspec.pid`` and ``dbspec.host`` of this process: a later run of the spec ends a run
     whose process died as KILLED (:func:`dbspec.executors.recovery.end_dead_runs`)."""
     return {"dbspec.pid": str(os.getpid()), "dbspec.host": socket.gethostname()}
-
-
-def process_alive(pid: int, *, since_ms: Optional[float] = None) -> bool:
-    """Whether process ``pid`` of this host lives (with ``since_ms``: and started before that
-    time, so a PID the kernel has reused for a later process counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # another user's process: it exists
-    stat = _proc_stat(pid)
-    if stat is None:
-        return True  # no /proc (not Linux): existence is all we know
-    state, started = stat
-    if state in ("Z", "X"):
-        return False  # killed, not yet reaped by its parent
-    return since_ms is None or started is None or started <= since_ms / 1000 + 2
-
-
-def _proc_stat(pid: int) -> Optional[tuple[str, Optional[float]]]:
-    """(state letter, start time in seconds since the epoch) from ``/proc``."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        with open("/proc/stat", encoding="ascii") as handle:
-            boot = next(float(line.split()[1]) for line in handle if line.startswith("btime"))
-    except (OSError, StopIteration, IndexError, ValueError):
-        return None
-    try:
-        started: Optional[float] = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (IndexError, ValueError, OSError):
-        started = None
-    return fields[0], started
 
 
 def resolve_tracking_uri(spec: Spec, state_dir: Path) -> str:
