@@ -213,16 +213,23 @@ class Registry:
             self.client.create_registered_model(name)
         model_id = logged_model_id(model_uri)
         tags = {**tags, RUN_TAG: run_id, DECISION_TAG: decision, OWNER_TAG: owner()}
-        orphans = [v for v in self._search(name, RUN_TAG, run_id)
-                   if _undecided(v) and (v.source == model_uri or
-                                         model_id is not None and v.model_id == model_id)]
-        adopted = orphans[0] if orphans else None
-        abandoned = [str(v.version) for v in orphans[1:]]  # duplicates of an older bug
-        for extra in orphans[1:]:
+        same = sorted((v for v in self._search(name, RUN_TAG, run_id)
+                       if v.source == model_uri or model_id is not None and v.model_id == model_id),
+                      key=lambda v: int(v.version))
+        # the same training run and model are the same version, the first one registered: a
+        # decided one is reused (a rerun of evaluate, --only, --resume after the end), an
+        # undecided one adopted (a kill inside register)
+        adopted = same[0] if same else None
+        extras = [v for v in same[1:] if _undecided(v)]
+        abandoned = [str(v.version) for v in extras]  # duplicates of an older bug
+        for extra in extras:
             self._abandon(name, str(extra.version), f"duplicate of v{adopted.version}")
         abandoned += self._abandon_dead(name, keep=str(adopted.version) if adopted else None)
         if adopted is not None:
+            keep_decision = not _undecided(adopted)  # its gates run again; until then it stands
             for key, value in tags.items():
+                if keep_decision and key in (DECISION_TAG, OWNER_TAG):
+                    continue
                 self.client.set_model_version_tag(name, str(adopted.version), key, value)
             if ABANDONED_TAG in (adopted.tags or {}):
                 self.client.delete_model_version_tag(name, str(adopted.version), ABANDONED_TAG)

@@ -94,8 +94,9 @@ class RegisterStage:
     """A new registry version of the logged model, tagged with its spec, metrics and gates.
 
     The version is created ``pending`` (not validated) with the gates it will be checked
-    against, so a kill before promote decides leaves nothing silently promotable, and a rerun
-    of the same training run adopts it instead of registering a duplicate. Without a promotion
+    against, so a kill before promote decides leaves nothing silently promotable. A rerun of
+    the same training run and model (``--from evaluate``, ``--only register``, ``--resume``
+    after a kill) reuses its version instead of registering a duplicate. Without a promotion
     section it is created ``ungated``: nothing will gate it.
     """
 
@@ -119,7 +120,7 @@ class RegisterStage:
         for version in registered.abandoned:
             ctx.reporter.line(f"  {name} version {version} tagged abandoned (its run died "
                               "before gating it)")
-        how = "adopted the undecided" if registered.adopted else "registered"
+        how = "reused (same training run and model)" if registered.adopted else "registered"
         ctx.reporter.line(f"  {how} {name} version {registered.version}")
         return {"name": name, "version": registered.version, "adopted": registered.adopted}
 

@@ -123,12 +123,23 @@ def test_kill_inside_register_then_resume_adopts_the_orphan(workdir, empty_datab
 
     resumed = run_in_process("run", "spec.yaml", "--resume", cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"adopted the undecided {NAME} version {orphan.version}" in resumed.stderr
+    assert f"reused (same training run and model) {NAME} version {orphan.version}" \
+        in resumed.stderr
     versions = {v.version: v for v in client.search_model_versions(f"name = '{NAME}'")}
     assert sorted(versions) == sorted([orphan.version, stray.version])  # no duplicate
     assert versions[orphan.version].tags["dbspec.decision"] == "promoted"
     assert "dbspec.gate.1" in versions[orphan.version].tags
     assert versions[stray.version].tags["dbspec.decision"] == "abandoned"
+    assert client.get_model_version_by_alias(NAME, "production").version == orphan.version
+
+    # registration is idempotent: rerunning evaluate, register alone or a finished run's
+    # --resume gives the same training run and model the same version, not a new one
+    for again in (["--from", "evaluate"], ["--only", "register"], ["--resume"]):
+        rerun = run_in_process("run", "spec.yaml", *again, cwd=workdir)
+        assert rerun.returncode == 0, rerun.stderr
+    after = {v.version: v for v in client.search_model_versions(f"name = '{NAME}'")}
+    assert sorted(after) == sorted(versions)
+    assert after[orphan.version].tags["dbspec.decision"] == "promoted"
     assert client.get_model_version_by_alias(NAME, "production").version == orphan.version
 
 
