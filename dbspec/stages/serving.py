@@ -37,6 +37,30 @@ class BatchPredictStage:
     name = "batch_predict"
     always_runs = True
 
+    @staticmethod
+    def check(spec) -> None:
+        """The input must be there before the first stage runs, not after training and
+        registering: a relative path is read from the current directory.
+
+        Raises:
+            DataError: a local input path that does not exist.
+        """
+        from pathlib import Path
+
+        from dbspec.data.sources import DataError
+
+        batch = spec.serving.batch
+        if batch is None or "://" in batch.input:
+            return
+        path = Path(batch.input).expanduser()
+        table_name = batch.engine == "spark" and "/" not in batch.input and \
+            not batch.input.endswith(".parquet")  # main.ml.scoring: a table, not a path
+        if not table_name and not path.exists():
+            where = "" if path.is_absolute() else f" (relative paths are read from {Path.cwd()})"
+            raise DataError(f"serving.batch.input: {batch.input} does not exist{where}; "
+                            "checked before any stage runs, so that nothing is trained for a "
+                            "batch_predict that cannot read its input")
+
     def run(self, ctx: StageContext) -> dict[str, Any]:
         from dbspec.serving.batch import predict_local, predict_spark
         from dbspec.serving.source import load_version

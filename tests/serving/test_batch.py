@@ -374,3 +374,13 @@ def test_spark_parquet_leftovers_of_killed_writes_are_cleaned_up(model, spark, t
     assert _parquet_rows(out).num_rows == 5
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")) == \
         [live.name]
+
+
+def test_a_missing_batch_input_fails_before_any_stage(workdir):
+    """It used to fail in batch_predict, after training and registering."""
+    (workdir / "batch.yaml").write_text(REJECTED % "batch")  # in.parquet is not there
+    result = run_in_process("run", "batch.yaml", "-q", cwd=workdir)
+    assert result.returncode == 1
+    assert f"serving.batch.input: in.parquet does not exist (relative paths are read from " \
+           f"{workdir})" in result.stderr and "Traceback" not in result.stderr
+    assert not (workdir / ".dbspec" / "mlflow.db").exists()  # nothing was trained or logged
