@@ -336,11 +336,22 @@ class LocalExecutor:
         store.save(state, changed=(name,))
 
     def _failure_message(self, loaded, name, exc, directory) -> str:
-        if isinstance(exc, DbspecError):
+        from dbspec.data.sources import DataError
+
+        if isinstance(exc, DataError):
+            # the data or a setting that reads it: the same command would fail the same way
             cause = str(exc)
+            hint = ("\n  fix the data or the spec (or its --set values), then run again; "
+                    "finished stages are kept" + (f": {self.resume_command}"
+                                                  if self.resume_command else ""))
+        elif isinstance(exc, DbspecError):
+            cause = str(exc)
+            hint = f"\n  resume with: {self.resume_command} --resume" \
+                if self.resume_command else ""
         else:
             cause = f"{type(exc).__name__}: {exc} (traceback in {directory / 'error.txt'})"
-        hint = f"\n  resume with: {self.resume_command} --resume" if self.resume_command else ""
+            hint = f"\n  resume with: {self.resume_command} --resume" \
+                if self.resume_command else ""
         return f"stage '{name}' failed: {cause}{hint}"
 
 
