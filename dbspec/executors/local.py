@@ -92,6 +92,8 @@ class LocalExecutor:
                 raise UsageError(f"no stage '{name}' in this plan{did_you_mean(name, plan.names)}"
                                  f"; stages: {', '.join(plan.names)}")
         for planned in plan:  # fail before any work when a stage cannot run here
+            if only and planned.name not in only:
+                continue  # another task's stage (a job task runs a few with --only)
             stage = build_stage(planned)
             if hasattr(stage, "check"):
                 stage.check(loaded.spec)
