@@ -184,7 +184,10 @@ class LocalExecutor:
 
         spec = loaded.spec
         uri = resolve_tracking_uri(spec, self.project_dir)
-        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+        from dbspec.tracking.stores import sqlite_path
+
+        database = sqlite_path(uri)
+        if database is not None and not database.exists():
             return []  # a new store: nothing ran there yet
         import mlflow
         from mlflow.exceptions import MlflowException

@@ -19,6 +19,9 @@ from dbspec.errors import redact
 from dbspec.tracking.mlflow_tracking import TrackingError, check_tracking_server
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Stores that passed :func:`check_store` in this process (a database that exists stays one);
+#: http(s) servers are probed every time, since a server can stop.
+_CHECKED: set[tuple[str, bool]] = set()
 
 
 def sqlite_path(uri: str) -> Optional[Path]:
@@ -44,6 +47,8 @@ def check_store(uri: str, *, must_exist: bool) -> None:
     Raises:
         TrackingError: naming the URI and what is wrong with it.
     """
+    if (uri, must_exist) in _CHECKED or (uri, True) in _CHECKED:
+        return  # a Tracker, the stage state and the executor each check the same store
     shown = redact(uri)
     if uri.lower().startswith(("http://", "https://")):
         check_tracking_server(uri)
@@ -67,6 +72,7 @@ def check_store(uri: str, *, must_exist: bool) -> None:
         mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments(max_results=1)
     except Exception as exc:  # SQLAlchemy, MlflowException, a missing driver: all the same here
         raise TrackingError(f"tracking URI {shown}: {_first_line(exc)}") from None
+    _CHECKED.add((uri, must_exist))
 
 
 def _check_sqlite_file(database: Path, shown: str, *, must_exist: bool) -> None:
