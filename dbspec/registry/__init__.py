@@ -12,7 +12,13 @@ Integrity under ``kill -9`` and concurrency (what holds on which store is in the
   written first (an intent), and the holder is re-read right before and after the move; a
   changed holder means deciding again against the new one.
 - History is append-only, one tag per move; an entry whose move never happened (killed between
-  the two) does not match what followed it and is not taken as a move.
+  the two) does not match what followed it and is not taken as a move. An entry is rewritten
+  once, as ``applied``, right after its move: that tells a move that happened and was then
+  undone outside dbspec from one that never happened.
+- A move made outside dbspec (the UI, ``MlflowClient().set_registered_model_alias``) shows in
+  every read as an entry ``"outside": true`` from the last recorded holder to the actual one;
+  the next move under the lock writes it into the history before its own entry, so it is
+  recorded once, when first seen. Reads take no lock and write nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import secrets
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterator, Optional
 
 from dbspec.faults import pause_point
@@ -36,6 +42,8 @@ from dbspec.spec.semantics import lower_is_better
 from dbspec.tracking.stores import sqlite_path
 
 HISTORY_TAG = "dbspec.alias_history.{alias}"  # one JSON list: the format before entry tags
+#: ``by`` of a history entry for a move dbspec did not make, only saw.
+OUTSIDE_BY = "outside dbspec"
 DECISION_TAG = "dbspec.decision"
 RUN_TAG = "dbspec.run_id"
 GATES_TAG = "dbspec.gates"
@@ -124,13 +132,31 @@ class RegistrySnapshot:
 
     def history(self, alias: str, *, unapplied: bool = False) -> list[dict[str, Any]]:
         """The moves of ``alias``, oldest first; with ``unapplied``, also the entries whose move
-        never happened (each entry then says ``applied``)."""
+        never happened (each entry then says ``applied``).
+
+        When the alias is not where the last recorded move left it (moved, set or deleted
+        outside dbspec), the last entry is that outside move (``"outside": true``); until a
+        move under the lock records it, it has ``"recorded": false``, no ``id`` and this read's
+        time as ``at``.
+        """
         entries = _history_entries(self.tags, alias, self.holder(alias))
         return entries if unapplied else [e for e in entries if e["applied"]]
 
-    def replaced(self, alias: str, version: str) -> Optional[str]:
-        """The version ``alias`` held before ``version`` was last promoted to it (rollbacks
-        skipped, so repeated rollbacks step further back)."""
+    def unrecorded(self, alias: str) -> Optional[dict[str, Any]]:
+        """The outside move of ``alias`` this read sees and the history does not hold yet."""
+        entries = self.history(alias)
+        return entries[-1] if entries and entries[-1].get("recorded") is False else None
+
+    def history_aliases(self) -> list[str]:
+        """The aliases set now, then those only the history knows (deleted since), sorted."""
+        prefix = HISTORY_TAG.format(alias="")
+        known = {key[len(prefix):].split(".")[0] for key in self.tags if key.startswith(prefix)}
+        return [*self.aliases, *sorted(known - set(self.aliases))]
+
+    def replaced(self, alias: str, version: Optional[str]) -> Optional[str]:
+        """The version ``alias`` held before ``version`` was last promoted or moved to it
+        (rollbacks skipped, so repeated rollbacks step further back); ``version`` None: the
+        holder before the alias was deleted outside dbspec."""
         for move in reversed(self.history(alias)):
             if move["version"] == version and move["reason"] != "rollback":
                 return move.get("previous")
@@ -345,14 +371,15 @@ class Registry:
                 seen = self.snapshot(name)
                 if not lease.held(seen.tags):
                     continue  # the lease ran out and was taken again: read anew
+                seen = self._record_outside_move(seen, alias)
                 old = seen.holder(alias)
                 decision = decide(seen)
                 if decision.version is None or str(decision.version) == old:
                     return AliasOutcome(decision, old, moved=False)
                 target = str(decision.version)
-                self._append_history(seen, alias, {
-                    "version": target, "previous": old, "at": _now(),
-                    "by": getpass.getuser(), "reason": decision.reason})
+                entry = {"version": target, "previous": old, "at": _now(),
+                         "by": getpass.getuser(), "reason": decision.reason}
+                seen, key = self._append_history(seen, alias, entry)
                 pause_point("promote.before_move")
                 if not lease.held() or self._holder_version(name, alias) != old:
                     continue  # moved since we decided: decide again on the new holder
@@ -362,6 +389,9 @@ class Registry:
                     raise RegistryError(f"cannot set @{alias} on {name} v{target}: "
                                         f"{exc.message.splitlines()[0]}") from None
                 pause_point("promote.after_move")
+                # the move happened: whatever moves the alias later, this entry stays a move
+                self.client.set_registered_model_tag(name, key,
+                                                     json.dumps({**entry, "applied": True}))
                 if self._holder_version(name, alias) == target:
                     return AliasOutcome(decision, old, moved=True)
         raise RegistryError(f"@{alias} of {name} kept changing while dbspec moved it "
@@ -377,15 +407,30 @@ class Registry:
         holder."""
         return self.guarded_move(name, alias, lambda _: AliasDecision(version, reason)).previous
 
-    def _append_history(self, seen: RegistrySnapshot, alias: str, entry: dict) -> None:
+    def _record_outside_move(self, seen: RegistrySnapshot, alias: str) -> RegistrySnapshot:
+        """Write the outside move ``seen`` shows for ``alias`` into the history (under the
+        lock, before any entry of this writer); ``seen`` with it."""
+        move = seen.unrecorded(alias)
+        if move is None:
+            return seen
+        entry = {k: v for k, v in move.items() if k not in ("id", "applied", "recorded")}
+        seen, _ = self._append_history(seen, alias, {**entry, "seen_by": getpass.getuser()})
+        pause_point("history.after_outside")
+        return seen
+
+    def _append_history(self, seen: RegistrySnapshot, alias: str,
+                        entry: dict) -> tuple[RegistrySnapshot, str]:
         """One new tag per move, keyed by time (never before the newest entry, whatever the
-        clocks say) and a random part, so concurrent writers never overwrite each other."""
+        clocks say) and a random part, so concurrent writers never overwrite each other.
+        Returns ``seen`` with the tag and the tag's key."""
         base = HISTORY_TAG.format(alias=alias) + "."
         stamps = [int(k[len(base):].split("-")[0]) for k in seen.tags
                   if k.startswith(base) and k[len(base):].split("-")[0].isdigit()]
         stamp = max([time.time_ns(), *(s + 1 for s in stamps)])
         key = f"{base}{stamp:020d}-{secrets.token_hex(4)}"
-        self.client.set_registered_model_tag(seen.name, key, json.dumps(entry))
+        value = json.dumps(entry)
+        self.client.set_registered_model_tag(seen.name, key, value)
+        return replace(seen, tags={**seen.tags, key: value}), key
 
     def history(self, name: str, alias: str) -> list[dict[str, Any]]:
         """Every move of ``alias`` that happened, oldest first."""
@@ -441,20 +486,41 @@ class Registry:
 
 
 def _history_entries(tags: dict[str, str], alias: str, holder: Optional[str]) -> list[dict]:
-    """The legacy JSON list, then one entry per tag in key order. An entry is ``applied`` when
-    what followed it starts from its version (the next entry's ``previous``, or the current
-    holder for the last one): an intent whose move was killed is not."""
+    """The legacy JSON list, then one entry per tag in key order, then the outside move that
+    took the alias from the last applied entry's version to ``holder``, if it is elsewhere.
+
+    An entry is ``applied`` when it was rewritten so after its move, or when what followed it
+    starts from its version (the next entry's ``previous``, or the holder for the last one):
+    an intent whose move was killed is not. A recorded outside move is one unless it changes
+    nothing (two writers that both recorded it, after a lost lease).
+    """
     base = HISTORY_TAG.format(alias=alias)
     legacy = [{**e, "applied": True} for e in _load_list(tags.get(base))]
-    entries = []
+    stored = []
     for key in sorted(k for k in tags if k.startswith(base + ".")):
         entry = _load_entry(tags[key])
         if entry is not None:
-            entries.append({**entry, "id": key[len(base) + 1:]})
-    for index, entry in enumerate(entries):
-        after = entries[index + 1].get("previous") if index + 1 < len(entries) else holder
-        entry["applied"] = after == entry.get("version")
-    return legacy + entries
+            stored.append({**entry, "id": key[len(base) + 1:]})
+    for index, entry in enumerate(stored):
+        after = stored[index + 1].get("previous") if index + 1 < len(stored) else holder
+        entry["applied"] = entry.get("applied") is True or after == entry.get("version")
+    entries, recorded = legacy + stored, None
+    for entry in entries:
+        if entry.get("outside"):
+            entry["applied"] = entry.get("version") != recorded
+        if entry["applied"]:
+            recorded = entry.get("version")
+    if recorded != holder:
+        entries.append({**_outside_move(recorded, holder), "id": None, "applied": True,
+                        "recorded": False})
+    return entries
+
+
+def _outside_move(previous: Optional[str], version: Optional[str]) -> dict[str, Any]:
+    """The history entry of a move from ``previous`` to ``version`` that dbspec only saw."""
+    what = "deleted" if version is None else "set" if previous is None else "moved"
+    return {"version": version, "previous": previous, "at": _now(), "by": OUTSIDE_BY,
+            "reason": f"{what} outside dbspec", "outside": True}
 
 
 def _load_list(raw: Optional[str]) -> list[dict]:

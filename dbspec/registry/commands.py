@@ -48,7 +48,9 @@ def describe_models(registry: Registry, name: str) -> dict[str, Any]:
             "gates": [GateResult(**g).describe() for g in gates],
             "metrics": {k[7:]: float(v) for k, v in tags.items() if k.startswith("metric.")},
         })
-    history = {alias: seen.history(alias) for alias in seen.aliases}
+    # an alias deleted outside dbspec keeps its history, ending on the deletion
+    history = {alias: moves for alias in seen.history_aliases()
+               if (moves := seen.history(alias)) or alias in seen.aliases}
     return {"name": name, "versions": versions, "alias_history": history}
 
 
@@ -63,9 +65,25 @@ def render_models(described: dict[str, Any]) -> str:
                      f"{tests}")
         lines.extend(f"        gate {g}" for g in version["gates"])
     for alias, moves in described["alias_history"].items():
-        trail = " -> ".join(f"v{m['version']} ({m['at']}, {m['reason']})" for m in moves[-5:])
+        trail = " -> ".join(_describe_move(m) for m in moves[-5:])
         lines.append(f"  history @{alias}: {trail}")
+        last = moves[-1] if moves else {}
+        if last.get("recorded") is False:
+            lines.append(f"        @{alias} was {last['reason']} ({_shown(last['previous'])} -> "
+                         f"{_shown(last['version'])}), first seen now; the next promote or "
+                         "rollback of it records that")
     return "\n".join(lines)
+
+
+def _describe_move(move: dict[str, Any]) -> str:
+    """``v2 (2026-01-02T00:00:00Z, promoted by hand)``; a move dbspec only saw says so first."""
+    if move.get("outside"):
+        return f"{_shown(move['version'])} ({move['reason'].upper()}, seen {move['at']})"
+    return f"{_shown(move['version'])} ({move['at']}, {move['reason']})"
+
+
+def _shown(version: Optional[str]) -> str:
+    return "unset" if version is None else f"v{version}"
 
 
 def alias_argument(alias: str) -> str:
@@ -146,20 +164,25 @@ def rollback(registry: Registry, name: str, alias: str, to: Optional[str]) -> di
 
     "Before" comes from the moves that happened (an entry whose move was killed is skipped),
     read under the registry lock; rollbacks are skipped too, so repeated rollbacks step
-    further back.
+    further back. A move made outside dbspec counts as a move (recorded here first, see
+    :meth:`Registry.guarded_move`): rolling it back returns to the holder before it, and an
+    alias deleted outside dbspec is set again on its last holder.
 
     Raises:
-        RegistryError: the alias has no earlier holder, ``to`` is not a version, or the alias
-            already points at it.
+        RegistryError: the alias has no earlier holder (or was set outside dbspec without
+            one), ``to`` is not a version, or the alias already points at it.
     """
     if to is not None:
         registry.version(name, str(to))
 
     def decide(seen: RegistrySnapshot) -> AliasDecision:
         current = seen.holder(alias)
-        target = str(to) if to is not None else \
-            seen.replaced(alias, current) if current is not None else None
+        target = str(to) if to is not None else seen.replaced(alias, current)
         if target is None:
+            moves = seen.history(alias)
+            if moves and moves[-1].get("outside") and current is not None:
+                raise RegistryError(f"@{alias} of {name} was set to v{current} outside dbspec "
+                                    "and no earlier holder is recorded; give --to VERSION")
             raise RegistryError(f"@{alias} of {name} has no earlier holder recorded; give "
                                 "--to VERSION")
         if target == current:

@@ -18,8 +18,7 @@ import pytest
 
 from tests.conftest import run_in_process
 from tests.helpers.pause import kill_paused, run_until_paused
-
-NAME = "integrity_model"
+from tests.registry.conftest import NAME
 
 SPEC = f"""\
 name: integrity
@@ -41,32 +40,6 @@ registry:
 """
 
 GATES = [{"metric": "test_rmse", "better_than": "production"}]
-
-
-@pytest.fixture(scope="module")
-def empty_database(tmp_path_factory) -> Path:
-    """A migrated, empty MLflow database, copied by each test (migrating takes seconds)."""
-    import mlflow
-
-    path = tmp_path_factory.mktemp("empty") / "mlflow.db"
-    mlflow.MlflowClient(f"sqlite:///{path}").search_registered_models()
-    return path
-
-
-@pytest.fixture
-def store(tmp_path, monkeypatch, empty_database):
-    """A SQLite registry with NAME and no versions: (tracking URI, client, registry)."""
-    import mlflow
-
-    from dbspec.registry import Registry
-
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    shutil.copy(empty_database, tmp_path / "mlflow.db")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    client = mlflow.MlflowClient(uri)
-    client.create_registered_model(NAME)
-    (tmp_path / "model").mkdir()
-    return uri, client, Registry(client)
 
 
 def add_version(client, tmp_path: Path, rmse: float, **tags: str) -> str:
