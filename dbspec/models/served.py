@@ -73,6 +73,9 @@ class ModelCard:
     target_mean: float = 0.0
     target_std: float = 1.0
     threshold: float = 0.5
+    #: ``{"low": [...], "high": [...]}`` per feature of the training split (raw units);
+    #: ``None`` in models logged before dbspec recorded it (:mod:`dbspec.models.inputs`)
+    feature_ranges: Optional[dict[str, list]] = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -105,19 +108,20 @@ class ServedModel(nn.Module):
         return probabilities[:, 1] if self.card.task == "binary" else probabilities
 
     def predict_frame(self, features) -> "Any":
-        """Score a frame (or array) of raw features; returns a pandas DataFrame.
+        """Score a frame (or array, or list of rows) of raw features; returns a DataFrame.
 
-        Columns: those of :func:`prediction_columns`.
+        Named columns are taken by name, unnamed ones by position
+        (:func:`dbspec.models.inputs.feature_matrix`). Columns: those of
+        :func:`prediction_columns`.
+
+        Raises:
+            InputError: missing columns, or positional input of another width.
         """
-        import numpy as np
         import pandas as pd
 
-        if isinstance(features, pd.DataFrame):
-            features = features[self.card.feature_names]
-        x = np.asarray(features, dtype=np.float32)
-        if not x.flags.writeable:  # pandas 3 hands out read-only views (copy-on-write)
-            x = x.copy()
-        x = torch.from_numpy(x)
+        from dbspec.models.inputs import feature_matrix
+
+        x = torch.from_numpy(feature_matrix(self.card.feature_names, features))
         with torch.inference_mode():
             out = self(x).numpy()
         return pd.DataFrame(prediction_columns(self.card, out))

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 
+from dbspec.models.inputs import RAW_FEATURES, FeatureRanges
 from dbspec.models.served import prediction_columns
 from dbspec.serving.inference_table import InferenceTable, Record
 from dbspec.serving.metrics import ServerMetrics
@@ -53,6 +54,8 @@ class ServingConfig(NamedTuple):
     max_batch_size: int = 64
     max_wait_ms: float = 2.0
     max_body_bytes: int = 5_000_000
+    out_of_range: str = "warn"  # serving.out_of_range.action: warn, reject or off
+    out_of_range_tolerance: float = 0.5
 
 
 class _Pending(NamedTuple):
@@ -190,6 +193,7 @@ class ScoringApp:
         self._token = config.token.encode() if config.token else None
         self._ids = (os.urandom(4).hex(), iter(range(1, sys.maxsize)))
         self._tasks: list[asyncio.Task] = []
+        self._ranges: dict[str, Optional[FeatureRanges]] = {}  # by model version
 
     def swap(self, model: LoadedModel) -> None:
         """Serve ``model`` from the next batch on; batches in flight finish on the old one."""
@@ -298,8 +302,9 @@ class ScoringApp:
         finally:
             self.arriving -= 1
             self.batcher.poke()
+        warnings = self._check_range(model, x)
         columns, start, stop = await self.batcher.submit(x, model)
-        response = predictions_body(columns, start, stop)
+        response = predictions_body(columns, start, stop, warnings)
         request_id = request_id or f"{self._ids[0]}-{next(self._ids[1])}"
         if self.table is not None:
             self.table.offer(Record(
@@ -307,6 +312,28 @@ class ScoringApp:
                 (time.perf_counter() - started) * 1000, model.feature_names, x,
                 {name: values[start:stop] for name, values in columns.items()}))
         return 200, response, _JSON + [(b"x-request-id", request_id.encode("latin-1"))]
+
+    def _check_range(self, model: LoadedModel, x: np.ndarray) -> Optional[list[str]]:
+        """Count rows far outside the training range; refuse them, or return the warnings."""
+        if self.config.out_of_range == "off":
+            return None
+        ranges = self._ranges.get(model.version, False)
+        if ranges is False:
+            ranges = self._ranges[model.version] = FeatureRanges.of_card(
+                model.model.card, self.config.out_of_range_tolerance)
+        if ranges is None:  # logged before ranges were recorded
+            return None
+        outside = ranges.outside(x)
+        if not outside:
+            return None
+        self.metrics.out_of_range(len(outside.rows), outside.counts())
+        lines = outside.messages(x)
+        if self.config.out_of_range == "reject":
+            raise RequestError(422, f"{len(outside.rows)} of {len(x)} row(s) lie far outside "
+                                    "the model's training range (serving.out_of_range: reject): "
+                                    + "; ".join(lines) + f". {RAW_FEATURES}")
+        return [f"{line}: far outside the training range, the prediction is unreliable"
+                for line in lines]
 
     def _authorize(self, scope) -> None:
         if self._token is None:

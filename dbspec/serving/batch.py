@@ -44,6 +44,64 @@ class BatchResult(NamedTuple):
     seconds: float
     model_name: str
     model_version: str
+    out_of_range_rows: int = 0  # rows flagged in the out_of_range column
+
+
+OUT_OF_RANGE_COLUMN = "out_of_range"
+
+
+def out_of_range_line(result: BatchResult) -> str:
+    """What to tell the user about a batch's flagged rows."""
+    return (f"{result.out_of_range_rows:,} of {result.rows:,} row(s) have features far outside "
+            f"the training range: their predictions are unreliable (the {OUT_OF_RANGE_COLUMN} "
+            "column names them; serving.out_of_range sets the check). The model takes raw "
+            "features, as it was trained on.")
+
+
+class RangeCheck:
+    """``serving.out_of_range`` for batch scoring: with ``warn`` an ``out_of_range`` column
+    names each row's features far outside the training range (null when none), with
+    ``reject`` the first such batch fails the job before anything is committed.
+    """
+
+    def __init__(self, card: Any, action: str = "warn", tolerance: float = 0.5):
+        from dbspec.models.inputs import FeatureRanges
+
+        self.action = action
+        self.ranges = None if action == "off" else FeatureRanges.of_card(card, tolerance)
+
+    @property
+    def adds_column(self) -> bool:
+        return self.ranges is not None and self.action == "warn"
+
+    def column(self, x: np.ndarray, source: str,
+               offset: Optional[int] = None) -> tuple[Optional[pa.Array], int]:
+        """(the batch's ``out_of_range`` values or None, rows flagged); ``offset`` is the
+        input row of the batch's first (None where it is not known: a Spark partition's).
+
+        Raises:
+            DataError: with ``reject``, the batch has out-of-range rows.
+        """
+        if self.ranges is None:
+            return None, 0
+        outside = self.ranges.outside(x)
+        if self.action == "reject" and outside:
+            from dbspec.models.inputs import RAW_FEATURES
+
+            where = f"of a batch of {len(x)}" if offset is None else \
+                f"of rows {offset}..{offset + len(x) - 1}"
+            raise DataError(f"input {source}: {len(outside.rows)} row(s) {where} lie far "
+                            "outside the model's training range (serving.out_of_range: reject; "
+                            "nothing was written): "
+                            + "; ".join(outside.messages(x, offset=offset or 0, limit=3))
+                            + f". {RAW_FEATURES}")
+        if not self.adds_column:
+            return None, 0
+        names = np.array(self.ranges.names + [""], dtype=object)
+        values: list[Optional[str]] = [None] * len(x)
+        for i in outside.rows:
+            values[i] = ",".join(names[np.flatnonzero(outside.mask[i])])
+        return pa.array(values, pa.string()), len(outside.rows)
 
 
 def _is_delta(path: Path) -> bool:
@@ -143,12 +201,14 @@ def _unscorable(x: np.ndarray, columns: dict[str, np.ndarray], names: list[str])
 
 def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "delta",
                   input_version: Optional[int] = None, batch_rows: int = BATCH_ROWS,
-                  progress: Callable[[int, float], None] = lambda rows, seconds: None
-                  ) -> BatchResult:
+                  progress: Callable[[int, float], None] = lambda rows, seconds: None,
+                  out_of_range: tuple[str, float] = ("warn", 0.5)) -> BatchResult:
     """Stream ``source`` through the model into ``output`` (see the module docstring).
 
+    ``out_of_range`` is ``serving.out_of_range``'s (action, tolerance): see :class:`RangeCheck`.
+
     Raises:
-        DataError: bad input, or rows the model cannot score.
+        DataError: bad input, rows the model cannot score, or (``reject``) rows out of range.
     """
     import pyarrow.types as pat
 
@@ -160,13 +220,17 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
     check_features(types, names, source,
                    lambda t: pat.is_integer(t) or pat.is_floating(t) or pat.is_decimal(t))
     empty = _score(loaded.model, np.zeros((0, len(names)), dtype=np.float32))
-    _clashes(list(types), list(empty), source)
+    check = RangeCheck(loaded.model.card, *out_of_range)
+    added = list(empty) + ([OUT_OF_RANGE_COLUMN] if check.adds_column else [])
+    _clashes(list(types), added, source)
     schema = dataset.schema
     for name, values in empty.items():
         schema = schema.append(pa.field(name, pa.array(values).type))
+    if check.adds_column:
+        schema = schema.append(pa.field(OUT_OF_RANGE_COLUMN, pa.string()))
     schema = schema.append(pa.field("model_name", pa.string()))
     schema = schema.append(pa.field("model_version", pa.string()))
-    done, failure = [0], []
+    done, flagged, failure = [0], [0], []
 
     def batches() -> Iterator[Any]:
         for batch in dataset.to_batches(batch_size=batch_rows):
@@ -175,12 +239,19 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
             x = np.empty((batch.num_rows, len(names)), dtype=np.float32)
             for j, name in enumerate(names):
                 x[:, j] = batch.column(name).to_numpy(zero_copy_only=False)
+            try:
+                ranged, count = check.column(x, source, done[0])
+            except DataError as refused:
+                failure.append(refused)
+                raise
             columns = _score(loaded.model, x)
             problem = _unscorable(x, columns, names)
             if problem:
                 failure.append(DataError(f"input {source}: {problem}"))
                 raise failure[-1]
-            arrays = batch.columns + [pa.array(v) for v in columns.values()] + [
+            flagged[0] += count
+            arrays = batch.columns + [pa.array(v) for v in columns.values()] + (
+                [ranged] if ranged is not None else []) + [
                 pa.array([loaded.name] * batch.num_rows, pa.string()),
                 pa.array([loaded.version] * batch.num_rows, pa.string())]
             done[0] += batch.num_rows
@@ -195,7 +266,7 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
             raise failure[0] from None
         raise
     return BatchResult(done[0], output, fmt, version, output_version,
-                       time.perf_counter() - started, loaded.name, loaded.version)
+                       time.perf_counter() - started, loaded.name, loaded.version, flagged[0])
 
 
 def _write(reader, output: str, fmt: str) -> Optional[int]:
@@ -362,8 +433,8 @@ def read_spark_input(spark, source: str, version: Optional[int]):
 
 
 def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: str = "delta",
-                  input_version: Optional[int] = None,
-                  batch_rows: Optional[int] = None) -> BatchResult:
+                  input_version: Optional[int] = None, batch_rows: Optional[int] = None,
+                  out_of_range: tuple[str, float] = ("warn", 0.5)) -> BatchResult:
     """Score with Spark (see the module docstring); the output as ``predict_local``'s.
 
     ``batch_rows`` overrides ``spark.sql.execution.arrow.maxRecordsPerBatch`` for this call
@@ -380,25 +451,37 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
     types = dict(frame.dtypes)
     check_features(types, names, source, lambda t: t in _SPARK_NUMERIC or t.startswith("decimal"))
     empty = _score(loaded.model, np.zeros((0, len(names)), dtype=np.float32))
-    _clashes(list(types), list(empty), source)
+    adds_column = RangeCheck(loaded.model.card, *out_of_range).adds_column
+    _clashes(list(types), list(empty) + ([OUT_OF_RANGE_COLUMN] if adds_column else []), source)
     fields = [T.StructField(name, _spark_type(values)) for name, values in empty.items()]
+    if adds_column:
+        fields.append(T.StructField(OUT_OF_RANGE_COLUMN, T.StringType()))
     result_type = T.StructType(fields)
     ship_custom_code(spark, loaded.model.card.model)
     payload = spark.sparkContext.broadcast(_model_payload(loaded))
     scored_rows = spark.sparkContext.accumulator(0)
+    flagged_rows = spark.sparkContext.accumulator(0)
 
     def score(batches: Iterator[Tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
         model = _worker_model(payload.value)
+        check = RangeCheck(model.card, *out_of_range)
         for arrays in batches:
             scored_rows.add(len(arrays[0]) if arrays else 0)
             x = np.column_stack([np.asarray(a.to_numpy(zero_copy_only=False), dtype=np.float32)
                                  for a in arrays]) if arrays else None
+            try:
+                ranged, count = check.column(x, source)
+            except DataError as refused:
+                raise ValueError(_OUT_OF_RANGE + str(refused)) from None
             columns = _score(model, x)
             problem = _unscorable(x, columns, names)
             if problem:
                 raise ValueError(_UNSCORABLE + problem)
-            yield pa.StructArray.from_arrays([pa.array(v) for v in columns.values()],
-                                             names=list(columns))
+            flagged_rows.add(count)
+            values = [pa.array(v) for v in columns.values()]
+            yield pa.StructArray.from_arrays(
+                values + ([ranged] if ranged is not None else []),
+                names=list(columns) + ([OUT_OF_RANGE_COLUMN] if ranged is not None else []))
 
     score = F.arrow_udf(score, result_type)  # an iterator Arrow UDF, from the type hints
 
@@ -423,6 +506,8 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
         if _UNSCORABLE in text:  # the last mention is the message; earlier ones are source
             raise DataError(f"input {source}: "
                             + text.rsplit(_UNSCORABLE, 1)[1].splitlines()[0]) from None
+        if _OUT_OF_RANGE in text:
+            raise DataError(text.rsplit(_OUT_OF_RANGE, 1)[1].splitlines()[0]) from None
         raise DataError(f"Spark could not score {source} into {output}: "
                         f"{text.strip().splitlines()[0][:300] if text.strip() else exc!r}") \
             from exc
@@ -434,7 +519,8 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
                 spark.conf.set(setting, previous)
         payload.unpersist()
     return BatchResult(rows, output, fmt, version, output_version,
-                       time.perf_counter() - started, loaded.name, loaded.version)
+                       time.perf_counter() - started, loaded.name, loaded.version,
+                       flagged_rows.value)
 
 
 def check_reachable(spark, source: str, output: str) -> None:
@@ -472,6 +558,7 @@ def _check_written(frame, rows: int, scored: int, output: str) -> None:
 
 
 _UNSCORABLE = "[dbspec: unscorable rows] "
+_OUT_OF_RANGE = "[dbspec: out of range] "  # marks a reject's message inside Spark's error
 _SPARK_NUMERIC = {"tinyint", "smallint", "int", "bigint", "float", "double"}
 
 

@@ -23,6 +23,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "spec's tracking.tracking_uri, else .dbspec/mlflow.db)")
     parser.add_argument("--state-dir", metavar="DIR", default=".dbspec",
                         help="the state directory of local runs (default: .dbspec)")
+    parser.add_argument("--out-of-range", choices=("warn", "reject", "off"),
+                        help="rows with features far outside the training range: score and "
+                             "flag them, refuse them, or do not check (default: "
+                             "serving.out_of_range.action, warn)")
 
 
 def open_model(args: argparse.Namespace):
@@ -85,6 +89,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often --watch-alias asks the registry (default: 10)")
 
 
+def out_of_range(args: argparse.Namespace, spec) -> tuple[str, float]:
+    """(action, tolerance) for rows outside the training range: the flag, else the spec's."""
+    setting = spec.serving.out_of_range if spec is not None else None
+    action = args.out_of_range or (setting.action if setting is not None else "warn")
+    return action, (setting.tolerance if setting is not None else 0.5)
+
+
 def serve_options(args: argparse.Namespace, spec) -> Any:
     from dbspec.serving.server import ConnectionLimits, ServeOptions
 
@@ -125,6 +136,7 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
         header_timeout_s=pick(args.header_timeout, "header_timeout_seconds", 10.0),
         keep_alive_timeout_s=pick(args.keep_alive_timeout, "keep_alive_timeout_seconds", 5.0),
         max_connections=pick(args.max_connections, "max_connections", 1000))
+    action, tolerance = out_of_range(args, spec)
     return ServeOptions(
         host=pick(args.host, "host", "127.0.0.1"), port=pick(args.port, "port", 8080),
         token_env=token_env, no_auth=args.no_auth,
@@ -133,7 +145,8 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
         max_body_bytes=pick(args.max_body_bytes, "max_body_bytes", 5_000_000),
         inference_table=Path(table) if table else None, queue_size=queue_size,
         watch_alias=args.watch_alias or bool(realtime is not None and realtime.watch_alias),
-        watch_interval_s=args.watch_interval, limits=limits)
+        watch_interval_s=args.watch_interval, limits=limits, out_of_range=action,
+        out_of_range_tolerance=tolerance)
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -171,7 +184,7 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
 def run_predict(args: argparse.Namespace) -> int:
     import sys
 
-    from dbspec.serving.batch import predict_local, predict_spark
+    from dbspec.serving.batch import out_of_range_line, predict_local, predict_spark
     from dbspec.serving.source import load_version
 
     spec, client, target, version = open_model(args)
@@ -186,6 +199,7 @@ def run_predict(args: argparse.Namespace) -> int:
         batch.input_version if batch and not args.input else None)
     fmt = args.format or (batch.format if batch else "delta")
     engine = args.engine or (batch.engine if batch else "local")
+    ranges = out_of_range(args, spec)
     loaded = load_version(client, target, version)
     tty = sys.stderr.isatty()
     print(f"scoring {source} with {target.uri} (v{version}) on {engine}", file=sys.stderr)
@@ -200,10 +214,10 @@ def run_predict(args: argparse.Namespace) -> int:
         with spark_session(spec, args.master, say=lambda text: print(text, file=sys.stderr)) \
                 as spark:
             result = predict_spark(spark, loaded, source, output, fmt=fmt,
-                                   input_version=version_of_input)
+                                   input_version=version_of_input, out_of_range=ranges)
     else:
         result = predict_local(loaded, source, output, fmt=fmt, input_version=version_of_input,
-                               progress=progress)
+                               progress=progress, out_of_range=ranges)
     if tty:
         sys.stderr.write("\r\x1b[K")
     written = f"Delta version {result.output_version}" if result.output_version is not None \
@@ -211,4 +225,6 @@ def run_predict(args: argparse.Namespace) -> int:
     print(f"wrote {result.rows:,} rows to {output} ({written}) in {result.seconds:.1f}s, "
           f"{result.rows / max(result.seconds, 1e-9):,.0f} rows/s, with {loaded.name} "
           f"v{loaded.version}")
+    if result.out_of_range_rows:
+        print(f"warning: {out_of_range_line(result)}", file=sys.stderr)
     return 0

@@ -58,6 +58,8 @@ class ServerMetrics:
         self.batch_requests = Histogram(BATCH_BUCKETS)
         self.rows_scored = 0
         self.model_swaps = 0
+        self.out_of_range_rows = 0
+        self.out_of_range_values: dict[str, int] = {}  # per feature
 
     def request(self, path: str, status: int, seconds: float) -> None:
         key = (path, status)
@@ -69,6 +71,11 @@ class ServerMetrics:
         self.batch_requests.observe(requests)
         self.batch_rows.observe(rows)
         self.rows_scored += rows
+
+    def out_of_range(self, rows: int, per_feature: dict[str, int]) -> None:
+        self.out_of_range_rows += rows
+        for name, count in per_feature.items():
+            self.out_of_range_values[name] = self.out_of_range_values.get(name, 0) + count
 
     def render(self, model: dict[str, str], extra: Callable[[], dict[str, int]]) -> str:
         labels = ",".join(f'{k}="{_escape(v)}"' for k, v in model.items())
@@ -93,6 +100,14 @@ class ServerMetrics:
                 "# HELP dbspec_model_swaps_total Model versions swapped in by --watch-alias.",
                 "# TYPE dbspec_model_swaps_total counter",
                 f"dbspec_model_swaps_total {self.model_swaps}",
+                "# HELP dbspec_out_of_range_rows_total Rows with a feature far outside the "
+                "training range (serving.out_of_range), scored or refused.",
+                "# TYPE dbspec_out_of_range_rows_total counter",
+                f"dbspec_out_of_range_rows_total {self.out_of_range_rows}",
+                "# HELP dbspec_out_of_range_values_total Out-of-range values, by feature.",
+                "# TYPE dbspec_out_of_range_values_total counter",
+                *(f'dbspec_out_of_range_values_total{{feature="{_escape(name)}"}} {count}'
+                  for name, count in sorted(self.out_of_range_values.items())),
                 "# HELP dbspec_http_connections_open Open HTTP connections.",
                 "# TYPE dbspec_http_connections_open gauge",
                 f"dbspec_http_connections_open {self.connections_open}",

@@ -209,8 +209,10 @@ def check_finite_predictions(out: np.ndarray, start: int, stop: int) -> None:
                                 "the training data's range cannot be scored)")
 
 
-def predictions_body(columns: dict[str, np.ndarray], start: int, stop: int) -> bytes:
-    """``{"predictions": [{column: value}, ...]}`` for rows ``start:stop``, as MLflow returns."""
+def predictions_body(columns: dict[str, np.ndarray], start: int, stop: int,
+                     warnings: Optional[list[str]] = None) -> bytes:
+    """``{"predictions": [{column: value}, ...]}`` for rows ``start:stop``, as MLflow returns,
+    with ``"warnings": [...]`` (lines about the request's rows) when there are any."""
     names = list(columns)
     if len(names) == 1:
         name = names[0]
@@ -218,7 +220,10 @@ def predictions_body(columns: dict[str, np.ndarray], start: int, stop: int) -> b
     else:
         parts = [columns[n][start:stop].tolist() for n in names]
         records = [dict(zip(names, values)) for values in zip(*parts)]
-    return _dumps({"predictions": records})
+    body: dict[str, Any] = {"predictions": records}
+    if warnings:
+        body["warnings"] = warnings
+    return _dumps(body)
 
 
 def error_body(status: int, message: str) -> bytes:

@@ -51,6 +51,8 @@ class ServeOptions(NamedTuple):
     watch_alias: bool = False
     watch_interval_s: float = 10.0
     limits: ConnectionLimits = ConnectionLimits()
+    out_of_range: str = "warn"
+    out_of_range_tolerance: float = 0.5
 
 
 def is_loopback(host: str) -> bool:
@@ -173,7 +175,8 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
                 "request(s) that a stopped server had logged but not written"
                 + (f" ({cut} bytes of an unanswered, cut-off record skipped)" if cut else ""))
     app = ScoringApp(loaded, ServingConfig(token, options.max_batch_size, options.max_wait_ms,
-                                           options.max_body_bytes),
+                                           options.max_body_bytes, options.out_of_range,
+                                           options.out_of_range_tolerance),
                      table=table, background=background)
     limits = options.limits
     protocol = limited_protocol(limits, app.metrics)
@@ -190,6 +193,8 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
         f"http://{_url_host(host)}:{port}  auth: {auth}  batching: up to "
         f"{options.max_batch_size} rows / {options.max_wait_ms:g} ms"
         + (f"  inference table: {options.inference_table}" if table else "")
+        + (f"  out-of-range rows: {options.out_of_range}" if options.out_of_range != "warn"
+           else "")
         + ("  watching the alias" if background else ""))
     gc.collect()
     gc.freeze()

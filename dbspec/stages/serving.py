@@ -62,7 +62,7 @@ class BatchPredictStage:
                             "batch_predict that cannot read its input")
 
     def run(self, ctx: StageContext) -> dict[str, Any]:
-        from dbspec.serving.batch import predict_local, predict_spark
+        from dbspec.serving.batch import out_of_range_line, predict_local, predict_spark
         from dbspec.serving.source import load_version
 
         batch = ctx.spec.serving.batch
@@ -72,32 +72,38 @@ class BatchPredictStage:
         ctx.reporter.line(f"  scoring {batch.input} with {target.uri} (v{version}) on "
                           f"{batch.engine}" + (" (smoke: output kept in the run's state)"
                                                if ctx.options.smoke else ""))
+        setting = ctx.spec.serving.out_of_range
+        ranges = (setting.action, setting.tolerance)
         if batch.engine == "spark":
-            result = self._on_spark(ctx, loaded, output, predict_spark)
+            result = self._on_spark(ctx, loaded, output, predict_spark, ranges)
         else:
             result = predict_local(
                 loaded, batch.input, output, fmt=batch.format, input_version=batch.input_version,
                 progress=lambda rows, seconds: ctx.reporter.progress("rows", rows, rows,
-                                                                     f"{rows / seconds:,.0f}/s"))
+                                                                     f"{rows / seconds:,.0f}/s"),
+                out_of_range=ranges)
         ctx.reporter.line(f"  wrote {result.rows:,} rows to {output}"
                           + (f" (Delta version {result.output_version})"
                              if result.output_version is not None else "")
                           + f" at {result.rows / max(result.seconds, 1e-9):,.0f} rows/s")
+        if result.out_of_range_rows:
+            ctx.reporter.line(f"  warning: {out_of_range_line(result)}")
         return {"rows": result.rows, "output": output, "format": result.format,
+                "out_of_range_rows": result.out_of_range_rows,
                 "output_version": result.output_version, "input_version": result.input_version,
                 "model_uri": target.uri, "model_version": version}
 
     @staticmethod
-    def _on_spark(ctx: StageContext, loaded, output: str, predict_spark):
+    def _on_spark(ctx: StageContext, loaded, output: str, predict_spark, ranges):
         from dbspec.spark import spark_session
 
         batch = ctx.spec.serving.batch
         if ctx.spark is not None:
             return predict_spark(ctx.spark, loaded, batch.input, output, fmt=batch.format,
-                                 input_version=batch.input_version)
+                                 input_version=batch.input_version, out_of_range=ranges)
         with spark_session(ctx.spec) as spark:
             return predict_spark(spark, loaded, batch.input, output, fmt=batch.format,
-                                 input_version=batch.input_version)
+                                 input_version=batch.input_version, out_of_range=ranges)
 
 
 class ServeStage:

@@ -283,6 +283,14 @@ class Tracker:
     def log_model(self, served_dir: Path, example, prediction) -> str:
         """Log the served model as a pyfunc with signature and input example.
 
+        The signature's inputs are one unnamed ``double`` column per feature, so MLflow lets
+        positional input through (``pd.DataFrame(X)``, an array, a Spark struct of columns
+        "0".."n-1"), and named input keeps its names: the model takes columns by name when all
+        of them are there, by position otherwise (:mod:`dbspec.models.inputs`). A signature with
+        named columns would make MLflow refuse any input without those names before the model
+        sees it. The feature names are in the input example and in the model's metadata
+        (``dbspec_features``).
+
         The model is self-contained: dbspec's own package and, for a ``model.custom`` class, the
         user's module travel as code paths (:mod:`dbspec.models.portable`); requirements are
         pins without local version labels (``torch==2.13.0``, never ``2.13.0+cpu``).
@@ -297,7 +305,8 @@ class Tracker:
         import json
 
         import mlflow
-        from mlflow.models import infer_signature
+        from mlflow.models import ModelSignature, infer_signature
+        from mlflow.types import ColSpec, Schema
         from packaging.utils import canonicalize_name
 
         import dbspec
@@ -319,7 +328,10 @@ class Tracker:
                 name="model", python_model=pyfunc.__file__,
                 artifacts={"served_model": str(served_dir)},
                 code_paths=[str(Path(dbspec.__file__).parent), *custom.code_paths],
-                signature=infer_signature(example, prediction), input_example=example,
+                signature=ModelSignature(
+                    inputs=Schema([ColSpec("double") for _ in card["feature_names"]]),
+                    outputs=infer_signature(example, prediction).outputs),
+                input_example=example, metadata={"dbspec_features": card["feature_names"]},
                 pip_requirements=requirements)
         return info.model_uri
 

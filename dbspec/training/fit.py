@@ -98,6 +98,7 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
 
     import torch
 
+    from dbspec.models.inputs import training_ranges
     from dbspec.models.network import build_network
     from dbspec.models.served import ModelCard, ServedModel
     from dbspec.training.loop import TrainingError, train
@@ -114,7 +115,8 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
     card = ModelCard(task=task, loss=loss, feature_names=table.feature_names, out_features=out,
                      model=spec.model.model_dump(mode="json", by_alias=True),
                      preprocessing=[asdict(step) for step in fitted], classes=table.classes,
-                     target_mean=mean, target_std=std, threshold=spec.evaluation.threshold)
+                     target_mean=mean, target_std=std, threshold=spec.evaluation.threshold,
+                     feature_ranges=training_ranges(table.features[splits.train]))
     served = ServedModel(card, network)
     tensors = _tensors(served, table, splits, task, loss, device)
     if distributed:

@@ -40,6 +40,57 @@ def read_output(path) -> pa.Table:
     return DeltaTable(str(path)).to_pyarrow_table().sort_by("id")
 
 
+def _far_outside(n: int, rows: list[int], feature: str) -> pa.Table:
+    """``n`` rows near the diabetes features' centre, with ``feature`` of ``rows`` far off."""
+    rng = np.random.default_rng(1)
+    columns = {name: rng.uniform(-0.02, 0.02, n) for name in FEATURES}
+    columns[feature][rows] = 5.0  # the diabetes features lie within about +-0.2
+    return pa.table({"id": np.arange(n), **columns})
+
+
+def test_rows_far_outside_the_training_range_are_flagged_in_their_own_column(model, tmp_path):
+    from dbspec.serving.batch import predict_local
+
+    source = tmp_path / "in.parquet"
+    pq.write_table(_far_outside(300, [3, 250], "bmi"), source)
+    result = predict_local(model, str(source), str(tmp_path / "out"), batch_rows=128)
+    assert result.out_of_range_rows == 2
+    flags = read_output(tmp_path / "out")["out_of_range"].to_pylist()
+    assert [i for i, flag in enumerate(flags) if flag is not None] == [3, 250]
+    assert flags[3] == "bmi"
+    off = predict_local(model, str(source), str(tmp_path / "off"), out_of_range=("off", 0.5))
+    assert off.out_of_range_rows == 0
+    assert "out_of_range" not in read_output(tmp_path / "off").column_names
+
+
+def test_reject_fails_the_batch_before_anything_is_written(model, tmp_path):
+    from dbspec.serving.batch import predict_local
+
+    source = tmp_path / "in.parquet"
+    pq.write_table(_far_outside(300, [250], "s5"), source)
+    with pytest.raises(DataError, match=r"1 row\(s\) of rows 128..255 lie far outside the "
+                                        r"model's training range \(serving.out_of_range: reject; "
+                                        r"nothing was written\): row 250: s5=5 \(trained on "):
+        predict_local(model, str(source), str(tmp_path / "out"), batch_rows=128,
+                      out_of_range=("reject", 0.5))
+    assert not (tmp_path / "out" / "_delta_log").exists()  # no table version was committed
+
+
+def test_spark_scoring_flags_and_rejects_as_local_scoring_does(model, spark, tmp_path):
+    from dbspec.serving.batch import predict_spark
+
+    source = tmp_path / "in.parquet"
+    pq.write_table(_far_outside(200, [7], "age"), source)
+    result = predict_spark(spark, model, str(source), str(tmp_path / "out"), fmt="parquet")
+    assert result.out_of_range_rows == 1
+    written = pq.read_table(tmp_path / "out").sort_by("id")
+    assert [i for i, f in enumerate(written["out_of_range"].to_pylist()) if f] == [7]
+    with pytest.raises(DataError, match="lie far outside the model's training range"):
+        predict_spark(spark, model, str(source), str(tmp_path / "refused"), fmt="parquet",
+                      out_of_range=("reject", 0.5))
+    assert not (tmp_path / "refused").exists()
+
+
 def test_local_scoring_streams_batches_and_keeps_every_column(model, tmp_path):
     from dbspec.serving.batch import predict_local
 
@@ -51,7 +102,8 @@ def test_local_scoring_streams_batches_and_keeps_every_column(model, tmp_path):
     assert result.rows == 1000 and result.output_version == 0
     assert len(seen) == 8 and seen[-1] == 1000  # 128-row record batches, streamed
     written = read_output(tmp_path / "out")
-    assert written.column_names == ["id", *FEATURES, "prediction", "model_name", "model_version"]
+    assert written.column_names == ["id", *FEATURES, "prediction", "out_of_range", "model_name",
+                                    "model_version"]
     want = model.model.predict_frame(features_of(written))["prediction"].to_numpy()
     assert np.allclose(written["prediction"].to_numpy(), want, rtol=1e-5)
     assert set(written["model_name"].to_pylist()) == {NAME}

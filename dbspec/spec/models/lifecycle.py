@@ -178,6 +178,18 @@ class BatchSpec(SpecModel):
     engine: Literal["local", "spark"] = d("Local Arrow streaming or Spark.", default="local")
 
 
+class OutOfRangeSpec(SpecModel):
+    """Rows with features far outside the training range (features in other units, or scaled
+    twice, get confident wrong answers)."""
+
+    action: Literal["warn", "reject", "off"] = d(
+        "warn: score them, name them in the response's warnings (batch: an out_of_range "
+        "column) and count them in the metrics; reject: refuse them (HTTP 422; batch: fail "
+        "before anything is written); off: no check.", default="warn")
+    tolerance: float = d("How far outside counts, in training spans (max - min) beyond the "
+                         "training minimum or maximum.", default=0.5, ge=0, le=1000)
+
+
 class ServingSpec(SpecModel):
     """How the registered model is used."""
 
@@ -192,3 +204,6 @@ class ServingSpec(SpecModel):
         return None if value is None else check_alias(value)
     realtime: RealtimeSpec = d("Settings of the realtime mode.", default_factory=RealtimeSpec)
     batch: Optional[BatchSpec] = d("Settings of the batch mode.", default=None)
+    out_of_range: OutOfRangeSpec = d("What the endpoint and batch scoring do with rows far "
+                                     "outside the training range.",
+                                     default_factory=OutOfRangeSpec)
