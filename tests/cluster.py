@@ -68,6 +68,19 @@ class SparkCluster:
             pass
         process.wait(timeout=10)
 
+    def worker_running(self, pid: int) -> str:
+        """The name of the worker that started process ``pid`` (a rank, an executor...).
+
+        Found through the parent chain: torchrun starts its ranks in sessions of their own, so
+        a rank's process group is not its worker's."""
+        workers = {p.pid: name for name, p in self.processes.items() if name.startswith("worker")}
+        while pid > 1:
+            if pid in workers:
+                return workers[pid]
+            with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+                pid = int(stat.read().rsplit(")", 1)[1].split()[1])  # the parent's PID
+        raise LookupError("no worker of this cluster started that process")
+
     def start_worker(self, name: str) -> None:
         work = self.root / name
         work.mkdir(exist_ok=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from dbspec.errors import DbspecError
+from dbspec.faults import pause_point
 
 
 class DistributedError(DbspecError):
@@ -339,6 +340,8 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
                 # everything up to a checkpoint is in MLflow before the checkpoint exists, so a
                 # run resumed from it after a crash (even a kill -9) has no gap of epochs
                 logger.flush()
+        # a test seam: a test stops one rank here to kill its node mid-training, on cue
+        pause_point(f"train.rank{rank}.epoch.{epoch}")
 
     observer = None
     if rank == 0:  # rank 0 watches the run for everyone: monitor, TensorBoard, diagnosis

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -153,31 +154,41 @@ def test_ddp_on_executors_survives_a_killed_worker_and_registers_on_the_server(
     # the node's system python3 (No module named 'dbspec'); with those fixed, a killed worker's
     # barrier stage was retried and waited minutes for slots, the error named only the
     # surviving rank's gloo failure, and no checkpoint was where a new driver could read it
-    # the worker is killed once the second checkpoint exists: the epochs after it are the
-    # margin for the kill to land mid-training (measured: 0.5-1 s an epoch, a checkpoint and a
-    # metrics flush to the server each; the first run is asserted to be still running), and
-    # the resumed run trains the rest, so more epochs only make the test slower
-    epochs = 40
+    # rank 0 stops at a pause point (dbspec.faults) in its third epoch, once the checkpoints
+    # of the first two exist, and the node running it is killed there: the kill lands
+    # mid-training by construction, and rank 0 (which logs and checkpoints) is the one lost
+    epochs = 4
     (tmp_path / "spec.yaml").write_text(DDP_SPEC % {"epochs": epochs, "model": "cluster_ddp"})
     shared = spark_cluster.shared_dir / "ddp"
+    paused = spark_cluster.shared_dir / "ddp-paused"  # the executors see the shared dir
     args = ("run", "spec.yaml", "--master", spark_cluster.master, "--shared-dir", str(shared),
             "--summary-json", "summary.json")
     log = (tmp_path / "first.log").open("w")
-    first = dbspec(*args, cwd=tmp_path, server=mlflow_server, stdout=log,
+    # the ranks run on the executors: the pause point reaches them through the executors' env
+    pause = {"PYSPARK_SUBMIT_ARGS": " ".join([
+        "--conf spark.executorEnv.DBSPEC_PAUSE_AT=train.rank0.epoch.2",
+        f"--conf spark.executorEnv.DBSPEC_PAUSE_FILE={paused}", "pyspark-shell"])}
+    first = dbspec(*args, cwd=tmp_path, server=mlflow_server, env=pause, stdout=log,
                    stderr=subprocess.STDOUT)
     checkpoints = shared / "runs/cluster-ddp/train/checkpoints"
+    node = None
     try:
-        _wait_for(lambda: len(list(checkpoints.glob("epoch-*.pt"))) >= 2 or
-                  first.poll() is not None, 400, "two checkpoints", every=0.1)
+        _wait_for(lambda: paused.exists() or first.poll() is not None, 400,
+                  "rank 0 at its third epoch", every=0.1)
         assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
-        spark_cluster.kill_worker("worker-1")
+        assert len(list(checkpoints.glob("epoch-*.pt"))) == 2
+        rank0 = int(paused.read_text().split()[0])
+        node = spark_cluster.worker_running(rank0)
+        spark_cluster.kill_worker(node)
+        os.kill(rank0, signal.SIGKILL)  # in a session of its own: gone with its node all the same
         killed = time.monotonic()
         first.wait(timeout=240)
         seconds = time.monotonic() - killed
     finally:
         if first.poll() is None:
             first.kill()
-        spark_cluster.start_worker("worker-1")  # the node comes back for the other tests
+        if node is not None:
+            spark_cluster.start_worker(node)  # the node comes back for the other tests
     output = (tmp_path / "first.log").read_text()
     print(f"the stage failed {seconds:.1f} s after the worker was killed")
     assert "executors run" in output and "executors checked" in output
@@ -200,7 +211,7 @@ def test_ddp_on_executors_survives_a_killed_worker_and_registers_on_the_server(
     assert "2 ranks (gloo" in resumed.stdout
     train = json.loads((tmp_path / ".dbspec/runs/cluster-ddp/state.json").read_text())[
         "stages"]["train"]["output"]
-    assert train["resumed_from_epoch"] >= 2
+    assert train["resumed_from_epoch"] == 2
     assert [v.version for v in versions(mlflow_server, "cluster_ddp")] == ["1"]
     run = client(mlflow_server).get_run(summary["run_id"])
     assert run.data.params["dbspec.world_size"] == "2"
