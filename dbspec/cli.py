@@ -474,8 +474,8 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
 
     result = rollback(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
                       args.alias, args.to)
-    print(f"{result['name']}@{result['alias']} -> v{result['version']} "
-          f"(rolled back from v{result['previous']})")
+    was = f"v{result['previous']}" if result["previous"] else "unset: deleted outside dbspec"
+    print(f"{result['name']}@{result['alias']} -> v{result['version']} (rolled back from {was})")
     return 0
 
 

@@ -111,7 +111,7 @@ def test_a_move_that_fails_its_gates_still_records_the_outside_move(store, tmp_p
 
 
 def test_an_alias_deleted_outside_dbspec(store, tmp_path):
-    from dbspec.registry.commands import describe_models, render_models, rollback
+    from dbspec.registry.commands import describe_models, render_models
 
     uri, client, registry = store
     one, two = promoted(uri, client, tmp_path, 2)
@@ -125,8 +125,9 @@ def test_an_alias_deleted_outside_dbspec(store, tmp_path):
     assert "-> unset (DELETED OUTSIDE DBSPEC, seen " in text
     assert f"@{ALIAS} was deleted outside dbspec (v{two} -> unset)" in text
 
-    back = rollback(registry, NAME, ALIAS, None)  # sets it again on its last holder
-    assert (back["version"], back["previous"]) == (two, None)
+    back = cli(uri, "rollback", NAME, "--alias", ALIAS)  # sets it again on its last holder
+    assert back.returncode == 0, back.stderr
+    assert f"-> v{two} (rolled back from unset: deleted outside dbspec)" in back.stdout
     assert holder_of(client, NAME, ALIAS) == two
     moves = moves_of(registry, NAME, ALIAS)
     assert [(m["previous"], m["version"]) for m in moves][2:] == [(two, None), (None, two)]
