@@ -2,6 +2,11 @@
 
 A stage's fingerprint hashes the spec values it reads and its upstream fingerprints (plus the
 data version for the data stages), so a change reruns exactly the stages that depend on it.
+
+The executor is read by the data stages only (the Spark executor reads and splits the data
+through Spark): a data stage's fingerprint includes it, so ``--executor spark`` after a local
+run reruns them on Spark, but what the stages after them hash is the data stages' fingerprint
+*without* it — the same data from either executor does not retrain the model.
 """
 
 from __future__ import annotations
@@ -13,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from dbspec.spec.models import Spec
+
+#: The stages whose work the executor does (through Spark with ``--executor spark``).
+DATA_STAGES = ("load_data", "split", "preprocess")
 
 #: What each stage kind reads from the spec, as dotted paths.
 STAGE_READS: dict[str, tuple[str, ...]] = {
@@ -39,6 +47,9 @@ class PlannedStage:
         reads: Dotted spec paths it reads.
         fingerprint: Hex digest of what it reads and its upstream fingerprints.
         config: The values at ``reads`` (JSON-ready), the stage's own slice of the spec.
+        chain: What its dependents hash for it: the fingerprint without the executor (the
+            same as ``fingerprint`` except for a data stage on the Spark executor). A rerun
+            whose chain is unchanged leaves its dependents' outputs valid.
     """
 
     name: str
@@ -46,6 +57,7 @@ class PlannedStage:
     reads: tuple[str, ...]
     fingerprint: str
     config: dict[str, Any]
+    chain: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The plan's JSON form of this stage."""
@@ -122,18 +134,22 @@ def _edges(spec: Spec) -> dict[str, tuple[str, ...]]:
     return edges
 
 
-def compile_plan(spec: Spec, *, data_version: Optional[str] = None) -> Plan:
+def compile_plan(spec: Spec, *, data_version: Optional[str] = None,
+                 executor: str = "local") -> Plan:
     """Compile ``spec`` into a :class:`Plan`.
 
     Args:
         spec: A validated spec.
         data_version: The resolved version of the source data (a Delta version, a file hash),
             when the executor knows it; it enters the data stages' fingerprints.
+        executor: ``local`` or ``spark``; it enters the :data:`DATA_STAGES`' own fingerprints
+            (not what later stages hash). ``local`` adds nothing, so local fingerprints are
+            those of earlier dbspec versions.
     """
     edges = _edges(spec)
     dumped = spec.model_dump(mode="json", by_alias=True)
     order = list(graphlib.TopologicalSorter(edges).static_order())
-    fingerprints: dict[str, str] = {}
+    chained: dict[str, str] = {}  # what a stage's dependents hash for it
     stages = []
     for name in order:
         reads = STAGE_READS[name]
@@ -141,13 +157,20 @@ def compile_plan(spec: Spec, *, data_version: Optional[str] = None) -> Plan:
         payload = {
             "stage": name,
             "reads": config,
-            "upstream": [fingerprints[d] for d in edges[name]],
+            "upstream": [chained[d] for d in edges[name]],
             "data_version": data_version if name == "load_data" else None,
         }
-        digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode())
-        fingerprints[name] = digest.hexdigest()[:16]
-        stages.append(PlannedStage(name, edges[name], reads, fingerprints[name], config))
+        chained[name] = fingerprint = _digest(payload)
+        if name in DATA_STAGES and executor != "local":
+            fingerprint = _digest({**payload, "executor": executor})
+        stages.append(PlannedStage(name, edges[name], reads, fingerprint, config,
+                                   chained[name]))
     return Plan(spec.name, tuple(stages))
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()
+                          ).hexdigest()[:16]
 
 
 def _lookup(data: dict[str, Any], dotted: str) -> Any:

@@ -76,6 +76,15 @@ def test_data_version_enters_every_fingerprint(write_spec):
     assert all(a.fingerprint != b.fingerprint for a, b in zip(v1, v2))
 
 
+def test_the_executor_enters_only_the_data_stages_own_fingerprints():
+    # fails on the old code: --executor spark after a local run skipped every stage (the
+    # executor was in no fingerprint); with it in the chain, the model would retrain instead
+    spec = load_spec(str(ROOT / "specs" / "diabetes.yaml")).spec
+    local, spark = compile_plan(spec), compile_plan(spec, executor="spark")
+    assert changed_stages(local, spark) == {"load_data", "split", "preprocess"}
+    assert compile_plan(spec, executor="local").to_dict() == local.to_dict()  # as before
+
+
 def test_renderers(write_spec):
     plan = plan_for(write_spec(MINIMAL))
     data = json.loads(render_json(plan))
