@@ -108,11 +108,27 @@ def _is_delta(path: Path) -> bool:
     return (path / "_delta_log").is_dir()
 
 
+def _is_csv(path: Path) -> bool:
+    """A ``.csv`` (or ``.csv.gz``) file, or a directory of them and nothing else to score."""
+    def csv(p: Path) -> bool:
+        return p.name.lower().endswith((".csv", ".csv.gz"))
+
+    if path.is_file():
+        return csv(path)
+    files = [p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))] \
+        if path.is_dir() else []
+    return bool(files) and all(csv(p) for p in files)
+
+
 def open_input(source: str, version: Optional[int]):
     """A pyarrow dataset over ``source`` and its version label (``delta-vN`` or None).
 
+    CSV (a ``.csv`` file or a directory of them, with a header row) streams like Parquet; its
+    column types are inferred from the first block of rows, as pyarrow does.
+
     Raises:
-        DataError: the input does not exist, is not Parquet or Delta, or has no such version.
+        DataError: the input does not exist, is not Parquet, CSV or Delta, or has no such
+            version.
     """
     import pyarrow.dataset as ds
 
@@ -124,11 +140,14 @@ def open_input(source: str, version: Optional[int]):
         return table.to_pyarrow_dataset(), f"delta-v{table.version()}"
     if version is not None:
         raise DataError(f"input {source} is not a Delta table, so it has no version {version}")
+    fmt = "csv" if _is_csv(path) else "parquet"
     try:
-        return ds.dataset(str(path), format="parquet"), None
-    except Exception as exc:  # ArrowInvalid: not Parquet
-        raise DataError(f"input {source} is neither a Delta table nor Parquet: "
-                        f"{str(exc).splitlines()[0]}") from None
+        dataset = ds.dataset(str(path), format=fmt)
+        dataset.schema  # CSV: reads the header and infers the types now
+        return dataset, None
+    except Exception as exc:  # ArrowInvalid: not Parquet, or a CSV pyarrow cannot parse
+        what = "a CSV file pyarrow can read" if fmt == "csv" else "a Delta table, Parquet or CSV"
+        raise DataError(f"input {source} is not {what}: {str(exc).splitlines()[0]}") from None
 
 
 def _open_delta(path: Path, version: Optional[int], source: str):
@@ -397,7 +416,8 @@ def _worker_model(payload: tuple[str, dict, bytes]):
 
 
 def read_spark_input(spark, source: str, version: Optional[int]):
-    """A Spark DataFrame over a Parquet path, a Delta table (any version) or a table name."""
+    """A Spark DataFrame over a Parquet or CSV path, a Delta table (any version) or a table
+    name."""
     from dbspec.data.spark_sources import has_delta_format
 
     path = Path(source).expanduser()
@@ -418,6 +438,8 @@ def read_spark_input(spark, source: str, version: Optional[int]):
             if version is not None:
                 raise DataError(f"input {source} is not a Delta table, so it has no version "
                                 f"{version}")
+            if _is_csv(path):
+                return spark.read.csv(str(path), header=True, inferSchema=True), None
             return spark.read.parquet(str(path)), None
         if "/" in source or source.startswith("."):
             raise DataError(f"input {source} does not exist")

@@ -165,8 +165,8 @@ def run_serve(args: argparse.Namespace) -> int:
 def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--input", metavar="PATH|TABLE",
-                        help="Parquet file or directory, Delta table path, or (with --engine "
-                             "spark) a table name (default: serving.batch.input)")
+                        help="Parquet or CSV file or directory, Delta table path, or (with "
+                             "--engine spark) a table name (default: serving.batch.input)")
     parser.add_argument("--input-version", type=int, metavar="N",
                         help="Delta version of the input (default: serving.batch.input_version, "
                              "else the latest)")

@@ -54,7 +54,7 @@ class BatchPredictStage:
             return
         path = Path(batch.input).expanduser()
         table_name = batch.engine == "spark" and "/" not in batch.input and \
-            not batch.input.endswith(".parquet")  # main.ml.scoring: a table, not a path
+            not batch.input.endswith((".parquet", ".csv", ".csv.gz"))  # main.ml.scoring
         if not table_name and not path.exists():
             where = "" if path.is_absolute() else f" (relative paths are read from {Path.cwd()})"
             raise DataError(f"serving.batch.input: {batch.input} does not exist{where}; "

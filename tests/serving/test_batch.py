@@ -161,7 +161,8 @@ def test_bad_input_is_refused_and_the_existing_output_is_untouched(model, tmp_pa
 
 @pytest.mark.parametrize("make, version, message", [
     (None, None, "does not exist"),
-    ("text", None, "neither a Delta table nor Parquet"),
+    ("text", None, "is not a Delta table, Parquet or CSV"),
+    ("bad-csv", None, "is not a CSV file pyarrow can read"),
     ("parquet", 3, "is not a Delta table, so it has no version 3"),
     ("delta", 7, "cannot open Delta version 7"),
 ])
@@ -172,6 +173,9 @@ def test_unreadable_inputs_are_clear_errors(model, tmp_path, make, version, mess
     if make == "text":
         source.mkdir()
         (source / "part.parquet").write_text("not parquet")
+    elif make == "bad-csv":
+        source = tmp_path / "in.csv"
+        source.write_bytes(b"age,bmi\n1,2\n3,4,5\n")  # a row with one value too many
     elif make == "parquet":
         pq.write_table(rows_table(3), tmp_path / "in.parquet")
         source = tmp_path / "in.parquet"
@@ -179,6 +183,30 @@ def test_unreadable_inputs_are_clear_errors(model, tmp_path, make, version, mess
         write_deltalake(str(source), rows_table(3))
     with pytest.raises(DataError, match=message):
         predict_local(model, str(source), str(tmp_path / "out"), input_version=version)
+
+
+def test_csv_is_scored_like_the_parquet_it_holds(model, spark, tmp_path):
+    # fails on the old code: a CSV input was "neither a Delta table nor Parquet", although
+    # the model trained on CSV
+    from dbspec.serving.batch import predict_local, predict_spark
+
+    table = rows_table(300)
+    pq.write_table(table, tmp_path / "in.parquet")
+    table.to_pandas().to_csv(tmp_path / "in.csv", index=False)
+    (tmp_path / "parts").mkdir()
+    table.slice(0, 100).to_pandas().to_csv(tmp_path / "parts" / "a.csv", index=False)
+    table.slice(100).to_pandas().to_csv(tmp_path / "parts" / "b.csv", index=False)
+    want = predict_local(model, str(tmp_path / "in.parquet"), str(tmp_path / "want"))
+    expected = read_output(tmp_path / "want")["prediction"].to_numpy()
+    for source in ("in.csv", "parts"):
+        got = predict_local(model, str(tmp_path / source), str(tmp_path / f"{source}.out"))
+        assert got.rows == want.rows == 300
+        predicted = read_output(tmp_path / f"{source}.out")["prediction"].to_numpy()
+        assert np.allclose(predicted, expected, rtol=1e-5)
+    spark_out = tmp_path / "spark.out"
+    predict_spark(spark, model, str(tmp_path / "in.csv"), str(spark_out), fmt="parquet")
+    on_spark = pq.read_table(spark_out).sort_by("id")["prediction"].to_numpy()
+    assert np.allclose(on_spark, expected, rtol=1e-5)
 
 
 def test_predict_command_scores_a_table_with_a_registered_model(registered, tmp_path):

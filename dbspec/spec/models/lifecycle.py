@@ -171,7 +171,7 @@ class RealtimeSpec(SpecModel):
 class BatchSpec(SpecModel):
     """Score a table and write the predictions."""
 
-    input: str = d("Parquet/Delta path or Spark table to score.", min_length=1)
+    input: str = d("Parquet, CSV or Delta path, or Spark table, to score.", min_length=1)
     input_version: Optional[int] = d("Delta version of the input.", default=None, ge=0)
     output: str = d("Where predictions go.", min_length=1)
     format: Literal["delta", "parquet"] = d("Output format.", default="delta")
