@@ -1,12 +1,23 @@
 """What held a training run back, in plain words, from what was measured while it ran.
 
-The rules follow the usual table: GPU utilisation under 50% means the input pipeline is the
-bottleneck; over 90% means compute-bound (good); a saturated CPU with an idle GPU means CPU-bound
-preprocessing; throughput that varies widely means uneven batches or irregular I/O; a CUDA
-out-of-memory error asks for a smaller batch or gradient checkpointing. On CPU-only runs the
-diagnosis uses what can be measured there: the split of step time into gathering batches and
-computing, the training threads, and how busy they kept the CPU.
+A finding is made only when the measurements support it with a margin, so that other work on
+the machine does not flip it from one run to the next:
 
+- *the machine was busy*: other processes kept the CPUs saturated. Samples taken then measure
+  the competition, not the run, so the CPU-share findings below leave them out.
+- *overhead-bound*: the arithmetic of a step (counted on the model) is so small next to the
+  measured step time that the time is fixed per-step overhead (Python, autograd, the optimizer).
+  Neither threads, a GPU nor faster I/O changes that; only more rows per step does.
+- *waiting*: on a machine with idle CPU the process itself was on a core less than half the
+  time, so it waited (I/O, logging, checkpoint writes): the thread that drives the loop must be
+  on a core for any step to progress.
+- *compute-bound on the CPU*: the training threads were all busy; more threads are suggested only
+  when idle cores were measured.
+- on a GPU: utilisation under 50% with the host thread on its core means CPU-bound feeding,
+  without it the input pipeline; over 90% is compute-bound (good). A CUDA out-of-memory error
+  asks for a smaller batch or gradient checkpointing.
+
+Each threshold below is a named constant; README ("Watching training") has them as a table.
 Everything here is a pure function of recorded series, so each rule is tested on recordings.
 """
 
@@ -16,6 +27,48 @@ import statistics
 from typing import NamedTuple, Optional, Sequence
 
 from dbspec.monitoring.resources import Sample
+
+# --- the machine ---------------------------------------------------------------------------
+# System CPU (all cores) at or over this leaves no idle core: a sample is *contended* when it is
+# this busy and other processes did at least OTHERS_MIN_CORES of it.
+MACHINE_SATURATED_PERCENT = 90.0
+# Other processes' CPU, in cores, below which it is noise (a shell, the tracking server).
+OTHERS_MIN_CORES = 0.5
+# "Machine busy" is reported when at least this share of the samples was contended.
+MACHINE_BUSY_SHARE = 0.25
+# The CPU-share findings (waiting, compute-bound, CPU-bound feeding) need at least this many
+# uncontended samples; fewer, and they are not made at all.
+MIN_QUIET_SAMPLES = 3
+
+# --- the process on a CPU ------------------------------------------------------------------
+# Under half of one core on a machine with idle CPU: the loop's thread was off its core more
+# than half of the time, i.e. it waited (a computing run keeps that thread near 1 core).
+WAITING_MAX_CORES = 0.5
+# At or over 90% of its threads' capacity the run is compute-bound on the CPU.
+SATURATED_SHARE = 0.9
+# "More threads" is advised only with at least this many cores measured idle.
+IDLE_CORES_FOR_THREADS = 1.0
+# Gathering batches over this share of the step time makes gathering the bottleneck.
+DATA_SHARE_BOUND = 0.3
+
+# --- a model too small for the hardware to matter ------------------------------------------
+# Arithmetic per step / step time under this: a CPU core sustains well over 10 GFLOP/s on
+# dense layers (about 20 on the 2-core development machine, loaded, for a 0.5M-parameter MLP),
+# so at most about a tenth of such a step is arithmetic and the rest is per-step overhead.
+OVERHEAD_MAX_GFLOPS = 1.0
+# ...and the step is under this: eager PyTorch overhead is ~0.1-2 ms per step; a slower step
+# is not explained by overhead alone.
+OVERHEAD_MAX_STEP_MS = 10.0
+
+# --- a GPU ---------------------------------------------------------------------------------
+GPU_INPUT_BOUND_PERCENT = 50.0  # utilisation under this: the GPU waited for work
+GPU_COMPUTE_BOUND_PERCENT = 90.0  # over this: compute-bound, as it should be
+# The host thread at or over this many cores while the GPU idles: CPU-bound feeding.
+HOST_THREAD_BUSY_CORES = 0.9
+
+# --- variability ---------------------------------------------------------------------------
+UNEVEN_BETWEEN_EPOCHS = 0.25  # coefficient of variation of samples/s between epochs
+UNEVEN_WITHIN_EPOCHS = 1.0  # mean coefficient of variation of step times within epochs
 
 
 class Finding(NamedTuple):
@@ -36,6 +89,16 @@ class RunFacts(NamedTuple):
     batch_size: int
     oom_batch_sizes: tuple[int, ...] = ()  # batch sizes that ran out of memory, in order
     gpu_unavailable: Optional[str] = None
+    parameters: Optional[int] = None
+    flops_per_row: Optional[float] = None  # forward + backward arithmetic of one training row
+
+
+class _Load(NamedTuple):
+    """The samples split by whether other processes competed for the CPU."""
+
+    quiet: list[Sample]
+    contended: list[Sample]
+    finding: Optional[Finding]
 
 
 def _mean(values: Sequence[float]) -> Optional[float]:
@@ -49,21 +112,61 @@ def _spread(values: Sequence[float]) -> Optional[float]:
     return statistics.pstdev(values) / statistics.fmean(values)
 
 
+def _others_cores(sample: Sample, cpu_count: int) -> float:
+    """Cores busy with other processes: all the machine's CPU use less this process's own."""
+    return max(sample.system_cpu / 100 * cpu_count - sample.process_cpu / 100, 0.0)
+
+
+def _idle_cores(sample: Sample, cpu_count: int) -> float:
+    return max(cpu_count * (1 - sample.system_cpu / 100), 0.0)
+
+
 def diagnose(samples: Sequence[Sample], history: Sequence[dict], facts: RunFacts
              ) -> list[Finding]:
     """Findings for one run, most important first (never empty)."""
     findings: list[Finding] = []
     if facts.oom_batch_sizes:
         findings.append(_oom(facts))
-    gpu_samples = [g.utilization for s in samples[1:] or samples for g in s.gpus]
-    if facts.device == "cuda" and gpu_samples:
-        findings.extend(_gpu(samples, gpu_samples, facts))
-    else:
-        findings.extend(_cpu(samples, history, facts))
-    uneven = _variability(history)
+    load = _split_by_load(samples[1:] or samples, facts)
+    overhead = _overhead(load, history, facts)
+    if overhead is not None:
+        findings.append(overhead)  # first: it holds however busy the machine was
+    if load.finding is not None:
+        findings.append(load.finding)
+    if overhead is None:
+        if facts.device == "cuda" and any(s.gpus for s in samples):
+            findings.extend(_gpu(load.quiet, facts))
+        else:
+            findings.extend(_cpu(load.quiet, history, facts))
+    if facts.device == "cuda" and facts.gpu_unavailable:
+        findings.append(Finding("gpu_unmeasured", f"GPU use was not measured: "
+                                                  f"{facts.gpu_unavailable}"))
+    uneven = _variability(history, busy=load.finding is not None)
     if uneven is not None:
         findings.append(uneven)
+    if not findings:
+        findings.append(Finding("unmeasured", "the run was too short to measure"))
     return findings
+
+
+def _split_by_load(samples: Sequence[Sample], facts: RunFacts) -> _Load:
+    quiet, contended = [], []
+    for sample in samples:
+        others = _others_cores(sample, facts.cpu_count)
+        busy = sample.system_cpu >= MACHINE_SATURATED_PERCENT and others >= OTHERS_MIN_CORES
+        (contended if busy else quiet).append(sample)
+    if not contended or len(contended) < MACHINE_BUSY_SHARE * len(samples):
+        return _Load(quiet, contended, None)
+    others = statistics.fmean(_others_cores(s, facts.cpu_count) for s in contended)
+    loads = [s.load_average for s in contended if s.load_average is not None]
+    load = f", load average {statistics.fmean(loads):.1f}" if loads else ""
+    return _Load(quiet, contended, Finding(
+        "machine_busy", f"the machine was busy with other work: other processes kept "
+                        f"{others:.1f} of {facts.cpu_count} core(s) busy (all CPUs at least "
+                        f"{MACHINE_SATURATED_PERCENT:.0f}% busy{load}) in {len(contended)} of "
+                        f"{len(samples)} samples",
+        "the run's CPU share and speed measure that competition, not the run; for a "
+        "diagnosis of the run itself, train on a quiet machine"))
 
 
 def _oom(facts: RunFacts) -> Finding:
@@ -78,20 +181,59 @@ def _oom(facts: RunFacts) -> Finding:
                    "set training.auto_batch_size: true to retry at half the batch size")
 
 
-def _gpu(samples: Sequence[Sample], utilization: list[float], facts: RunFacts) -> list[Finding]:
+def _waited(quiet: Sequence[Sample]) -> Optional[float]:
+    """The process's mean cores on a machine with idle CPU, when that shows it waited."""
+    if len(quiet) < MIN_QUIET_SAMPLES:
+        return None
+    cores = statistics.fmean(s.process_cpu for s in quiet) / 100
+    return cores if cores < WAITING_MAX_CORES else None
+
+
+def _overhead(load: _Load, history: Sequence[dict], facts: RunFacts) -> Optional[Finding]:
+    """The model is too small for the hardware to matter, when the step time says so."""
+    steady = list(history[1:]) or list(history)  # the first epoch warms up
+    step_ms = [e["step_time_ms"] for e in steady if e.get("step_time_ms")]
+    if not facts.flops_per_row or not step_ms or _waited(load.quiet) is not None:
+        return None
+    step = statistics.median(step_ms) / 1000
+    flops = facts.flops_per_row * facts.batch_size
+    rate = flops / step / 1e9
+    if rate >= OVERHEAD_MAX_GFLOPS or step * 1000 >= OVERHEAD_MAX_STEP_MS:
+        return None
+    size = f" ({facts.parameters:,} parameters)" if facts.parameters else ""
+    steps = [(e.get("data_seconds", 0.0) + e.get("compute_seconds", 0.0)) / step for e in steady]
+    advice = "more threads, a GPU or faster I/O would not change it"
+    if steps and statistics.median(steps) >= 2:  # a larger batch has rows to take
+        advice = (f"a larger training.batch_size (now {facts.batch_size}) would raise "
+                  f"throughput at about the same time per step; {advice}")
+    return Finding(
+        "overhead_bound", f"the model is too small for the hardware to matter{size}: "
+                          f"{step * 1e6:,.0f} µs per step of {facts.batch_size} rows for "
+                          f"{_flop(flops)} of arithmetic ({rate:.2g} GFLOP/s), so the "
+                          "time is per-step overhead (Python, autograd, the optimizer)", advice)
+
+
+def _flop(flops: float) -> str:
+    return f"{flops / 1e3:,.0f} kFLOP" if flops < 1e6 else f"{flops / 1e6:,.1f} MFLOP"
+
+
+def _gpu(quiet: Sequence[Sample], facts: RunFacts) -> list[Finding]:
+    utilization = [g.utilization for s in quiet for g in s.gpus]
+    if len(quiet) < MIN_QUIET_SAMPLES or not utilization:
+        return []
     busy = statistics.fmean(utilization)
-    cpu = _mean([s.system_cpu for s in samples[1:] or samples]) or 0.0
-    if busy < 50 and cpu > 95:
-        return [Finding("cpu_bound", f"the CPU was {cpu:.0f}% busy while the GPU was busy only "
-                                     f"{busy:.0f}%: CPU-bound preprocessing",
+    host = statistics.fmean(s.process_cpu for s in quiet) / 100
+    if busy < GPU_INPUT_BOUND_PERCENT and host >= HOST_THREAD_BUSY_CORES:
+        return [Finding("cpu_bound", f"the run kept {host:.1f} core(s) busy while the GPU was "
+                                     f"busy only {busy:.0f}%: CPU-bound preprocessing",
                         "move per-row work out of the input path (dbspec's preprocessing steps "
                         "already run inside the model on the GPU) or precompute features")]
-    if busy < 50:
+    if busy < GPU_INPUT_BOUND_PERCENT:
         return [Finding("input_bound", f"the GPU was busy only {busy:.0f}% of the time: the "
                                        "input pipeline is the bottleneck",
                         f"raise training.batch_size (now {facts.batch_size}) so each step gives "
                         "the GPU more work, and keep the data on the device")]
-    if busy > 90:
+    if busy > GPU_COMPUTE_BOUND_PERCENT:
         return [Finding("compute_bound", f"the GPU was busy {busy:.0f}% of the time: "
                                          "compute-bound, as it should be")]
     return [Finding("gpu_headroom", f"the GPU was busy {busy:.0f}% of the time: some headroom "
@@ -99,13 +241,13 @@ def _gpu(samples: Sequence[Sample], utilization: list[float], facts: RunFacts) -
                                             f"{facts.batch_size}) may use it")]
 
 
-def _cpu(samples: Sequence[Sample], history: Sequence[dict], facts: RunFacts) -> list[Finding]:
+def _cpu(quiet: Sequence[Sample], history: Sequence[dict], facts: RunFacts) -> list[Finding]:
     findings = []
     data = sum(e.get("data_seconds", 0.0) for e in history)
     compute = sum(e.get("compute_seconds", 0.0) for e in history)
     if data + compute > 0:
         share = data / (data + compute)
-        if share > 0.3:
+        if share > DATA_SHARE_BOUND:
             findings.append(Finding(
                 "data_bound", f"gathering batches took {share:.0%} of the step time",
                 f"raise training.batch_size (now {facts.batch_size}): each step then does more "
@@ -114,46 +256,43 @@ def _cpu(samples: Sequence[Sample], history: Sequence[dict], facts: RunFacts) ->
             findings.append(Finding(
                 "compute_share", f"computing took {1 - share:.0%} of the step time, gathering "
                                  f"batches {share:.0%}"))
-    busy = _mean([s.process_cpu for s in samples[1:] or samples])
-    if busy is not None:
-        capacity = 100.0 * facts.threads
-        if busy >= 0.9 * capacity and facts.threads < facts.cpu_count:
-            findings.append(Finding(
-                "cpu_saturated", f"the {facts.threads} training thread(s) kept "
-                                 f"{busy / 100:.1f} core(s) busy: compute-bound on the CPU",
-                f"more threads (training.num_threads; {facts.cpu_count} cores here) or a GPU "
-                "would speed it up"))
-        elif busy >= 0.9 * capacity:
-            findings.append(Finding(
-                "cpu_saturated", f"the run kept all {facts.cpu_count} core(s) busy: "
-                                 "compute-bound on the CPU", "a GPU would speed it up"))
-        elif busy < 0.5 * capacity:
-            findings.append(Finding(
-                "cpu_waiting", f"the {facts.threads} training thread(s) were busy only "
-                               f"{busy / capacity:.0%} of the time: the run waited on something "
-                               "else",
-                "look at I/O, logging and checkpoint writes "
-                "(training.checkpointing.every_n_epochs)"))
-    if facts.device == "cuda" and facts.gpu_unavailable:
-        findings.append(Finding("gpu_unmeasured", f"GPU use was not measured: "
-                                                  f"{facts.gpu_unavailable}"))
-    if not findings:
-        findings.append(Finding("unmeasured", "the run was too short to measure"))
+    if len(quiet) < MIN_QUIET_SAMPLES:
+        return findings
+    waited = _waited(quiet)
+    busy = statistics.fmean(s.process_cpu for s in quiet) / 100
+    idle = statistics.fmean(_idle_cores(s, facts.cpu_count) for s in quiet)
+    if waited is not None:
+        findings.append(Finding(
+            "cpu_waiting", f"the run was on a core only {waited:.0%} of the time while the "
+                           f"machine had {idle:.1f} idle core(s): it waited on something else",
+            "look at I/O, logging and checkpoint writes (training.checkpointing.every_n_epochs)"))
+    elif busy >= SATURATED_SHARE * facts.threads:
+        advice = ""
+        if facts.threads < facts.cpu_count and idle >= IDLE_CORES_FOR_THREADS:
+            advice = (f"more threads (training.num_threads; {facts.cpu_count} cores here) "
+                      f"would speed it up: {idle:.1f} core(s) were idle")
+        elif facts.threads >= facts.cpu_count:
+            advice = "a GPU would speed it up"
+        who = (f"all {facts.cpu_count} core(s)" if facts.threads >= facts.cpu_count
+               else f"{busy:.1f} core(s) with its {facts.threads} training thread(s)")
+        findings.append(Finding("cpu_saturated", f"the run kept {who} busy: compute-bound on "
+                                                 "the CPU", advice))
     return findings
 
 
-def _variability(history: Sequence[dict]) -> Optional[Finding]:
+def _variability(history: Sequence[dict], *, busy: bool) -> Optional[Finding]:
     steady = list(history[1:])  # the first epoch warms up
     between = _spread([e["samples_per_second"] for e in steady if e.get("samples_per_second")])
     within = _mean([e["step_time_cv"] for e in steady if e.get("step_time_cv") is not None])
-    if between is not None and between > 0.25:
-        return Finding("uneven", f"throughput varied by {between:.0%} between epochs: uneven "
-                                 "batches or irregular I/O",
-                       "look for other work on the machine, checkpoint writes, or data read "
-                       "during training")
-    if within is not None and within > 1.0:
-        return Finding("uneven", f"step times varied by {within:.0%} within epochs: uneven "
-                                 "batches or irregular I/O",
+    # with the machine busy, that is the cause measured; otherwise the cause is not measured
+    cause = (" while other processes competed for the CPU" if busy
+             else ": uneven batches, pauses or other work on the machine")
+    if between is not None and between > UNEVEN_BETWEEN_EPOCHS:
+        return Finding("uneven", f"throughput varied by {between:.0%} between epochs{cause}",
+                       "" if busy else "look for other work on the machine, checkpoint writes, "
+                                       "or data read during training")
+    if within is not None and within > UNEVEN_WITHIN_EPOCHS:
+        return Finding("uneven", f"step times varied by {within:.0%} within epochs{cause}",
                        "use a batch size that divides the rows, and check for pauses (garbage "
                        "collection, I/O)")
     return None

@@ -28,6 +28,28 @@ def gpu_expected(compute) -> bool:
     return getattr(compute, "device", None) == "cuda" or getattr(compute, "use_gpu", None) is True
 
 
+def training_flops_per_row(network, example) -> Optional[float]:
+    """Arithmetic of one training row: the forward pass counted by torch's ``FlopCounterMode``
+    on ``example`` (no gradients, eval mode: dropout draws no random numbers, batch norm keeps
+    its statistics), times 3 for the backward pass. None where it cannot be counted."""
+    if example is None or len(example) == 0:
+        return None
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    modes = [(module, module.training) for module in network.modules()]
+    try:
+        network.eval()
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            network(example)
+        return 3.0 * counter.get_total_flops() / len(example)
+    except Exception:  # a custom or wrapped network the counter cannot run: no estimate
+        return None
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
 class TrainingObserver:
     """Monitor + TensorBoard for one training; use as a context manager around the training."""
 
@@ -42,6 +64,8 @@ class TrainingObserver:
         self.history: list[dict[str, float]] = []
         self.oom_batch_sizes: list[int] = []
         self.findings: list[Finding] = []
+        self.parameters: Optional[int] = None
+        self.flops_per_row: Optional[float] = None
         self._say = say or (lambda text: print(text, file=sys.stderr))
 
     def __enter__(self) -> "TrainingObserver":
@@ -55,7 +79,10 @@ class TrainingObserver:
         return self
 
     def attach(self, network, example=None) -> None:
-        """Start TensorBoard for ``network`` (again after an out-of-memory retry)."""
+        """Start TensorBoard for ``network`` (again after an out-of-memory retry) and measure
+        the model's size for the diagnosis."""
+        self.parameters = sum(p.numel() for p in network.parameters())
+        self.flops_per_row = training_flops_per_row(network, example)
         if self.tensorboard is not None:
             self.tensorboard.close()
         if self.tensorboard_settings is not None:
@@ -80,7 +107,8 @@ class TrainingObserver:
         samples = self.monitor.samples if self.monitor is not None else []
         facts = RunFacts(device=device, threads=threads, cpu_count=os.cpu_count() or 1,
                          batch_size=batch_size, oom_batch_sizes=tuple(self.oom_batch_sizes),
-                         gpu_unavailable=self.monitor.gpu_unavailable if self.monitor else None)
+                         gpu_unavailable=self.monitor.gpu_unavailable if self.monitor else None,
+                         parameters=self.parameters, flops_per_row=self.flops_per_row)
         self.findings = diagnose(samples, self.history, facts)
         return self.findings
 

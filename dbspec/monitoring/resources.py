@@ -28,6 +28,7 @@ class Sample(NamedTuple):
     process_rss_mb: float
     system_memory: float  # percent used
     gpus: tuple[GpuSample, ...]
+    load_average: Optional[float] = None  # runnable processes, 1-minute average (os.getloadavg)
 
 
 class GpuProbe:
@@ -116,13 +117,21 @@ class ResourceMonitor:
         memory = self.process.memory_info().rss / 2**20
         taken = Sample(time.monotonic() - self._started, self.process.cpu_percent(None),
                        self._psutil.cpu_percent(None), memory,
-                       self._psutil.virtual_memory().percent, self.probe.read())
+                       self._psutil.virtual_memory().percent, self.probe.read(),
+                       _load_average())
         self.samples.append(taken)
         return taken
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             self.sample()
+
+
+def _load_average() -> Optional[float]:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has none
+        return None
 
 
 def sample_metrics(sample: Sample) -> dict[str, float]:
