@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"exit {EXIT_REJECTED} when the promotion gates reject the new "
                           "version (default: exit 0, the rejection is in the summary)")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress output")
+    run.add_argument("--verbose", action="store_true",
+                     help="also show what Spark and its JVM print as they start (hidden by "
+                          "default: log4j notices, pyspark's pandas warning)")
     run.set_defaults(handler=_cmd_run)
 
     models = commands.add_parser("models", help="list a registered model's versions and aliases")
@@ -226,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Delta or Parquet with the prediction columns and the model's name and "
                     "version. Settings default to the spec's serving.batch section.")
     add_predict_arguments(predict)
+    predict.add_argument("--verbose", action="store_true",
+                         help="also show what Spark and its JVM print as they start")
     predict.set_defaults(handler=_cmd_predict)
 
     schema = commands.add_parser("schema", help="print the JSON schema of specs",
@@ -575,6 +580,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except DbspecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    if getattr(args, "verbose", False):
+        os.environ["DBSPEC_VERBOSE"] = "1"  # read where Spark starts (dbspec.spark)
     if args.command in _LIGHT_COMMANDS:
         # Spec models need no third-party pydantic plugins; looking them up scans every
         # installed package's entry points, a large part of a cold `validate`.

@@ -1,14 +1,73 @@
-"""The Spark session dbspec starts and stops, in one place."""
+"""The Spark session dbspec starts and stops, in one place.
+
+A session dbspec starts is quiet unless ``--verbose`` (``DBSPEC_VERBOSE=1``): the driver's
+log4j starts from :data:`QUIET_LOG4J` (warnings and errors, without the start-up notices a run
+cannot act on: the log4j profile, "Setting default log level", the loopback-hostname and
+native-Hadoop warnings), and pyspark's FutureWarning about pandas 3 is not shown (every Spark
+path dbspec uses, Arrow UDFs and ``toPandas`` included, runs in its tests with the pandas 3 it
+resolves). One line stays: the JVM's own "WARNING: Using incubator modules", which Spark's
+launcher asks for and no setting turns off. A spec's own
+``spark.driver.extraJavaOptions`` with a ``log4j2.configurationFile`` is left alone.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import sys
+import tempfile
+import warnings
+from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from dbspec.errors import DbspecError
+
+VERBOSE_ENV = "DBSPEC_VERBOSE"
+
+#: The driver's log4j2 configuration while a session starts (the root level must stay WARN:
+#: Spark prints "Setting default log level" whenever the root level differs from the shell's
+#: default, WARN); dbspec sets the level to ERROR once the session is up.
+QUIET_LOG4J = """\
+rootLogger.level = warn
+rootLogger.appenderRef.console.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.hostname.name = org.apache.spark.util.Utils
+logger.hostname.level = error
+logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
+logger.hadoop.level = error
+"""
+
+
+def verbose() -> bool:
+    return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def quiet_java_options(conf: dict) -> Optional[str]:
+    """``spark.driver.extraJavaOptions`` that start the driver's log4j from
+    :data:`QUIET_LOG4J` (after the spec's own options), or None to leave them as they are."""
+    given = str(conf.get("spark.driver.extraJavaOptions", ""))
+    if verbose() or "log4j2.configurationFile" in given or "log4j.configuration" in given:
+        return None
+    digest = hashlib.sha256(QUIET_LOG4J.encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"dbspec-log4j2-{digest}.properties"
+    if not path.is_file():
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(QUIET_LOG4J, encoding="utf-8")
+        os.replace(temporary, path)  # another process may write the same bytes at once
+    return f"{given} -Dlog4j2.configurationFile={path.as_uri()}".strip()
+
+
+def quiet_pyspark_warnings() -> None:
+    """Hide pyspark's 'does not yet fully support pandas >= 3.0.0' (see the module docstring)."""
+    if not verbose():
+        warnings.filterwarnings("ignore", message=r"PySpark does not yet fully support pandas",
+                                category=FutureWarning)
 
 
 def master_url(spec, override: Optional[str] = None) -> str:
@@ -53,8 +112,13 @@ def spark_session(spec, master: Optional[str] = None,
                         else "dbspec")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false"))
-    for key, value in (spec.spark.conf if spec is not None else {}).items():
+    conf = spec.spark.conf if spec is not None else {}
+    for key, value in conf.items():
         builder = builder.config(key, str(value))
+    java_options = quiet_java_options(conf)
+    if java_options is not None:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    quiet_pyspark_warnings()
     python = executor_python(spec, master_url(spec, master))
     if python:
         why = "spark.pyspark.python" if python != sys.executable else "the driver's interpreter"
