@@ -249,6 +249,24 @@ def record_rank_failure(work_dir: Path, rank: int, exc: BaseException) -> None:
           f"{record})", file=sys.stderr, flush=True)
 
 
+def skip_cpu_shm_op() -> None:
+    """Keep DeepSpeed from JIT-compiling its shared-memory all-reduce op on CPU.
+
+    On CPU, DeepSpeed's communication backend builds the ``deepspeed_shm_comm`` C++ extension
+    the first time it starts (measured: 146-250 s, g++ required, once per torch extensions
+    dir) when it finds the op compatible. Marking it incompatible makes DeepSpeed use
+    ``torch.distributed``'s gloo all-reduce, as it does wherever the op cannot build: CPU
+    training is for development and tests, where minutes of compilation cost more than a
+    faster all-reduce saves. ``DBSPEC_DEEPSPEED_SHM=1`` leaves DeepSpeed's choice alone.
+    """
+    if os.environ.get("DBSPEC_DEEPSPEED_SHM", "") not in ("", "0"):
+        return
+    import deepspeed.ops
+
+    compatible = deepspeed.ops.__compatible_ops__  # probed once, on first access
+    compatible["deepspeed_shm_comm"] = False
+
+
 def rank_main(work_dir: str) -> None:
     """One torchrun rank (TorchDistributor, DeepSpeed): join the process group its environment
     describes, train its shard under DDP, leave the group."""
@@ -261,6 +279,8 @@ def rank_main(work_dir: str) -> None:
         if job["deepspeed"]:
             import deepspeed
 
+            if not job["use_gpu"]:
+                skip_cpu_shm_op()
             deepspeed.init_distributed(dist_backend=job["backend"])
         else:
             dist.init_process_group(job["backend"])

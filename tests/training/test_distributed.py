@@ -61,10 +61,16 @@ def test_a_failing_rank_fails_the_stage_cleanly(workdir):
 DEEPSPEED = str(ROOT / "specs" / "synthetic_deepspeed.yaml")
 
 
-def test_deepspeed_zero2_on_cpu_keeps_ranks_equal_and_learns(workdir):
+def test_deepspeed_zero2_on_cpu_keeps_ranks_equal_and_learns(workdir, tmp_path, monkeypatch):
+    # an empty torch extensions dir: on the old code DeepSpeed JIT-compiled its CPU
+    # shared-memory op into it (minutes, g++); it falls back to gloo's all-reduce now
+    extensions = tmp_path / "torch_extensions"
+    extensions.mkdir()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions))
     code, _, err = run("run", DEEPSPEED, "--set", "data.source.rows=6000", "--set",
                        "training.epochs=3", "--summary-json", "ds.json")
     assert code == 0, err
+    assert list(extensions.iterdir()) == [], "a DeepSpeed op was compiled"
     summary = json.loads((workdir / "ds.json").read_text())
     run_dir = workdir / ".dbspec" / "runs" / "synthetic-deepspeed" / "stages" / "train"
     ranks = [json.loads(p.read_text()) for p in sorted((run_dir / "distributed").glob("rank-*.json"))]
