@@ -14,21 +14,28 @@ since its version is rarely on an index. Refused, with the reason: a class in ``
 script or notebook), a compiled single-file module, a module in ``site-packages`` no distribution
 provides, and a package directory that holds the working directory, an environment or dbspec's
 state (it would carry far more than code).
+
+dbspec itself travels the same way, but only the modules the served model imports
+(:func:`served_modules`, read from the source of :mod:`dbspec.models.pyfunc` and what it imports,
+transitively), not all of dbspec: a model loaded from a tracking server fetches each file of its
+``code/`` one by one.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
 import os
+import shutil
 import site
 import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 from dbspec.errors import DbspecError
 
@@ -44,10 +51,13 @@ class CustomCode:
     Attributes:
         code_paths: Files or directories to log as code paths (absolute).
         requirements: Pins of the distributions that provide the class.
+        dbspec_modules: The class's module when it is part of dbspec: it travels with the
+            dbspec modules the served model imports (:func:`copy_served_code`).
     """
 
     code_paths: list[str] = field(default_factory=list)
     requirements: list[str] = field(default_factory=list)
+    dbspec_modules: list[str] = field(default_factory=list)
 
 
 def installable_version(version: str) -> str:
@@ -86,8 +96,10 @@ def custom_code(model) -> CustomCode:
             f"{where} is defined in __main__ (a script or notebook), which cannot travel with "
             "the logged model: move the class into a module file next to the spec (mynet.py) "
             "or a package, and name it as 'mynet:Net'")
-    if top == "dbspec" or top in sys.stdlib_module_names or top in sys.builtin_module_names:
-        return CustomCode()  # dbspec travels as its own code path; the standard library is there
+    if top == "dbspec":
+        return CustomCode(dbspec_modules=[module_name])
+    if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        return CustomCode()  # the standard library is there wherever the model loads
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -191,3 +203,70 @@ def travelled_code(model, code_dir: Optional[Path]) -> Iterator[None]:
                 with contextlib.suppress(ValueError):
                     sys.path.remove(entry)
     yield
+
+
+_DBSPEC_DIR = Path(__file__).resolve().parent.parent  # the dbspec package this process runs
+
+
+def served_modules(*roots: str) -> dict[str, Path]:
+    """The dbspec modules ``roots`` import, transitively, and every package that holds one:
+    ``{module name: source file}``.
+
+    Read from the source, not by importing it: every ``import`` statement counts, in function
+    bodies too (the served model imports lazily, at predict time, and an import that only an
+    error path takes is not missed), and so does ``importlib.import_module`` of a literal name.
+    A package's ``__init__.py`` is followed like any module, so whatever a package imports
+    when it is imported travels too.
+    """
+    found: dict[str, Path] = {}
+    pending = list(roots)
+    while pending:
+        name = pending.pop()
+        if name in found or name.split(".")[0] != "dbspec":
+            continue
+        source = _module_file(name)
+        if source is None:
+            continue  # a class or function imported from a module, not a module
+        found[name] = source
+        pending += [name.rsplit(".", depth)[0] for depth in range(1, name.count(".") + 1)]
+        pending += _imported_names(name, source)
+    return found
+
+
+def copy_served_code(into: Path, roots: Iterable[str]) -> str:
+    """Copy the files of :func:`served_modules` (``roots``) into ``into/dbspec``, laid out as in
+    dbspec; that directory, to log as the model's code path for dbspec."""
+    target = into / "dbspec"
+    for source in served_modules(*roots).values():
+        copy = target / source.relative_to(_DBSPEC_DIR)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, copy)
+    return str(target)
+
+
+def _module_file(name: str) -> Optional[Path]:
+    path = _DBSPEC_DIR.parent.joinpath(*name.split("."))
+    for candidate in (path / "__init__.py", path.parent / f"{path.name}.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported_names(name: str, source: Path) -> Iterator[str]:
+    """Every module name that ``source`` may import (and, for ``from m import x``, ``m.x``,
+    which is a module or not)."""
+    package = name if source.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"), str(source))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0]
+                base = f"{anchor}.{base}" if base else anchor
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names)
+        elif (isinstance(node, ast.Call) and node.args
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            yield node.args[0].value

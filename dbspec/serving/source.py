@@ -114,13 +114,15 @@ def load_version(client, target: ModelTarget, version: str):
 
     from dbspec.models.served import load_served_model
     from dbspec.serving.app import LoadedModel
+    from dbspec.tracking.mlflow_tracking import artifact_progress_bars_off
 
     from mlflow.exceptions import MlflowException
 
     try:
-        local = Path(mlflow.artifacts.download_artifacts(
-            artifact_uri=client.get_model_version_download_uri(target.name, version),
-            tracking_uri=client.tracking_uri))
+        with artifact_progress_bars_off():
+            local = Path(mlflow.artifacts.download_artifacts(
+                artifact_uri=client.get_model_version_download_uri(target.name, version),
+                tracking_uri=client.tracking_uri))
     except (MlflowException, OSError) as exc:
         raise RegistryError(f"cannot download models:/{target.name}/{version}: "
                             f"{str(exc).splitlines()[0]}") from None

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import socket
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -291,9 +292,10 @@ class Tracker:
         sees it. The feature names are in the input example and in the model's metadata
         (``dbspec_features``).
 
-        The model is self-contained: dbspec's own package and, for a ``model.custom`` class, the
-        user's module travel as code paths (:mod:`dbspec.models.portable`); requirements are
-        pins without local version labels (``torch==2.13.0``, never ``2.13.0+cpu``).
+        The model is self-contained: the dbspec modules the pyfunc imports (not all of dbspec)
+        and, for a ``model.custom`` class, the user's module travel as code paths
+        (:mod:`dbspec.models.portable`); requirements are pins without local version labels
+        (``torch==2.13.0``, never ``2.13.0+cpu``).
 
         Returns:
             Its logged-model URI, ``models:/<model_id>``: loadable as is, and what
@@ -303,15 +305,15 @@ class Tracker:
             PortabilityError: the custom class lives where it cannot travel (``__main__``, ...).
         """
         import json
+        import tempfile
 
         import mlflow
         from mlflow.models import ModelSignature, infer_signature
         from mlflow.types import ColSpec, Schema
         from packaging.utils import canonicalize_name
 
-        import dbspec
         from dbspec.models import pyfunc
-        from dbspec.models.portable import custom_code, pin
+        from dbspec.models.portable import copy_served_code, custom_code, pin
 
         card = json.loads((Path(served_dir) / "model.json").read_text())
         custom = custom_code(card["model"])  # refuses before anything is logged
@@ -320,20 +322,50 @@ class Tracker:
         known = {canonicalize_name(r.split("==")[0]) for r in requirements}
         requirements += [r for r in custom.requirements
                          if canonicalize_name(r.split("==")[0]) not in known]
-        with warnings.catch_warnings():
+        with tempfile.TemporaryDirectory(prefix="dbspec-code-") as staging, \
+                warnings.catch_warnings():
             # class labels are integers by design; MLflow's hint about missing values in
             # integer columns does not apply to a prediction column
             warnings.filterwarnings("ignore", message=".*Inferred schema contains integer")
+            dbspec_code = copy_served_code(Path(staging),
+                                           [pyfunc.__name__, *custom.dbspec_modules])
             info = mlflow.pyfunc.log_model(
                 name="model", python_model=pyfunc.__file__,
                 artifacts={"served_model": str(served_dir)},
-                code_paths=[str(Path(dbspec.__file__).parent), *custom.code_paths],
+                code_paths=[dbspec_code, *custom.code_paths],
                 signature=ModelSignature(
                     inputs=Schema([ColSpec("double") for _ in card["feature_names"]]),
                     outputs=infer_signature(example, prediction).outputs),
                 input_example=example, metadata={"dbspec_features": card["feature_names"]},
                 pip_requirements=requirements)
         return info.model_uri
+
+
+class _QuietDownloads:  # what overlapping artifact_progress_bars_off blocks share
+    lock, depth, owns_variable = threading.Lock(), 0, False
+
+
+@contextlib.contextmanager
+def artifact_progress_bars_off() -> Iterator[None]:
+    """No tqdm bars while dbspec itself downloads a model (two bars of every file it carries).
+
+    MLflow reads ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR`` on each download and has no per-call
+    switch: it is false for the block and unset after the last overlapping one, so the caller's
+    own downloads keep their bars. A value already set is left as it is.
+    """
+    name, shared = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", _QuietDownloads
+    with shared.lock:
+        if shared.depth == 0 and name not in os.environ:
+            os.environ[name], shared.owns_variable = "false", True
+        shared.depth += 1
+    try:
+        yield
+    finally:
+        with shared.lock:
+            shared.depth -= 1
+            if shared.depth == 0 and shared.owns_variable:
+                os.environ.pop(name, None)
+                shared.owns_variable = False
 
 
 def dataset_schema(frame, sample_rows: int = 1000):

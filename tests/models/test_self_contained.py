@@ -1,6 +1,7 @@
 """A logged ``model.custom`` network is self-contained: its module travels in the model's code
-paths, its requirements are installable pins, and it loads and scores in a fresh process in
-another directory with no ``PYTHONPATH`` and the original module gone."""
+paths, and so do the dbspec modules the served model imports (only those), its requirements are
+installable pins, and it loads and scores in a fresh process in another directory with no
+``PYTHONPATH``, the original module gone and dbspec not installed."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from dbspec.models.portable import PortabilityError, custom_code, installable_version, pin
+from dbspec.models.portable import (PortabilityError, custom_code, installable_version, pin,
+                                    served_modules)
 from tests.conftest import run_main as run
 
 PACKAGE = "dbspec_selfnet_zz"  # a name nothing else imports: the run imports it in this process
@@ -97,7 +99,22 @@ def trained(tmp_path_factory):
 
 
 PYFUNC = """\
-import json, sys
+import importlib.machinery, json, sys
+from pathlib import Path
+
+
+class DbspecNotInstalled:  # dbspec only from the model's code/, as where it is not installed
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "dbspec":
+            return None
+        found = importlib.machinery.PathFinder.find_spec(name, sys.path)
+        if found is None or Path(found.origin).parent.parent.name != "code":
+            raise ModuleNotFoundError("No module named 'dbspec' (not installed here)")
+        return found
+
+
+sys.meta_path.insert(0, DbspecNotInstalled)
 import mlflow, pandas as pd
 model = mlflow.pyfunc.load_model("models:/self_contained_net/1")
 out = model.predict(pd.read_json(sys.argv[1], orient="split"))
@@ -142,12 +159,21 @@ def test_the_model_carries_its_code_and_installable_pins(trained, tmp_path):
     import mlflow
     import torch
 
+    import dbspec
+
     client = mlflow.MlflowClient(tracking_uri=trained["tracking_uri"])
     local = Path(mlflow.artifacts.download_artifacts(
         artifact_uri=client.get_model_version_download_uri("self_contained_net", "1"),
         dst_path=str(tmp_path), tracking_uri=trained["tracking_uri"]))
     code = local / "code"
     assert sorted(p.name for p in code.iterdir()) == sorted(["dbspec", PACKAGE])
+    # of dbspec, only what the served model imports: not the CLI, training, serving, ...
+    shipped = sorted(p.relative_to(code).as_posix() for p in (code / "dbspec").rglob("*.py"))
+    checkout = Path(dbspec.__file__).parent.parent
+    needed = sorted(path.relative_to(checkout).as_posix()
+                    for path in served_modules("dbspec.models.pyfunc").values())
+    assert shipped == needed
+    assert "dbspec/cli.py" not in shipped and "dbspec/models/served.py" in shipped
     assert sorted(p.name for p in (code / PACKAGE).iterdir()) == [
         "__init__.py", "blocks.py", "layers.py"]
     requirements = (local / "requirements.txt").read_text().split()
