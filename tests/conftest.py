@@ -159,9 +159,33 @@ from tests.servers import mlflow_server  # noqa: E402,F401  (a real mlflow serve
 _NEEDS_SERVER = {"mlflow_server", "store"}
 
 
+#: Test files that share an expensive session fixture run in one pytest-xdist worker
+#: (``-n 2 --dist loadgroup``, as CI runs them): the cluster's, and the serving tests' two
+#: trained model versions (``tests/serving/conftest.py``). Every other file is its own group,
+#: so module fixtures (a Spark session, a trained model) start once as well.
+_GROUPS = {"tests/spark/test_cluster.py": "cluster",
+           "tests/spark/test_cluster_shared_app.py": "cluster",
+           "tests/serving/": "serving"}
+
+
+def _xdist_group(path: str) -> str:
+    return next((group for prefix, group in _GROUPS.items() if path.startswith(prefix)), path)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for item in items:
+        path = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(path)))
+
+
 def pytest_collection_finish(session):
     if session.config.option.collectonly or not session.items:
         return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # every worker collects every test: the fixtures start where they are used
     from tests import cluster, servers
 
     needed = set().union(*(getattr(item, "fixturenames", ()) for item in session.items))
