@@ -1,8 +1,9 @@
 """The MLflow pyfunc face of a served model (``mlflow.pyfunc.load_model``, ``mlflow models serve``).
 
 Logged as "models from code": MLflow stores this file with the model and runs it on load, so
-no pickled object travels with the model. The dbspec package itself travels as a code path,
-and so does the module of a ``model.custom`` class (:mod:`dbspec.models.portable`): MLflow puts
+no pickled object travels with the model. The dbspec modules this file imports (transitively,
+:func:`dbspec.models.portable.served_modules`) travel as a code path, and so does the module of
+a ``model.custom`` class (:mod:`dbspec.models.portable`): MLflow puts
 the model's ``code/`` first on ``sys.path`` before :meth:`DbspecPyfuncModel.load_context` runs,
 so the network is rebuilt from the copies that travelled, with no ``PYTHONPATH`` to set.
 """
