@@ -1,9 +1,10 @@
 """Run a plan's stages in order in this process, with stage state on disk.
 
 Each stage's outputs and fingerprint are kept under ``.dbspec/runs/<spec>/`` (or, with a run
-key, in an MLflow run: see :mod:`dbspec.executors.state`). A rerun skips stages whose
-fingerprint is unchanged (``batch_predict`` always runs: its input lives outside the spec); a
-change reruns what depends on it; ``--from`` forces a stage and its dependents; ``--only`` runs
+key, in an MLflow run: see :mod:`dbspec.executors.state`), per fingerprint
+(:mod:`dbspec.executors.cache`). A rerun skips stages whose fingerprint is unchanged or has a
+finished entry in the cache (``batch_predict`` always runs: its input lives outside the spec);
+a change reruns what depends on it; ``--from`` forces a stage and its dependents; ``--only`` runs
 the named stages on recorded inputs; ``--resume`` continues an interrupted training from its
 last checkpoint.
 
@@ -15,7 +16,6 @@ runs that dead processes left RUNNING, and SIGTERM unwinds it like Ctrl-C
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
+from dbspec.executors.cache import RERUN_FROM_CACHE, inputs_of, keep_from_env, run_dir_for
 from dbspec.executors.lock import RunLock
 from dbspec.executors.recovery import RunTerminated, Terminated, sigterm_unwinds
 from dbspec.executors.state import LocalState, MlflowState, state_dir_of
-from dbspec.paths import inside
+from dbspec.faults import pause_point
 from dbspec.plan import Plan, compile_plan
 from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
@@ -98,14 +99,17 @@ class LocalExecutor:
             if hasattr(stage, "check"):
                 stage.check(loaded.spec)
         self.check_placement(loaded)
+        keep = keep_from_env()  # a bad DBSPEC_CACHE_KEEP fails before any work
         with self.guarded(loaded, run_key):
             store = self.state_store(loaded, run_key)
             state = store.load()
+            store.migrate(state)  # an old layout's stage folders into the cache
             if only:
                 self._check_inputs(plan, only, state)
             status = "FAILED"
             try:
                 record = self._run(loaded, plan, store, state, only=only, from_stage=from_stage)
+                self._evict(store, state, keep)
                 status = "FINISHED"
                 return record
             except KeyboardInterrupt:
@@ -259,8 +263,7 @@ class LocalExecutor:
 
     def run_dir(self, loaded: LoadedSpec) -> Path:
         """``.dbspec/runs/<spec>[@target][-smoke]``."""
-        name = loaded.spec.name + (f"@{loaded.target}" if loaded.target else "")
-        return inside(self.project_dir / "runs", name + ("-smoke" if self.options.smoke else ""))
+        return run_dir_for(self.project_dir, loaded.spec.name, loaded.target, self.options.smoke)
 
     def _check_inputs(self, plan: Plan, only: tuple[str, ...], state: dict[str, Any]) -> None:
         needed = {dep for name in only for dep in plan.ancestors(name)} - set(only)
@@ -279,22 +282,33 @@ class LocalExecutor:
         tracker = None
         for planned in plan:
             recorded = state["stages"].get(planned.name, {})
-            current = recorded.get("fingerprint") == planned.fingerprint
+            current = recorded.get("fingerprint") == planned.fingerprint and \
+                store.holds(planned.name, planned.fingerprint)
             if only and planned.name not in only:
                 if current and recorded.get("status") == "done":  # for the summary only
+                    store.use(planned.name, planned.fingerprint)
                     records.append(StageRecord(planned.name, "cached", 0.0, recorded["output"]))
                 continue
-            if not only and planned.name not in forced and current and \
-                    recorded.get("status") == "done" and \
-                    not getattr(build_stage(planned), "always_runs", False):
+            skip = not only and planned.name not in forced and \
+                not getattr(build_stage(planned), "always_runs", False)
+            if skip and current and recorded.get("status") == "done":
+                store.use(planned.name, planned.fingerprint)
                 self.reporter.line(f"= {planned.name:<11} unchanged, skipped")
                 records.append(StageRecord(planned.name, "cached", 0.0, recorded["output"]))
                 continue
-            directory = store.stage_dir(planned.name)
+            inputs = inputs_of(planned.depends_on, state["stages"])
+            cached = store.reuse(planned.name, planned.fingerprint, inputs) \
+                if skip and planned.name not in RERUN_FROM_CACHE else None
+            if cached is not None:  # an earlier spec's run of it, kept at this fingerprint
+                pause_point(f"stage.{planned.name}.reused")  # linked, state.json not yet
+                state["stages"][planned.name] = cached
+                store.save(state, changed=(planned.name,))
+                self.reporter.line(f"= {planned.name:<11} reused from the cache "
+                                   f"({planned.fingerprint})")
+                records.append(StageRecord(planned.name, "cached", 0.0, cached["output"]))
+                continue
             resume = self.options.resume and current and recorded.get("status") != "done"
-            if not resume and directory.exists():
-                shutil.rmtree(directory)
-            directory.mkdir(parents=True, exist_ok=True)
+            directory = store.prepare(planned.name, planned.fingerprint, resume=resume)
             ancestors = plan.ancestors(planned.name)
             store.fetch([d for d in ancestors if not store.stage_dir(d).exists() or only
                          and d not in only])
@@ -327,11 +341,21 @@ class LocalExecutor:
             store.publish(planned.name)
             state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
                                              "status": "done", "output": output,
-                                             "seconds": seconds, "finished_at": _now()}
+                                             "seconds": seconds, "finished_at": _now(),
+                                             "inputs": inputs}
+            store.keep(planned.name, state["stages"][planned.name])  # its files are complete
+            pause_point(f"stage.{planned.name}.kept")  # in the cache, state.json not yet
             store.save(state, changed=(planned.name,))
             self.reporter.line(f"  {planned.name} done in {seconds:.1f}s")
             records.append(StageRecord(planned.name, "ran", seconds, output))
         return RunRecord(loaded.spec.name, loaded.target, store.run_dir, records)
+
+    def _evict(self, store: LocalState, state: dict[str, Any], keep: int) -> None:
+        removed = store.evict(state, keep)
+        if removed:
+            freed = sum(r.bytes for r in removed) / 1e6
+            self.reporter.line(f"  cache: {len(removed)} older entries removed ({freed:.1f} MB; "
+                               f"at most {keep} kept per stage, DBSPEC_CACHE_KEEP)")
 
     def _fail(self, store: LocalState, state, name, directory, exc) -> None:
         detail = "".join(traceback.format_exception(exc))

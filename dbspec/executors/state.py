@@ -1,7 +1,9 @@
 """Where stage state and stage files live between invocations.
 
-``LocalState`` keeps them under ``.dbspec/runs/<spec>[@target]/`` (``state.json`` and
-``stages/<name>/``): one machine, the default.
+``LocalState`` keeps them under ``.dbspec/runs/<spec>[@target]/``: ``state.json``, and each
+stage's files per fingerprint in a :class:`~dbspec.executors.cache.StageCache`
+(``cache/<name>/<fingerprint>/``, ``stages/<name>`` leading to the current one), so returning
+to an earlier spec reuses its stages. One machine, the default.
 
 ``MlflowState`` keeps them in an MLflow run tagged ``dbspec.run_key=<key>``: each stage's entry
 as ``dbspec/state/<stage>.json`` and its files under ``dbspec/stages/<stage>/``. Processes on
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from dbspec.errors import DbspecError
+from dbspec.executors.cache import LAYOUT, Removal, StageCache, read_state
 from dbspec.paths import inside
 from dbspec.stages.base import write_json
 
@@ -41,26 +44,58 @@ def state_dir_of(run_dir: Path, run_key: Optional[str]) -> Path:
 
 
 class LocalState:
-    """Stage state in ``run_dir/state.json``, stage files in ``run_dir/stages/<name>``."""
+    """Stage state in ``run_dir/state.json``, stage files in ``run_dir/stages/<name>``: a link
+    to the folder of the current fingerprint in the stage cache (see :mod:`.cache`)."""
 
     def __init__(self, run_dir: Path):
         self.run_dir = Path(run_dir)
+        self.cache = StageCache(self.run_dir)
 
     def load(self) -> dict[str, Any]:
-        path = self.run_dir / "state.json"
-        if path.exists():
-            try:
-                return json.loads(path.read_text())
-            except json.JSONDecodeError:
-                pass  # a state file from a crash mid-write: start over rather than guess
-        return {"stages": {}}
+        return read_state(self.run_dir)
 
     def save(self, state: dict[str, Any], changed: Iterable[str] = ()) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(self.run_dir / "state.json", state)
+        write_json(self.run_dir / "state.json", {**state, "layout": LAYOUT})
+
+    def migrate(self, state: dict[str, Any]) -> None:
+        """Bring an old layout's stage folders into the cache (under the run lock)."""
+        if self.cache.migrate(state):
+            self.save(state)
 
     def stage_dir(self, name: str) -> Path:
-        return inside(self.run_dir / "stages", name)
+        return inside(self.run_dir, "stages", name)
+
+    def holds(self, name: str, fingerprint: str) -> bool:
+        """Whether the files of ``name`` at ``fingerprint`` are here (finished or not)."""
+        return self.cache.holds(name, fingerprint)
+
+    def reuse(self, name: str, fingerprint: str,
+              inputs: dict[str, str]) -> Optional[dict[str, Any]]:
+        """The cached finished entry of ``name`` at ``fingerprint`` made from ``inputs``
+        (:func:`~dbspec.executors.cache.inputs_of`), made current; or None."""
+        entry = self.cache.lookup(name, fingerprint, inputs)
+        if entry is not None:
+            self.use(name, fingerprint)
+            entry = {k: v for k, v in entry.items() if k != "used"}
+        return entry
+
+    def use(self, name: str, fingerprint: str) -> None:
+        """Point :meth:`stage_dir` at the files of ``fingerprint`` and mark them used."""
+        self.cache.point(name, fingerprint)
+        self.cache.touch(name, fingerprint)
+
+    def prepare(self, name: str, fingerprint: str, *, resume: bool) -> Path:
+        """The (empty, or with ``resume`` the kept) directory a run of ``name`` writes to."""
+        return self.cache.prepare(name, fingerprint, keep_files=resume)
+
+    def keep(self, name: str, entry: dict[str, Any]) -> None:
+        """Keep a finished stage's entry in the cache, reusable at its fingerprint."""
+        self.cache.record(name, entry)
+
+    def evict(self, state: dict[str, Any], keep: int) -> list[Removal]:
+        """Drop cache entries beyond ``keep`` per stage (least recently used first)."""
+        return self.cache.evict(state, keep)
 
     def fetch(self, names: Iterable[str]) -> None:
         """Make the files of ``names`` available under :meth:`stage_dir` (already local)."""
@@ -126,6 +161,37 @@ class MlflowState(LocalState):
                               **self.tags, **process_tags()})
                     self._run_id = run.info.run_id
         return self._run_id
+
+    # The state of a run key lives in MLflow, one pipeline run per key: its stage folders are
+    # plain, one per stage, as before the stage cache (a key is not rerun with other specs).
+    def stage_dir(self, name: str) -> Path:
+        return inside(self.run_dir / "stages", name)
+
+    def migrate(self, state: dict[str, Any]) -> None:
+        pass
+
+    def holds(self, name: str, fingerprint: str) -> bool:
+        return True
+
+    def reuse(self, name: str, fingerprint: str,
+              inputs: dict[str, str]) -> Optional[dict[str, Any]]:
+        return None
+
+    def use(self, name: str, fingerprint: str) -> None:
+        pass
+
+    def prepare(self, name: str, fingerprint: str, *, resume: bool) -> Path:
+        directory = self.stage_dir(name)
+        if not resume and directory.exists():
+            shutil.rmtree(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def keep(self, name: str, entry: dict[str, Any]) -> None:
+        pass
+
+    def evict(self, state: dict[str, Any], keep: int) -> list[Removal]:
+        return []
 
     def load(self) -> dict[str, Any]:
         """The recorded stages; empty only when no stage of this key saved anything yet.
