@@ -19,7 +19,7 @@ from dbspec.errors import DbspecError, Diagnostic, SpecError, UsageError, redact
 _VALIDATE_FORMATS = ("text", "json", "github", "sarif")
 #: ``dbspec run --fail-on-reject``: the run worked and the gates said no (1 is a failure).
 EXIT_REJECTED = 3
-_LIGHT_COMMANDS = ("validate", "plan", "schema", "diff", "jobs", "init")
+_LIGHT_COMMANDS = ("validate", "plan", "schema", "diff", "jobs", "init", "gc")
 
 
 def _add_spec_options(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_spec_options(plan)
     plan.add_argument("--format", choices=("text", "json", "mermaid"), default="text",
                       help="text (default), json or mermaid")
+    plan.add_argument("--state-dir", metavar="DIR", default=None,
+                      help="show each stage's status (cached, stale, resumable, new) against "
+                           "this state dir (default: .dbspec, when it exists)")
+    plan.add_argument("--smoke", action="store_true",
+                      help="the status against the --smoke runs' state")
     plan.set_defaults(handler=_cmd_plan)
 
     init = commands.add_parser(
@@ -119,6 +124,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help="also show what Spark and its JVM print as they start (hidden by "
                           "default: log4j notices, pyspark's pandas warning)")
     run.set_defaults(handler=_cmd_run)
+
+    gc = commands.add_parser(
+        "gc", help="remove stage cache entries beyond the bound",
+        description="Remove, per stage, the least recently used cache entries beyond --keep "
+                    "(and unfinished ones); the current entries always stay. Exit 1 when a "
+                    "run directory was skipped because a run holds it.")
+    gc.add_argument("file", metavar="SPEC", nargs="?",
+                    help="only this spec's runs (all its targets and --smoke runs)")
+    gc.add_argument("--keep", metavar="N",
+                    help="entries kept per stage, the current one included (default: "
+                         "DBSPEC_CACHE_KEEP, else 5)")
+    gc.add_argument("--dry-run", action="store_true",
+                    help="say what would be removed and how many bytes; delete nothing")
+    gc.add_argument("--state-dir", metavar="DIR", default=".dbspec",
+                    help="the state directory of local runs (default: .dbspec)")
+    gc.set_defaults(handler=_cmd_gc)
 
     models = commands.add_parser("models", help="list a registered model's versions and aliases")
     models.add_argument("name", metavar="NAME", help="registered model name")
@@ -301,12 +322,29 @@ def _load(args: argparse.Namespace):
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from dbspec.plan import compile_plan
+    from pathlib import Path
+
+    from dbspec.executors.plan_status import plan_with_statuses
     from dbspec.plan.render import RENDERERS
 
     loaded = _load(args)
-    print(RENDERERS[args.format](compile_plan(loaded.spec)))
+    state_dir = Path(args.state_dir) if args.state_dir is not None else None
+    plan, statuses, note = plan_with_statuses(loaded, state_dir, smoke=args.smoke)
+    if note:
+        print(f"warning: {note}", file=sys.stderr)
+    print(RENDERERS[args.format](plan, statuses))
     return 0
+
+
+def _cmd_gc(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dbspec.executors.gc import gc_command
+
+    code, text = gc_command(Path(args.state_dir), spec_file=args.file, keep=args.keep,
+                            dry_run=args.dry_run)
+    print(text)
+    return code
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:

@@ -124,6 +124,28 @@ def run_in_process(*args: str, cwd: Path = ROOT, env: dict | None = None,
     return subprocess.CompletedProcess(["dbspec", *args], code, out.getvalue(), err.getvalue())
 
 
+_MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+
+
+@pytest.fixture(autouse=True)
+def _mlflow_uris_restored():
+    """Each test leaves MLflow's tracking and registry URIs as it found them: a leaked
+    ``mlflow.set_registry_uri`` (it also sets MLFLOW_REGISTRY_URI) sent every later test's
+    registrations to one store, in whatever order pytest-xdist ran them."""
+    saved = {name: os.environ.get(name) for name in _MLFLOW_ENV}
+    registry = sys.modules.get("mlflow.tracking._model_registry.utils")
+    saved_registry = getattr(registry, "_registry_uri", None)
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    registry = sys.modules.get("mlflow.tracking._model_registry.utils")
+    if registry is not None:
+        registry._registry_uri = saved_registry
+
+
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
     """A fresh project directory: its own .dbspec state and MLflow store."""

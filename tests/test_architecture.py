@@ -58,5 +58,5 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
     test_command = ci.strip().splitlines()[-1]
-    assert test_command == "python -m pytest -q"
+    assert test_command == "python -m pytest -q -n 2 --dist loadgroup"
     assert f"$ {test_command}" in readme

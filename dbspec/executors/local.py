@@ -87,7 +87,7 @@ class LocalExecutor:
         """
         only = tuple(only)
         version = self.data_version(loaded)
-        plan = compile_plan(loaded.spec, data_version=version)
+        plan = compile_plan(loaded.spec, data_version=version, executor=self.kind)
         for name in (*only, from_stage):
             if name is not None and name not in plan.names:
                 raise UsageError(f"no stage '{name}' in this plan{did_you_mean(name, plan.names)}"
@@ -318,9 +318,15 @@ class LocalExecutor:
                 upstream_dirs={d: store.stage_dir(d) for d in ancestors},
                 options=replace(self.options, resume=resume), reporter=self.reporter,
                 _tracker=tracker, spark=self.spark, run_name=store.run_dir.name)
+            # a data stage rerun only because the executor changed (same chain, another
+            # fingerprint): it reads the same data, so what follows it stays valid
+            same_inputs = recorded.get("status") == "done" and \
+                recorded.get("fingerprint") != planned.fingerprint and \
+                recorded.get("chain", recorded.get("fingerprint")) == planned.chain
             state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
+                                             "chain": planned.chain,
                                              "status": "running", "output": {}}
-            later = plan.downstream(planned.name)[1:]
+            later = [] if same_inputs else plan.downstream(planned.name)[1:]
             for name in later:
                 state["stages"].pop(name, None)  # their inputs are about to change
             store.save(state, changed=(planned.name, *later))
@@ -340,6 +346,7 @@ class LocalExecutor:
             seconds = time.perf_counter() - started
             store.publish(planned.name)
             state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
+                                             "chain": planned.chain,
                                              "status": "done", "output": output,
                                              "seconds": seconds, "finished_at": _now(),
                                              "inputs": inputs}

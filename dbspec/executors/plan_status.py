@@ -76,6 +76,6 @@ def plan_with_statuses(loaded, state_dir: Optional[Path], *, smoke: bool = False
         plan = compile_plan(loaded.spec)
         return plan, {s.name: "unknown" for s in plan}, \
             f"status unknown: the data version is needed and cannot be resolved here: {exc}"
-    plan = compile_plan(loaded.spec, data_version=version)
+    plan = compile_plan(loaded.spec, data_version=version, executor=loaded.spec.executor)
     run_dir = run_dir_for(Path(state_dir), loaded.spec.name, loaded.target, smoke)
     return plan, stage_statuses(run_dir, plan), None

@@ -172,8 +172,14 @@ def _check_model(spec: Spec, found: _Findings) -> None:
     if model.custom is not None:
         import importlib.util
 
+        import sys
+
         top = model.custom.class_.split(":")[0].split(".")[0]
-        if importlib.util.find_spec(top) is None:
+        try:
+            importable = top in sys.modules or importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):  # a module without a spec (``__main__`` of a script)
+            importable = False
+        if not importable:
             found.warning(("model", "custom", "class"), f"module '{top}' is not importable here; "
                           "it must be installed where the spec runs")
         return

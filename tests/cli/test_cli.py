@@ -140,6 +140,7 @@ print(code, ",".join(heavy))
 @pytest.mark.parametrize("args", [
     ["validate", *map(str, SPECS)],
     ["plan", "specs/breast_cancer_search.yaml"],
+    ["plan", "specs/breast_cancer_search.yaml", "--state-dir", "tests"],  # with statuses
     ["schema"],
     ["jobs", "specs/synthetic_deepspeed.yaml", "--check", "-o", "tests"],
     ["diff", "specs/diabetes.yaml", "specs/diabetes_batch.yaml"],
@@ -164,3 +165,22 @@ def test_schema_to_a_bad_path_is_a_usage_error(target, message):
     result = run_in_process("schema", "-o", target)
     assert result.returncode == 2 and message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_plan_shows_a_status_column_against_a_state_dir(tmp_path):
+    (tmp_path / "state").mkdir()
+    result = run_in_process("plan", "specs/diabetes.yaml", "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 0 and " status " in result.stdout.splitlines()[1]
+    assert result.stdout.count(" new ") == 8
+
+
+def test_plan_with_a_missing_state_dir_exits_2(tmp_path):
+    result = run_in_process("plan", "specs/diabetes.yaml", "--state-dir", str(tmp_path / "x"))
+    assert result.returncode == 2 and "no such directory" in result.stderr
+
+
+def test_gc_usage_errors_exit_2(tmp_path):
+    result = run_in_process("gc", "--state-dir", str(tmp_path), "--keep", "0")
+    assert result.returncode == 2 and "keep at least 1" in result.stderr
+    result = run_in_process("gc", "--state-dir", str(tmp_path))
+    assert result.returncode == 2 and "no runs here" in result.stderr

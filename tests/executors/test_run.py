@@ -69,6 +69,7 @@ def test_diabetes_learns_registers_and_promotes(diabetes_run):
 
 def test_logged_model_takes_raw_rows(diabetes_run):
     import mlflow
+    import numpy as np
     from sklearn.datasets import load_diabetes
 
     workdir, *_, summary = diabetes_run
@@ -77,7 +78,11 @@ def test_logged_model_takes_raw_rows(diabetes_run):
     frame = load_diabetes(as_frame=True).data.head(20)
     predictions = model.predict(frame)["prediction"]
     assert predictions.between(25, 346).all()  # the target's range, in its own units
-    assert model.metadata.get_input_schema().input_names() == list(frame.columns)
+    schema = model.metadata.get_input_schema()  # positional, so unnamed input gets through
+    assert not schema.has_input_names() and len(schema.inputs) == len(frame.columns)
+    assert model.metadata.metadata["dbspec_features"] == list(frame.columns)
+    positional = model.predict(frame.to_numpy())["prediction"]
+    assert np.allclose(positional, predictions)
 
 
 def test_unchanged_rerun_skips_every_stage(diabetes_run, monkeypatch):

@@ -256,6 +256,9 @@ def test_a_class_in_main_fails_the_run_cleanly(workdir, monkeypatch):
 
     monkeypatch.setattr(sys.modules["__main__"], "DbspecScriptNet", DbspecScriptNet,
                         raising=False)
+    # as in `python script.py`: a script's __main__ has no spec (importlib's find_spec then
+    # raised ValueError, a traceback instead of the reason)
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)
     (workdir / "spec.yaml").write_text(UNTRAVELLABLE)
     code, _, err = run("run", "spec.yaml")
     assert code == 1

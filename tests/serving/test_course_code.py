@@ -30,15 +30,19 @@ URI = f"models:/{NAME}/1"
 
 @pytest.fixture(scope="module")
 def pyfunc_model(registered):
+    """The course's ``load_model(models:/...)`` with the store in the environment, as a user's
+    process has it; MLflow's global URIs and the environment are restored afterwards
+    (``mlflow.set_registry_uri`` would leave MLFLOW_REGISTRY_URI set for later tests)."""
     import mlflow
+    from mlflow.tracking._model_registry import utils as registry_utils
+    from mlflow.tracking._tracking_service import utils as tracking_utils
 
-    mlflow.set_tracking_uri(registered.tracking_uri)
-    mlflow.set_registry_uri(registered.tracking_uri)
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", registered.tracking_uri)
+        patch.delenv("MLFLOW_REGISTRY_URI", raising=False)
+        patch.setattr(tracking_utils, "_tracking_uri", None)
+        patch.setattr(registry_utils, "_registry_uri", None)
         yield mlflow.pyfunc.load_model(URI)
-    finally:
-        mlflow.set_tracking_uri(None)
-        mlflow.set_registry_uri(None)
 
 
 def raw_features(rows: int = 20) -> np.ndarray:
