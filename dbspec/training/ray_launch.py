@@ -271,6 +271,13 @@ def ray_on_spark(session, compute, *, use_gpu: bool,
                         parallelism=context.defaultParallelism)
     say(f"  Ray on Spark: starting a head node on the driver, training on {layout.where}")
     started = time.perf_counter()
+    # A ~/.ray/auth_token that any local ray.init() leaves behind turns Ray's token auth on for
+    # the head node, which the worker nodes in Spark tasks then fail (InvalidAuthToken, the
+    # cluster never comes up). The cluster lives for this stage only: its mode is stated, not
+    # read from the home dir; RAY_AUTH_MODE set by the user is kept.
+    own_mode = "RAY_AUTH_MODE" not in os.environ
+    if own_mode:
+        os.environ["RAY_AUTH_MODE"] = "disabled"
     try:
         try:
             with _quiet_ray():
@@ -299,6 +306,8 @@ def ray_on_spark(session, compute, *, use_gpu: bool,
             if head is not None:  # its last words come while the quiet lasts
                 with contextlib.suppress(Exception):
                     head.wait(timeout=15)
+        if own_mode:
+            os.environ.pop("RAY_AUTH_MODE", None)
 
 
 def _head_process():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,13 +43,25 @@ def ray_cluster(spark):
     from dbspec.spec.models.compute import RayCompute
     from dbspec.training.ray_launch import ray_on_spark
 
+    # the token any local ray.init() leaves in ~/.ray: with it, Ray on Spark never came up
+    # (the head node turned token auth on, its worker nodes failed InvalidAuthToken)
+    token = Path.home() / ".ray" / "auth_token"
+    planted = not token.exists()
+    if planted:
+        token.parent.mkdir(exist_ok=True)
+        token.write_text("0" * 64)
     lines: list[str] = []
-    with ray_on_spark(spark, RayCompute(kind="ray", num_workers=2), use_gpu=False,
-                      say=lines.append) as where:
-        assert where.startswith("2 Ray worker nodes in Spark tasks of local[2]"), where
-        assert ray.cluster_resources()["CPU"] == 2
-        yield lines
+    try:
+        with ray_on_spark(spark, RayCompute(kind="ray", num_workers=2), use_gpu=False,
+                          say=lines.append) as where:
+            assert where.startswith("2 Ray worker nodes in Spark tasks of local[2]"), where
+            assert ray.cluster_resources()["CPU"] == 2
+            yield lines
+    finally:
+        if planted:
+            token.unlink(missing_ok=True)
     assert not ray.is_initialized() and "RAY_ADDRESS" not in os.environ  # shut down
+    assert "RAY_AUTH_MODE" not in os.environ
 
 
 def _client(workdir):
