@@ -43,7 +43,7 @@ class DbspecPyfuncModel(mlflow.pyfunc.PythonModel):
             _LOG.warning("%d of %d row(s) lie far outside the model's training range (are the "
                          "features raw, as in training, and not scaled twice?): %s",
                          len(outside.rows), len(x), "; ".join(outside.messages(x)))
-        return self.model.predict_frame(x)
+        return self.model.predict_matrix(x)  # x is checked and converted once
 
 
 mlflow.models.set_model(DbspecPyfuncModel())

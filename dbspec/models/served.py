@@ -117,13 +117,18 @@ class ServedModel(nn.Module):
         Raises:
             InputError: missing columns, or positional input of another width.
         """
-        import pandas as pd
-
         from dbspec.models.inputs import feature_matrix
 
-        x = torch.from_numpy(feature_matrix(self.card.feature_names, features))
+        return self.predict_matrix(feature_matrix(self.card.feature_names, features))
+
+    def predict_matrix(self, x) -> "Any":
+        """Score a writable float32 matrix already in training column order (what
+        :func:`~dbspec.models.inputs.feature_matrix` returns); a DataFrame as
+        :meth:`predict_frame`'s."""
+        import pandas as pd
+
         with torch.inference_mode():
-            out = self(x).numpy()
+            out = self(torch.from_numpy(x)).numpy()
         return pd.DataFrame(prediction_columns(self.card, out))
 
 
