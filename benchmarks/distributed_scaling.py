@@ -61,7 +61,7 @@ def distributed(rows: int, epochs: int, processes: int, workdir: Path, engine: s
 def in_process(rows: int, epochs: int, workdir: Path) -> float:
     from dbspec.training.fit import fit_spec
 
-    from dbspec.spec.models.compute import LocalCompute
+    from dbspec.spec.sections.compute import LocalCompute
 
     spec, table, splits, fitted = prepare(rows, epochs, 1, workdir)
     local = spec.model_copy(update={"compute": LocalCompute(kind="local", device="cpu")})

@@ -15,7 +15,7 @@ import numpy as np
 
 from dbspec.data.sources import DataError
 from dbspec.errors import did_you_mean
-from dbspec.spec.models.data import DataSpec
+from dbspec.spec.sections.data import DataSpec
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dbspec.errors import DbspecError
-from dbspec.spec.models.data import DataSpec
+from dbspec.spec.sections.data import DataSpec
 
 
 class DataError(DbspecError):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dbspec.data.sources import DataError, SourceData, _open_delta, _resolve, read_source
-from dbspec.spec.models.data import DataSpec
+from dbspec.spec.sections.data import DataSpec
 
 
 def has_delta_format(spark) -> bool:

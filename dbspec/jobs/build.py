@@ -24,7 +24,7 @@ from dbspec.spec.clusters import (
 )
 from dbspec.spec.databricks import Resources
 from dbspec.spec.databricks import training_resources as _training_resources
-from dbspec.spec.models.jobs import check_shared_dir
+from dbspec.spec.sections.jobs import check_shared_dir
 
 #: Tasks and the stages each runs, in plan order.
 GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (

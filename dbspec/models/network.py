@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from dbspec.errors import DbspecError
-from dbspec.spec.models.network import ModelSpec
+from dbspec.spec.sections.network import ModelSpec
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
 
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from dbspec.data.prepare import FittedStep
 from dbspec.models.network import build_network
-from dbspec.spec.models.network import ModelSpec
+from dbspec.spec.sections.network import ModelSpec
 
 FORMAT_VERSION = 1
 

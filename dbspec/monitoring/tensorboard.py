@@ -14,7 +14,7 @@ _SPEED = ("samples_per_second", "epoch_seconds", "step_time_ms", "data_seconds",
 
 def settings_of(tracking) -> Optional[Any]:
     """The spec's ``tracking.tensorboard`` as a TensorboardSpec, or None when off."""
-    from dbspec.spec.models.lifecycle import TensorboardSpec
+    from dbspec.spec.sections.lifecycle import TensorboardSpec
 
     value = tracking.tensorboard
     if value is True:

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-from dbspec.spec.models import Spec
+from dbspec.spec.sections import Spec
 
 #: The stages whose work the executor does (through Spark with ``--executor spark``).
 DATA_STAGES = ("load_data", "split", "preprocess")

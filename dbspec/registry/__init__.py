@@ -37,7 +37,7 @@ from dbspec.faults import pause_point
 from dbspec.processes import owner, process_alive
 from dbspec.registry.errors import RegistryError
 from dbspec.registry.locks import Lease, TagLease, file_lock
-from dbspec.spec.models.lifecycle import Gate
+from dbspec.spec.sections.lifecycle import Gate
 from dbspec.spec.semantics import lower_is_better
 from dbspec.tracking.stores import sqlite_path
 

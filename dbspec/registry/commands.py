@@ -92,7 +92,7 @@ def alias_argument(alias: str) -> str:
     Raises:
         RegistryError: a reserved name.
     """
-    from dbspec.spec.models.lifecycle import check_alias
+    from dbspec.spec.sections.lifecycle import check_alias
 
     try:
         return check_alias(alias)
@@ -113,7 +113,7 @@ def promote(registry: Registry, name: str, version: str, alias: str, *, force: b
         RegistryError: unknown model or version, a gate fails, or nothing to re-check with,
             without ``force``.
     """
-    from dbspec.spec.models.lifecycle import Gate
+    from dbspec.spec.sections.lifecycle import Gate
 
     alias_argument(alias)
     version = str(version)

@@ -39,9 +39,9 @@ def normalise_shared_dir(value: str) -> str:
 
     Raises:
         PlacementError: a relative path, a node-local disk, an object-store URI (see
-            :func:`dbspec.spec.models.jobs.check_shared_dir`).
+            :func:`dbspec.spec.sections.jobs.check_shared_dir`).
     """
-    from dbspec.spec.models.jobs import check_shared_dir
+    from dbspec.spec.sections.jobs import check_shared_dir
 
     try:
         check_shared_dir(value)

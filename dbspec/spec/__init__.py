@@ -4,6 +4,6 @@ Imports only pydantic, PyYAML and (when a spec has templates) jinja2.
 """
 
 from dbspec.spec.loader import LoadedSpec, apply_values, load_spec, validate_file
-from dbspec.spec.models import Spec
+from dbspec.spec.sections import Spec
 
 __all__ = ["LoadedSpec", "Spec", "apply_values", "load_spec", "validate_file"]

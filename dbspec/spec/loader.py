@@ -13,8 +13,8 @@ from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, SpecError, did_you_mean
 from dbspec.spec.document import Document, Node, format_path, read_document
-from dbspec.spec.models import Spec
-from dbspec.spec.models.search import FloatDistribution
+from dbspec.spec.sections import Spec
+from dbspec.spec.sections.search import FloatDistribution
 from dbspec.spec.numbers import boolean_numbers
 from dbspec.spec.overrides import apply_assignments, apply_target, list_targets, set_path
 from dbspec.spec.semantics import check_spec

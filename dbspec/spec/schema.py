@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema
 
-from dbspec.spec.models import Spec
+from dbspec.spec.sections import Spec
 
 SCHEMA_ID = "https://dbspec.dev/schemas/dbspec.schema.json"
 #: A whole-value template such as ``"{{ hidden }}"``: admitted wherever a typed value goes,

@@ -10,8 +10,8 @@ from typing import NamedTuple, Optional
 
 from dbspec.errors import did_you_mean, one_of
 from dbspec.spec.datasets import BUILTIN_DATASETS
-from dbspec.spec.models import Spec
-from dbspec.spec.models.lifecycle import (
+from dbspec.spec.sections import Spec
+from dbspec.spec.sections.lifecycle import (
     CLASSIFICATION_METRICS,
     CLASSIFICATION_PLOTS,
     DEFAULT_METRICS,
@@ -380,7 +380,7 @@ def _check_search(spec: Spec, found: _Findings) -> None:
 def _check_spark(spec: Spec, found: _Findings) -> None:
     from dbspec.spark.placement import is_local_master, is_local_store
 
-    from dbspec.spec.models.jobs import check_shared_dir
+    from dbspec.spec.sections.jobs import check_shared_dir
 
     if spec.spark.shared_dir:
         try:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, did_you_mean, one_of
 from dbspec.spec.document import Document, Node
-from dbspec.spec.models.base import OneKeyModel
+from dbspec.spec.sections.base import OneKeyModel
 
 _QUOTED = re.compile(r"'([^']*)'")
 _TYPE_WORDS = {

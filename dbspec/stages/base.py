@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Optional, Protocol
 
 from dbspec.spec.loader import LoadedSpec
-from dbspec.spec.models import Spec
+from dbspec.spec.sections import Spec
 
 #: Rows kept by ``--smoke`` runs; enough for every split and class.
 SMOKE_ROWS = 200

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from dbspec.spec.models.lifecycle import DEFAULT_METRICS, DEFAULT_PLOTS
+from dbspec.spec.sections.lifecycle import DEFAULT_METRICS, DEFAULT_PLOTS
 from dbspec.stages.base import StageContext, registry_name, write_json
 from dbspec.stages.data import load_splits, load_table
 

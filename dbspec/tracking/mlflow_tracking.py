@@ -23,7 +23,7 @@ from typing import Any, Iterator, Optional
 
 from dbspec.errors import DbspecError
 from dbspec.processes import process_alive  # noqa: F401  (imported from here too)
-from dbspec.spec.models import Spec
+from dbspec.spec.sections import Spec
 
 _PARAM_LIMIT = 6000
 _FLUSH_SECONDS = 5.0

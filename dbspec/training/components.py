@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from dbspec.spec.models.training import TrainingSpec
+from dbspec.spec.sections.training import TrainingSpec
 
 _LOSSES = {
     "mse": nn.MSELoss, "mae": nn.L1Loss, "huber": nn.HuberLoss, "smooth_l1": nn.SmoothL1Loss,

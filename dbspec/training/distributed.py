@@ -306,7 +306,7 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     from dbspec.models.served import ModelCard, ServedModel
-    from dbspec.spec.models import Spec
+    from dbspec.spec.sections import Spec
     from dbspec.training.checkpoints import CheckpointStore
     from dbspec.training.loop import Tensors, train
 

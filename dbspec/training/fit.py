@@ -10,7 +10,7 @@ import numpy as np
 
 from dbspec.data.prepare import FittedStep, Splits, Table
 from dbspec.errors import DbspecError
-from dbspec.spec.models import Spec
+from dbspec.spec.sections import Spec
 
 #: Networks smaller than this train on one intra-op thread (see ``choose_threads``).
 SMALL_MODEL_PARAMETERS = 1_000_000

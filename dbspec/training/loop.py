@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from dbspec.errors import DbspecError
-from dbspec.spec.models.training import TrainingSpec
+from dbspec.spec.sections.training import TrainingSpec
 from dbspec.spec.semantics import lower_is_better
 from dbspec.training.checkpoints import CheckpointStore
 from dbspec.training.components import build_loss, build_optimizer, build_scheduler

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from dbspec.errors import DbspecError
-from dbspec.spec.models import Spec
-from dbspec.spec.models.search import CategoricalDistribution, FloatDistribution, SearchSpec
+from dbspec.spec.sections import Spec
+from dbspec.spec.sections.search import CategoricalDistribution, FloatDistribution, SearchSpec
 from dbspec.spec.semantics import lower_is_better
 
 

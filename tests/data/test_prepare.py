@@ -10,7 +10,7 @@ import pytest
 
 from dbspec.data.prepare import build_table, fit_preprocessing, split_rows
 from dbspec.data.sources import DataError, read_source, resolve_version
-from dbspec.spec.models.data import DataSpec
+from dbspec.spec.sections.data import DataSpec
 
 
 def data_spec(**overrides) -> DataSpec:

@@ -399,7 +399,7 @@ def test_bad_jobs_sections_are_located_errors(write_spec, section, message):
                                    "dbfs:/dbspec", "/dbfs/dbspec",
                                    "/mnt/shared/dbspec", "/local_disk0_other"])
 def test_shared_storage_is_accepted(value):
-    from dbspec.spec.models.jobs import JobsSpec
+    from dbspec.spec.sections.jobs import JobsSpec
 
     assert JobsSpec(shared_dir=value).shared_dir == value
 

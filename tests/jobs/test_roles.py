@@ -381,7 +381,7 @@ def test_bad_principals_are_located_errors(write_spec, roles, message):
 
 
 def test_principals_are_normalised_once(tmp_path):
-    from dbspec.spec.models.roles import Principal, RolesSpec
+    from dbspec.spec.sections.roles import Principal, RolesSpec
 
     roles = RolesSpec(admin=[" alice@example.com"], data_scientist=["ml team"],
                       analyst=[f"service_principal:{SP}", "group:x@y.z"])

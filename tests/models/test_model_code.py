@@ -23,8 +23,8 @@ def test_the_served_model_needs_its_own_modules_not_all_of_dbspec():
     found = served_modules(ENTRY)
     for name in ("dbspec", "dbspec.errors", "dbspec.models", "dbspec.models.served",
                  "dbspec.models.inputs", "dbspec.models.network", "dbspec.models.portable",
-                 "dbspec.data", "dbspec.data.prepare", "dbspec.spec", "dbspec.spec.models",
-                 "dbspec.spec.models.network"):
+                 "dbspec.data", "dbspec.data.prepare", "dbspec.spec", "dbspec.spec.sections",
+                 "dbspec.spec.sections.network"):
         assert name in found, name
     for name in ("dbspec.cli", "dbspec.serving", "dbspec.executors", "dbspec.tracking",
                  "dbspec.training"):

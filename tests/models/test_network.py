@@ -13,7 +13,7 @@ from dbspec.models.served import (
     load_served_model,
     save_served_model,
 )
-from dbspec.spec.models.network import ModelSpec
+from dbspec.spec.sections.network import ModelSpec
 
 
 def model(*layers, **custom):

@@ -75,7 +75,7 @@ def test_monitor_metrics_and_the_diagnosis_reach_mlflow(observed_run):
     ({"kind": "deepspeed", "use_gpu": False}, 0), ({"kind": "torch_distributor"}, 0)])
 def test_missing_gpu_metrics_are_told_once_when_a_gpu_was_asked_for(compute, said, monkeypatch):
     from dbspec.monitoring import observer
-    from dbspec.spec.models import Spec
+    from dbspec.spec.sections import Spec
 
     spec = Spec.model_validate({
         "name": "gpu-notice", "data": {"source": {"kind": "sklearn", "name": "diabetes"},

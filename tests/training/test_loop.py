@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from dbspec.spec.models.training import TrainingSpec
+from dbspec.spec.sections.training import TrainingSpec
 from dbspec.training.checkpoints import CheckpointStore
 from dbspec.training.loop import Tensors, TrainingError, train
 

@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna.trial import FixedTrial, TrialState
 
-from dbspec.spec.models.search import SearchSpec
+from dbspec.spec.sections.search import SearchSpec
 from dbspec.tuning import direction, grid_space, make_pruner, make_sampler, suggest
 from tests.conftest import checkout_env
 from tests.conftest import run_main as run

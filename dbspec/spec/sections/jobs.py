@@ -8,7 +8,7 @@ from typing import Literal, Optional
 
 from pydantic import field_validator, model_validator
 
-from dbspec.spec.models.base import SpecModel, d
+from dbspec.spec.sections.base import SpecModel, d
 
 _EMAIL = r"^[^@\s]+@[^@\s]+$"
 #: The tasks of a generated job (``jobs.tasks`` keys): the stage groups, then the endpoint task.

@@ -11,20 +11,20 @@ from typing_extensions import Annotated
 
 from dbspec.paths import TARGET_PATTERN, TARGET_RULE, is_name
 
-from dbspec.spec.models.base import SpecModel, d
-from dbspec.spec.models.compute import Compute, LocalCompute
-from dbspec.spec.models.data import DataSpec
-from dbspec.spec.models.jobs import JobsSpec
-from dbspec.spec.models.lifecycle import (
+from dbspec.spec.sections.base import SpecModel, d
+from dbspec.spec.sections.compute import Compute, LocalCompute
+from dbspec.spec.sections.data import DataSpec
+from dbspec.spec.sections.jobs import JobsSpec
+from dbspec.spec.sections.lifecycle import (
     EvaluationSpec,
     RegistrySpec,
     ServingSpec,
     TrackingSpec,
 )
-from dbspec.spec.models.network import ModelSpec
-from dbspec.spec.models.roles import RolesSpec
-from dbspec.spec.models.search import SearchSpec
-from dbspec.spec.models.training import TrainingSpec
+from dbspec.spec.sections.network import ModelSpec
+from dbspec.spec.sections.roles import RolesSpec
+from dbspec.spec.sections.search import SearchSpec
+from dbspec.spec.sections.training import TrainingSpec
 
 SECTION_NAMES = ("vars", "description", "data", "model", "training", "compute", "tracking",
                  "search", "evaluation", "registry", "serving", "executor", "spark", "jobs",

@@ -4,7 +4,7 @@ from typing import Annotated, ClassVar, Literal, Optional, Union
 
 from pydantic import AfterValidator, Field
 
-from dbspec.spec.models.base import OneKeyModel, SpecModel, d, one_key_entry, shorthand
+from dbspec.spec.sections.base import OneKeyModel, SpecModel, d, one_key_entry, shorthand
 
 Task = Literal["regression", "binary", "multiclass"]
 BuiltinDataset = Literal["diabetes", "digits", "breast_cancer", "iris", "wine"]

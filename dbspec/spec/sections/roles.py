@@ -13,7 +13,7 @@ from typing import Annotated, NamedTuple
 from pydantic import AfterValidator, ValidationInfo, field_validator
 
 from dbspec.errors import did_you_mean
-from dbspec.spec.models.base import SpecModel, d
+from dbspec.spec.sections.base import SpecModel, d
 
 ROLE_NAMES = ("admin", "data_scientist", "analyst")
 PRINCIPAL_KINDS = ("user", "group", "service_principal")

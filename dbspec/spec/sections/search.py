@@ -4,7 +4,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, Discriminator, Tag
 
-from dbspec.spec.models.base import SpecModel, d, shorthand
+from dbspec.spec.sections.base import SpecModel, d, shorthand
 
 Number = Union[int, float]
 

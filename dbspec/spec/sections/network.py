@@ -5,7 +5,7 @@ from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 from pydantic import Field, create_model, model_validator
 
 
-from dbspec.spec.models.base import OneKeyModel, SpecModel, d, one_key_entry
+from dbspec.spec.sections.base import OneKeyModel, SpecModel, d, one_key_entry
 
 Positive = Annotated[int, Field(ge=1)]
 NonNegative = Annotated[int, Field(ge=0)]

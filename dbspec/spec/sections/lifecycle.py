@@ -5,7 +5,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import field_validator, model_validator
 
-from dbspec.spec.models.base import SpecModel, d
+from dbspec.spec.sections.base import SpecModel, d
 
 REGRESSION_METRICS = ("rmse", "mae", "mse", "r2", "mape")
 CLASSIFICATION_METRICS = ("accuracy", "precision", "recall", "f1", "roc_auc", "log_loss")

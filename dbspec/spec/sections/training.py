@@ -4,7 +4,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field
 
-from dbspec.spec.models.base import SpecModel, d
+from dbspec.spec.sections.base import SpecModel, d
 
 
 class _OptimizerBase(SpecModel):
