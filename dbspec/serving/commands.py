@@ -96,16 +96,9 @@ def out_of_range(args: argparse.Namespace, spec) -> tuple[str, float]:
     return action, (setting.tolerance if setting is not None else 0.5)
 
 
-def serve_options(args: argparse.Namespace, spec) -> Any:
-    from dbspec.serving.server import ConnectionLimits, ServeOptions
-
-    realtime = spec.serving.realtime if spec is not None else None
-
-    def pick(given: Any, field: str, default: Any) -> Any:
-        if given is not None:
-            return given
-        return getattr(realtime, field) if realtime is not None else default
-
+def check_serve_arguments(args: argparse.Namespace) -> None:
+    """Refuse flag values that are wrong whatever the model: before any registry call,
+    so a usage error never depends on what the registry holds."""
     if args.port is not None and args.port > 65535:
         raise UsageError(f"--port must be 0 to 65535, not {args.port}")
     for name in ("port", "max_batch_size", "max_body_bytes"):
@@ -125,6 +118,18 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
             raise UsageError(f"{flag} must be over 0 and at most 3600 seconds, not {value}")
     if not args.watch_interval > 0 or args.watch_interval == float("inf"):
         raise UsageError(f"--watch-interval must be positive, not {args.watch_interval}")
+
+
+def serve_options(args: argparse.Namespace, spec) -> Any:
+    from dbspec.serving.server import ConnectionLimits, ServeOptions
+
+    realtime = spec.serving.realtime if spec is not None else None
+
+    def pick(given: Any, field: str, default: Any) -> Any:
+        if given is not None:
+            return given
+        return getattr(realtime, field) if realtime is not None else default
+
     table, queue_size = args.inference_table, 10_000
     if table is None and realtime is not None and realtime.inference_table is not None \
             and realtime.inference_table.enabled:
@@ -153,6 +158,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from dbspec.serving.server import resolve_token, serve, stderr_line
     from dbspec.serving.source import load_version
 
+    check_serve_arguments(args)
     spec, client, target, version = open_model(args)
     options = serve_options(args, spec)
     resolve_token(options)  # refuse before the slow model load
