@@ -182,15 +182,24 @@ class PromoteStage:
     @staticmethod
     def _rescore(ctx: StageContext, registry, name: str, holder: str,
                  metric: str) -> Optional[float]:
-        """Version ``holder``'s ``metric`` on this run's own split (champion vs challenger)."""
+        """Version ``holder``'s ``metric`` on this run's own split (champion vs challenger).
+
+        Raises:
+            RegistryUnavailable: the champion cannot be loaded (its gate then fails).
+        """
         import mlflow
+        from mlflow.exceptions import MlflowException
 
         from dbspec.evaluation.metrics import task_metrics
+        from dbspec.registry.errors import unavailable
 
         split, _, base = metric.partition("_")
         table, splits = load_table(ctx), load_splits(ctx)
         rows = splits.test if split == "test" else splits.validation
-        model = mlflow.pyfunc.load_model(f"models:/{name}/{holder}")
+        try:
+            model = mlflow.pyfunc.load_model(f"models:/{name}/{holder}")
+        except (MlflowException, OSError) as exc:
+            raise unavailable(exc, f"the champion {name} v{holder}") from None
         served = model.unwrap_python_model().model
         if served.card.feature_names != table.feature_names:
             logged = (registry.version(name, holder).tags or {}).get(f"metric.{metric}")

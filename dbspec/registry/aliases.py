@@ -1,0 +1,56 @@
+"""The one lookup of an alias's holder: dbspec's promotions and its serving both use it."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from dbspec.registry.errors import is_not_found, unavailable
+
+
+def alias_holder(client: Any, name: str, alias: str) -> Optional[Any]:
+    """The model version holding ``alias`` of registered model ``name``.
+
+    Returns None only when the registry confirms that nothing holds it: it answers "not
+    found" (no such alias, or no such model), or, as MLflow's SQL stores do for an unset alias,
+    an invalid-parameter error that a read of the model confirms (the alias is not among its
+    aliases).
+
+    Args:
+        client: An ``mlflow.MlflowClient``, or anything with its ``get_model_version_by_alias``
+            and ``get_registered_model`` whose errors carry MLflow's ``error_code`` (serving's
+            SQLite reader). MLflow is not imported here: errors are told apart by that code.
+        name: The registered model.
+        alias: The alias.
+
+    Raises:
+        RegistryUnavailable: any other error (a server answering 5xx, a refused connection, a
+            permission error): a caller must not take it for "no holder".
+    """
+    what = f"@{alias} of '{name}'"
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except Exception as exc:
+        if not _from_registry(exc):
+            raise  # a bug here, not an answer
+        if is_not_found(exc):
+            return None
+        if getattr(exc, "error_code", None) != "INVALID_PARAMETER_VALUE":
+            raise unavailable(exc, what) from None
+        first = exc
+    try:  # an unset alias, or a request the registry found invalid? The model's aliases say
+        model = client.get_registered_model(name)
+    except Exception as exc:
+        if not _from_registry(exc):
+            raise
+        if is_not_found(exc):
+            return None
+        raise unavailable(exc, what) from None
+    if alias in (model.aliases or {}):
+        raise unavailable(first, what)  # it is set, yet the lookup failed
+    return None
+
+
+def _from_registry(exc: BaseException) -> bool:
+    """An error from the registry or the way to it: one with MLflow's ``error_code`` (MLflow's
+    own, or a reader's), or a failed connection."""
+    return isinstance(getattr(exc, "error_code", None), str) or isinstance(exc, OSError)

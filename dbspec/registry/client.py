@@ -1,0 +1,392 @@
+"""MLflow model registry: versions, gate records and guarded alias moves.
+
+Integrity under ``kill -9`` and concurrency (what holds on which store is in the README's
+"Registry guarantees"):
+
+- A version is created already tagged ``dbspec.decision=pending`` (the tag travels with
+  ``create_model_version``), so a kill before its gates ran never leaves a version that looks
+  decided. A rerun of the same training run adopts that version instead of registering a
+  duplicate; pending versions of dead processes are tagged ``abandoned``.
+- Every alias move (promotion, ``promote``, ``rollback``) runs in :meth:`Registry.guarded_move`:
+  under a registry-wide lock, the caller decides on the holders it sees, the history entry is
+  written first (an intent), and the holder is re-read right before and after the move; a
+  changed holder means deciding again against the new one. A holder that cannot be read
+  (:func:`~dbspec.registry.aliases.alias_holder` raises) stops the move.
+- A move made outside dbspec shows in every read (:mod:`dbspec.registry.history`); the next
+  move under the lock writes it into the history before its own entry, so it is recorded
+  once, when first seen. Reads take no lock and write nothing.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+import secrets
+import socket
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Iterator, Optional
+
+from dbspec.faults import pause_point
+from dbspec.processes import owner, process_alive
+from dbspec.registry.aliases import alias_holder
+from dbspec.registry.errors import RegistryError, is_not_found, unavailable
+from dbspec.registry.gates import GateResult
+from dbspec.registry.history import HISTORY_TAG, RegistrySnapshot, now
+from dbspec.registry.locks import Lease, TagLease, file_lock
+from dbspec.tracking.stores import sqlite_path
+
+DECISION_TAG = "dbspec.decision"
+RUN_TAG = "dbspec.run_id"
+GATES_TAG = "dbspec.gates"
+OWNER_TAG = "dbspec.pending_owner"  # host:pid of the process that is gating the version
+ABANDONED_TAG = "dbspec.abandoned"  # when and why a version was tagged abandoned
+PENDING, ABANDONED, UNGATED = "pending", "abandoned", "ungated"
+#: Decisions after which a version is no longer "not validated".
+DECIDED = ("promoted", "rejected", "forced")
+#: A pending version whose owner cannot be checked (another host) counts as dead after this.
+PENDING_GRACE_S = 3600.0
+_MOVE_ATTEMPTS = 5
+_MODEL_VERSIONS_TAG = "mlflow.modelVersions"
+# MLflow 3's URI of a logged model: one path segment, no alias (models:/NAME/1 is a version)
+_LOGGED_MODEL_URI = re.compile(r"^models:/(?P<model_id>[^/@]+)$")
+
+
+@dataclass(frozen=True)
+class AliasDecision:
+    """What a caller of :meth:`Registry.guarded_move` wants, given the holders it saw.
+
+    Attributes:
+        version: Where the alias should point; None leaves it where it is.
+        reason: Recorded in the history entry.
+        detail: The caller's own data (its gate results), handed back in the outcome.
+    """
+
+    version: Optional[str]
+    reason: str = ""
+    detail: Any = None
+
+
+@dataclass(frozen=True)
+class AliasOutcome:
+    """The last decision taken, the holder it replaced and whether the alias moved."""
+
+    decision: AliasDecision
+    previous: Optional[str]
+    moved: bool
+
+
+@dataclass(frozen=True)
+class RegisteredVersion:
+    """The version :meth:`Registry.register` made or adopted, and the versions it abandoned."""
+
+    version: str
+    adopted: bool = False
+    abandoned: tuple[str, ...] = field(default=())
+
+
+class Registry:
+    """Registered versions, gate records and aliases of one MLflow registry."""
+
+    #: Tag lease (stores other than SQLite): how long it is valid, how long a writer waits
+    #: between writing it and reading it back, and how long to wait for a busy lease.
+    lease_ttl_s = 120.0
+    lease_settle_s = 0.3
+    lock_wait_s = 300.0
+
+    def __init__(self, client):
+        self.client = client
+
+    def register(self, name: str, model_uri: str, run_id: str, tags: dict[str, str], *,
+                 decision: str = PENDING) -> RegisteredVersion:
+        """A version of ``name`` from ``model_uri``, created pending, or the undecided version
+        an interrupted register of the same run left behind (adopted, not duplicated).
+
+        Pending versions whose process is dead are tagged ``abandoned`` on the way.
+
+        Args:
+            name: The registered model (created if missing).
+            model_uri: What :meth:`Tracker.log_model` returned, ``models:/<model_id>``.
+            run_id: The training run, linked from the version.
+            tags: Version tags.
+            decision: The version's decision until its gates run: ``pending``, or ``ungated``
+                when no promotion will gate it (then only ``promote --force`` moves an alias
+                to it).
+        """
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_registered_model(name)
+        except MlflowException as exc:
+            if not is_not_found(exc):
+                raise unavailable(exc, f"registered model '{name}'") from None
+            self.client.create_registered_model(name)
+        model_id = logged_model_id(model_uri)
+        tags = {**tags, RUN_TAG: run_id, DECISION_TAG: decision, OWNER_TAG: owner()}
+        same = sorted((v for v in self._search(name, RUN_TAG, run_id)
+                       if v.source == model_uri or model_id is not None and v.model_id == model_id),
+                      key=lambda v: int(v.version))
+        # the same training run and model are the same version, the first one registered: a
+        # decided one is reused (a rerun of evaluate, --only, --resume after the end), an
+        # undecided one adopted (a kill inside register)
+        adopted = same[0] if same else None
+        extras = [v for v in same[1:] if _undecided(v)]
+        abandoned = [str(v.version) for v in extras]  # duplicates of an older bug
+        for extra in extras:
+            self._abandon(name, str(extra.version), f"duplicate of v{adopted.version}")
+        abandoned += self._abandon_dead(name, keep=str(adopted.version) if adopted else None)
+        if adopted is not None:
+            keep_decision = not _undecided(adopted)  # its gates run again; until then it stands
+            for key, value in tags.items():
+                if keep_decision and key in (DECISION_TAG, OWNER_TAG):
+                    continue
+                self.client.set_model_version_tag(name, str(adopted.version), key, value)
+            if ABANDONED_TAG in (adopted.tags or {}):
+                self.client.delete_model_version_tag(name, str(adopted.version), ABANDONED_TAG)
+            version = adopted
+        else:
+            # a REST store (mlflow server, Databricks) refuses a models:/<id> source without
+            # its model_id; the SQLite store accepts it either way
+            version = self.client.create_model_version(name, model_uri, run_id=run_id,
+                                                       tags=tags, model_id=model_id)
+            pause_point("register.after_create")
+        deadline = time.monotonic() + 300
+        while version.status == "PENDING_REGISTRATION" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            version = self.client.get_model_version(name, version.version)
+        if model_id is not None:
+            self._link_logged_model(model_id, name, str(version.version))
+        return RegisteredVersion(str(version.version), adopted is not None, tuple(abandoned))
+
+    def _abandon_dead(self, name: str, keep: Optional[str]) -> list[str]:
+        """Tag ``abandoned`` every pending version (but ``keep``) whose gating process is gone."""
+        found = []
+        for version in self._search(name, DECISION_TAG, PENDING):
+            if str(version.version) != keep and self._owner_is_dead(version):
+                self._abandon(name, str(version.version), "its process died before gating it")
+                found.append(str(version.version))
+        return found
+
+    def _owner_is_dead(self, version) -> bool:
+        """The version's run FAILED or KILLED, or its owner process is not running (checked on
+        this host; an owner elsewhere counts as dead after :data:`PENDING_GRACE_S`)."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            if version.run_id and self.client.get_run(version.run_id).info.status in (
+                    "FAILED", "KILLED"):
+                return True
+        except MlflowException as exc:
+            if not is_not_found(exc):  # an error says nothing about the run: keep the version
+                raise unavailable(exc, f"run {version.run_id} of v{version.version}") from None
+            return True  # the run is gone
+        host, _, pid = (version.tags or {}).get(OWNER_TAG, "").rpartition(":")
+        if host == socket.gethostname() and pid.isdigit():
+            return not process_alive(int(pid))
+        age = time.time() - (version.creation_timestamp or 0) / 1000
+        return bool(host) and age > PENDING_GRACE_S
+
+    def _abandon(self, name: str, version: str, why: str) -> None:
+        self.client.set_model_version_tag(name, version, DECISION_TAG, ABANDONED)
+        self.client.set_model_version_tag(name, version, ABANDONED_TAG, f"{now()}: {why}")
+
+    def _search(self, name: str, tag: str, value: str) -> list[Any]:
+        """Versions of ``name`` whose ``tag`` is ``value``, newest first."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            found = self.client.search_model_versions(
+                f"name = '{name}' and tags.`{tag}` = '{value}'")
+        except MlflowException:  # a store without tag filters (Unity Catalog): filter here
+            found = [v for v in self.client.search_model_versions(f"name = '{name}'")
+                     if (v.tags or {}).get(tag) == value]
+        return sorted(found, key=lambda v: int(v.version), reverse=True)
+
+    def _link_logged_model(self, model_id: str, name: str, version: str) -> None:
+        """Record the version on the logged model, as ``mlflow.register_model`` does (the UI
+        links the two through this tag). A tracking server records it itself; the SQLite
+        store does not."""
+        model = self.client.get_logged_model(model_id)
+        linked = json.loads(model.tags.get(_MODEL_VERSIONS_TAG, "[]"))
+        if any(entry.get("name") == name and str(entry.get("version")) == version
+               for entry in linked):
+            return
+        linked.append({"name": name, "version": version})
+        self.client.set_logged_model_tags(model_id, {_MODEL_VERSIONS_TAG: json.dumps(linked)})
+
+    def holder(self, name: str, alias: str) -> Optional[Any]:
+        """The version holding ``alias``; None only when the registry confirms none does.
+
+        Raises:
+            RegistryUnavailable: the registry answered with an error (see
+                :func:`~dbspec.registry.aliases.alias_holder`).
+        """
+        return alias_holder(self.client, name, alias)
+
+    def record_gates(self, name: str, version: str, results: list[GateResult], decision: str) -> None:
+        """Store each gate result and the decision as tags on the version."""
+        for index, result in enumerate(results):
+            self.client.set_model_version_tag(name, version, f"dbspec.gate.{index}",
+                                              json.dumps(asdict(result)))
+        self.client.set_model_version_tag(name, version, DECISION_TAG, decision)
+
+    def snapshot(self, name: str) -> RegistrySnapshot:
+        """Aliases and tags of ``name`` in one read."""
+        model = self._model(name)
+        return RegistrySnapshot(name, {a: str(v) for a, v in (model.aliases or {}).items()},
+                                dict(model.tags or {}))
+
+    def guarded_move(self, name: str, alias: str,
+                     decide: Callable[[RegistrySnapshot], AliasDecision]) -> AliasOutcome:
+        """Move ``alias`` where ``decide`` says, atomically with respect to other dbspec writers.
+
+        Under :meth:`lock`: read the model, ``decide`` on it, append the history entry (before
+        the move, so a kill cannot leave a move without one), re-read and move only if the
+        holder is still the one decided on, re-read after the move; a holder that changed in
+        between (a writer without the lock, an expired lease) means deciding again on what is
+        there now. ``decide`` may raise :class:`RegistryError` to refuse.
+
+        Raises:
+            RegistryError: the refusal of ``decide``, the lock could not be had, or the alias
+                kept changing under the move.
+        """
+        from mlflow.exceptions import MlflowException
+
+        with self.lock(name) as lease:
+            for _ in range(_MOVE_ATTEMPTS):
+                seen = self.snapshot(name)
+                if not lease.held(seen.tags):
+                    continue  # the lease ran out and was taken again: read anew
+                seen = self._record_outside_move(seen, alias)
+                old = seen.holder(alias)
+                decision = decide(seen)
+                if decision.version is None or str(decision.version) == old:
+                    return AliasOutcome(decision, old, moved=False)
+                target = str(decision.version)
+                entry = {"version": target, "previous": old, "at": now(),
+                         "by": getpass.getuser(), "reason": decision.reason}
+                seen, key = self._append_history(seen, alias, entry)
+                pause_point("promote.before_move")
+                if not lease.held() or self._holder_version(name, alias) != old:
+                    continue  # moved since we decided: decide again on the new holder
+                try:
+                    self.client.set_registered_model_alias(name, alias, target)
+                except MlflowException as exc:
+                    raise RegistryError(f"cannot set @{alias} on {name} v{target}: "
+                                        f"{exc.message.splitlines()[0]}") from None
+                pause_point("promote.after_move")
+                # the move happened: whatever moves the alias later, this entry stays a move
+                self.client.set_registered_model_tag(name, key,
+                                                     json.dumps({**entry, "applied": True}))
+                if self._holder_version(name, alias) == target:
+                    return AliasOutcome(decision, old, moved=True)
+        raise RegistryError(f"@{alias} of {name} kept changing while dbspec moved it "
+                            f"({_MOVE_ATTEMPTS} tries): something moves it without dbspec's "
+                            "lock; try again")
+
+    def _holder_version(self, name: str, alias: str) -> Optional[str]:
+        found = self.holder(name, alias)
+        return str(found.version) if found is not None else None
+
+    def move_alias(self, name: str, alias: str, version: str, *, reason: str) -> Optional[str]:
+        """Point ``alias`` at ``version`` unconditionally (with its history); returns the old
+        holder."""
+        return self.guarded_move(name, alias, lambda _: AliasDecision(version, reason)).previous
+
+    def _record_outside_move(self, seen: RegistrySnapshot, alias: str) -> RegistrySnapshot:
+        """Write the outside move ``seen`` shows for ``alias`` into the history (under the
+        lock, before any entry of this writer); ``seen`` with it."""
+        move = seen.unrecorded(alias)
+        if move is None:
+            return seen
+        entry = {k: v for k, v in move.items() if k not in ("id", "applied", "recorded")}
+        seen, _ = self._append_history(seen, alias, {**entry, "seen_by": getpass.getuser()})
+        pause_point("history.after_outside")
+        return seen
+
+    def _append_history(self, seen: RegistrySnapshot, alias: str,
+                        entry: dict) -> tuple[RegistrySnapshot, str]:
+        """One new tag per move, keyed by time (never before the newest entry, whatever the
+        clocks say) and a random part, so concurrent writers never overwrite each other.
+        Returns ``seen`` with the tag and the tag's key."""
+        base = HISTORY_TAG.format(alias=alias) + "."
+        stamps = [int(k[len(base):].split("-")[0]) for k in seen.tags
+                  if k.startswith(base) and k[len(base):].split("-")[0].isdigit()]
+        stamp = max([time.time_ns(), *(s + 1 for s in stamps)])
+        key = f"{base}{stamp:020d}-{secrets.token_hex(4)}"
+        value = json.dumps(entry)
+        self.client.set_registered_model_tag(seen.name, key, value)
+        return replace(seen, tags={**seen.tags, key: value}), key
+
+    def history(self, name: str, alias: str) -> list[dict[str, Any]]:
+        """Every move of ``alias`` that happened, oldest first."""
+        return self.snapshot(name).history(alias)
+
+    @contextmanager
+    def lock(self, name: str) -> Iterator[Lease]:
+        """Exclusive access to ``name``'s aliases among dbspec processes.
+
+        A SQLite store: an ``flock`` on a file beside the database (every process on this
+        host). Any other store (an mlflow server, Databricks): a lease in the registered
+        model's ``dbspec.lock`` tag, see :class:`~dbspec.registry.locks.TagLease`.
+        """
+        database = sqlite_path(getattr(self.client, "_registry_uri", None) or "")
+        path = None if database is None else str(database)
+        if path is None:
+            lease = TagLease(self, name)
+            lease.acquire()
+            try:
+                yield lease
+            finally:
+                lease.release()
+            return
+        with file_lock(f"{path}.dbspec-lock", self.lock_wait_s):
+            yield Lease()
+
+    def versions(self, name: str) -> list[Any]:
+        """Every version of ``name``, newest first."""
+        self._model(name)
+        found = self.client.search_model_versions(f"name = '{name}'")
+        return sorted(found, key=lambda v: int(v.version), reverse=True)
+
+    def version(self, name: str, version: str) -> Any:
+        from mlflow.exceptions import MlflowException
+
+        self._model(name)
+        try:
+            return self.client.get_model_version(name, version)
+        except MlflowException as exc:
+            if not is_not_found(exc) and \
+                    getattr(exc, "error_code", None) != "INVALID_PARAMETER_VALUE":
+                raise unavailable(exc, f"{name} v{version}") from None
+            raise RegistryError(f"{name} has no version {version}") from None
+
+    def _model(self, name: str) -> Any:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self.client.get_registered_model(name)
+        except MlflowException as exc:
+            if not is_not_found(exc):
+                raise unavailable(exc, f"registered model '{name}'") from None
+            try:
+                names = [m.name for m in self.client.search_registered_models()]
+            except MlflowException as listing:
+                raise unavailable(listing, "the registered models") from None
+            from dbspec.errors import did_you_mean
+
+            raise RegistryError(f"no registered model '{name}'{did_you_mean(name, names)}; "
+                                f"known: {', '.join(names) or 'none'}") from None
+
+
+def _undecided(version) -> bool:
+    return (version.tags or {}).get(DECISION_TAG) not in DECIDED
+
+
+def logged_model_id(model_uri: str) -> Optional[str]:
+    """The model id in an MLflow 3 logged model URI (``models:/m-...``); None for any other
+    URI (``runs:/...``, a path), which a registry takes without a model id."""
+    found = _LOGGED_MODEL_URI.match(model_uri)
+    return found["model_id"] if found else None
