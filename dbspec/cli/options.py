@@ -1,0 +1,54 @@
+"""What every command group shares: the command record and the common options."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable, NamedTuple, Optional
+
+
+class Command(NamedTuple):
+    """One sub-command of ``dbspec``.
+
+    Attributes:
+        name: The word on the command line (``validate``).
+        help: One line for ``dbspec --help``.
+        add_arguments: Adds the command's arguments to its parser.
+        handler: Runs the command; returns the exit code.
+        description: The longer text of ``dbspec NAME --help``.
+    """
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+    description: Optional[str] = None
+
+
+def add_spec_options(parser: argparse.ArgumentParser) -> None:
+    """``--target`` and ``--set``, for commands that load one spec."""
+    parser.add_argument("--target", "-t", metavar="NAME",
+                        help="apply the spec's targets.NAME overrides")
+    parser.add_argument("--set", dest="assignments", action="append", default=[],
+                        metavar="PATH=VALUE",
+                        help="override one value, e.g. --set training.epochs=5 (repeatable)")
+
+
+def add_registry_options(parser: argparse.ArgumentParser) -> None:
+    """``--tracking-uri`` and ``--state-dir``, for commands that open the model registry."""
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking/registry URI (default: MLFLOW_TRACKING_URI, else "
+                             ".dbspec/mlflow.db)")
+    parser.add_argument("--state-dir", metavar="DIR", default=".dbspec",
+                        help="the state directory of local runs (default: .dbspec)")
+
+
+def load_spec_arguments(args: argparse.Namespace):
+    """The spec ``args.file`` for ``--target`` and ``--set``; its warnings go to stderr."""
+    import sys
+
+    from dbspec.spec.loader import load_spec
+
+    loaded = load_spec(args.file, target=args.target, assignments=args.assignments)
+    for diag in loaded.warnings:
+        print(diag.format(), file=sys.stderr)
+    return loaded

@@ -1,0 +1,44 @@
+"""The argument parser of ``dbspec``, assembled from the command groups."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Optional, Sequence
+
+from dbspec import __version__
+from dbspec.cli import registry_commands, run_commands, serving_commands, spec_commands
+from dbspec.cli.options import Command
+
+#: Every sub-command, by group, in the order ``dbspec --help`` lists them.
+COMMANDS: tuple[Command, ...] = (spec_commands.COMMANDS + run_commands.COMMANDS
+                                 + registry_commands.COMMANDS + serving_commands.COMMANDS)
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The argument parser of every command.
+
+    Args:
+        only: Add the arguments of this command alone; the others keep their name and help
+            (enough for ``dbspec --help``) but cannot parse. A cold ``dbspec validate`` need
+            not build fifteen parsers. ``None``: every command is complete.
+    """
+    parser = argparse.ArgumentParser(
+        prog="dbspec",
+        description="Compile one YAML model spec into training, search, registration and "
+                    "serving runs.")
+    parser.add_argument("--version", action="version", version=f"dbspec {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    for command in COMMANDS:
+        sub = commands.add_parser(command.name, help=command.help,
+                                  description=command.description)
+        if only is None or only == command.name:
+            command.add_arguments(sub)
+            sub.set_defaults(handler=command.handler)
+    return parser
+
+
+def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse a command line, building the parser of the command it names only."""
+    named = argv[0] if argv and argv[0] in {c.name for c in COMMANDS} else None
+    return build_parser(only=named).parse_args(argv)
