@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -19,6 +20,31 @@ def test_import_contracts_are_kept():
     result = subprocess.run([lint], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize("module, planted, message", [
+    # the validate path may not reach torch even through another dbspec module
+    ("spec/locations.py", "import dbspec.models.network",
+     "dbspec.spec is not allowed to import torch"),
+    # the domain sits below the stages: an arrow back up breaks the layers
+    ("data/__init__.py", "import dbspec.stages.base",
+     "dbspec.data is not allowed to import dbspec.stages"),
+    ("tracking/__init__.py", "import dbspec.serving",
+     "dbspec.tracking is not allowed to import dbspec.serving"),
+])
+def test_import_contracts_catch_a_planted_import(tmp_path, module, planted, message):
+    lint = shutil.which("lint-imports")
+    if lint is None:
+        pytest.fail("import-linter is not installed: pip install -e '.[dev]'")
+    shutil.copytree(ROOT / "dbspec", tmp_path / "dbspec",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with open(tmp_path / "dbspec" / module, "a", encoding="utf-8") as handle:
+        handle.write(f"\n{planted}  # planted by the test\n")
+    result = subprocess.run([lint], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert message in result.stdout, result.stdout[-3000:]
 
 
 def readme_commands() -> list[str]:

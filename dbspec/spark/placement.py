@@ -12,25 +12,13 @@ import os
 from typing import Optional
 
 from dbspec.errors import DbspecError
+from dbspec.spec.locations import is_local_master, is_local_store  # part of this module's API
 
 SHARED_DIR_ENV = "DBSPEC_SHARED_DIR"
-_LOCAL_STORES = ("sqlite:", "file:")
 
 
 class PlacementError(DbspecError):
     """A run asks executors to reach something only the driver has."""
-
-
-def is_local_master(url: str) -> bool:
-    """``local`` and ``local[N]`` run every task in the driver's process, on its disk."""
-    return url == "local" or url.startswith("local[")
-
-
-def is_local_store(uri: str) -> bool:
-    """A tracking or study store that lives in a file on the driver's disk."""
-    if uri.startswith(_LOCAL_STORES):
-        return True
-    return not uri.startswith("databricks") and "://" not in uri  # a plain path
 
 
 def normalise_shared_dir(value: str) -> str:

@@ -378,8 +378,7 @@ def _check_search(spec: Spec, found: _Findings) -> None:
 
 
 def _check_spark(spec: Spec, found: _Findings) -> None:
-    from dbspec.spark.placement import is_local_master, is_local_store
-
+    from dbspec.spec.locations import is_local_master, is_local_store
     from dbspec.spec.sections.jobs import check_shared_dir
 
     if spec.spark.shared_dir:
