@@ -11,7 +11,7 @@ On disk a served model is a directory: ``model.json`` (everything needed to rebu
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from dbspec.data.prepare import FittedStep
+from dbspec.models.card import (FORMAT_VERSION, ModelCard, prediction_columns,  # noqa: F401
+                                read_card)
 from dbspec.models.network import build_network
 from dbspec.spec.sections.network import ModelSpec
-
-FORMAT_VERSION = 1
 
 
 class FeatureTransform(nn.Module):
@@ -57,27 +57,6 @@ class FeatureTransform(nn.Module):
             else:
                 x[:, cols] = part
         return x
-
-
-@dataclass
-class ModelCard:
-    """What is needed to rebuild a served model, stored as ``model.json``."""
-
-    task: str
-    loss: str
-    feature_names: list[str]
-    out_features: int
-    model: dict[str, Any]
-    preprocessing: list[dict[str, Any]]
-    classes: Optional[list[Any]] = None
-    target_mean: float = 0.0
-    target_std: float = 1.0
-    threshold: float = 0.5
-    #: ``{"low": [...], "high": [...]}`` per feature of the training split (raw units);
-    #: ``None`` in models logged before dbspec recorded it (:mod:`dbspec.models.inputs`)
-    feature_ranges: Optional[dict[str, list]] = None
-    format_version: int = FORMAT_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class ServedModel(nn.Module):
@@ -132,26 +111,6 @@ class ServedModel(nn.Module):
         return pd.DataFrame(prediction_columns(self.card, out))
 
 
-def prediction_columns(card: ModelCard, out) -> dict[str, Any]:
-    """The model's raw output as named columns, as every serving path returns them.
-
-    ``prediction`` is the value (regression) or the class label; classifiers add
-    ``probability`` (binary, P(second class)) or ``probability_<label>`` per class.
-    """
-    import numpy as np
-
-    if card.task == "regression":
-        return {"prediction": out.astype(np.float64)}
-    labels = np.asarray(card.classes)
-    if card.task == "binary":
-        return {"prediction": labels[(out >= card.threshold).astype(np.intp)],
-                "probability": out.astype(np.float64)}
-    columns = {"prediction": labels[out.argmax(axis=1)]}
-    for j, label in enumerate(card.classes):
-        columns[f"probability_{label}"] = out[:, j].astype(np.float64)
-    return columns
-
-
 def save_served_model(model: ServedModel, directory: Path) -> Path:
     """Write ``model.json`` and ``weights.pt`` into ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -169,7 +128,7 @@ def load_served_model(directory: Path) -> ServedModel:
     from dbspec.models.portable import travelled_code
 
     directory = Path(directory)
-    card = ModelCard(**json.loads((directory / "model.json").read_text()))
+    card = read_card(directory)
     with travelled_code(card.model, _model_code_dir(directory)):
         model = ServedModel(card)
     state = torch.load(Path(directory) / "weights.pt", map_location="cpu", weights_only=True)

@@ -23,10 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
-import torch
 
 from dbspec.models.inputs import RAW_FEATURES, FeatureRanges
-from dbspec.models.served import prediction_columns
+from dbspec.models.card import prediction_columns
 from dbspec.serving.inference_table import InferenceTable, Record
 from dbspec.serving.metrics import ServerMetrics
 from dbspec.serving.protocol import (RequestError, check_content_type, check_finite_predictions,
@@ -39,7 +38,7 @@ _SLOW_FORWARD_S = 0.002
 class LoadedModel(NamedTuple):
     """A served model with the registry coordinates it was loaded from."""
 
-    model: Any  # dbspec.models.served.ServedModel, in eval mode
+    model: Any  # a ServedModel in eval mode, or a NumpyServedModel (no torch needed)
     name: str
     version: str
     source: str  # the URI it was resolved from, e.g. models:/name@production
@@ -169,8 +168,17 @@ class Batcher:
 
 
 def _forward(model, x: np.ndarray) -> np.ndarray:
+    if _runtime(model) == "numpy":
+        return model(x)
+    import torch  # loaded with the model already
+
     with torch.inference_mode():
         return model(torch.from_numpy(x)).numpy()
+
+
+def _runtime(model) -> str:
+    """``numpy`` for a :class:`~dbspec.serving.numpy_model.NumpyServedModel`, else ``torch``."""
+    return getattr(model, "runtime", "torch")
 
 
 def _settle(future: asyncio.Future) -> None:
@@ -350,9 +358,14 @@ class ScoringApp:
     def _version(self) -> dict[str, str]:
         import dbspec
 
+        runtime = _runtime(self.model.model)
+        if runtime == "torch":
+            import torch
+
+            runtime = f"torch {torch.__version__}"
         return {"model_name": self.model.name, "model_version": self.model.version,
                 "model_uri": self.model.source, "dbspec": dbspec.__version__,
-                "torch": torch.__version__}
+                "runtime": runtime}
 
 
 def _method(scope, expected: str) -> None:

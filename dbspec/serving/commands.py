@@ -31,9 +31,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def open_model(args: argparse.Namespace):
     """(spec or None, registry client, ModelTarget, version) for the command's model argument."""
-    from dbspec.registry.commands import open_registry
-    from dbspec.serving.source import (parse_model_uri, resolve_version, spec_target,
-                                       tracking_uri_for)
+    from dbspec.serving.source import (open_client, parse_model_uri, resolve_version,
+                                       spec_target, tracking_uri_for)
 
     # a registry that does not answer should fail in seconds, not after MLflow's 7 retries
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
@@ -51,8 +50,8 @@ def open_model(args: argparse.Namespace):
         loaded = load_spec(args.model, target=args.target, assignments=args.assignments)
         spec = loaded.spec
         target = spec_target(spec, alias=args.alias)
-    registry = open_registry(tracking_uri_for(spec, args.tracking_uri), Path(args.state_dir))
-    return spec, registry.client, target, resolve_version(registry.client, target)
+    client = open_client(tracking_uri_for(spec, args.tracking_uri), Path(args.state_dir))
+    return spec, client, target, resolve_version(client, target)
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,7 +161,7 @@ def run_serve(args: argparse.Namespace) -> int:
     spec, client, target, version = open_model(args)
     options = serve_options(args, spec)
     resolve_token(options)  # refuse before the slow model load
-    loaded = load_version(client, target, version)
+    loaded = load_version(client, target, version, without_torch=True)
     serve(loaded, options, client=client, target=target, say=stderr_line)
     return 0
 

@@ -111,7 +111,7 @@ def alias_watcher(client, target: ModelTarget, interval_s: float,
                 version = await in_daemon_thread(resolve_version, client, target)
                 if version == app.model.version:
                     continue
-                loaded = await in_daemon_thread(load_version, client, target, version)
+                loaded = await in_daemon_thread(_load_without_torch, client, target, version)
             except Exception as exc:  # registry down, alias deleted: keep serving what we have
                 problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if problem != last_problem:
@@ -124,6 +124,10 @@ def alias_watcher(client, target: ModelTarget, interval_s: float,
             say(f"{target.uri} moved: now serving v{version} (was v{previous})")
 
     return watch
+
+
+def _load_without_torch(client, target: ModelTarget, version: str) -> LoadedModel:
+    return load_version(client, target, version, without_torch=True)
 
 
 async def in_daemon_thread(function, *args):

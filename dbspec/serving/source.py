@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from dbspec.errors import UsageError
-from dbspec.registry import RegistryError
+from dbspec.registry import RegistryError, alias_holder
 
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))?/?$")
 
@@ -66,21 +66,49 @@ def tracking_uri_for(spec, given: Optional[str]) -> Optional[str]:
         spec.tracking.tracking_uri if spec is not None else None)
 
 
+def open_client(tracking_uri: Optional[str], state_dir: Path):
+    """A registry client for serving: on a SQLite store MLflow can be stood in for, the
+    MLflow-free :class:`~dbspec.serving.registry_reader.SqliteRegistryReader` (it keeps about
+    2 s and 150 MB of MLflow out of ``dbspec serve``); elsewhere an ``mlflow.MlflowClient``.
+
+    Raises:
+        RegistryError: no store at the default location.
+        TrackingError: the store cannot be used.
+    """
+    from dbspec.serving.registry_reader import open_sqlite_reader
+
+    default = state_dir / "mlflow.db"
+    uri = tracking_uri or (f"sqlite:///{default.resolve()}" if default.is_file() else None)
+    reader = open_sqlite_reader(uri) if uri else None
+    if reader is not None:
+        return reader
+    from dbspec.registry.commands import open_registry
+
+    return open_registry(tracking_uri, state_dir).client
+
+
 def resolve_version(client, target: ModelTarget) -> str:
     """The version number ``target`` points at now.
+
+    ``client``: an ``mlflow.MlflowClient`` or a reader of :func:`open_client`; both raise
+    errors carrying MLflow's ``error_code``, which is how they are told from bugs here (so
+    MLflow is not imported for its exception class).
 
     Raises:
         RegistryError: no such model, version or alias.
     """
-    from mlflow.exceptions import MlflowException
-
+    if target.alias:  # the one alias lookup, which never takes an error for "not set"
+        holder = alias_holder(client, target.name, target.alias)
+        if holder is None:
+            raise RegistryError(_no_holder(client, target))
+        return str(holder.version)
     try:
-        if target.alias:
-            return str(client.get_model_version_by_alias(target.name, target.alias).version)
         if target.version:
             return str(client.get_model_version(target.name, target.version).version)
         versions = client.search_model_versions(f"name = '{target.name}'")
-    except MlflowException as exc:
+    except Exception as exc:
+        if not _from_registry(exc):
+            raise
         raise RegistryError(_registry_problem(client, target, exc)) from None
     if not versions:
         raise RegistryError(f"registered model '{target.name}' does not exist or has no "
@@ -88,48 +116,93 @@ def resolve_version(client, target: ModelTarget) -> str:
     return str(max(int(v.version) for v in versions))
 
 
-def _registry_problem(client, target: ModelTarget, exc: Exception) -> str:
-    from mlflow.exceptions import MlflowException
+def _from_registry(exc: Exception) -> bool:
+    """An error the registry answered with (MLflow's, or the reader's), not a bug here."""
+    return hasattr(exc, "error_code")
 
+
+def _no_holder(client, target: ModelTarget) -> str:
+    """Why nothing holds ``target``'s alias: no such model, or the alias is not set."""
+    try:
+        client.get_registered_model(target.name)
+    except Exception as exc:
+        if not _from_registry(exc):
+            raise
+        if getattr(exc, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+            return f"registered model '{target.name}' does not exist: run its spec first"
+    return (f"no version of '{target.name}' holds the alias '{target.alias}': promote one "
+            f"(dbspec promote ... --version N --alias {target.alias})")
+
+
+def _registry_problem(client, target: ModelTarget, exc: Exception) -> str:
     if getattr(exc, "error_code", "") not in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND",
                                               "INVALID_PARAMETER_VALUE"):
         return f"the registry did not answer: {str(exc).splitlines()[0]}"
     try:
         client.get_registered_model(target.name)
-    except MlflowException as missing:
+    except Exception as missing:
+        if not _from_registry(missing):
+            raise
         if getattr(missing, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
             return f"the registry did not answer: {str(missing).splitlines()[0]}"
         return f"registered model '{target.name}' does not exist: run its spec first"
-    if target.alias:
-        return (f"no version of '{target.name}' holds the alias '{target.alias}': promote one "
-                f"(dbspec promote ... --version N --alias {target.alias})")
     if target.version:
         return f"registered model '{target.name}' has no version {target.version}"
     return str(exc).splitlines()[0]
 
 
-def load_version(client, target: ModelTarget, version: str):
-    """Download a version's artifacts and rebuild its served model; a ``LoadedModel``."""
-    import mlflow
+def load_version(client, target: ModelTarget, version: str, *, without_torch: bool = False):
+    """A version's artifacts, read in place when they are on this disk (downloaded through
+    MLflow otherwise), rebuilt as its served model; a ``LoadedModel``.
 
-    from dbspec.models.served import load_served_model
+    ``without_torch``: a model numpy can score (:mod:`dbspec.serving.numpy_model`) is loaded
+    as a :class:`~dbspec.serving.numpy_model.NumpyServedModel`, so torch is never imported
+    (``dbspec serve``); any other stays the torch module.
+    """
     from dbspec.serving.app import LoadedModel
-    from dbspec.tracking.mlflow_tracking import artifact_progress_bars_off
 
-    from mlflow.exceptions import MlflowException
-
-    try:
-        with artifact_progress_bars_off():
-            local = Path(mlflow.artifacts.download_artifacts(
-                artifact_uri=client.get_model_version_download_uri(target.name, version),
-                tracking_uri=client.tracking_uri))
-    except (MlflowException, OSError) as exc:
-        raise RegistryError(f"cannot download models:/{target.name}/{version}: "
-                            f"{str(exc).splitlines()[0]}") from None
+    local = _artifacts(client, target, version)
     cards = sorted(local.glob("artifacts/*/model.json"))
     if not cards:
         raise RegistryError(f"models:/{target.name}/{version} was not logged by dbspec (no "
                             "served model among its artifacts); serve it with mlflow models "
                             "serve instead")
-    model = load_served_model(cards[0].parent)
+    model = None
+    if without_torch:
+        from dbspec.serving.numpy_model import load_numpy_model
+
+        model = load_numpy_model(cards[0].parent)
+    if model is None:
+        from dbspec.models.served import load_served_model
+
+        model = load_served_model(cards[0].parent)
     return LoadedModel(model, target.name, version, target.uri)
+
+
+def _artifacts(client, target: ModelTarget, version: str) -> Path:
+    from dbspec.serving.registry_reader import local_artifacts
+
+    where = f"models:/{target.name}/{version}"
+    try:
+        uri = client.get_model_version_download_uri(target.name, version)
+    except Exception as exc:
+        if not _from_registry(exc):
+            raise
+        raise RegistryError(f"cannot download {where}: {str(exc).splitlines()[0]}") from None
+    local = local_artifacts(uri)
+    if local is not None:
+        if not local.is_dir():
+            raise RegistryError(f"cannot download {where}: its files are not at {local}")
+        return local
+    import mlflow
+
+    from mlflow.exceptions import MlflowException
+
+    from dbspec.tracking.mlflow_tracking import artifact_progress_bars_off
+
+    try:
+        with artifact_progress_bars_off():
+            return Path(mlflow.artifacts.download_artifacts(artifact_uri=uri,
+                                                            tracking_uri=client.tracking_uri))
+    except (MlflowException, OSError) as exc:
+        raise RegistryError(f"cannot download {where}: {str(exc).splitlines()[0]}") from None

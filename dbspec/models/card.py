@@ -1,0 +1,59 @@
+"""A served model's card (``model.json``) and its output as named columns: no torch here, so
+``dbspec serve`` can read a model and answer with it without importing torch
+(:mod:`dbspec.serving.numpy_model`). :mod:`dbspec.models.served` re-exports both names.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class ModelCard:
+    """What is needed to rebuild a served model, stored as ``model.json``."""
+
+    task: str
+    loss: str
+    feature_names: list[str]
+    out_features: int
+    model: dict[str, Any]
+    preprocessing: list[dict[str, Any]]
+    classes: Optional[list[Any]] = None
+    target_mean: float = 0.0
+    target_std: float = 1.0
+    threshold: float = 0.5
+    #: ``{"low": [...], "high": [...]}`` per feature of the training split (raw units);
+    #: ``None`` in models logged before dbspec recorded it (:mod:`dbspec.models.inputs`)
+    feature_ranges: Optional[dict[str, list]] = None
+    format_version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def prediction_columns(card: ModelCard, out) -> dict[str, Any]:
+    """The model's raw output as named columns, as every serving path returns them.
+
+    ``prediction`` is the value (regression) or the class label; classifiers add
+    ``probability`` (binary, P(second class)) or ``probability_<label>`` per class.
+    """
+    import numpy as np
+
+    if card.task == "regression":
+        return {"prediction": out.astype(np.float64)}
+    labels = np.asarray(card.classes)
+    if card.task == "binary":
+        return {"prediction": labels[(out >= card.threshold).astype(np.intp)],
+                "probability": out.astype(np.float64)}
+    columns = {"prediction": labels[out.argmax(axis=1)]}
+    for j, label in enumerate(card.classes):
+        columns[f"probability_{label}"] = out[:, j].astype(np.float64)
+    return columns
+
+
+def read_card(directory: Path) -> ModelCard:
+    """The :class:`ModelCard` in ``directory/model.json``."""
+    return ModelCard(**json.loads((Path(directory) / "model.json").read_text()))
