@@ -309,7 +309,7 @@ def rebuilt_tensors(project: Path):
     import dbspec.training.distributed as distributed
     from dbspec.data import store
     from dbspec.spec.loader import load_spec
-    from dbspec.training.fit import fit_spec
+    from dbspec.training.fit import FitOptions, fit_spec
 
     run_dir = project / ".dbspec" / "runs" / NAME
     state = json.loads((run_dir / "state.json").read_text())
@@ -330,7 +330,7 @@ def rebuilt_tensors(project: Path):
     original, distributed.launch = distributed.launch, capture
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            fit_spec(spec, table, splits, fitted, work_dir=Path(tmp))
+            fit_spec(spec, table, splits, fitted, FitOptions(work_dir=Path(tmp)))
     except Captured:
         pass
     finally:

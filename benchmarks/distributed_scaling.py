@@ -44,13 +44,13 @@ def prepare(rows: int, epochs: int, processes: int, workdir: Path, engine: str =
 
 def distributed(rows: int, epochs: int, processes: int, workdir: Path, engine: str = DDP) -> dict:
     from dbspec.spark import spark_session
-    from dbspec.training.fit import fit_spec
+    from dbspec.training.fit import FitOptions, fit_spec
 
     spec, table, splits, fitted = prepare(rows, epochs, processes, workdir, engine)
     work = workdir / f"work-{processes}-{spec.compute.kind}"
     with spark_session(spec, master="local[2]"):
         started = time.perf_counter()
-        result = fit_spec(spec, table, splits, fitted, work_dir=work)
+        result = fit_spec(spec, table, splits, fitted, FitOptions(work_dir=work))
         wall = time.perf_counter() - started
     ranks = [json.loads(p.read_text()) for p in sorted(work.glob("rank-*.json"))]
     training = max(r["seconds"] for r in ranks)

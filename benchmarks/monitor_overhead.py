@@ -26,7 +26,7 @@ from train_overhead import make_data, make_network  # noqa: E402  (the same data
 
 from dbspec.spec.loader import build  # noqa: E402
 from dbspec.spec.document import parse_document  # noqa: E402
-from dbspec.training.loop import train  # noqa: E402
+from dbspec.training.loop import TrainOptions, train  # noqa: E402
 
 SPEC = """\
 name: monitor-overhead
@@ -50,7 +50,7 @@ def one_run(data, spec, *, observed: bool, log_dir: Path) -> float:
         callbacks = [observer.callback]
     start = time.perf_counter()
     train(network, data, spec.training, loss="bce", device=torch.device("cpu"),
-          callbacks=callbacks)
+          options=TrainOptions(callbacks=callbacks))
     seconds = time.perf_counter() - start
     if observer is not None:
         observer.finish(device="cpu", threads=1, batch_size=spec.training.batch_size)

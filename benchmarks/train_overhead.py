@@ -26,7 +26,7 @@ from torch import nn
 
 from dbspec.spec.sections.training import TrainingSpec
 from dbspec.training.checkpoints import CheckpointStore
-from dbspec.training.loop import Tensors, train
+from dbspec.training.loop import Tensors, TrainOptions, train
 
 
 def make_data(rows: int, features: int = 100):
@@ -95,8 +95,8 @@ def with_dbspec(data: Tensors, epochs: int, batch: int, checkpoint_dir: Path, de
     seen = []
     _sync(device)
     start = time.perf_counter()
-    train(network, data, spec, loss="bce", device=device, checkpoints=store,
-          callbacks=[lambda *, epoch, metrics, **_: seen.append(metrics)])
+    train(network, data, spec, loss="bce", device=device, options=TrainOptions(
+        checkpoints=store, callbacks=[lambda *, epoch, metrics, **_: seen.append(metrics)]))
     _sync(device)
     return epochs * len(data.x_train) / (time.perf_counter() - start)
 

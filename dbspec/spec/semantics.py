@@ -18,13 +18,9 @@ from dbspec.spec.sections.lifecycle import (
     REGRESSION_METRICS,
     REGRESSION_PLOTS,
 )
+from dbspec.spec.sections.training import TASK_LOSSES
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
 
-_LOSSES = {
-    "regression": ("mse", "mae", "huber", "smooth_l1"),
-    "binary": ("bce", "cross_entropy", "nll"),
-    "multiclass": ("cross_entropy", "nll"),
-}
 _LOWER_IS_BETTER = ("loss", "rmse", "mae", "mse", "mape", "log_loss")
 
 
@@ -246,9 +242,9 @@ def _expected_outputs(spec: Spec, loss: str) -> Optional[int]:
 
 def _check_training(spec: Spec, found: _Findings) -> None:
     training, task = spec.training, spec.data.task
-    if training.loss != "auto" and training.loss not in _LOSSES[task]:
+    if training.loss != "auto" and training.loss not in TASK_LOSSES[task]:
         found.error(("training", "loss"), f"loss '{training.loss}' does not fit a {task} task; "
-                    f"use {one_of(_LOSSES[task])}")
+                    f"use {one_of(TASK_LOSSES[task])}")
     optimizer = training.optimizer
     if optimizer.name == "sgd" and optimizer.nesterov and optimizer.momentum <= 0:
         found.error(("training", "optimizer", "nesterov"), "nesterov needs momentum > 0")

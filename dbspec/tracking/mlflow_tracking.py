@@ -2,9 +2,10 @@
 
 Defaults need nothing running: a SQLite tracking and registry store and artifacts under
 ``.dbspec/`` in the working directory. ``MLFLOW_TRACKING_URI`` in the environment wins over
-the spec, as MLflow users expect. Metrics are buffered and sent in batches (one
-``log_metric`` per step costs more than a small model's step): every few seconds and on every
-way out of :meth:`Tracker.run` (an exception, Ctrl-C, SIGTERM). A SIGKILL loses the buffer; a
+the spec, as MLflow users expect. Metrics are buffered and sent in batches
+(:class:`~dbspec.tracking.metrics.MetricBuffer`: one ``log_metric`` per step costs more than a
+small model's step): every few seconds and on every way out of :meth:`Tracker.run` (an
+exception, Ctrl-C, SIGTERM). A SIGKILL loses the buffer; a
 resumed training then logs the lost epochs from its checkpoint's history
 (:meth:`Tracker.log_missing_epochs`) and skips the ones MLflow has (:meth:`Tracker.log_epoch`).
 """
@@ -24,6 +25,7 @@ from typing import Any, Iterator, Optional
 from dbspec.errors import DbspecError
 from dbspec.processes import process_alive  # noqa: F401  (imported from here too)
 from dbspec.spec.sections import Spec
+from dbspec.tracking.metrics import MetricBuffer
 
 _PARAM_LIMIT = 6000
 _FLUSH_SECONDS = 5.0
@@ -148,8 +150,7 @@ class Tracker:
         self.client = mlflow.MlflowClient()
         self.experiment_name = experiment or spec.tracking.experiment or spec.name
         self.experiment_id = self._experiment(state_dir)
-        self._buffer: list[Any] = []
-        self._last_flush = time.monotonic()
+        self._metrics: Optional[MetricBuffer] = None
         self._logged: dict[str, set[int]] = {}  # steps MLflow had when a resumed run re-opened
         self.run_id: Optional[str] = None
 
@@ -163,18 +164,24 @@ class Tracker:
         SIGTERM (see :mod:`dbspec.executors.recovery`), after flushing the buffered metrics.
 
         The run is tagged with this process's PID and host, so a later run can tell that a run
-        left RUNNING belongs to a dead process.
+        left RUNNING belongs to a dead process. MLflow's system-metrics sampler runs with it
+        when ``system_metrics`` asks (``tracking.system_metrics``) or MLflow's own switch
+        ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING`` is on; by default dbspec's monitor
+        (:mod:`dbspec.monitoring`) is the one sampler.
         """
         import mlflow
+        from mlflow.environment_variables import MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING
 
-        if system_metrics:
+        sampled = system_metrics or MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING.get()
+        if sampled:
             mlflow.set_system_metrics_sampling_interval(
                 self.spec.tracking.system_metrics_interval)
         active = mlflow.start_run(run_id=run_id, experiment_id=self.experiment_id,
                                   run_name=None if run_id else self.spec.tracking.run_name,
                                   tags={**(tags or {}), **process_tags()},
-                                  log_system_metrics=system_metrics)
+                                  log_system_metrics=sampled)
         self.run_id = active.info.run_id
+        self._metrics = MetricBuffer(self.client, self.run_id, flush_seconds=_FLUSH_SECONDS)
         self._logged = {}
         status = "FINISHED"
         try:
@@ -209,24 +216,21 @@ class Tracker:
 
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
-    def log_metrics(self, metrics: dict[str, float], step: Optional[int] = None) -> None:
-        """Buffer metrics; they are sent every few seconds and when the run ends."""
-        from mlflow.entities import Metric
+    def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
+        """Buffer metrics of the run at ``step``, stamped now; they are sent every few seconds
+        and when the run ends.
 
-        now = int(time.time() * 1000)
-        self._buffer.extend(Metric(k, float(v), now, step or 0) for k, v in metrics.items()
-                            if v is not None)
-        if time.monotonic() - self._last_flush > _FLUSH_SECONDS or len(self._buffer) > 5000:
-            self.flush()
+        Raises:
+            TrackingError: outside :meth:`run`.
+        """
+        if self._metrics is None:
+            raise TrackingError("metrics logged outside a run: start Tracker.run first")
+        self._metrics.log(metrics, step)
 
     def flush(self) -> None:
-        """Send buffered metrics in batches of MLflow's size limit."""
-        if self.run_id is None:
-            return
-        buffer, self._buffer = self._buffer, []
-        for start in range(0, len(buffer), 1000):
-            self.client.log_batch(self.run_id, metrics=buffer[start:start + 1000])
-        self._last_flush = time.monotonic()
+        """Send the buffered metrics and wait until the store has them."""
+        if self._metrics is not None:
+            self._metrics.flush()
 
     def logged_steps(self) -> dict[str, set[int]]:
         """The steps each metric of the run has in MLflow."""

@@ -7,17 +7,25 @@ from typing import Optional
 import torch
 from torch import nn
 
-from dbspec.spec.sections.training import TrainingSpec
+from dbspec.spec.sections.training import LOSS_NAMES, TrainingSpec
 
-_LOSSES = {
+#: The torch class of each of the spec's loss names (:data:`LOSS_NAMES` is the list; a test
+#: holds the two to the same set).
+LOSS_CLASSES: dict[str, type[nn.Module]] = {
     "mse": nn.MSELoss, "mae": nn.L1Loss, "huber": nn.HuberLoss, "smooth_l1": nn.SmoothL1Loss,
     "bce": nn.BCEWithLogitsLoss, "cross_entropy": nn.CrossEntropyLoss, "nll": nn.NLLLoss,
 }
 
 
 def build_loss(name: str) -> nn.Module:
-    """The loss module for a resolved loss name."""
-    return _LOSSES[name]()
+    """The loss module for a resolved loss name.
+
+    Raises:
+        ValueError: ``name`` is not one of the spec's losses (``auto`` is resolved before).
+    """
+    if name not in LOSS_CLASSES:
+        raise ValueError(f"unknown loss {name!r}; the spec's losses are {', '.join(LOSS_NAMES)}")
+    return LOSS_CLASSES[name]()
 
 
 def build_optimizer(network: nn.Module, spec) -> torch.optim.Optimizer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -11,9 +12,13 @@ import numpy as np
 from dbspec.data.prepare import FittedStep, Splits, Table
 from dbspec.errors import DbspecError
 from dbspec.spec.sections import Spec
+from dbspec.tracking.metrics import TrackingTarget
+from dbspec.training.scoring import validation_scorer
 
 #: Networks smaller than this train on one intra-op thread (see ``choose_threads``).
 SMALL_MODEL_PARAMETERS = 1_000_000
+#: ``compute.kind`` values whose training runs on a launcher's ranks.
+DISTRIBUTED_KINDS = ("torch_distributor", "deepspeed", "ray")
 
 
 def select_device(compute):
@@ -81,108 +86,182 @@ class Fitted:
     batch_size: Optional[int] = None  # what training ended with (auto_batch_size may halve it)
 
 
-def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep], *,
-             epochs: Optional[int] = None, checkpoints=None, resume: bool = False,
-             callbacks: Sequence = (), work_dir=None, tracking: Optional[dict] = None,
-             observer=None, say: Callable[[str], None] = lambda text: None) -> Fitted:
+def _quiet(text: str) -> None:
+    """No progress lines."""
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """How :func:`fit_spec` runs one training, beyond the spec.
+
+    Attributes:
+        epochs: Epoch override (smoke runs).
+        checkpoints: Where to checkpoint (a
+            :class:`~dbspec.training.checkpoints.CheckpointStore`), or None.
+        resume: Continue from the newest checkpoint.
+        callbacks: Called with each epoch's metrics (single-process training only: the
+            ranks of a distributed training log through ``tracking``).
+        observer: A :class:`~dbspec.monitoring.observer.TrainingObserver` that sees every
+            epoch first (single-process training; rank 0 runs its own).
+        work_dir: The ranks' shared files (distributed training; required there).
+        tracking: The MLflow run rank 0 logs each epoch to (distributed training).
+        say: Progress lines of the launcher (distributed training).
+    """
+
+    epochs: Optional[int] = None
+    checkpoints: Any = None
+    resume: bool = False
+    callbacks: Sequence[Any] = ()
+    observer: Any = None
+    work_dir: Optional[Path] = None
+    tracking: Optional[TrackingTarget] = None
+    say: Callable[[str], None] = _quiet
+
+
+def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
+             options: FitOptions = FitOptions()) -> Fitted:
     """Build the spec's network for ``table``, train it, and wrap it as a served model.
 
     With ``compute.kind`` torch_distributor, deepspeed or ray the training runs on the
-    launcher's ranks (``work_dir`` holds their files; ``tracking`` names the MLflow run rank 0
-    logs to; ``say`` gets the launcher's progress lines).
-    ``observer`` (a :class:`~dbspec.monitoring.observer.TrainingObserver`) sees every epoch
-    first. A CUDA out-of-memory error fails with advice, or with ``training.auto_batch_size``
-    restarts the training at half the batch size.
-    """
-    from dataclasses import asdict
+    launcher's ranks. A CUDA out-of-memory error fails with advice, or with
+    ``training.auto_batch_size`` restarts the training at half the batch size.
 
+    Raises:
+        TrainingError: the loss became non-finite, or CUDA ran out of memory.
+        DistributedError: a rank failed.
+    """
     import torch
 
-    from dbspec.models.inputs import training_ranges
     from dbspec.models.network import build_network
-    from dbspec.models.served import ModelCard, ServedModel
-    from dbspec.training.loop import TrainingError, train
+    from dbspec.models.served import ServedModel
 
-    task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
-    width, out = len(table.feature_names), output_width(task, loss, table.classes)
-    distributed = spec.compute.kind in ("torch_distributor", "deepspeed", "ray")
+    distributed = spec.compute.kind in DISTRIBUTED_KINDS
     device = torch.device("cpu") if distributed else select_device(spec.compute)
+    card = model_card(spec, table, splits, fitted)
     torch.manual_seed(spec.training.seed)
-    network = build_network(spec.model, width, out)
+    network = build_network(spec.model, len(card.feature_names), card.out_features)
     parameters = sum(p.numel() for p in network.parameters())
     threads = choose_threads(spec.training.num_threads, parameters)
+    served = ServedModel(card, network)
+    tensors = _tensors(served, table, splits, device)
+    if distributed:
+        return _fit_distributed(spec, served, tensors, options, threads, parameters)
+    return _fit_in_process(spec, served, tensors, device, options, threads, parameters)
+
+
+def model_card(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep]):
+    """The served model's card: task, loss, features, preprocessing, target scale."""
+    from dataclasses import asdict
+
+    from dbspec.models.inputs import training_ranges
+    from dbspec.models.served import ModelCard
+
+    task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
     mean, std = _target_scale(task, table.target[splits.train])
-    card = ModelCard(task=task, loss=loss, feature_names=table.feature_names, out_features=out,
+    return ModelCard(task=task, loss=loss, feature_names=table.feature_names,
+                     out_features=output_width(task, loss, table.classes),
                      model=spec.model.model_dump(mode="json", by_alias=True),
                      preprocessing=[asdict(step) for step in fitted], classes=table.classes,
                      target_mean=mean, target_std=std, threshold=spec.evaluation.threshold,
                      feature_ranges=training_ranges(table.features[splits.train]))
-    served = ServedModel(card, network)
-    tensors = _tensors(served, table, splits, task, loss, device)
-    if distributed:
-        return _fit_distributed(spec, served, tensors, card, epochs=epochs, resume=resume,
-                                work_dir=work_dir, tracking=tracking, checkpoints=checkpoints,
-                                threads=threads, parameters=parameters, say=say)
-    training = spec.training
+
+
+def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions, threads: int,
+                    parameters: int) -> Fitted:
+    """Train in this process; on CUDA out-of-memory, again at half the batch size if allowed."""
+    import torch
+
+    training, resume = spec.training, options.resume
     while True:
-        network.to(device)
-        if observer is not None:
-            observer.attach(network, tensors.x_train[:2])
-            callbacks = [observer.callback, *callbacks]
         try:
-            outcome = train(network, tensors, training, loss=loss, device=device, epochs=epochs,
-                            score_validation=validation_scorer(spec, served),
-                            checkpoints=checkpoints, resume=resume, callbacks=callbacks)
+            outcome = _train_once(spec, served, tensors, training, device, options, resume)
             break
         except torch.cuda.OutOfMemoryError:
-            if observer is not None:
-                observer.oom_batch_sizes.append(training.batch_size)
-                callbacks = callbacks[1:]
-            if not training.auto_batch_size or training.batch_size == 1:
-                raise TrainingError(
-                    f"training.batch_size: CUDA ran out of memory at batch size "
-                    f"{training.batch_size}; lower it, add gradient checkpointing for deep "
-                    "models, or set training.auto_batch_size: true") from None
-            training = training.model_copy(update={"batch_size": training.batch_size // 2})
-            print(f"  CUDA out of memory: restarting at batch size {training.batch_size} "
-                  "(training.auto_batch_size)", file=sys.stderr)
-            network.cpu()
-            torch.cuda.empty_cache()
-            torch.manual_seed(spec.training.seed)  # the same start, with a smaller batch
-            network = build_network(spec.model, width, out)
-            served = ServedModel(card, network)
-            if checkpoints is not None:
-                checkpoints.clear()
+            training = _halved_batch(training, options.observer)
+            served = _restarted(spec, served)
+            if options.checkpoints is not None:
+                options.checkpoints.clear()
             resume = False
-    network.cpu()
+    served.network.cpu()
     return Fitted(served.eval(), outcome, device, threads, parameters, training.batch_size)
 
 
-def _fit_distributed(spec, served, tensors, card, *, epochs, resume, work_dir, tracking,
-                     checkpoints, threads, parameters, say) -> Fitted:
-    import json
-    from pathlib import Path
+def _train_once(spec: Spec, served, tensors, training, device, options: FitOptions,
+                resume: bool):
+    from dbspec.training.loop import TrainOptions, train
+
+    network = served.network.to(device)
+    callbacks = list(options.callbacks)
+    if options.observer is not None:
+        options.observer.attach(network, tensors.x_train[:2])
+        callbacks.insert(0, options.observer.callback)
+    return train(network, tensors, training, loss=served.card.loss, device=device,
+                 options=TrainOptions(epochs=options.epochs,
+                                      score_validation=validation_scorer(spec, served),
+                                      checkpoints=options.checkpoints, resume=resume,
+                                      callbacks=callbacks))
+
+
+def _halved_batch(training, observer):
+    """The training section at half the batch size after CUDA ran out of memory.
+
+    Raises:
+        TrainingError: ``training.auto_batch_size`` is off, or the batch is one row already.
+    """
+    from dbspec.training.loop import TrainingError
+
+    if observer is not None:
+        observer.oom_batch_sizes.append(training.batch_size)
+    if not training.auto_batch_size or training.batch_size == 1:
+        raise TrainingError(
+            f"training.batch_size: CUDA ran out of memory at batch size "
+            f"{training.batch_size}; lower it, add gradient checkpointing for deep "
+            "models, or set training.auto_batch_size: true") from None
+    halved = training.model_copy(update={"batch_size": training.batch_size // 2})
+    print(f"  CUDA out of memory: restarting at batch size {halved.batch_size} "
+          "(training.auto_batch_size)", file=sys.stderr)
+    return halved
+
+
+def _restarted(spec: Spec, served):
+    """A fresh served model with the same initial weights, the failed one's memory freed."""
+    import torch
+
+    from dbspec.models.network import build_network
+    from dbspec.models.served import ServedModel
+
+    served.network.cpu()
+    torch.cuda.empty_cache()
+    torch.manual_seed(spec.training.seed)  # the same start, with a smaller batch
+    card = served.card
+    return ServedModel(card, build_network(spec.model, len(card.feature_names),
+                                           card.out_features))
+
+
+def _fit_distributed(spec: Spec, served, tensors, options: FitOptions, threads: int,
+                     parameters: int) -> Fitted:
+    """Train on the launcher's ranks; the weights and records come back through files."""
+    from dataclasses import asdict
 
     import torch
 
-    from dbspec.training.distributed import launch
-    from dbspec.training.loop import TrainOutcome
+    from dbspec.training.distributed import DistributedRun, launch
+    from dbspec.training.job import RankReport
 
-    if work_dir is None:
+    if options.work_dir is None:
         raise DbspecError("distributed training needs a work directory")
-    work_dir = Path(work_dir)
-    record = launch(spec, tensors, card, work_dir=work_dir, epochs=epochs, resume=resume,
-                    tracking=tracking,
-                    checkpoint_dir=checkpoints.directory if checkpoints is not None else None,
-                    say=say)
+    work_dir = Path(options.work_dir)
+    checkpoints = options.checkpoints
+    result = launch(spec, tensors, served.card, run=DistributedRun(
+        work_dir, epochs=options.epochs, resume=options.resume, tracking=options.tracking,
+        checkpoint_dir=checkpoints.directory if checkpoints is not None else None,
+        say=options.say))
     served.network.load_state_dict(torch.load(work_dir / "weights.pt", weights_only=True))
-    fields = TrainOutcome.__dataclass_fields__
-    outcome = TrainOutcome(**{k: v for k, v in record.items() if k in fields})
-    outcome.extra = {"world_size": record["world_size"], "backend": record["backend"],
-                     "diagnosis": record.get("diagnosis", []),
-                     **({"placement": record["placement"]} if "placement" in record else {}),
-                     "ranks": [json.loads(p.read_text())
-                               for p in sorted(work_dir.glob("rank-*.json"))]}
+    outcome = result.outcome
+    outcome.extra = {"world_size": result.world_size, "backend": result.backend,
+                     "diagnosis": list(result.diagnosis),
+                     **({"placement": result.placement} if result.placement else {}),
+                     "ranks": [asdict(report) for report in RankReport.read_all(work_dir)]}
     return Fitted(served.eval(), outcome, torch.device("cpu"), threads, parameters)
 
 
@@ -194,12 +273,13 @@ def _target_scale(task: str, y_train: np.ndarray) -> tuple[float, float]:
     return float(y_train.mean()), std if std > 0 else 1.0
 
 
-def _tensors(served, table, splits, task: str, loss: str, device):
+def _tensors(served, table, splits, device):
     """Preprocess once with the served model's own transform; targets in training form."""
     import torch
 
     from dbspec.training.loop import Tensors
 
+    task, loss = served.card.task, served.card.loss
     with torch.no_grad():
         x = served.transform(torch.from_numpy(table.features))
 
@@ -215,31 +295,3 @@ def _tensors(served, table, splits, task: str, loss: str, device):
     x_train, y_train = rows(splits.train)
     x_val, y_val = rows(splits.validation) if len(splits.validation) else (None, None)
     return Tensors(x_train, y_train, x_val, y_val)
-
-
-def validation_scorer(spec, served):
-    """Per-epoch validation metrics, only when a monitored metric needs more than val_loss."""
-    monitored = {spec.training.early_stopping.monitor if spec.training.early_stopping else "",
-                 spec.training.scheduler.monitor if spec.training.scheduler is not None
-                 and spec.training.scheduler.name == "plateau" else "",
-                 spec.search.metric if spec.search is not None else ""}
-    names = sorted(m[4:] for m in monitored if m.startswith("val_") and m != "val_loss")
-    if not names:
-        return None
-    from dbspec.evaluation.metrics import task_metrics
-
-    def score(out, y):
-        import torch
-
-        with torch.inference_mode():
-            predictions = served.head(out.cpu()).numpy()
-        y_true = y.cpu().numpy().reshape(-1)
-        if spec.data.task == "regression":
-            y_true = y_true * served.card.target_std + served.card.target_mean
-        found = task_metrics(spec.data.task, y_true, predictions, names,
-                             threshold=spec.evaluation.threshold)
-        return {f"val_{k}": v for k, v in found.items()}
-
-    return score
-
-

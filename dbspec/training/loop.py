@@ -60,14 +60,37 @@ class EpochCallback(Protocol):
 
 
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
+ReduceFn = Callable[[dict[str, float]], None]
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How one :func:`train` call runs, beyond the spec's training section.
+
+    Attributes:
+        epochs: Override of ``training.epochs`` (smoke runs).
+        score_validation: Metrics beyond ``val_loss`` from (network outputs, targets), called
+            each epoch when a monitored metric needs them.
+        checkpoints: Where to write checkpoints; None writes none.
+        resume: Continue from the newest checkpoint when there is one.
+        callbacks: Called with each epoch's metrics.
+        engine: A DeepSpeed engine; it then owns backward, step, accumulation, clipping and
+            precision (its optimizer and scheduler replace the spec-built ones).
+        reduce: Called on each epoch's metrics before any decision uses them (distributed
+            ranks average theirs here, so every rank stops and schedules alike).
+    """
+
+    epochs: Optional[int] = None
+    score_validation: Optional[ScoreFn] = None
+    checkpoints: Optional[CheckpointStore] = None
+    resume: bool = False
+    callbacks: Sequence[EpochCallback] = ()
+    engine: Any = None
+    reduce: Optional[ReduceFn] = None
 
 
 def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss: str,
-          device: torch.device, epochs: Optional[int] = None,
-          score_validation: Optional[ScoreFn] = None, checkpoints: Optional[CheckpointStore] = None,
-          resume: bool = False, callbacks: Sequence[EpochCallback] = (),
-          engine: Any = None,
-          reduce: Optional[Callable[[dict[str, float]], None]] = None) -> TrainOutcome:
+          device: torch.device, options: TrainOptions = TrainOptions()) -> TrainOutcome:
     """Train ``network`` in place and return its history.
 
     Args:
@@ -76,100 +99,145 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
         training: The spec's training section.
         loss: The resolved loss name.
         device: Where the tensors live.
-        epochs: Override of ``training.epochs`` (smoke runs).
-        score_validation: Metrics beyond ``val_loss`` from (network outputs, targets), called
-            each epoch when a monitored metric needs them.
-        checkpoints: Where to write checkpoints; None writes none.
-        resume: Continue from the newest checkpoint when there is one.
-        callbacks: Called with each epoch's metrics.
-        reduce: Called on each epoch's metrics before any decision uses them (distributed
-            ranks average theirs here, so every rank stops and schedules alike).
-        engine: A DeepSpeed engine; it then owns backward, step, accumulation, clipping and
-            precision (its optimizer and scheduler replace the spec-built ones).
+        options: Epoch override, validation scoring, checkpoints and resume, callbacks, and
+            the hooks of a distributed rank.
 
     Raises:
         TrainingError: the loss became NaN or infinite.
     """
-    epochs = epochs or training.epochs
-    loss_fn = build_loss(loss)
-    if engine is not None:
-        optimizer, scheduler = engine.optimizer, None
-    else:
-        optimizer = build_optimizer(network, training.optimizer)
-        steps_per_epoch = math.ceil(len(tensors.x_train) / training.batch_size)
-        updates_per_epoch = math.ceil(steps_per_epoch / training.gradient_accumulation)
-        scheduler = build_scheduler(optimizer, training, epochs, updates_per_epoch)
-    stopper = _EarlyStopping(training)
-    generator = torch.Generator(device="cpu").manual_seed(training.seed)
-    history: list[dict[str, float]] = []
-    start_epoch, resumed_from = 0, None
-    if resume and checkpoints is not None and (state := checkpoints.load_latest()) is not None:
+    epochs = options.epochs or training.epochs
+    state = _RunState(network, tensors, training, options.engine, epochs)
+    checkpoints = options.checkpoints
+    if options.resume and checkpoints is not None:
+        state.resume(checkpoints)
+    passes = _EpochPass(network, tensors, training, build_loss(loss), device, options)
+    samples, seconds = 0, 0.0
+    for epoch in state.remaining_epochs():
+        metrics, worked = passes.run(state, epoch)
+        samples += len(tensors.x_train)
+        seconds += worked
+        state.step_scheduler(metrics)
+        state.history.append(metrics)
+        improved = state.stopper.update(epoch, metrics, network)
+        for callback in options.callbacks:
+            callback(epoch=epoch, metrics=metrics, improved=improved)
+        if checkpoints is not None and checkpoints.due(epoch, last=epoch == epochs - 1):
+            checkpoints.save(epoch, state.checkpoint(epoch))
+        if state.stopper.should_stop:
+            break
+    state.stopper.restore(network)
+    stopper = state.stopper
+    return TrainOutcome(state.history, stopper.best_epoch, stopper.best_value,
+                        stopper.should_stop, len(state.history),
+                        samples / seconds if seconds else 0.0, state.resumed_from)
+
+
+class _RunState:
+    """What a training carries from epoch to epoch: optimizer, scheduler, early stopping,
+    shuffling generator and history; what a checkpoint saves and a resume restores."""
+
+    def __init__(self, network: nn.Module, tensors: Tensors, training: TrainingSpec,
+                 engine: Any, epochs: int):
+        self.network, self.training, self.epochs = network, training, epochs
+        if engine is not None:
+            self.optimizer, self.scheduler = engine.optimizer, None
+        else:
+            self.optimizer = build_optimizer(network, training.optimizer)
+            steps_per_epoch = math.ceil(len(tensors.x_train) / training.batch_size)
+            updates_per_epoch = math.ceil(steps_per_epoch / training.gradient_accumulation)
+            self.scheduler = build_scheduler(self.optimizer, training, epochs, updates_per_epoch)
+        self.stopper = _EarlyStopping(training)
+        self.generator = torch.Generator(device="cpu").manual_seed(training.seed)
+        self.history: list[dict[str, float]] = []
+        self.start_epoch = 0
+        self.resumed_from: Optional[int] = None
+
+    def remaining_epochs(self) -> range:
+        """The epochs still to train (none when a resumed run had stopped early)."""
+        if self.stopper.should_stop:
+            return range(0)
+        return range(self.start_epoch, self.epochs)
+
+    def resume(self, checkpoints: CheckpointStore) -> None:
+        """Continue from the newest checkpoint, if there is one."""
+        state = checkpoints.load_latest()
+        if state is None:
+            return
         if state.get("network") is not None:  # a DeepSpeed store restores these itself
-            network.load_state_dict(state["network"])
-            optimizer.load_state_dict(state["optimizer"])
-        if scheduler is not None and state.get("scheduler") is not None:
-            scheduler.load_state_dict(state["scheduler"])
-        generator.set_state(state["generator"])
+            self.network.load_state_dict(state["network"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
         if state.get("torch_rng") is not None:
             torch.set_rng_state(state["torch_rng"])  # dropout continues as if uninterrupted
-        stopper.load(state["stopper"])
-        history = state["history"]
-        start_epoch = resumed_from = state["epoch"] + 1
-    cuda = device.type == "cuda"
-    precision = training.precision_on(cuda, cuda and torch.cuda.is_bf16_supported())
-    autocast = _autocast("fp32" if engine is not None else precision, device)
-    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" and cuda else None
-    needs_scores = score_validation is not None
-    samples, seconds = 0, 0.0
-    for epoch in range(start_epoch, epochs if not stopper.should_stop else start_epoch):
-        started = time.perf_counter()
-        network.train()
-        if engine is not None:
-            total, timing = _run_engine_epoch(network, tensors, training, loss_fn, engine,
-                                              generator)
+        self.stopper.load(state["stopper"])
+        self.history = state["history"]
+        self.start_epoch = self.resumed_from = state["epoch"] + 1
+
+    def checkpoint(self, epoch: int) -> dict[str, Any]:
+        """Everything :meth:`resume` needs to continue after ``epoch``."""
+        scheduler = self.scheduler
+        return {"epoch": epoch, "network": self.network.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "generator": self.generator.get_state(), "stopper": self.stopper.state(),
+                "torch_rng": torch.get_rng_state(), "history": self.history}
+
+    def step_scheduler(self, metrics: dict[str, float]) -> None:
+        """The per-epoch schedulers step (``onecycle`` steps per update, in the epoch)."""
+        scheduler, spec = self.scheduler, self.training.scheduler
+        if scheduler is None or spec.name == "onecycle":
+            return
+        if spec.name == "plateau":
+            scheduler.step(metrics.get(spec.monitor, metrics["train_loss"]))
         else:
-            total, timing = _run_epoch(network, tensors, training, loss_fn, optimizer,
-                                       scheduler, generator, autocast, scaler)
-        metrics = {"train_loss": total / len(tensors.x_train), **timing.metrics()}
+            scheduler.step()
+
+
+class _EpochPass:
+    """One epoch: the training pass, the cross-rank reduction, validation, and the epoch's
+    metrics (loss, timing, throughput, learning rate)."""
+
+    def __init__(self, network: nn.Module, tensors: Tensors, training: TrainingSpec,
+                 loss_fn: nn.Module, device: torch.device, options: TrainOptions):
+        self.network, self.tensors, self.training = network, tensors, training
+        self.loss_fn, self.engine, self.reduce = loss_fn, options.engine, options.reduce
+        self.score = options.score_validation
+        cuda = device.type == "cuda"
+        precision = training.precision_on(cuda, cuda and torch.cuda.is_bf16_supported())
+        self.autocast = _autocast("fp32" if self.engine is not None else precision, device)
+        self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" and cuda else None
+
+    def run(self, state: _RunState, epoch: int) -> tuple[dict[str, float], float]:
+        """Train one epoch; returns its metrics and this process's own training seconds."""
+        tensors, rows = self.tensors, len(self.tensors.x_train)
+        started = time.perf_counter()
+        self.network.train()
+        if self.engine is not None:
+            total, timing = _run_engine_epoch(self.network, tensors, self.training, self.loss_fn,
+                                              self.engine, state.generator)
+        else:
+            total, timing = _run_epoch(self.network, tensors, self.training, self.loss_fn,
+                                       state.optimizer, state.scheduler, state.generator,
+                                       self.autocast, self.scaler)
+        metrics = {"train_loss": total / rows, **timing.metrics()}
         # this process's own training pass: not the epoch-end reduction, where a rank waits
         # for the slowest one, nor validation
         worked = time.perf_counter() - started
-        if reduce is not None:
-            reduce(metrics)
+        if self.reduce is not None:
+            self.reduce(metrics)
         if not math.isfinite(metrics["train_loss"]):
             raise TrainingError(f"training.loss: the loss became {metrics['train_loss']} at "
                                 f"epoch {epoch + 1}; lower training.optimizer.lr or add "
                                 "gradient_clipping")
         if tensors.x_val is not None and len(tensors.x_val):
-            metrics.update(_validate(network, tensors, loss_fn, autocast,
-                                     score_validation if needs_scores else None))
-        metrics["lr"] = float(optimizer.param_groups[0]["lr"])
-        elapsed = time.perf_counter() - started
-        samples += len(tensors.x_train)
-        seconds += worked
-        metrics["epoch_seconds"] = elapsed
-        metrics["samples_per_second"] = len(tensors.x_train) / worked if worked else 0.0
-        if scheduler is not None and training.scheduler.name == "plateau":
-            scheduler.step(metrics.get(training.scheduler.monitor, metrics["train_loss"]))
-        elif scheduler is not None and training.scheduler.name != "onecycle":
-            scheduler.step()
-        history.append(metrics)
-        improved = stopper.update(epoch, metrics, network)
-        for callback in callbacks:
-            callback(epoch=epoch, metrics=metrics, improved=improved)
-        if checkpoints is not None and checkpoints.due(epoch, last=epoch == epochs - 1):
-            checkpoints.save(epoch, {
-                "epoch": epoch, "network": network.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "generator": generator.get_state(), "stopper": stopper.state(),
-                "torch_rng": torch.get_rng_state(),
-                "history": history})
-        if stopper.should_stop:
-            break
-    stopper.restore(network)
-    return TrainOutcome(history, stopper.best_epoch, stopper.best_value, stopper.should_stop,
-                        len(history), samples / seconds if seconds else 0.0, resumed_from)
+            metrics.update(_validate(self.network, tensors, self.loss_fn, self.autocast,
+                                     self.score))
+        metrics["lr"] = float(state.optimizer.param_groups[0]["lr"])
+        metrics["epoch_seconds"] = time.perf_counter() - started
+        metrics["samples_per_second"] = rows / worked if worked else 0.0
+        return metrics, worked
 
 
 class StepTiming:

@@ -1,11 +1,12 @@
 """``compute.kind: ray``: the DDP ranks as Ray Train workers in a Ray cluster started on Spark.
 
 :func:`dbspec.training.distributed.launch` prepares the work directory exactly as for
-TorchDistributor (one shard per rank, ``job.json``) and hands over to :func:`run_on_ray`, which
-starts Ray on the active Spark session (``ray.util.spark.setup_ray_cluster``: a head node on the
-driver, worker nodes as long-running Spark tasks), runs Ray Train's ``TorchTrainer`` with one
-worker per rank, and shuts Ray down again. Ray Train joins the process group itself; each worker
-then runs :func:`dbspec.training.distributed.train_rank`, the same rank body as under
+TorchDistributor (one shard per rank, the :class:`~dbspec.training.job.RankJob`) and hands
+over to :func:`run_on_ray`, which starts Ray on the active Spark session
+(``ray.util.spark.setup_ray_cluster``: a head node on the driver, worker nodes as long-running
+Spark tasks), runs Ray Train's ``TorchTrainer`` with one worker per rank, and shuts Ray down
+again. Ray Train joins the process group itself; each worker
+then runs :func:`dbspec.training.rank.train_rank`, the same rank body as under
 TorchDistributor: same shards, rank 0 alone logs to MLflow and writes checkpoints and the
 result, a failed rank leaves its traceback in ``rank-N.error``. Ray's own retries are off
 (``max_failures=0``): a failed run is resumed with ``dbspec run --resume`` from dbspec's
@@ -140,7 +141,7 @@ def run_on_ray(spec, work_dir: Path, *, use_gpu: bool, backend: str,
     """
     import shutil
 
-    from dbspec.training.distributed import DistributedError
+    from dbspec.training.job import DistributedError
 
     require_ray()
     try:
@@ -160,7 +161,7 @@ def run_on_ray(spec, work_dir: Path, *, use_gpu: bool, backend: str,
         try:
             trainer.fit()
         except Exception as exc:  # WorkerGroupError, ControllerError, an actor that died
-            from dbspec.training.distributed import rank_errors
+            from dbspec.training.job import rank_errors
 
             # the ranks' own records first; Ray's word for the ranks that left none (a worker
             # whose process or node died)
@@ -196,11 +197,12 @@ def propagated_env(environ: Optional[dict[str, str]] = None) -> dict[str, str]:
 
 def _worker_loop(config: dict[str, Any]) -> None:
     """One Ray Train worker: Ray Train has joined the process group; the rank body is
-    :func:`~dbspec.training.distributed.train_rank`, as under TorchDistributor."""
+    :func:`~dbspec.training.rank.train_rank`, as under TorchDistributor."""
     import ray.train
     import torch
 
-    from dbspec.training.distributed import record_rank_failure, train_rank
+    from dbspec.training.job import record_rank_failure
+    from dbspec.training.rank import train_rank
 
     work_dir = Path(config["work_dir"])
     rank = ray.train.get_context().get_world_rank()
@@ -232,7 +234,7 @@ def ray_on_spark(session, compute, *, use_gpu: bool,
     """
     import ray
 
-    from dbspec.training.distributed import DistributedError
+    from dbspec.training.job import DistributedError
 
     need_cpus = compute.num_workers * compute.cpus_per_worker
     need_gpus = compute.num_workers if use_gpu else 0
@@ -321,7 +323,7 @@ def _head_process():
 def _check_local_gpus(needed: int) -> None:
     import torch
 
-    from dbspec.training.distributed import DistributedError
+    from dbspec.training.job import DistributedError
 
     present = torch.cuda.device_count()
     if present < needed:

@@ -11,7 +11,7 @@ from torch import nn
 
 from dbspec.spec.sections.training import TrainingSpec
 from dbspec.training.checkpoints import CheckpointStore
-from dbspec.training.loop import Tensors, train
+from dbspec.training.loop import Tensors, TrainOptions, train
 from tests.conftest import ROOT
 from tests.conftest import run_main as run
 
@@ -94,11 +94,11 @@ def test_resume_after_an_early_stop_does_not_train_on(tmp_path):
     store = CheckpointStore(tmp_path)
     torch.manual_seed(0)
     first = train(nn.Linear(4, 1), data, spec, loss="mse", device=torch.device("cpu"),
-                  checkpoints=store)
+                  options=TrainOptions(checkpoints=store))
     assert first.stopped_early
     torch.manual_seed(0)
     again = train(nn.Linear(4, 1), data, spec, loss="mse", device=torch.device("cpu"),
-                  checkpoints=store, resume=True)
+                  options=TrainOptions(checkpoints=store, resume=True))
     assert again.epochs_run == first.epochs_run
 
 

@@ -134,7 +134,7 @@ def test_cuda_out_of_memory_retries_at_half_the_batch(monkeypatch, tmp_path):
     from dbspec.data.sources import read_source
     from dbspec.monitoring.observer import TrainingObserver
     from dbspec.spec.loader import load_spec
-    from dbspec.training.fit import fit_spec
+    from dbspec.training.fit import FitOptions, fit_spec
 
     real, tried = loop.train, []
 
@@ -151,7 +151,7 @@ def test_cuda_out_of_memory_retries_at_half_the_batch(monkeypatch, tmp_path):
     source = read_source(spec.data, base=tmp_path)
     table, splits, fitted = _prepared(spec, source)
     with TrainingObserver(spec) as observer:
-        result = fit_spec(spec, table, splits, fitted, observer=observer)
+        result = fit_spec(spec, table, splits, fitted, FitOptions(observer=observer))
         findings = observer.finish(device="cuda", threads=1, batch_size=result.batch_size)
     assert tried == [64, 32, 16] and result.batch_size == 16
     assert findings[0].code == "oom"

@@ -8,7 +8,7 @@ from torch import nn
 
 from dbspec.spec.sections.training import TrainingSpec
 from dbspec.training.checkpoints import CheckpointStore
-from dbspec.training.loop import Tensors, TrainingError, train
+from dbspec.training.loop import Tensors, TrainingError, TrainOptions, train
 
 CPU = torch.device("cpu")
 
@@ -47,7 +47,7 @@ def test_early_stopping_restores_the_best_weights():
     outcome = train(network, regression_data(), spec(
         optimizer={"name": "sgd", "lr": 0.9}, epochs=60,
         early_stopping={"monitor": "val_loss", "patience": 3}), loss="mse", device=CPU,
-        callbacks=[remember])
+        options=TrainOptions(callbacks=[remember]))
     assert outcome.stopped_early and outcome.epochs_run < 60
     assert outcome.best_epoch == outcome.epochs_run - 4
     assert torch.equal(network.weight, best_weights["w"])
@@ -98,10 +98,10 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
 
     with pytest.raises(Crash):
         train(net(), regression_data(), spec(epochs=10), loss="mse", device=CPU,
-              checkpoints=store, callbacks=[crash])
+              options=TrainOptions(checkpoints=store, callbacks=[crash]))
     assert store.epochs() == [3, 4]  # the epoch that crashed never wrote its checkpoint
     resumed = train(net(), regression_data(), spec(epochs=10), loss="mse", device=CPU,
-                    checkpoints=store, resume=True)
+                    options=TrainOptions(checkpoints=store, resume=True))
     assert resumed.resumed_from == 5 and resumed.epochs_run == 10
     assert [h["train_loss"] for h in resumed.history] == pytest.approx(
         [h["train_loss"] for h in full.history], rel=1e-5)

@@ -88,10 +88,22 @@ Scheduler = Annotated[
     Field(discriminator="name"),
 ]
 
+#: The losses each task accepts, its default (``training.loss: auto``) first. The one list of
+#: loss names: ``LossName``, the semantic check and the torch classes in
+#: :mod:`dbspec.training.components` are checked against it.
+TASK_LOSSES: dict[str, tuple[str, ...]] = {
+    "regression": ("mse", "mae", "huber", "smooth_l1"),
+    "binary": ("bce", "cross_entropy", "nll"),
+    "multiclass": ("cross_entropy", "nll"),
+}
+#: Every loss name, in the order the schema lists them.
+LOSS_NAMES: tuple[str, ...] = tuple(dict.fromkeys(n for names in TASK_LOSSES.values()
+                                                  for n in names))
+# a Literal keeps the schema's enum and the type checker; a test holds it to LOSS_NAMES
 LossName = Literal["auto", "mse", "mae", "huber", "smooth_l1", "bce", "cross_entropy", "nll"]
 
 #: The loss a task gets when ``training.loss`` is ``auto``.
-DEFAULT_LOSS = {"regression": "mse", "binary": "bce", "multiclass": "cross_entropy"}
+DEFAULT_LOSS = {task: names[0] for task, names in TASK_LOSSES.items()}
 
 
 class EarlyStopping(SpecModel):

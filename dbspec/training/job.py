@@ -1,0 +1,187 @@
+"""What the driver of a distributed training and its ranks exchange, as typed records.
+
+The driver writes a :class:`RankJob` to the work directory; every rank (a TorchDistributor or
+DeepSpeed process, a Ray Train worker, on this machine or another) reads it back. Each rank
+writes a :class:`RankReport`, rank 0 a :class:`RankResult`, a failed rank its traceback.
+These files are the only way anything crosses the process boundary: the launchers pickle just
+the rank function and the work directory's path. Each record has one pair of methods that
+write and read its file (JSON, so a person can read it too), and nothing else builds or
+parses them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+from dbspec.errors import DbspecError
+from dbspec.tracking.metrics import TrackingTarget
+
+if TYPE_CHECKING:
+    from dbspec.models.served import ModelCard
+    from dbspec.spec.sections import Spec
+    from dbspec.training.loop import TrainOutcome
+
+JOB_FILE = "job.json"
+RESULT_FILE = "result.json"
+
+
+class DistributedError(DbspecError):
+    """A rank failed or the distributor could not start."""
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """Everything a rank needs besides its shard of the data.
+
+    Attributes:
+        spec: The validated spec (the rank rebuilds the network and the loop from it).
+        card: The served model's card (to rebuild the network on every rank).
+        backend: The process group's backend (``gloo``, ``nccl``), resolved by the driver.
+        use_gpu: Whether ranks train on their GPU (``use_gpu: auto`` resolved by the driver).
+        epochs: Epoch override (smoke runs).
+        resume: Continue from the newest checkpoint in ``checkpoint_dir``.
+        tracking: The MLflow run rank 0 logs each epoch to, or None.
+        deepspeed: The DeepSpeed config (``compute.kind: deepspeed``), else None.
+        checkpoint_dir: Where the ranks checkpoint (absolute: ranks may run in another
+            working directory); DeepSpeed's own format when ``deepspeed`` is set.
+    """
+
+    spec: Spec
+    card: ModelCard
+    backend: str
+    use_gpu: bool
+    epochs: Optional[int] = None
+    resume: bool = False
+    tracking: Optional[TrackingTarget] = None
+    deepspeed: Optional[dict[str, Any]] = None
+    checkpoint_dir: Optional[Path] = None
+
+    def write(self, work_dir: Path) -> Path:
+        """Write the job to ``work_dir/job.json``; returns the file."""
+        record = {"spec": self.spec.model_dump(mode="json", by_alias=True),
+                  "card": asdict(self.card), "backend": self.backend, "use_gpu": self.use_gpu,
+                  "epochs": self.epochs, "resume": self.resume,
+                  "tracking": asdict(self.tracking) if self.tracking is not None else None,
+                  "deepspeed": self.deepspeed,
+                  "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else None}
+        path = Path(work_dir) / JOB_FILE
+        path.write_text(json.dumps(record, default=str))
+        return path
+
+    @classmethod
+    def read(cls, work_dir: Path) -> "RankJob":
+        """The job the driver wrote to ``work_dir``.
+
+        Raises:
+            DistributedError: no job there, or one this dbspec cannot read (written by
+                another version on a node with a different installation).
+        """
+        from dbspec.models.served import ModelCard
+        from dbspec.spec.sections import Spec
+
+        path = Path(work_dir) / JOB_FILE
+        try:
+            record = json.loads(path.read_text())
+            tracking = record["tracking"]
+            return cls(spec=Spec.model_validate(record["spec"]), card=ModelCard(**record["card"]),
+                       backend=record["backend"], use_gpu=record["use_gpu"],
+                       epochs=record["epochs"], resume=record["resume"],
+                       tracking=TrackingTarget(**tracking) if tracking else None,
+                       deepspeed=record["deepspeed"],
+                       checkpoint_dir=Path(record["checkpoint_dir"])
+                       if record["checkpoint_dir"] else None)
+        except FileNotFoundError:
+            raise DistributedError(f"{path}: no job file (the driver writes it before the "
+                                   "ranks start; is the work directory shared?)") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DistributedError(f"{path}: not a job this dbspec can read "
+                                   f"({type(exc).__name__}: {exc}); driver and ranks must run "
+                                   "the same dbspec") from None
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """What one rank did: rows, speed, time, and a checksum of its final weights (equal on
+    every rank when DDP kept them in step)."""
+
+    rank: int
+    rows: int
+    samples_per_second: float
+    seconds: float
+    checksum: float
+
+    def write(self, work_dir: Path) -> None:
+        """Write ``work_dir/rank-N.json``."""
+        (Path(work_dir) / f"rank-{self.rank}.json").write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def read_all(cls, work_dir: Path) -> list["RankReport"]:
+        """Every rank's report in ``work_dir``, by rank."""
+        reports = [cls(**json.loads(p.read_text())) for p in Path(work_dir).glob("rank-*.json")]
+        return sorted(reports, key=lambda report: report.rank)
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """Rank 0's account of the training: the loop's outcome and where it ran.
+
+    Attributes:
+        outcome: The training loop's outcome (its ``extra`` is left empty).
+        world_size: How many ranks trained.
+        backend: The process group's backend.
+        diagnosis: Rank 0's monitor findings, in words.
+        placement: Where the ranks ran, in words, when the launcher says (Ray); else None.
+    """
+
+    outcome: TrainOutcome
+    world_size: int
+    backend: str
+    diagnosis: tuple[str, ...] = ()
+    placement: Optional[str] = None
+
+    def write(self, work_dir: Path) -> None:
+        """Write ``work_dir/result.json``: the marker of a training that succeeded."""
+        outcome = {f.name: getattr(self.outcome, f.name) for f in fields(self.outcome)
+                   if f.name != "extra"}
+        record = {"outcome": outcome, "world_size": self.world_size, "backend": self.backend,
+                  "diagnosis": list(self.diagnosis), "placement": self.placement}
+        (Path(work_dir) / RESULT_FILE).write_text(json.dumps(record, default=str))
+
+    @classmethod
+    def read(cls, work_dir: Path) -> Optional["RankResult"]:
+        """Rank 0's result in ``work_dir``, or None when it wrote none."""
+        from dbspec.training.loop import TrainOutcome
+
+        path = Path(work_dir) / RESULT_FILE
+        if not path.exists():
+            return None
+        record = json.loads(path.read_text())
+        return cls(outcome=TrainOutcome(**record["outcome"]), world_size=record["world_size"],
+                   backend=record["backend"], diagnosis=tuple(record["diagnosis"]),
+                   placement=record["placement"])
+
+    def with_placement(self, placement: str) -> "RankResult":
+        """The same result, saying where the ranks ran."""
+        return replace(self, placement=placement)
+
+
+def rank_errors(work_dir: Path) -> str:
+    """Each failed rank's Python error, one ``rank-N: Type: message`` per rank ('' if none)."""
+    errors = sorted(Path(work_dir).glob("rank-*.error"))
+    return "; ".join(f"{p.stem}: {p.read_text().strip().splitlines()[-1]}" for p in errors)
+
+
+def record_rank_failure(work_dir: Path, rank: int, exc: BaseException) -> None:
+    """The rank's traceback into ``rank-N.error``, one line on its stderr."""
+    record = Path(work_dir) / f"rank-{rank}.error"
+    record.write_text("".join(traceback.format_exception(exc)))
+    # one line on the rank's output (streamed to the driver), the traceback in the file:
+    # the driver words the failure from these files, so a Python stack per rank is noise
+    print(f"rank {rank} failed: {type(exc).__name__}: {str(exc)[:300]} (traceback in "
+          f"{record})", file=sys.stderr, flush=True)
+

@@ -1,0 +1,321 @@
+"""One rank of a distributed training, under every launcher.
+
+:func:`rank_main` is what TorchDistributor and DeepSpeed's distributor start (it joins the
+process group torchrun's environment describes); Ray Train joins the group itself and calls
+:func:`train_rank` (:mod:`dbspec.training.ray_launch`). A rank reads the :class:`RankJob` and
+its own shard from the work directory, trains under DDP (or the DeepSpeed engine) through the
+same loop as single-process training, and writes its :class:`RankReport`; rank 0 alone logs
+metrics to MLflow, writes checkpoints, the final weights and the :class:`RankResult`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from dbspec.faults import pause_point
+from dbspec.training.job import RankJob, RankReport, RankResult, record_rank_failure
+
+
+def skip_cpu_shm_op() -> None:
+    """Keep DeepSpeed from JIT-compiling its shared-memory all-reduce op on CPU.
+
+    On CPU, DeepSpeed's communication backend builds the ``deepspeed_shm_comm`` C++ extension
+    the first time it starts (measured: 146-250 s, g++ required, once per torch extensions
+    dir) when it finds the op compatible. Marking it incompatible makes DeepSpeed use
+    ``torch.distributed``'s gloo all-reduce, as it does wherever the op cannot build: CPU
+    training is for development and tests, where minutes of compilation cost more than a
+    faster all-reduce saves. ``DBSPEC_DEEPSPEED_SHM=1`` leaves DeepSpeed's choice alone.
+    """
+    if os.environ.get("DBSPEC_DEEPSPEED_SHM", "") not in ("", "0"):
+        return
+    import deepspeed.ops
+
+    compatible = deepspeed.ops.__compatible_ops__  # probed once, on first access
+    compatible["deepspeed_shm_comm"] = False
+
+
+def rank_main(work_dir: str) -> None:
+    """One torchrun rank (TorchDistributor, DeepSpeed): join the process group its environment
+    describes, train its shard under DDP, leave the group."""
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        import torch
+        import torch.distributed as dist
+
+        job = RankJob.read(Path(work_dir))
+        if job.deepspeed:
+            import deepspeed
+
+            if not job.use_gpu:
+                skip_cpu_shm_op()
+            deepspeed.init_distributed(dist_backend=job.backend)
+        else:
+            dist.init_process_group(job.backend)
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local_rank) if job.use_gpu else torch.device("cpu")
+        train_rank(Path(work_dir), rank, device)
+        dist.destroy_process_group()
+    except BaseException as exc:
+        record_rank_failure(Path(work_dir), rank, exc)
+        raise SystemExit(1) from None
+
+
+def train_rank(work_dir: Path, rank: int, device) -> None:
+    """One rank's training, in a process group its launcher has joined already: reads its
+    shard, trains under DDP (or the DeepSpeed engine), rank 0 logs, checkpoints and writes the
+    result; ends on a barrier, leaving the group to the launcher."""
+    import gc
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from dbspec.models.served import ServedModel
+    from dbspec.training.loop import TrainOptions, train
+    from dbspec.training.scoring import validation_scorer
+
+    job = RankJob.read(work_dir)
+    spec = job.spec
+    torch.manual_seed(spec.training.seed)  # identical initial weights on every rank
+    served = ServedModel(job.card)
+    network = served.network.to(device)
+    tensors = _read_shard(work_dir, rank, device)
+    model, engine = _parallel_model(network, job, device)
+    checkpoints = _checkpoints(job, engine, rank)
+    logger = _rank_zero_logger(job, rank)
+    observer = _rank_zero_observer(job, rank, work_dir, network, tensors)
+    training = _training_for(job, engine)
+    options = TrainOptions(
+        epochs=job.epochs, score_validation=validation_scorer(spec, served),
+        checkpoints=checkpoints, resume=job.resume,
+        callbacks=([observer.callback] if observer else [])
+        + [_epoch_logger(logger, checkpoints, rank)],
+        engine=engine, reduce=_mean_of_ranks(device))
+    started = time.perf_counter()
+    try:
+        outcome = train(model, tensors, training, loss=job.card.loss, device=device,
+                        options=options)
+    except BaseException:
+        if logger is not None:
+            with contextlib.suppress(Exception):  # the failure itself is what matters
+                logger.flush()
+        raise
+    if logger is not None:
+        logger.flush()  # every epoch is in MLflow before the result says the training ended
+    seconds = time.perf_counter() - started
+    weights = _full_state(network, engine, spec)
+    RankReport(rank, len(tensors.x_train), outcome.samples_per_second, seconds,
+               float(sum(v.double().sum() for v in weights.values()))).write(work_dir)
+    if rank == 0:
+        torch.save(weights, work_dir / "weights.pt")
+        diagnosis: tuple[str, ...] = ()
+        if observer is not None:
+            findings = observer.finish(device=device.type, threads=torch.get_num_threads(),
+                                       batch_size=training.batch_size)
+            observer.__exit__(None, None, None)
+            diagnosis = tuple(f.text() for f in findings)
+        RankResult(outcome, dist.get_world_size(), job.backend, diagnosis).write(work_dir)
+    # measured here: ~30% of runs aborted at exit until the model and optimizer were released
+    # and collected before tearing the process group down
+    del model, network, served, outcome, engine, options, checkpoints
+    gc.collect()
+    dist.barrier()
+
+
+def _read_shard(work_dir: Path, rank: int, device):
+    """This rank's training rows and the validation rows, on ``device``."""
+    import torch
+
+    from dbspec.training.loop import Tensors
+
+    data = torch.load(work_dir / f"shard-{rank}.pt", weights_only=True)
+    return Tensors(data["x_train"].to(device), data["y_train"].to(device),
+                   _to(data["x_val"], device), _to(data["y_val"], device))
+
+
+def _parallel_model(network, job: RankJob, device):
+    """The network under DDP, or wrapped around a DeepSpeed engine; returns (model, engine)."""
+    if job.deepspeed:
+        import deepspeed
+
+        from dbspec.training.components import build_optimizer
+
+        engine, *_ = deepspeed.initialize(
+            model=network, optimizer=build_optimizer(network, job.spec.training.optimizer),
+            config=job.deepspeed)
+        return _EngineModule(engine, next(engine.module.parameters()).dtype), engine
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(network, device_ids=ids), None
+
+
+def _checkpoints(job: RankJob, engine, rank: int):
+    """Where this rank checkpoints: DeepSpeed's partitions, dbspec's store, or nowhere."""
+    if job.checkpoint_dir is None:
+        return None
+    every = job.spec.training.checkpointing.every_n_epochs
+    keep = job.spec.training.checkpointing.keep_last
+    if engine is not None:
+        return DeepspeedCheckpoints(engine, job.checkpoint_dir, every=every, keep=keep,
+                                    writer=rank == 0)
+    from dbspec.training.checkpoints import CheckpointStore
+
+    return CheckpointStore(job.checkpoint_dir, writer=rank == 0, every=every, keep=keep)
+
+
+def _rank_zero_logger(job: RankJob, rank: int):
+    """Rank 0's metric buffer on the driver's MLflow run (None elsewhere, or untracked)."""
+    if rank != 0 or job.tracking is None:
+        return None
+    import mlflow
+
+    from dbspec.tracking.metrics import MetricBuffer
+
+    client = mlflow.MlflowClient(tracking_uri=job.tracking.uri)
+    return MetricBuffer(client, job.tracking.run_id)
+
+
+def _rank_zero_observer(job: RankJob, rank: int, work_dir: Path, network, tensors):
+    """Rank 0 watches the run for everyone: monitor, TensorBoard, diagnosis."""
+    if rank != 0:
+        return None
+    from dbspec.monitoring.observer import TrainingObserver
+
+    observer = TrainingObserver(job.spec, log_dir=work_dir / "tensorboard",
+                                say=lambda text: None)
+    observer.__enter__()
+    observer.attach(network, tensors.x_train[:2])
+    return observer
+
+
+def _training_for(job: RankJob, engine):
+    """The training section as this rank runs it: under ZeRO-3 the parameters are
+    partitioned, so a copied state dict is not the whole model and restore-best is off."""
+    training = job.spec.training
+    if engine is None or job.spec.compute.zero_stage != 3 or not training.early_stopping:
+        return training
+    stopping = training.early_stopping.model_copy(update={"restore_best": False})
+    return training.model_copy(update={"early_stopping": stopping})
+
+
+def _mean_of_ranks(device):
+    """The loop's ``reduce``: the epoch's training loss averaged over the ranks."""
+    import torch
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+
+    def reduce(metrics: dict[str, float]) -> None:
+        loss = torch.tensor([metrics["train_loss"]], device=device)
+        dist.all_reduce(loss)
+        metrics["train_loss"] = float(loss) / world
+
+    return reduce
+
+
+def _epoch_logger(logger, checkpoints, rank: int):
+    """The epoch callback every rank runs: rank 0 logs; all pause at the test seam."""
+
+    def log_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
+        if logger is not None:
+            logger.log(metrics, epoch)
+            if checkpoints is not None and checkpoints.due(epoch, last=False):
+                # everything up to a checkpoint is in MLflow before the checkpoint exists, so a
+                # run resumed from it after a crash (even a kill -9) has no gap of epochs
+                logger.flush()
+        # a test seam: a test stops one rank here to kill its node mid-training, on cue
+        pause_point(f"train.rank{rank}.epoch.{epoch}")
+
+    return log_epoch
+
+
+class DeepspeedCheckpoints:
+    """Checkpoints through ``engine.save_checkpoint``: every rank writes its ZeRO partition.
+
+    Same interface as :class:`~dbspec.training.checkpoints.CheckpointStore`. The loop's own
+    state (epoch, history, early stopping, random generators) travels as DeepSpeed's
+    client state; the engine restores weights and optimizer partitions itself.
+    """
+
+    def __init__(self, engine, directory: Path, *, every: int, keep: int, writer: bool):
+        self.engine, self.directory = engine, Path(directory)
+        self.every, self.keep, self.writer = every, keep, writer
+
+    def due(self, epoch: int, *, last: bool) -> bool:
+        return last or (epoch + 1) % self.every == 0
+
+    def epochs(self) -> list[int]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name.split("-")[1]) for p in self.directory.glob("epoch-*")
+                      if p.is_dir() and (p / ".complete").exists())
+
+    def save(self, epoch: int, state: dict[str, Any]) -> Path:
+        import shutil
+
+        import torch.distributed as dist
+
+        client = {k: v for k, v in state.items() if k not in ("network", "optimizer")}
+        tag = f"epoch-{epoch}"
+        self.engine.save_checkpoint(str(self.directory), tag=tag, client_state=client)
+        dist.barrier()  # every partition is on disk before the checkpoint counts as complete
+        if self.writer:
+            (self.directory / tag / ".complete").touch()
+            for old in self.epochs()[:-self.keep]:
+                shutil.rmtree(self.directory / f"epoch-{old}", ignore_errors=True)
+        return self.directory / tag
+
+    def load_latest(self) -> Optional[dict[str, Any]]:
+        epochs = self.epochs()
+        if not epochs:
+            return None
+        _, client = self.engine.load_checkpoint(str(self.directory), tag=f"epoch-{epochs[-1]}")
+        return client
+
+    def clear(self) -> None:
+        """Cleared by the driver before launch, like the single-process store."""
+
+
+def _full_state(network, engine, spec) -> dict:
+    """The complete float32 weights (gathered from every rank under ZeRO-3)."""
+    gather = contextlib.nullcontext()
+    if engine is not None and spec.compute.zero_stage == 3:
+        import deepspeed
+
+        gather = deepspeed.zero.GatheredParameters(list(network.parameters()), modifier_rank=None)
+    with gather:
+        return {k: v.detach().float().cpu().clone() for k, v in network.state_dict().items()}
+
+
+class _EngineModule:
+    """Calls a DeepSpeed engine with inputs in its dtype and returns float32 outputs."""
+
+    def __init__(self, engine, dtype):
+        self.engine, self.dtype = engine, dtype
+
+    def __call__(self, x):
+        return self.engine(x.to(self.dtype)).float()
+
+    def train(self, mode: bool = True):
+        self.engine.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def state_dict(self):
+        return self.engine.module.state_dict()
+
+    def load_state_dict(self, state):
+        return self.engine.module.load_state_dict(state)
+
+    def parameters(self):
+        return self.engine.module.parameters()
+
+
+def _to(tensor, device):
+    return tensor.to(device) if tensor is not None else None
