@@ -24,6 +24,18 @@ def d(text: str, **kwargs: Any) -> Any:
     return Field(description=text, **kwargs)
 
 
+def section(text: str, **written: Any) -> Any:
+    """A sub-section a spec may leave out: then it holds what ``{**written}`` validates to
+    (``{}``: every default; ``kind="local"``: the selector of a union).
+
+    The default is validated by the enclosing model's validator, not built by a
+    ``default_factory`` calling the section's class: models are built lazily
+    (``defer_build``), so a factory made each left-out section build a second validator of
+    its own, about a tenth of a cold ``dbspec validate``.
+    """
+    return Field(description=text, default=written, validate_default=True)
+
+
 class OneKeyModel(SpecModel):
     """A mapping with exactly one key that names the entry: ``- linear: {out: 8}``.
 

@@ -4,7 +4,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field
 
-from dbspec.spec.sections.base import SpecModel, d
+from dbspec.spec.sections.base import SpecModel, d, section
 
 GpuChoice = Union[bool, Literal["auto"]]
 
@@ -56,10 +56,10 @@ class DeepspeedCompute(SpecModel):
     use_gpu: bool = d("Train on GPUs; false trains on CPU with gloo (for tests).", default=True)
     local_mode: bool = d("Run on the driver instead of on Spark executors.", default=True)
     zero_stage: Literal[0, 1, 2, 3] = d("ZeRO optimization stage.", default=2)
-    offload: Offload = d("ZeRO offload targets.", default_factory=Offload)
+    offload: Offload = section("ZeRO offload targets.")
     config: dict[str, Any] = d("Extra DeepSpeed config merged over the generated one; checked "
                                "with DeepSpeed's config classes before launch.",
-                               default_factory=dict)
+                               default={})
 
 
 class RayCompute(SpecModel):

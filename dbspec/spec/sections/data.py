@@ -4,7 +4,14 @@ from typing import Annotated, ClassVar, Literal, Optional, Union
 
 from pydantic import AfterValidator, Field
 
-from dbspec.spec.sections.base import OneKeyModel, SpecModel, d, one_key_entry, shorthand
+from dbspec.spec.sections.base import (
+    OneKeyModel,
+    SpecModel,
+    d,
+    one_key_entry,
+    section,
+    shorthand,
+)
 
 Task = Literal["regression", "binary", "multiclass"]
 BuiltinDataset = Literal["diabetes", "digits", "breast_cancer", "iris", "wine"]
@@ -150,7 +157,7 @@ class DataSpec(SpecModel):
     target: str = d("Name of the target column.", default="target", min_length=1)
     features: Optional[list[str]] = d("Feature columns; default: every column but the target.",
                                       default=None, min_length=1)
-    split: SplitSpec = d("How rows are split.", default_factory=SplitSpec)
+    split: SplitSpec = section("How rows are split.")
     preprocessing: list[PreprocessStep] = d(
         "Steps fitted on the training split only and shipped inside the logged model.",
-        default_factory=list)
+        default=[])

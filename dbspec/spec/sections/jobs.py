@@ -8,7 +8,7 @@ from typing import Literal, Optional
 
 from pydantic import field_validator, model_validator
 
-from dbspec.spec.sections.base import SpecModel, d
+from dbspec.spec.sections.base import SpecModel, d, section
 
 _EMAIL = r"^[^@\s]+@[^@\s]+$"
 #: The tasks of a generated job (``jobs.tasks`` keys): the stage groups, then the endpoint task.
@@ -109,9 +109,9 @@ class ScheduleSpec(SpecModel):
 class NotificationsSpec(SpecModel):
     """E-mail notifications of the job."""
 
-    on_start: list[str] = d("Addresses told when a run starts.", default_factory=list)
-    on_success: list[str] = d("Addresses told when a run succeeds.", default_factory=list)
-    on_failure: list[str] = d("Addresses told when a run fails.", default_factory=list)
+    on_start: list[str] = d("Addresses told when a run starts.", default=[])
+    on_success: list[str] = d("Addresses told when a run succeeds.", default=[])
+    on_failure: list[str] = d("Addresses told when a run fails.", default=[])
     no_alert_for_skipped_runs: bool = d("No mail for skipped runs.", default=False)
 
     @model_validator(mode="after")
@@ -164,9 +164,9 @@ class ClusterSettings(SpecModel):
                                            min_length=1)
     num_workers: Optional[int] = d("Workers; 0 makes a single-node cluster.", default=None, ge=0)
     policy_id: Optional[str] = d("Cluster policy.", default=None, min_length=1)
-    spark_conf: dict[str, str] = d("Extra Spark configuration.", default_factory=dict)
+    spark_conf: dict[str, str] = d("Extra Spark configuration.", default={})
     custom_tags: dict[str, str] = d("Tags on the cluster's cloud resources.",
-                                    default_factory=dict)
+                                    default={})
     data_security_mode: Optional[Literal[
         "DATA_SECURITY_MODE_DEDICATED", "DATA_SECURITY_MODE_STANDARD", "DATA_SECURITY_MODE_AUTO",
         "SINGLE_USER", "USER_ISOLATION", "NONE"]] = d(
@@ -214,22 +214,19 @@ class JobsSpec(SpecModel):
         default=None, min_length=1)
     schedule: Optional[ScheduleSpec] = d("Schedule; none: runs on demand.", default=None)
     notifications: Optional[NotificationsSpec] = d("E-mail notifications.", default=None)
-    tags: dict[str, str] = d("Job tags.", default_factory=dict)
-    permissions: list[PermissionSpec] = d("Access control.", default_factory=list)
+    tags: dict[str, str] = d("Job tags.", default={})
+    permissions: list[PermissionSpec] = d("Access control.", default=[])
     max_concurrent_runs: int = d("Runs allowed at once.", default=1, ge=1, le=1000)
     timeout_seconds: int = d("Job timeout; 0 means none.", default=0, ge=0)
-    task_defaults: TaskSettings = d("Timeout and retries of every task.",
-                                    default_factory=TaskSettings)
+    task_defaults: TaskSettings = section("Timeout and retries of every task.")
     tasks: dict[Literal[TASK_GROUPS], TaskSettings] = d(  # type: ignore[valid-type]
         "Per-task overrides, by task: data, tune, train, evaluate, promote, serve, "
-        "batch_predict, update_endpoint.", default_factory=dict)
+        "batch_predict, update_endpoint.", default={})
     cloud: Literal["aws", "azure", "gcp"] = d("Cloud of the workspace: chooses the default "
                                               "node types and checks given ones.",
                                               default="aws")
-    cluster: ClusterSettings = d("The cluster of the data, evaluation and serving tasks.",
-                                 default_factory=ClusterSettings)
-    training_cluster: ClusterSettings = d("The cluster of the tune and train tasks.",
-                                          default_factory=ClusterSettings)
+    cluster: ClusterSettings = section("The cluster of the data, evaluation and serving tasks.")
+    training_cluster: ClusterSettings = section("The cluster of the tune and train tasks.")
 
     @field_validator("shared_dir")
     @classmethod

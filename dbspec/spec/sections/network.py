@@ -122,7 +122,7 @@ class CustomModel(SpecModel):
 
     class_: str = d("Import path 'package.module:ClassName'.", alias="class",
                     pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
-    kwargs: dict[str, Any] = d("Keyword arguments for the constructor.", default_factory=dict)
+    kwargs: dict[str, Any] = d("Keyword arguments for the constructor.", default={})
 
 
 class ModelSpec(SpecModel):

@@ -86,13 +86,13 @@ class RolesSpec(SpecModel):
 
     admin: list[PrincipalText] = d(
         "Read, write and deploy: manage the job, the experiment, the endpoint and the "
-        "registered model (its grants included). " + _PRINCIPALS_HELP, default_factory=list)
+        "registered model (its grants included). " + _PRINCIPALS_HELP, default=[])
     data_scientist: list[PrincipalText] = d(
         "Read and write: run the job, edit the experiment, query the endpoint, use and tag the "
-        "registered model. " + _PRINCIPALS_HELP, default_factory=list)
+        "registered model. " + _PRINCIPALS_HELP, default=[])
     analyst: list[PrincipalText] = d(
         "Read only: view the job, the experiment and the endpoint, use the registered model. "
-        + _PRINCIPALS_HELP, default_factory=list)
+        + _PRINCIPALS_HELP, default=[])
 
     @field_validator("admin", "data_scientist", "analyst")
     @classmethod

@@ -4,7 +4,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, Discriminator, Tag
 
-from dbspec.spec.sections.base import SpecModel, d, shorthand
+from dbspec.spec.sections.base import SpecModel, d, section, shorthand
 
 Number = Union[int, float]
 
@@ -74,10 +74,10 @@ class SearchSpec(SpecModel):
                       ge=1)
     timeout: Optional[float] = d("Stop starting trials after this many seconds.", default=None,
                                  gt=0)
-    sampler: shorthand("name", Literal["tpe", "random", "cmaes", "grid", "qmc"])(SamplerSpec) = d(
-        "Sampler: a name, or a mapping with options.", default_factory=SamplerSpec)
+    sampler: shorthand("name", Literal["tpe", "random", "cmaes", "grid", "qmc"])(
+        SamplerSpec) = section("Sampler: a name, or a mapping with options.")
     pruner: shorthand("name", Literal["median", "hyperband", "successive_halving", "none"])(
-        PrunerSpec) = d("Pruner: a name, or a mapping with options.", default_factory=PrunerSpec)
+        PrunerSpec) = section("Pruner: a name, or a mapping with options.")
     parallelism: int = d("Trials run at a time (processes locally, Spark tasks on Spark).",
                          default=1, ge=1)
     metric: str = d("Metric the study optimises, reported every epoch.", default="val_loss")

@@ -4,7 +4,7 @@ from typing import Annotated, Literal, Optional, Union
 
 from pydantic import Field
 
-from dbspec.spec.sections.base import SpecModel, d
+from dbspec.spec.sections.base import SpecModel, d, section
 
 
 class _OptimizerBase(SpecModel):
@@ -135,8 +135,7 @@ class Checkpointing(SpecModel):
 class TrainingSpec(SpecModel):
     """How the network is trained."""
 
-    optimizer: Optimizer = d("Optimizer, selected by 'name'.",
-                             default_factory=lambda: AdamOptimizer(name="adam"))
+    optimizer: Optimizer = section("Optimizer, selected by 'name'.", name="adam")
     scheduler: Optional[Scheduler] = d("Learning-rate schedule, selected by 'name'.", default=None)
     loss: LossName = d("Loss; auto: mse for regression, bce for binary, cross_entropy for "
                        "multiclass.", default="auto")
@@ -155,7 +154,7 @@ class TrainingSpec(SpecModel):
         "contention.", default="auto")
     auto_batch_size: bool = d("On CUDA out-of-memory, retry at half the batch size.",
                               default=False)
-    checkpointing: Checkpointing = d("Checkpoints for resume.", default_factory=Checkpointing)
+    checkpointing: Checkpointing = section("Checkpoints for resume.")
 
     def precision_on(self, cuda: bool, bf16_supported: bool = True) -> str:
         """The precision actually used (resolves ``auto`` for the device)."""
