@@ -6,7 +6,6 @@ and exits with the error's ``exit_code``. Anything else reaching the CLI is a bu
 
 from __future__ import annotations
 
-import difflib
 import threading
 from typing import Any, Iterable, Literal, NamedTuple
 
@@ -167,6 +166,8 @@ class SpecError(DbspecError):
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """Return `` (did you mean 'x'?)`` for the closest candidate, or an empty string."""
+    import difflib  # only a spec with a mistake needs it: not on the path of a valid one
+
     match = difflib.get_close_matches(str(word), list(candidates), n=1, cutoff=0.6)
     return f" (did you mean '{match[0]}'?)" if match else ""
 
