@@ -127,6 +127,39 @@ def test_version():
     assert result.returncode == 0 and result.stdout.startswith("dbspec ")
 
 
+def test_help_lists_every_command():
+    from dbspec.cli.parser import COMMANDS
+
+    result = run_in_process("--help")
+    assert result.returncode == 0
+    commands = result.stdout.split("  COMMAND\n", 1)[1].split("\n\n", 1)[0]
+    listed = [line.split()[0] for line in commands.splitlines() if line[4:5].strip()]
+    assert listed == [c.name for c in COMMANDS]
+
+
+def _help(parser, command: str, capsys) -> str:
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args([command, "--help"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def _command_names() -> list[str]:
+    from dbspec.cli.parser import COMMANDS
+
+    return [c.name for c in COMMANDS]
+
+
+@pytest.mark.parametrize("command", _command_names())
+def test_a_command_built_alone_parses_as_with_all_the_others(command, capsys):
+    """``main`` builds only the invoked command's arguments: the same as the full parser's."""
+    from dbspec.cli.parser import build_parser
+
+    alone = _help(build_parser(only=command), command, capsys)
+    assert alone == _help(build_parser(), command, capsys)
+    assert f"usage: dbspec {command} [-h] " in alone and "options:" in alone
+
+
 PROBE = """
 import sys, contextlib, io
 from dbspec.cli import main
