@@ -18,9 +18,11 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     """The argument parser of every command.
 
     Args:
-        only: Add the arguments of this command alone; the others keep their name and help
-            (enough for ``dbspec --help``) but cannot parse. A cold ``dbspec validate`` need
-            not build fifteen parsers. ``None``: every command is complete.
+        only: Build this command's parser alone: a cold ``dbspec validate`` need not build
+            fifteen. Its arguments, help and errors are those of the full parser (a test
+            compares them); only a top-level error would list fewer commands, and
+            :func:`parse_arguments` builds every parser unless the line starts with a known
+            command. ``None``: every command.
     """
     parser = argparse.ArgumentParser(
         prog="dbspec",
@@ -30,9 +32,9 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.required = True
     for command in COMMANDS:
-        sub = commands.add_parser(command.name, help=command.help,
-                                  description=command.description)
         if only is None or only == command.name:
+            sub = commands.add_parser(command.name, help=command.help,
+                                      description=command.description)
             command.add_arguments(sub)
             sub.set_defaults(handler=command.handler)
     return parser
