@@ -18,7 +18,7 @@ stops (checked). Arms are interleaved in one process, repeated; min and median w
 per arm are printed, then each arm's ratio to ``none`` (median), last.
 Target: the logging arm dbspec uses costs < 5% (ratio <= 1.05).
 
-Run: ``python benchmarks/metric_logging.py [--epochs 300] [--repeats 5]``.
+Run: ``python benchmarks/metric_logging.py [--epochs 300] [--repeats 5] [--arms buffered,...]``.
 """
 
 from __future__ import annotations
@@ -105,7 +105,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--arms", default=",".join(ARMS),
+                        help="comma-separated subset of " + ", ".join(ARMS) + " (none always)")
     args = parser.parse_args()
+    arms = ("none", *(a for a in ARMS[1:] if a in args.arms.split(",")))
     import logging
 
     import mlflow
@@ -116,28 +119,28 @@ def main() -> None:
     data = diabetes()
     spec = TrainingSpec.model_validate({"optimizer": {"name": "adam", "lr": 1e-3},
                                         "epochs": args.epochs, "batch_size": 32})
-    seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    seconds: dict[str, list[float]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
         client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{Path(tmp) / 'mlflow.db'}")
         experiment = client.create_experiment("metric-logging",
                                               artifact_location=Path(tmp).as_uri())
-        for arm in ARMS:  # warm-up: imports, the store's first writes, the async queue
+        for arm in arms:  # warm-up: imports, the store's first writes, the async queue
             one_run(arm, data, spec.model_copy(update={"epochs": 5}), client, experiment)
         for repeat in range(args.repeats):
-            order = ARMS if repeat % 2 == 0 else ARMS[::-1]
+            order = arms if repeat % 2 == 0 else arms[::-1]
             for arm in order:
                 seconds[arm].append(one_run(arm, data, spec, client, experiment))
             print(f"  repeat {repeat + 1}: " + ", ".join(f"{a} {seconds[a][-1]:.3f} s"
-                                                        for a in ARMS), file=sys.stderr)
+                                                        for a in arms), file=sys.stderr)
     steps = args.epochs * -(-len(data.x_train) // 32)
     print(f"diabetes {len(data.x_train)} training rows, {args.epochs} epochs ({steps} steps), "
           f"{args.repeats} repeats, interleaved")
-    for arm in ARMS:
+    for arm in arms:
         print(f"{arm:>15}: min {min(seconds[arm]):.3f} s, median "
               f"{statistics.median(seconds[arm]):.3f} s, "
               f"{1000 * statistics.median(seconds[arm]) / args.epochs:.2f} ms/epoch")
     floor = statistics.median(seconds["none"])
-    for arm in ARMS[1:]:
+    for arm in arms[1:]:
         print(f"ratio {arm} / none (median): {statistics.median(seconds[arm]) / floor:.3f}")
 
 

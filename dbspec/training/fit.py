@@ -145,8 +145,10 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
     served = ServedModel(card, network)
     tensors = _tensors(served, table, splits, device)
     if distributed:
-        return _fit_distributed(spec, served, tensors, options, threads, parameters)
-    return _fit_in_process(spec, served, tensors, device, options, threads, parameters)
+        served, outcome = _fit_distributed(spec, served, tensors, options)
+        return Fitted(served, outcome, device, threads, parameters)
+    served, outcome, batch_size = _fit_in_process(spec, served, tensors, device, options)
+    return Fitted(served, outcome, device, threads, parameters, batch_size)
 
 
 def model_card(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep]):
@@ -166,9 +168,13 @@ def model_card(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep
                      feature_ranges=training_ranges(table.features[splits.train]))
 
 
-def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions, threads: int,
-                    parameters: int) -> Fitted:
-    """Train in this process; on CUDA out-of-memory, again at half the batch size if allowed."""
+def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
+    """Train in this process; on CUDA out-of-memory, again at half the batch size if allowed.
+
+    Returns:
+        The trained served model (on the CPU, in eval mode), the loop's outcome, and the batch
+        size training ended with.
+    """
     import torch
 
     training, resume = spec.training, options.resume
@@ -183,7 +189,7 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions, th
                 options.checkpoints.clear()
             resume = False
     served.network.cpu()
-    return Fitted(served.eval(), outcome, device, threads, parameters, training.batch_size)
+    return served.eval(), outcome, training.batch_size
 
 
 def _train_once(spec: Spec, served, tensors, training, device, options: FitOptions,
@@ -238,9 +244,13 @@ def _restarted(spec: Spec, served):
                                            card.out_features))
 
 
-def _fit_distributed(spec: Spec, served, tensors, options: FitOptions, threads: int,
-                     parameters: int) -> Fitted:
-    """Train on the launcher's ranks; the weights and records come back through files."""
+def _fit_distributed(spec: Spec, served, tensors, options: FitOptions):
+    """Train on the launcher's ranks; the weights and records come back through files.
+
+    Returns:
+        The trained served model (eval mode) and the loop's outcome, its ``extra`` holding
+        world size, backend, rank 0's diagnosis, placement and every rank's report.
+    """
     from dataclasses import asdict
 
     import torch
@@ -262,7 +272,7 @@ def _fit_distributed(spec: Spec, served, tensors, options: FitOptions, threads: 
                      "diagnosis": list(result.diagnosis),
                      **({"placement": result.placement} if result.placement else {}),
                      "ranks": [asdict(report) for report in RankReport.read_all(work_dir)]}
-    return Fitted(served.eval(), outcome, torch.device("cpu"), threads, parameters)
+    return served.eval(), outcome
 
 
 def _target_scale(task: str, y_train: np.ndarray) -> tuple[float, float]:
