@@ -1,9 +1,10 @@
-"""Shared set-up of the serving benchmarks (``serve_vs_mlflow.py``, ``serve_soak.py``).
+"""Shared set-up of the serving benchmarks (``serve_vs_mlflow.py``, ``serve_soak.py``,
+``serve_cold_start.py``).
 
 Trains and registers a spec's model in a fresh working directory (its own SQLite MLflow store),
 as a user would from a shell, and starts scoring servers as child processes: each in its own
 process group (``mlflow models serve`` runs uvicorn as a child), its output in a log file, ready
-once ``GET /ping`` answers 200. Not a benchmark itself: imported by the two scripts, which run as
+once ``GET /ping`` answers 200. Not a benchmark itself: imported by the scripts, which run as
 ``python benchmarks/X.py`` and so find this module on ``sys.path``.
 """
 
@@ -94,6 +95,7 @@ class Server:
         self.log = log
         self.stopped = ""  # how stop() ended it, for the report
         self._log_file = open(log, "wb")
+        self.started = time.perf_counter()  # just before exec: cold starts count from here
         self.process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                                         stdout=self._log_file, stderr=subprocess.STDOUT,
                                         start_new_session=True)
@@ -105,8 +107,9 @@ class Server:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def wait_ready(self, timeout: float = 180.0) -> None:
-        """Until ``GET /ping`` answers 200; a clear error if the process exits or time runs out."""
+    def wait_ready(self, timeout: float = 180.0, poll_s: float = 0.25) -> float:
+        """Until ``GET /ping`` answers 200; seconds since exec. A clear error if the process
+        exits or time runs out. ``poll_s``: the pause between tries (the timing's resolution)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -116,12 +119,31 @@ class Server:
             try:
                 with urllib.request.urlopen(self.url + "/ping", timeout=2) as response:
                     if response.status == 200:
-                        return
+                        return time.perf_counter() - self.started
             except (urllib.error.URLError, OSError):
                 pass
-            time.sleep(0.25)
+            time.sleep(poll_s)
         raise SystemExit(f"{self.label} did not answer {self.url}/ping within {timeout:.0f} s; "
                          f"its log ({self.log}):\n{self.log_tail()}")
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server's whole session (``mlflow models serve`` scores in a
+        child process): the sum of ``VmRSS`` over every process in it."""
+        total = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                session = int(stat.rsplit(")", 1)[1].split()[3])  # field 6, after the name
+                if session != self.process.pid:
+                    continue
+                for line in (entry / "status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+            except (OSError, ValueError, IndexError):
+                continue  # a process that ended meanwhile
+        return total
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the server's process group (the server and any children)."""

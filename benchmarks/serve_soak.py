@@ -21,11 +21,22 @@ with the features sent and the predictions returned (an exact match is required 
 Checks: zero 5xx; every good request answered 200 with one prediction per row; the inference
 table complete; every bad request refused with its 4xx. Exits 1 if any check fails.
 
+The peer: the same soak against ``mlflow models serve --env-manager local`` (uvicorn, one
+worker) on the same registered version, the scoring server Databricks Model Serving runs. The
+load is cut into ``--rounds`` rounds, each server's turn alternating first and second, both
+servers up the whole time; each gets ``--duration`` seconds in all. The good bodies are the
+same for both: ``inputs`` when MLflow's server accepts them (probed first), else
+``dataframe_split`` with the feature names, which it does. MLflow's server has no auth, body
+limit or inference table, so for it only "zero 5xx" and "every good request answered 200 with
+one prediction per row" are checked; what it answers to each bad kind is shown. Last line: the
+ratio dbspec/mlflow of the median requests/s over the rounds (``--no-peer`` skips the peer).
+
 ``--kill``: the server gets SIGKILL at the end of the load instead, with requests in flight (those
 get no answer, which is expected); a second server is started on the same inference table, is
 stopped with SIGINT, and the table must then hold every request the first one answered, exactly
-once (the report gives the loss and the duplicates).
-Run: ``python benchmarks/serve_soak.py [--duration 60] [--concurrency 64] [--kill] [--keep]``.
+once (the report gives the loss and the duplicates). No peer: it checks dbspec's recovery.
+Run: ``python benchmarks/serve_soak.py [--duration 60] [--rounds 3] [--concurrency 64] [--kill]
+[--no-peer] [--keep]``.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ import json
 import re
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -79,8 +91,10 @@ class Outcome(NamedTuple):
     predictions: Optional[list] = None  # ...and the predictions returned
 
 
-def requests_for(rows: list[list[float]]) -> dict[Kind, list[Request]]:
-    """Prepared requests of each kind (good ones: one per starting row), built before the load."""
+def requests_for(rows: list[list[float]], feature_names: list[str],
+                 fmt: str = "inputs") -> dict[Kind, list[Request]]:
+    """Prepared requests of each kind (good ones: one per starting row), built before the load.
+    ``fmt``: the good bodies' format, ``inputs`` or ``dataframe_split`` (named columns)."""
     json_headers = {"Content-Type": "application/json",
                     "Authorization": f"Bearer {setup.TOKEN}"}
     n = len(rows)
@@ -89,7 +103,9 @@ def requests_for(rows: list[list[float]]) -> dict[Kind, list[Request]]:
         out = []
         for start in range(n):
             chunk = [rows[(start + i) % n] for i in range(kind.rows)]
-            out.append(Request(kind, json.dumps({"inputs": chunk}).encode(), json_headers, chunk))
+            payload = {"inputs": chunk} if fmt == "inputs" else \
+                {"dataframe_split": {"columns": feature_names, "data": chunk}}
+            out.append(Request(kind, json.dumps(payload).encode(), json_headers, chunk))
         return out
 
     row = rows[0]
@@ -241,10 +257,12 @@ def check_table(path: Path, answered: dict[str, Outcome], feature_names: list[st
     return complete, lines
 
 
-def report(outcomes: list[Outcome], elapsed: float, *, killed: bool = False
-           ) -> tuple[dict[str, bool], dict[str, Outcome]]:
+def report(outcomes: list[Outcome], elapsed: float, *, killed: bool = False,
+           peer: bool = False) -> tuple[dict[str, bool], dict[str, Outcome]]:
     """Print what was sent and answered; the client-side checks, and the answered good requests.
-    After a kill, requests without an answer are expected and left out of the checks."""
+    After a kill, requests without an answer are expected and left out of the checks.
+    ``peer``: MLflow's server, which sends no request ids and refuses less: only the 5xx and
+    good-request checks apply."""
     statuses = Counter(o.status for o in outcomes if o.status is not None)
     errors = [o for o in outcomes if o.status is None]
     if killed:
@@ -266,7 +284,7 @@ def report(outcomes: list[Outcome], elapsed: float, *, killed: bool = False
     unanswered = [o for o in good if o.status != 200]
     wrong_count = [o for o in good if o.status == 200 and
                    (o.predictions is None or len(o.predictions) != len(o.rows))]
-    no_id = [o for o in good if o.status == 200 and not o.request_id]
+    no_id = [] if peer else [o for o in good if o.status == 200 and not o.request_id]
     answered: dict[str, Outcome] = {}
     duplicate_ids = 0
     for o in good:
@@ -289,53 +307,97 @@ def report(outcomes: list[Outcome], elapsed: float, *, killed: bool = False
         "zero 5xx": not five_xx,
         "every good request answered 200 with one prediction per row":
             not unanswered and not wrong_count and not no_id and not duplicate_ids,
-        "every bad request refused with its 4xx": not misrefused,
     }
+    if not peer:
+        checks["every bad request refused with its 4xx"] = not misrefused
     return checks, answered
+
+
+def accepts_inputs(server: setup.Server, row: list[float]) -> bool:
+    """Whether ``server`` scores ``{"inputs": [row]}`` (MLflow's server refuses it for a model
+    with a column signature)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        server.url + "/invocations", data=json.dumps({"inputs": [row]}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {setup.TOKEN}"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status == 200
+    except urllib.error.HTTPError as refused:
+        print(f"{server.label} refuses inputs rows ({refused.code}: "
+              f"{refused.read()[:160]!r}): the good bodies are dataframe_split for both")
+        return False
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=60.0,
-                        help="seconds of load (default 60)")
+                        help="seconds of load per server (default 60)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds the load is cut into, the servers alternating (default 3)")
     parser.add_argument("--concurrency", type=int, default=64,
                         help="workers, and connections (default 64)")
     parser.add_argument("--spec", default=str(setup.DIABETES_SPEC))
     parser.add_argument("--kill", action="store_true",
                         help="SIGKILL the server at the end of the load, restart it on the same "
-                             "inference table, and check that table")
+                             "inference table, and check that table (no peer)")
+    parser.add_argument("--no-peer", action="store_true",
+                        help="soak dbspec serve alone, without mlflow models serve")
     parser.add_argument("--keep", action="store_true",
-                        help="keep the temporary directory (store, server log, inference table)")
+                        help="keep the temporary directory (store, server logs, inference table)")
     args = parser.parse_args()
-    if args.concurrency < 1 or args.duration <= 0:
-        raise SystemExit("--concurrency must be >= 1 and --duration > 0")
+    if args.concurrency < 1 or args.duration <= 0 or args.rounds < 1:
+        raise SystemExit("--concurrency and --rounds must be >= 1 and --duration > 0")
 
     workdir = Path(tempfile.mkdtemp(prefix="dbspec-serve-soak-"))
     table_path = workdir / "inference"
-    server = None
+    server = peer = None
+    rates: dict[str, list[float]] = {"dbspec": [], "mlflow": []}
+    good_rates: dict[str, list[float]] = {"dbspec": [], "mlflow": []}
     try:
         trained = setup.train(Path(args.spec).resolve(), workdir)
         server = setup.start_dbspec(trained, setup.free_port(), workdir / "dbspec.log",
                                     "--inference-table", str(table_path),
                                     "--max-body-bytes", str(MAX_BODY_BYTES))
+        if not (args.kill or args.no_peer):
+            peer = setup.start_mlflow(trained, setup.free_port(), workdir / "mlflow.log")
+            peer.wait_ready()
         server.wait_ready()
         feature_names, rows = setup.diabetes_rows(442)
-        prepared = requests_for(rows)
-        print(f"soak: {args.duration:g} s, {args.concurrency} workers against {trained.uri} on "
-              f":{server.port} (--max-body-bytes {MAX_BODY_BYTES}, --inference-table)",
-              flush=True)
+        fmt = "inputs" if peer is None or accepts_inputs(peer, rows[0]) else "dataframe_split"
+        prepared = requests_for(rows, feature_names, fmt)
+        print(f"soak: {args.duration:g} s per server in {args.rounds} round(s), "
+              f"{args.concurrency} workers against {trained.uri}: dbspec on :{server.port} "
+              f"(--max-body-bytes {MAX_BODY_BYTES}, --inference-table)"
+              + (f", mlflow models serve on :{peer.port}" if peer else "")
+              + f"; good bodies: {fmt}", flush=True)
         if args.kill:
             return finish_killed(args, trained, server, table_path, feature_names, prepared,
                                  workdir)
-        outcomes, elapsed = asyncio.run(load(server.url + "/invocations", prepared,
-                                             args.concurrency, args.duration))
+        targets = [("dbspec", server)] + ([("mlflow", peer)] if peer else [])
+        outcomes: dict[str, list[Outcome]] = {"dbspec": [], "mlflow": []}
+        elapsed: dict[str, float] = {"dbspec": 0.0, "mlflow": 0.0}
+        for round_ in range(args.rounds):
+            for label, target in targets if round_ % 2 == 0 else targets[::-1]:
+                got, seconds = asyncio.run(load(target.url + "/invocations", prepared,
+                                                args.concurrency, args.duration / args.rounds))
+                outcomes[label] += got
+                elapsed[label] += seconds
+                rates[label].append(len(got) / seconds)
+                good_rates[label].append(sum(o.kind.rows > 0 and o.status == 200
+                                             for o in got) / seconds)
+                print(f"  round {round_ + 1} {label:<6} {rates[label][-1]:,.0f} req/s "
+                      f"({good_rates[label][-1]:,.0f} good answered 200/s)", flush=True)
         metrics = scrape_metrics(server.url)
-        checks, answered = report(outcomes, elapsed)
+        print("\n== dbspec serve")
+        checks, answered = report(outcomes["dbspec"], elapsed["dbspec"])
 
         dropped = int(metric(metrics, "dbspec_inference_log_dropped_total") or 0)
         failed = int(metric(metrics, "dbspec_inference_log_failed_writes_total") or 0)
         seen_by_server = server_statuses(metrics)
-        seen_by_client = Counter(o.status for o in outcomes if o.status is not None)
+        seen_by_client = Counter(o.status for o in outcomes["dbspec"] if o.status is not None)
         print(f"/metrics           inference records dropped {dropped}, failed writes {failed}; "
               f"/invocations statuses "
               + ("match the client's" if seen_by_server == seen_by_client else
@@ -359,15 +421,36 @@ def main() -> int:
                   + ("no table was written" if stopped else "the server did not stop cleanly")
                   + f"; its log:\n{server.log_tail()}")
         checks["inference table complete"] = complete and not failed
+        if peer is not None:
+            print("\n== mlflow models serve (no auth, body limit or inference table: its "
+                  "answers to the bad kinds are shown, not checked)")
+            peer_checks, _ = report(outcomes["mlflow"], elapsed["mlflow"], peer=True)
+            checks.update({f"mlflow models serve: {name}": ok
+                           for name, ok in peer_checks.items()})
     finally:
-        if server is not None:
-            server.stop()
+        for running in (server, peer):
+            if running is not None:
+                running.stop()
         if args.keep:
             print(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    return print_checks(checks)
+    code = print_checks(checks)
+    if rates["mlflow"]:
+        print()
+        for label in ("dbspec", "mlflow"):
+            print(f"{label:<7} req/s over {args.rounds} round(s): min {min(rates[label]):,.0f} "
+                  f"median {statistics.median(rates[label]):,.0f}; good answered 200/s median "
+                  f"{statistics.median(good_rates[label]):,.0f}")
+        print("(mlflow scores the bad kinds it does not refuse: no auth, wrong token, oversized "
+              "body; the good-request rate compares the same work)")
+        median = {label: (statistics.median(rates[label]), statistics.median(good_rates[label]))
+                  for label in rates}
+        print(f"ratio dbspec/mlflow (medians): requests/s "
+              f"{median['dbspec'][0] / median['mlflow'][0]:.2f}x, good requests answered/s "
+              f"{median['dbspec'][1] / max(median['mlflow'][1], 1e-9):.2f}x")
+    return code
 
 
 def print_checks(checks: dict[str, bool]) -> int:
