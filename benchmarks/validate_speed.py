@@ -125,7 +125,8 @@ def main() -> None:
 
     print(f"  cpu ratio: median {ratio(lambda s: s.cpu, statistics.median):.2f}, "
           f"min {ratio(lambda s: s.cpu, min):.2f}")
-    print(f"cold validate / bare import, wall: median {ratio(lambda s: s.wall, statistics.median):.2f}, "
+    print(f"cold validate / bare import, wall: median "
+          f"{ratio(lambda s: s.wall, statistics.median):.2f}, "
           f"min {ratio(lambda s: s.wall, min):.2f} (target: median <= 2)")
 
 
