@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 import tempfile
 import time
@@ -16,16 +15,10 @@ from typing import Any, Optional
 from dbspec.data import store
 from dbspec.errors import DbspecError
 from dbspec.spec.document import Document
-from dbspec.tuning import (
-    WORKER_ATTR,
-    ReportFn,
-    TrialFailed,
-    TrialRecord,
-    best_value_of,
-    suggest,
-    timed,
-    worker_attr,
-)
+from dbspec.tuning.records import ReportFn, TrialFailed, TrialRecord, best_value_of, timed
+from dbspec.tuning.storage import WORKER_ATTR, worker_attr
+from dbspec.tuning.study import suggest
+from dbspec.tuning.trial_runs import TrialOutcome, TrialRuns, TrialRunSettings
 
 
 @dataclass(frozen=True)
@@ -51,8 +44,6 @@ class Objective:
     """Apply a trial's suggestions to the spec, train, report every epoch, log a nested run."""
 
     def __init__(self, setup: StudySetup, report: ReportFn):
-        import mlflow
-
         from dbspec.spec.loader import from_source
 
         self.setup = setup
@@ -61,20 +52,27 @@ class Objective:
         self.table = store.read_table(Path(setup.data_dirs["load_data"]), setup.table_meta)
         self.splits = store.read_splits(Path(setup.data_dirs["split"]))
         self.fitted = store.read_preprocessing(Path(setup.data_dirs["preprocess"]))
-        self.client = mlflow.MlflowClient(tracking_uri=setup.tracking_uri)
+        self.runs = TrialRuns(TrialRunSettings(
+            tracking_uri=setup.tracking_uri, experiment_id=setup.experiment_id,
+            parent_run_id=setup.parent_run_id, study_name=setup.study_name,
+            spec_name=self.loaded.spec.name, target=setup.target or ""))
+
+    def close(self) -> None:
+        """Wait until every trial's MLflow run is written (raises the first failed write)."""
+        self.runs.close()
 
     def __call__(self, trial) -> float:
         import optuna
 
         from dbspec.monitoring.observer import TrainingObserver
         from dbspec.spec.loader import apply_values
-        from dbspec.training.fit import fit_spec
+        from dbspec.training.fit import FitOptions, fit_spec
 
         search = self.loaded.spec.search
         elapsed = timed()
         trial.set_user_attr(WORKER_ATTR, worker_attr())  # lets a rerun see this worker die
         values = suggest(trial, search)
-        run_id = self._start_run(trial.number, values)
+        run = self.runs.start(trial.number, values)
         history: list[dict[str, float]] = []
         stamps: list[int] = []  # when each epoch was reported, in ms: the metrics' timestamps
         scratch = tempfile.TemporaryDirectory(prefix="dbspec-trial-")
@@ -103,8 +101,8 @@ class Objective:
             observer = TrainingObserver(trial_spec, log_dir=events, say=lambda text: None)
             with observer:
                 result = fit_spec(trial_spec, self.table, self.splits, self.fitted,
-                                  epochs=self.setup.epochs, callbacks=[on_epoch],
-                                  observer=observer)
+                                  FitOptions(epochs=self.setup.epochs, callbacks=[on_epoch],
+                                             observer=observer))
             early = trial_spec.training.early_stopping
             value = best_value_of(result.outcome.history, search.metric,
                                   result.outcome.best_epoch, bool(early and early.restore_best))
@@ -121,45 +119,11 @@ class Objective:
             raise TrialFailed(error) from None
         finally:
             trial.set_user_attr("epochs", len(history))
-            if events.is_dir():  # pruned and failed trials keep their curves too
-                self.client.log_artifacts(run_id, str(events), "tensorboard")
-            scratch.cleanup()
-            self._finish_run(run_id, history, stamps, state, value, error)
+            # the run is written in the background; the scratch dir goes once its files are in
+            self.runs.finish(run, TrialOutcome(history, stamps, state, value, error, events,
+                                               _now_ms()), cleanup=scratch.cleanup)
             self.report(TrialRecord(trial.number, state, value, values, len(history),
                                     elapsed(), error))
-
-    def _start_run(self, number: int, values: dict[str, Any]) -> str:
-        from mlflow.entities import Param
-
-        from dbspec.tracking.mlflow_tracking import process_tags
-
-        run = self.client.create_run(self.setup.experiment_id, run_name=f"trial-{number}", tags={
-            "mlflow.parentRunId": self.setup.parent_run_id, "dbspec.study": self.setup.study_name,
-            "dbspec.trial": str(number), "dbspec.worker_pid": str(os.getpid()),
-            # a later run of the spec ends this run KILLED if its worker dies
-            "dbspec.spec": self.loaded.spec.name, "dbspec.target": self.setup.target or "",
-            **process_tags()})
-        self.client.log_batch(run.info.run_id,
-                              params=[Param(k[:250], str(v)[:6000]) for k, v in values.items()])
-        return run.info.run_id
-
-    def _finish_run(self, run_id: str, history: list[dict[str, float]], stamps: list[int],
-                    state: str, value: Optional[float], error: str) -> None:
-        from mlflow.entities import Metric, RunTag
-
-        # sent once at the end (one request per trial, not per epoch), each with the time its
-        # epoch was reported, so MLflow's wall-time axis shows the trial as it ran
-        metrics = [Metric(k, float(v), stamp, step)
-                   for step, (row, stamp) in enumerate(zip(history, stamps))
-                   for k, v in row.items() if v is not None and math.isfinite(v)]
-        if value is not None:
-            metrics.append(Metric("trial_value", value, _now_ms(), 0))
-        for start in range(0, len(metrics), 1000):
-            self.client.log_batch(run_id, metrics=metrics[start:start + 1000])
-        tags = [RunTag("dbspec.trial_state", state)] + ([RunTag("dbspec.error", error[:5000])]
-                                                        if error else [])
-        self.client.log_batch(run_id, tags=tags)
-        self.client.set_terminated(run_id, "FAILED" if state == "failed" else "FINISHED")
 
     def _save(self, number: int, result) -> None:
         from dataclasses import asdict
@@ -181,7 +145,8 @@ def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional
     """Run ``quota`` trials of the study in this process."""
     import optuna
 
-    from dbspec.tuning import make_pruner, make_sampler, open_storage
+    from dbspec.tuning.storage import open_storage
+    from dbspec.tuning.study import make_pruner, make_sampler
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     objective = Objective(setup, report)
@@ -200,6 +165,7 @@ def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional
     finally:
         for handler in handlers:
             handler.removeFilter(quiet)
+        objective.close()  # the trials' MLflow runs are complete when this returns
 
 
 class _NoInterruptTraceback(logging.Filter):

@@ -275,7 +275,7 @@ def test_heartbeats_reclaim_only_trials_of_dead_workers(tmp_path, monkeypatch):
     import optuna
     from optuna.trial import TrialState
 
-    import dbspec.tuning as tuning
+    import dbspec.tuning.storage as tuning
 
     monkeypatch.setattr(tuning, "HEARTBEAT_SECONDS", 1)
     monkeypatch.setattr(tuning, "GRACE_SECONDS", 1)
