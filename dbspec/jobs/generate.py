@@ -1,0 +1,78 @@
+"""Generating a spec's job definitions: every target's spec built, then rendered as a bundle or
+as Jobs API bodies, with the warnings a reviewer should see."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional, Sequence
+
+from dbspec.errors import UsageError
+
+#: ``--format`` values.
+FORMATS = ("bundle", "jobs-json")
+
+
+def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequence[str] = (),
+             fmt: str = "bundle") -> tuple[dict[str, str], list[str]]:
+    """(relative path -> content, warnings) for ``spec_file`` and the chosen targets.
+
+    Raises:
+        UsageError: unknown target, unreadable spec.
+        SpecError: the spec (or one of its targets) is invalid.
+    """
+    from dbspec.jobs.render import bundle_files, jobs_json_files, warnings_for
+    from dbspec.spec.document import read_document
+    from dbspec.spec.loader import build
+
+    document = read_document(spec_file)
+    base = build(document, assignments=assignments).spec  # no target: the bundle's defaults
+    declared = base.targets
+    names = list(targets) or list(declared)
+    for name in names:
+        if name not in declared:
+            known = ", ".join(declared) or "none"
+            raise UsageError(f"{spec_file}: no target '{name}' (targets: {known})")
+    spec_targets: dict[str, Optional[str]] = {n: n for n in names} or {"default": None}
+    specs = {bundle_name: build(document, target=spec_target, assignments=assignments).spec
+             for bundle_name, spec_target in spec_targets.items()}
+    modes = {n: declared[n].mode if n in declared else "development" for n in specs}
+    if not declared:
+        default: Optional[str] = "default"
+    else:
+        default = next((n for n in specs if declared[n].default), None) or (
+            names[0] if len(names) == 1 else None)
+    shown = _shown_path(spec_file)
+    warnings = [f"{name}: {w}" for name, spec in specs.items() for w in warnings_for(spec)]
+    command = "dbspec jobs " + shown + "".join(f" --target {t}" for t in targets) + \
+        "".join(f" --set {a}" for a in assignments) + f" --format {fmt} -o DIR"
+    if fmt == "jobs-json":
+        from dbspec.jobs.resources import jobs_json_warnings
+
+        warnings += [f"{name}: {w}" for name, spec in specs.items()
+                     for w in [*_principal(spec), *jobs_json_warnings(spec)]]
+        return jobs_json_files(specs, spec_file=shown, spec_targets=spec_targets,
+                               command=command), warnings
+    text = Path(spec_file).read_text(encoding="utf-8")
+    return bundle_files(specs, modes, default,
+                        spec_file=shown, spec_text=text, command=command,
+                        spec_targets=spec_targets, base=base), warnings
+
+
+def _principal(spec) -> list[str]:
+    """A dedicated cluster with no principal: Jobs API bodies have no current-user reference."""
+    from dbspec.spec.clusters import CURRENT_USER, resolve_cluster, serverless
+
+    if serverless(spec):
+        return []
+    return [f"jobs.{'cluster' if key == 'main' else 'training_cluster'}.single_user_name is "
+            "unset: the cluster uses dedicated access mode (Unity Catalog), and a jobs/create "
+            "body cannot name the deploying user; set it to the user or group the job runs as"
+            for key in ("main", "training")
+            if resolve_cluster(spec, key).single_user_name == CURRENT_USER][:1]
+
+
+def _shown_path(spec_file: str) -> str:
+    relative = os.path.relpath(os.path.abspath(spec_file))
+    return (relative if not relative.startswith("..") else os.path.abspath(spec_file)) \
+        .replace(os.sep, "/")
