@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from dbspec.stages.base import StageContext
-from dbspec.stages.outputs import LoadDataOutput, TuneOutput
 from dbspec.tuning.records import TrialFailed, TrialRecord
 from dbspec.tuning.storage import GRACE_SECONDS, fail_stale_trials, open_storage, storage_url
 from dbspec.tuning.study import default_study_name, direction, make_pruner, make_sampler
@@ -24,7 +23,7 @@ class TuneStage:
     def __init__(self, fingerprint: str = ""):
         self.fingerprint = fingerprint
 
-    def run(self, ctx: StageContext) -> TuneOutput:
+    def run(self, ctx: StageContext) -> dict[str, Any]:
         import optuna
 
         from dbspec.tuning.objective import StudySetup
@@ -75,7 +74,7 @@ class TuneStage:
                 source=ctx.loaded.source, target=ctx.loaded.target,
                 # absolute: workers (Spark tasks above all) may run in another directory
                 data_dirs=_trial_data_dirs(ctx, remote),
-                table_meta=ctx.output(LoadDataOutput).to_json(),
+                table_meta=ctx.output_of("load_data"),
                 tune_dir=str(trials_dir(ctx, name, remote).resolve()),
                 tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
                 parent_run_id=run_id, study_name=name, storage=storage,
@@ -93,9 +92,10 @@ class TuneStage:
                 tracker.log_artifact(path, "search")
         ctx.reporter.line(f"  best {search.metric} {summary['best_value']:.6g} in trial "
                           f"{summary['best_trial']}: {summary['best_params']}")
-        return TuneOutput(study_name=name, storage=storage, run_id=run_id,
-                          final_model=search.final_model,
-                          trials_dir=str(trials_dir(ctx, name, remote).resolve()), **summary)
+        return {"study_name": name, "storage": storage, "run_id": run_id,
+                "final_model": search.final_model,
+                "trials_dir": str(trials_dir(ctx, name, remote).resolve()),
+                **summary}
 
 
 def trials_dir(ctx: StageContext, study: str, remote: bool = False) -> Path:
