@@ -62,7 +62,7 @@ def _placement_arguments(parser: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dbspec.executors.summary import build_summary, render_summary
+    from dbspec.executors.summary import RunSummary
 
     loaded = load_spec_arguments(args)
     executor = _executor(args, loaded)
@@ -70,14 +70,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.run_key is not None and not args.run_key.strip():
         raise UsageError("--run-key must not be empty")
     record = executor.run(loaded, only=only, from_stage=args.from_stage, run_key=args.run_key)
-    summary = build_summary(record)
-    print(render_summary(summary))
+    summary = RunSummary.of(record)
+    print(summary.render())
     if args.summary_json:
         Path(args.summary_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n")
-    if args.fail_on_reject and summary.get("promotion") == "rejected":
-        print(f"error: the promotion gates rejected {summary.get('model_name')} "
-              f"v{summary.get('model_version')} (--fail-on-reject)", file=sys.stderr)
+        Path(args.summary_json).write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    if args.fail_on_reject and summary.promotion == "rejected":
+        print(f"error: the promotion gates rejected {summary.model_name} "
+              f"v{summary.model_version} (--fail-on-reject)", file=sys.stderr)
         return EXIT_REJECTED
     return 0
 
@@ -87,7 +87,7 @@ def _executor(args: argparse.Namespace, loaded):
     import shlex
     from pathlib import Path
 
-    from dbspec.executors.local import LocalExecutor, SparkExecutor
+    from dbspec.executors import LocalExecutor, SparkExecutor
     from dbspec.paths import writable_directory
     from dbspec.spark.placement import resolve_shared_dir
     from dbspec.stages.base import Reporter, RunOptions
@@ -194,15 +194,16 @@ def _training_run_of_spec(args: argparse.Namespace, state_dir) -> tuple[str, str
     from dbspec.executors.state import LocalState
     from dbspec.spec.loader import load_spec
     from dbspec.stages.base import RunOptions
+    from dbspec.stages.outputs import TrainOutput
     from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
 
     loaded = load_spec(args.run, target=args.target)
     trainings = {}
     for smoke in ((True,) if args.smoke else (False, True)):
         run_dir = LocalExecutor(state_dir, options=RunOptions(smoke=smoke)).run_dir(loaded)
-        train = LocalState(run_dir).load()["stages"].get("train", {})
-        if train.get("status") == "done":
-            trainings[smoke] = train["output"]["run_id"]
+        train = LocalState(run_dir).load().entry("train")
+        if train is not None and train.done:
+            trainings[smoke] = TrainOutput.from_json(train.output).run_id
     if not trainings:
         kind = "smoke training" if args.smoke else "finished training (full or --smoke)"
         raise DbspecError(f"{args.run}: no {kind} in {state_dir}: run it first")

@@ -18,13 +18,15 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
 from dbspec.executors.cache import RERUN_FROM_CACHE, inputs_of, keep_from_env, run_dir_for
 from dbspec.executors.lock import RunLock
+from dbspec.executors.records import (DONE, FAILED, RUNNING, RunRecord, RunState, StageEntry,
+                                      StageRecord)
 from dbspec.executors.recovery import RunTerminated, Terminated, sigterm_unwinds
 from dbspec.executors.state import LocalState, MlflowState, state_dir_of
 from dbspec.faults import pause_point
@@ -38,29 +40,6 @@ class StageFailed(DbspecError):
     """A stage raised; the run stopped there and can be resumed."""
 
 
-@dataclass
-class StageRecord:
-    """What happened to one stage in this invocation."""
-
-    name: str
-    action: str  # ran | cached | failed
-    seconds: float = 0.0
-    output: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class RunRecord:
-    """The outcome of one ``dbspec run``."""
-
-    spec: str
-    target: Optional[str]
-    run_dir: Path
-    stages: list[StageRecord]
-
-    def output(self, stage: str) -> dict[str, Any]:
-        return next((s.output for s in self.stages if s.name == stage), {})
-
-
 class LocalExecutor:
     """Runs stages in order; template method: :meth:`run` checks, :meth:`_run` works."""
 
@@ -71,6 +50,7 @@ class LocalExecutor:
         self.reporter = reporter or Reporter(enabled=options.show_progress)
         self.resume_command = resume_command
         self.spark = None
+        self._tracker = None
         self._guarded_depth = 0
         self._stage_now: Optional[str] = None
 
@@ -165,8 +145,8 @@ class LocalExecutor:
             return True
         if run_key:
             return False  # the state is in MLflow: the lock and --resume are the signs
-        stages = LocalState(state_dir_of(self.run_dir(loaded), None)).load()["stages"]
-        return any(entry.get("status") in ("running", "failed") for entry in stages.values())
+        stages = LocalState(state_dir_of(self.run_dir(loaded), None)).load().stages
+        return any(entry.status in (RUNNING, FAILED) for entry in stages.values())
 
     def _say_lock(self, lock: RunLock) -> None:
         from dbspec.executors.lock import describe_holder
@@ -265,99 +245,102 @@ class LocalExecutor:
         """``.dbspec/runs/<spec>[@target][-smoke]``."""
         return run_dir_for(self.project_dir, loaded.spec.name, loaded.target, self.options.smoke)
 
-    def _check_inputs(self, plan: Plan, only: tuple[str, ...], state: dict[str, Any]) -> None:
+    def _check_inputs(self, plan: Plan, only: tuple[str, ...], state: RunState) -> None:
         needed = {dep for name in only for dep in plan.ancestors(name)} - set(only)
         for dep in (name for name in plan.names if name in needed):
-            recorded = state["stages"].get(dep, {})
-            if recorded.get("status") != "done" or recorded.get("fingerprint") != \
-                    plan[dep].fingerprint:
+            recorded = state.entry(dep)
+            if recorded is None or not recorded.done or \
+                    recorded.fingerprint != plan[dep].fingerprint:
                 raise UsageError(f"--only {','.join(only)}: the output of '{dep}' is missing or "
                                  f"stale for this spec; run without --only (or --from {dep}) "
                                  "first")
 
-    def _run(self, loaded: LoadedSpec, plan: Plan, store: LocalState, state: dict[str, Any], *,
+    def _run(self, loaded: LoadedSpec, plan: Plan, store: LocalState, state: RunState, *,
              only: tuple[str, ...], from_stage: Optional[str]) -> RunRecord:
         forced = set(plan.downstream(from_stage)) if from_stage else set()
         records: list[StageRecord] = []
-        tracker = None
+        self._tracker = None  # one tracker for the stages of this run (MLflow is slow to open)
         for planned in plan:
-            recorded = state["stages"].get(planned.name, {})
-            current = recorded.get("fingerprint") == planned.fingerprint and \
-                store.holds(planned.name, planned.fingerprint)
+            recorded = state.entry(planned.name)
+            current = recorded is not None and recorded.fingerprint == planned.fingerprint \
+                and store.holds(planned.name, planned.fingerprint)
             if only and planned.name not in only:
-                if current and recorded.get("status") == "done":  # for the summary only
+                if current and recorded.done:  # for the summary only
                     store.use(planned.name, planned.fingerprint)
-                    records.append(StageRecord(planned.name, "cached", 0.0, recorded["output"]))
+                    records.append(StageRecord(planned.name, "cached", 0.0, recorded.output))
                 continue
             skip = not only and planned.name not in forced and \
                 not getattr(build_stage(planned), "always_runs", False)
-            if skip and current and recorded.get("status") == "done":
+            if skip and current and recorded.done:
                 store.use(planned.name, planned.fingerprint)
                 self.reporter.line(f"= {planned.name:<11} unchanged, skipped")
-                records.append(StageRecord(planned.name, "cached", 0.0, recorded["output"]))
+                records.append(StageRecord(planned.name, "cached", 0.0, recorded.output))
                 continue
-            inputs = inputs_of(planned.depends_on, state["stages"])
+            inputs = inputs_of(planned.depends_on, state.stages_json())
             cached = store.reuse(planned.name, planned.fingerprint, inputs) \
                 if skip and planned.name not in RERUN_FROM_CACHE else None
             if cached is not None:  # an earlier spec's run of it, kept at this fingerprint
                 pause_point(f"stage.{planned.name}.reused")  # linked, state.json not yet
-                state["stages"][planned.name] = cached
+                state.stages[planned.name] = cached
                 store.save(state, changed=(planned.name,))
                 self.reporter.line(f"= {planned.name:<11} reused from the cache "
                                    f"({planned.fingerprint})")
-                records.append(StageRecord(planned.name, "cached", 0.0, cached["output"]))
+                records.append(StageRecord(planned.name, "cached", 0.0, cached.output))
                 continue
-            resume = self.options.resume and current and recorded.get("status") != "done"
-            directory = store.prepare(planned.name, planned.fingerprint, resume=resume)
-            ancestors = plan.ancestors(planned.name)
-            store.fetch([d for d in ancestors if not store.stage_dir(d).exists() or only
-                         and d not in only])
-            ctx = StageContext(
-                loaded=loaded, directory=directory, project_dir=self.project_dir,
-                upstream={d: state["stages"][d]["output"] for d in ancestors},
-                upstream_dirs={d: store.stage_dir(d) for d in ancestors},
-                options=replace(self.options, resume=resume), reporter=self.reporter,
-                _tracker=tracker, spark=self.spark, run_name=store.run_dir.name)
-            # a data stage rerun only because the executor changed (same chain, another
-            # fingerprint): it reads the same data, so what follows it stays valid
-            same_inputs = recorded.get("status") == "done" and \
-                recorded.get("fingerprint") != planned.fingerprint and \
-                recorded.get("chain", recorded.get("fingerprint")) == planned.chain
-            state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
-                                             "chain": planned.chain,
-                                             "status": "running", "output": {}}
-            later = [] if same_inputs else plan.downstream(planned.name)[1:]
-            for name in later:
-                state["stages"].pop(name, None)  # their inputs are about to change
-            store.save(state, changed=(planned.name, *later))
-            self.reporter.line(f"> {planned.name}" + (" (resuming)" if resume else ""))
-            self._stage_now = planned.name
-            started = time.perf_counter()
-            try:
-                output = build_stage(planned).run(ctx)
-            except BaseException as exc:
-                self._fail(store, state, planned.name, directory, exc)
-                if isinstance(exc, KeyboardInterrupt):
-                    raise
-                raise StageFailed(self._failure_message(loaded, planned.name, exc, directory)) \
-                    from None if isinstance(exc, DbspecError) else exc
-            tracker = ctx._tracker
-            self._stage_now = None
-            seconds = time.perf_counter() - started
-            store.publish(planned.name)
-            state["stages"][planned.name] = {"fingerprint": planned.fingerprint,
-                                             "chain": planned.chain,
-                                             "status": "done", "output": output,
-                                             "seconds": seconds, "finished_at": _now(),
-                                             "inputs": inputs}
-            store.keep(planned.name, state["stages"][planned.name])  # its files are complete
-            pause_point(f"stage.{planned.name}.kept")  # in the cache, state.json not yet
-            store.save(state, changed=(planned.name,))
-            self.reporter.line(f"  {planned.name} done in {seconds:.1f}s")
-            records.append(StageRecord(planned.name, "ran", seconds, output))
+            resume = self.options.resume and current and not recorded.done
+            records.append(self._run_stage(loaded, plan, planned, store, state, recorded,
+                                           inputs=inputs, resume=resume, only=only))
         return RunRecord(loaded.spec.name, loaded.target, store.run_dir, records)
 
-    def _evict(self, store: LocalState, state: dict[str, Any], keep: int) -> None:
+    def _run_stage(self, loaded: LoadedSpec, plan: Plan, planned, store: LocalState,
+                   state: RunState, recorded: Optional[StageEntry], *, inputs: dict[str, str],
+                   resume: bool, only: tuple[str, ...]) -> StageRecord:
+        """Run one stage: record it running, run it, record it done (or failed)."""
+        directory = store.prepare(planned.name, planned.fingerprint, resume=resume)
+        ancestors = plan.ancestors(planned.name)
+        store.fetch([d for d in ancestors if not store.stage_dir(d).exists() or only
+                     and d not in only])
+        ctx = StageContext(
+            loaded=loaded, directory=directory, project_dir=self.project_dir,
+            upstream={d: state.stages[d].output for d in ancestors},
+            upstream_dirs={d: store.stage_dir(d) for d in ancestors},
+            options=replace(self.options, resume=resume), reporter=self.reporter,
+            _tracker=self._tracker, spark=self.spark, run_name=store.run_dir.name)
+        # a data stage rerun only because the executor changed (same chain, another
+        # fingerprint): it reads the same data, so what follows it stays valid
+        same_inputs = recorded is not None and recorded.done and \
+            recorded.fingerprint != planned.fingerprint and \
+            (recorded.chain or recorded.fingerprint) == planned.chain
+        state.stages[planned.name] = StageEntry(planned.fingerprint, RUNNING, chain=planned.chain)
+        later = [] if same_inputs else plan.downstream(planned.name)[1:]
+        for name in later:
+            state.stages.pop(name, None)  # their inputs are about to change
+        store.save(state, changed=(planned.name, *later))
+        self.reporter.line(f"> {planned.name}" + (" (resuming)" if resume else ""))
+        self._stage_now = planned.name
+        started = time.perf_counter()
+        try:
+            output = build_stage(planned).run(ctx).to_json()
+        except BaseException as exc:
+            self._fail(store, state, planned.name, directory, exc)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            raise StageFailed(self._failure_message(loaded, planned.name, exc, directory)) \
+                from None if isinstance(exc, DbspecError) else exc
+        self._tracker = ctx._tracker
+        self._stage_now = None
+        seconds = time.perf_counter() - started
+        store.publish(planned.name)
+        entry = StageEntry(planned.fingerprint, DONE, output, chain=planned.chain,
+                           seconds=seconds, finished_at=_now(), inputs=inputs)
+        state.stages[planned.name] = entry
+        store.keep(planned.name, entry)  # its files are complete
+        pause_point(f"stage.{planned.name}.kept")  # in the cache, state.json not yet
+        store.save(state, changed=(planned.name,))
+        self.reporter.line(f"  {planned.name} done in {seconds:.1f}s")
+        return StageRecord(planned.name, "ran", seconds, output)
+
+    def _evict(self, store: LocalState, state: RunState, keep: int) -> None:
         removed = store.evict(state, keep)
         if removed:
             freed = sum(r.bytes for r in removed) / 1e6
@@ -367,8 +350,8 @@ class LocalExecutor:
     def _fail(self, store: LocalState, state, name, directory, exc) -> None:
         detail = "".join(traceback.format_exception(exc))
         (directory / "error.txt").write_text(detail)
-        entry = state["stages"][name]
-        entry.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+        state.stages[name] = replace(state.stages[name], status=FAILED,
+                                     error=f"{type(exc).__name__}: {exc}")
         store.save(state, changed=(name,))
 
     def _failure_message(self, loaded, name, exc, directory) -> str:
@@ -391,45 +374,14 @@ class LocalExecutor:
         return f"stage '{name}' failed: {cause}{hint}"
 
 
-class SparkExecutor(LocalExecutor):
-    """The local executor with a Spark session: data stages read through Spark, and the
-    distributors use the same session. The session is started and stopped here, once."""
-
-    kind = "spark"
-
-    def __init__(self, project_dir: Path, *, master: Optional[str] = None, **kwargs: Any):
-        super().__init__(project_dir, **kwargs)
-        self.master_override = master
-
-    def master(self, loaded: LoadedSpec) -> str:
-        from dbspec.spark import master_url
-
-        return master_url(loaded.spec, self.master_override)
-
-    def run(self, loaded: LoadedSpec, *, only: Sequence[str] = (),
-            from_stage: Optional[str] = None, run_key: Optional[str] = None) -> RunRecord:
-        from dbspec.spark import spark_session
-        from dbspec.spark.probe import check_executors
-
-        self.check_placement(loaded)  # before the session: starting one takes seconds
-        with self.guarded(loaded, run_key):  # a second run is refused before its session too
-            self.reporter.line(f"> spark session on {self.master(loaded)}")
-            with spark_session(loaded.spec, self.master_override,
-                               say=self.reporter.line) as session:
-                self.spark = session
-                try:
-                    check_executors(session, loaded.spec, shared_dir=self.options.shared_dir,
-                                    executor=self.kind, say=self.reporter.line)
-                    return super().run(loaded, only=only, from_stage=from_stage,
-                                       run_key=run_key)
-                finally:
-                    self.spark = None
-
-    def data_version(self, loaded: LoadedSpec) -> str:
-        from dbspec.data.spark_sources import spark_version
-
-        return spark_version(self.spark, loaded.spec.data, base=Path.cwd())
-
-
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def __getattr__(name: str) -> Any:
+    """``SparkExecutor`` moved to :mod:`dbspec.executors.spark`; old imports still find it."""
+    if name == "SparkExecutor":
+        from dbspec.executors.spark import SparkExecutor
+
+        return SparkExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,6 +9,7 @@ from typing import Optional
 from dbspec.errors import UsageError
 from dbspec.executors.cache import (LAYOUT, RERUN_FROM_CACHE, StageCache, inputs_of,
                                     read_state, run_dir_for)
+from dbspec.executors.records import RunState
 
 
 def stage_statuses(run_dir: Path, plan) -> dict[str, str]:
@@ -19,30 +20,30 @@ def stage_statuses(run_dir: Path, plan) -> dict[str, str]:
     from dbspec.stages.serving import BatchPredictStage  # light: its heavy imports are in run()
 
     run_dir = Path(run_dir)
-    state, cache = read_state(run_dir), StageCache(run_dir)
+    state, cache = RunState.from_json(read_state(run_dir)), StageCache(run_dir)
     statuses: dict[str, str] = {}
-    would = {}  # the entries the run would use: a stage that runs makes a new one
+    would = {}  # the entries (JSON) the run would use: a stage that runs makes a new one
     for planned in plan:
         name, fingerprint = planned.name, planned.fingerprint
-        recorded = state["stages"].get(name, {})
-        migrated = state.get("layout") == LAYOUT
-        here = recorded.get("fingerprint") == fingerprint and (
+        recorded = state.entry(name)
+        migrated = state.layout == LAYOUT
+        here = recorded is not None and recorded.fingerprint == fingerprint and (
             not migrated or cache.holds(name, fingerprint))
         stage_root = run_dir / "cache" / name
         fresh = all(d in would for d in planned.depends_on)
         found = cache.lookup(name, fingerprint, inputs_of(planned.depends_on, would)) \
             if fresh else None
         if name == BatchPredictStage.name and BatchPredictStage.always_runs:
-            statuses[name] = "stale" if recorded or stage_root.is_dir() else "new"
-        elif here and recorded.get("status") == "done":
-            statuses[name], would[name] = "cached", recorded
+            statuses[name] = "stale" if recorded is not None or stage_root.is_dir() else "new"
+        elif here and recorded.done:
+            statuses[name], would[name] = "cached", recorded.to_json()
         elif found is not None and name not in RERUN_FROM_CACHE:
             statuses[name], would[name] = "cached", found
         elif found is not None:
             statuses[name] = "stale"
         elif here:
             statuses[name] = "resumable"
-        elif recorded or stage_root.is_dir():
+        elif recorded is not None or stage_root.is_dir():
             statuses[name] = "stale"
         else:
             statuses[name] = "new"

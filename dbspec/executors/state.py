@@ -24,10 +24,11 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 from dbspec.errors import DbspecError
 from dbspec.executors.cache import LAYOUT, Removal, StageCache, read_state
+from dbspec.executors.records import RunState, StageEntry
 from dbspec.paths import inside
 from dbspec.stages.base import write_json
 
@@ -51,16 +52,19 @@ class LocalState:
         self.run_dir = Path(run_dir)
         self.cache = StageCache(self.run_dir)
 
-    def load(self) -> dict[str, Any]:
-        return read_state(self.run_dir)
+    def load(self) -> RunState:
+        return RunState.from_json(read_state(self.run_dir))
 
-    def save(self, state: dict[str, Any], changed: Iterable[str] = ()) -> None:
+    def save(self, state: RunState, changed: Iterable[str] = ()) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(self.run_dir / "state.json", {**state, "layout": LAYOUT})
+        write_json(self.run_dir / "state.json", {**state.to_json(), "layout": LAYOUT})
 
-    def migrate(self, state: dict[str, Any]) -> None:
+    def migrate(self, state: RunState) -> None:
         """Bring an old layout's stage folders into the cache (under the run lock)."""
-        if self.cache.migrate(state):
+        recorded = state.to_json()
+        if self.cache.migrate(recorded):  # it completes old entries (their inputs) in place
+            migrated = RunState.from_json(recorded)
+            state.stages, state.layout = migrated.stages, migrated.layout
             self.save(state)
 
     def stage_dir(self, name: str) -> Path:
@@ -71,14 +75,14 @@ class LocalState:
         return self.cache.holds(name, fingerprint)
 
     def reuse(self, name: str, fingerprint: str,
-              inputs: dict[str, str]) -> Optional[dict[str, Any]]:
+              inputs: dict[str, str]) -> Optional[StageEntry]:
         """The cached finished entry of ``name`` at ``fingerprint`` made from ``inputs``
         (:func:`~dbspec.executors.cache.inputs_of`), made current; or None."""
         entry = self.cache.lookup(name, fingerprint, inputs)
-        if entry is not None:
-            self.use(name, fingerprint)
-            entry = {k: v for k, v in entry.items() if k != "used"}
-        return entry
+        if entry is None:
+            return None
+        self.use(name, fingerprint)
+        return StageEntry.from_json(entry)  # without the cache's "used"
 
     def use(self, name: str, fingerprint: str) -> None:
         """Point :meth:`stage_dir` at the files of ``fingerprint`` and mark them used."""
@@ -89,13 +93,13 @@ class LocalState:
         """The (empty, or with ``resume`` the kept) directory a run of ``name`` writes to."""
         return self.cache.prepare(name, fingerprint, keep_files=resume)
 
-    def keep(self, name: str, entry: dict[str, Any]) -> None:
+    def keep(self, name: str, entry: StageEntry) -> None:
         """Keep a finished stage's entry in the cache, reusable at its fingerprint."""
-        self.cache.record(name, entry)
+        self.cache.record(name, entry.to_json())
 
-    def evict(self, state: dict[str, Any], keep: int) -> list[Removal]:
+    def evict(self, state: RunState, keep: int) -> list[Removal]:
         """Drop cache entries beyond ``keep`` per stage (least recently used first)."""
-        return self.cache.evict(state, keep)
+        return self.cache.evict(state.to_json(), keep)
 
     def fetch(self, names: Iterable[str]) -> None:
         """Make the files of ``names`` available under :meth:`stage_dir` (already local)."""
@@ -167,14 +171,14 @@ class MlflowState(LocalState):
     def stage_dir(self, name: str) -> Path:
         return inside(self.run_dir / "stages", name)
 
-    def migrate(self, state: dict[str, Any]) -> None:
+    def migrate(self, state: RunState) -> None:
         pass
 
     def holds(self, name: str, fingerprint: str) -> bool:
         return True
 
     def reuse(self, name: str, fingerprint: str,
-              inputs: dict[str, str]) -> Optional[dict[str, Any]]:
+              inputs: dict[str, str]) -> Optional[StageEntry]:
         return None
 
     def use(self, name: str, fingerprint: str) -> None:
@@ -187,22 +191,22 @@ class MlflowState(LocalState):
         directory.mkdir(parents=True, exist_ok=True)
         return directory
 
-    def keep(self, name: str, entry: dict[str, Any]) -> None:
+    def keep(self, name: str, entry: StageEntry) -> None:
         pass
 
-    def evict(self, state: dict[str, Any], keep: int) -> list[Removal]:
+    def evict(self, state: RunState, keep: int) -> list[Removal]:
         return []
 
-    def load(self) -> dict[str, Any]:
+    def load(self) -> RunState:
         """The recorded stages; empty only when no stage of this key saved anything yet.
 
         Raises:
             StateError: the store failed, or a recorded entry cannot be read.
         """
-        stages: dict[str, Any] = {}
+        stages: dict[str, StageEntry] = {}
         with self._tracking("the stage state"):
             if not self._has_artifacts("dbspec", "state"):  # no stage has saved anything yet
-                return {"stages": {}}
+                return RunState()
         with tempfile.TemporaryDirectory() as tmp:
             local = self._download("dbspec/state", Path(tmp), what="the stage state")
             for path in sorted(local.glob("*.json")):
@@ -212,16 +216,21 @@ class MlflowState(LocalState):
                     raise StateError(f"--run-key {self.key}: the recorded state of stage "
                                      f"'{path.stem}' in MLflow run {self.run_id} is "
                                      f"unreadable ({exc}); rerun with a new --run-key") from None
+                if not isinstance(entry, dict):
+                    raise StateError(f"--run-key {self.key}: the recorded state of stage "
+                                     f"'{path.stem}' in MLflow run {self.run_id} is not a JSON "
+                                     "object; rerun with a new --run-key")
                 if entry.get("status") != "invalidated":
-                    stages[path.stem] = entry
-        return {"stages": stages}
+                    stages[path.stem] = StageEntry.from_json(entry)
+        return RunState(stages)
 
-    def save(self, state: dict[str, Any], changed: Iterable[str] = ()) -> None:
+    def save(self, state: RunState, changed: Iterable[str] = ()) -> None:
         with tempfile.TemporaryDirectory() as tmp, self._tracking("the stage state"):
             for name in changed:
-                entry = state["stages"].get(name, {"status": "invalidated"})
+                entry = state.entry(name)
+                recorded = entry.to_json() if entry is not None else {"status": "invalidated"}
                 path = Path(tmp) / f"{name}.json"
-                path.write_text(json.dumps(entry, indent=2, default=str))
+                path.write_text(json.dumps(recorded, indent=2, default=str))
                 self.client.log_artifact(self.run_id, str(path), "dbspec/state")
 
     def fetch(self, names: Iterable[str]) -> None:

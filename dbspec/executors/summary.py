@@ -2,45 +2,105 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
 
-from dbspec.executors.local import RunRecord
+from dbspec.executors.records import RunRecord
+from dbspec.stages.outputs import (BatchPredictOutput, EvaluateOutput, PromoteOutput,
+                                   RegisterOutput, ServeOutput, TrainOutput, TuneOutput)
+
+_SEARCH = ("study_name", "storage", "best_value", "best_params", "best_trial", "trials",
+           "epochs_trained", "metric")
+_TRAINING = ("epochs_run", "best_epoch", "train_samples_per_second", "device", "threads",
+             "batch_size", "world_size", "backend", "placement")
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """One stage in the summary: ``ran`` or ``cached``, and for how long."""
+
+    name: str
+    action: str
+    seconds: float
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The end-of-run summary; :meth:`to_json` is ``--summary-json``, :meth:`render` the table.
+
+    The search, training, batch_predict and serve parts are those stages' own outputs (or
+    the part of them shown), as JSON; empty when the stage is not in the run.
+    """
+
+    spec: str
+    target: Optional[str]
+    run_id: Optional[str] = None
+    experiment_id: Optional[str] = None
+    tracking_uri: Optional[str] = None
+    model_uri: Optional[str] = None
+    model_name: Optional[str] = None
+    model_version: Optional[str] = None
+    aliases_set: dict[str, str] = field(default_factory=dict)
+    previous_alias_holder: Optional[str] = None
+    promotion: Optional[str] = None
+    gates: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    search: dict[str, Any] = field(default_factory=dict)
+    training: dict[str, Any] = field(default_factory=dict)
+    diagnosis: list[str] = field(default_factory=list)
+    batch_predict: dict[str, Any] = field(default_factory=dict)
+    serve: dict[str, Any] = field(default_factory=dict)
+    stages: tuple[StageSummary, ...] = ()
+    state_dir: str = ""
+
+    @classmethod
+    def of(cls, record: RunRecord) -> "RunSummary":
+        """run_id, experiment_id, model name and version, aliases set, gates, metrics,
+        stages."""
+        train, tune = record.output(TrainOutput), record.output(TuneOutput)
+        evaluate, register = record.output(EvaluateOutput), record.output(RegisterOutput)
+        promote = record.output(PromoteOutput)
+        batch, serve = record.output(BatchPredictOutput), record.output(ServeOutput)
+        promoted = promote is not None and promote.decision == "promoted"
+        search: dict[str, Any] = {}
+        if tune is not None:
+            search = {k: v for k, v in tune.to_json().items() if k in _SEARCH}
+            search["study_run_id"] = tune.run_id
+        return cls(
+            spec=record.spec, target=record.target,
+            run_id=train.run_id if train else None,
+            experiment_id=train.experiment_id if train else None,
+            tracking_uri=train.tracking_uri if train else None,
+            model_uri=train.model_uri if train else None,
+            model_name=register.name if register else None,
+            model_version=register.version if register else None,
+            aliases_set={promote.alias: promote.version} if promoted else {},
+            previous_alias_holder=promote.previous if promote else None,
+            promotion=promote.decision if promote else None,
+            gates=list(promote.gates) if promote else [],
+            metrics=dict(evaluate.metrics) if evaluate else {},
+            search=search,
+            training={k: v for k, v in train.to_json().items() if k in _TRAINING}
+            if train else {},
+            diagnosis=list(train.diagnosis) if train else [],
+            batch_predict=batch.to_json() if batch else {},
+            serve=serve.to_json() if serve else {},
+            stages=tuple(StageSummary(s.name, s.action, round(s.seconds, 3))
+                         for s in record.stages),
+            state_dir=str(record.run_dir))
+
+    def to_json(self) -> dict[str, Any]:
+        """The summary as ``--summary-json`` writes it."""
+        return asdict(self)
+
+    def render(self) -> str:
+        """An aligned text table."""
+        return render_summary(self.to_json())
 
 
 def build_summary(record: RunRecord) -> dict[str, Any]:
-    """run_id, experiment_id, model name and version, aliases set, gates, metrics, stages."""
-    train, evaluate, tune = record.output("train"), record.output("evaluate"), record.output("tune")
-    register, promote = record.output("register"), record.output("promote")
-    aliases = {}
-    if promote.get("decision") == "promoted":
-        aliases[promote["alias"]] = promote["version"]
-    return {
-        "spec": record.spec,
-        "target": record.target,
-        "run_id": train.get("run_id"),
-        "experiment_id": train.get("experiment_id"),
-        "tracking_uri": train.get("tracking_uri"),
-        "model_uri": train.get("model_uri"),
-        "model_name": register.get("name"),
-        "model_version": register.get("version"),
-        "aliases_set": aliases,
-        "previous_alias_holder": promote.get("previous"),
-        "promotion": promote.get("decision"),
-        "gates": promote.get("gates", []),
-        "metrics": evaluate.get("metrics", {}),
-        "search": {**{k: tune[k] for k in ("study_name", "storage", "best_value", "best_params",
-                                           "best_trial", "trials", "epochs_trained", "metric")
-                      if k in tune}, **({"study_run_id": tune["run_id"]} if tune else {})},
-        "training": {k: train[k] for k in ("epochs_run", "best_epoch", "train_samples_per_second",
-                                           "device", "threads", "batch_size", "world_size", "backend",
-                                           "placement") if k in train},
-        "diagnosis": train.get("diagnosis", []),
-        "batch_predict": record.output("batch_predict"),
-        "serve": record.output("serve"),
-        "stages": [{"name": s.name, "action": s.action, "seconds": round(s.seconds, 3)}
-                   for s in record.stages],
-        "state_dir": str(record.run_dir),
-    }
+    """The summary of ``record`` as JSON (:meth:`RunSummary.to_json`)."""
+    return RunSummary.of(record).to_json()
 
 
 def render_summary(summary: dict[str, Any]) -> str:

@@ -7,10 +7,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, TypeVar
 
 from dbspec.spec.loader import LoadedSpec
 from dbspec.spec.sections import Spec
+from dbspec.stages.outputs import StageOutput
+
+O = TypeVar("O", bound=StageOutput)
 
 #: Rows kept by ``--smoke`` runs; enough for every split and class.
 SMOKE_ROWS = 200
@@ -79,7 +82,7 @@ class StageContext:
     loaded: LoadedSpec
     directory: Path
     project_dir: Path
-    upstream: dict[str, dict[str, Any]]
+    upstream: dict[str, dict[str, Any]]  # recorded outputs (JSON): read them with output()
     upstream_dirs: dict[str, Path]
     options: RunOptions
     reporter: Reporter
@@ -103,9 +106,18 @@ class StageContext:
             self._tracker = Tracker(self.spec, self.project_dir, experiment=experiment)
         return self._tracker
 
-    def output_of(self, stage: str) -> dict[str, Any]:
-        """The recorded output of an upstream stage."""
-        return self.upstream[stage]
+    def output(self, kind: type[O]) -> O:
+        """The recorded output of the upstream stage that makes ``kind``.
+
+        Raises:
+            KeyError: that stage is not upstream of this one (a bug in the plan).
+            OutputError: the recorded output lacks a field this version needs.
+        """
+        return kind.from_json(self.upstream[kind.stage])
+
+    def has_output(self, kind: type[StageOutput]) -> bool:
+        """Whether the stage that makes ``kind`` is upstream of this one (``tune`` may not be)."""
+        return kind.stage in self.upstream
 
     def dir_of(self, stage: str) -> Path:
         """The directory an upstream stage wrote its files to."""
@@ -136,8 +148,8 @@ class Stage(Protocol):
 
     name: str
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
-        """Do the work; write files under ``ctx.directory``; return JSON-ready outputs."""
+    def run(self, ctx: StageContext) -> StageOutput:
+        """Do the work; write files under ``ctx.directory``; return the stage's record."""
         ...
 
 

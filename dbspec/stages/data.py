@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
 from dbspec.data import store
 from dbspec.data.prepare import FittedStep, Splits, Table, build_table, fit_preprocessing, split_rows
 from dbspec.data.sources import read_source
 from dbspec.stages.base import SMOKE_ROWS, StageContext, write_json
+from dbspec.stages.outputs import LoadDataOutput, PreprocessOutput, SplitOutput
 
 
 class LoadDataStage:
@@ -16,7 +15,7 @@ class LoadDataStage:
 
     name = "load_data"
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
+    def run(self, ctx: StageContext) -> LoadDataOutput:
         if ctx.spark is not None:
             from dbspec.data.spark_sources import read_source_spark
 
@@ -25,15 +24,16 @@ class LoadDataStage:
             source = read_source(ctx.spec.data, base=Path.cwd())
         table = build_table(source.frame, ctx.spec.data)
         store.write_table(ctx.directory, table)
-        meta = {"rows": len(table.target), "feature_names": table.feature_names,
-                "classes": table.classes, "data_version": source.version, "uri": source.uri}
-        write_json(ctx.directory / "table.json", meta)
-        return meta
+        output = LoadDataOutput(rows=len(table.target), feature_names=table.feature_names,
+                                classes=table.classes, data_version=source.version,
+                                uri=source.uri)
+        write_json(ctx.directory / "table.json", output.to_json())
+        return output
 
 
 def load_table(ctx: StageContext) -> Table:
     """The table written by ``load_data``."""
-    return store.read_table(ctx.dir_of("load_data"), ctx.output_of("load_data"))
+    return store.read_table(ctx.dir_of("load_data"), ctx.output(LoadDataOutput).to_json())
 
 
 class SplitStage:
@@ -41,13 +41,13 @@ class SplitStage:
 
     name = "split"
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
+    def run(self, ctx: StageContext) -> SplitOutput:
         table = load_table(ctx)
         limit = SMOKE_ROWS if ctx.options.smoke else None
         splits = split_rows(table, ctx.spec.data, limit=limit)
         store.write_splits(ctx.directory, splits)
-        return {"train": len(splits.train), "validation": len(splits.validation),
-                "test": len(splits.test)}
+        return SplitOutput(train=len(splits.train), validation=len(splits.validation),
+                           test=len(splits.test))
 
 
 def load_splits(ctx: StageContext) -> Splits:
@@ -60,11 +60,11 @@ class PreprocessStage:
 
     name = "preprocess"
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
+    def run(self, ctx: StageContext) -> PreprocessOutput:
         table, splits = load_table(ctx), load_splits(ctx)
         steps = store.write_preprocessing(ctx.directory,
                                           fit_preprocessing(ctx.spec.data, table, splits.train))
-        return {"steps": [step["kind"] for step in steps]}
+        return PreprocessOutput(steps=[step["kind"] for step in steps])
 
 
 def load_preprocessing(ctx: StageContext) -> list[FittedStep]:

@@ -10,6 +10,8 @@ import numpy as np
 from dbspec.spec.sections.lifecycle import DEFAULT_METRICS, DEFAULT_PLOTS
 from dbspec.stages.base import StageContext, registry_name, write_json
 from dbspec.stages.data import load_splits, load_table
+from dbspec.stages.outputs import (EvaluateOutput, LoadDataOutput, PromoteOutput,
+                                   RegisterOutput, TrainOutput)
 
 
 def score_split(served, table, rows: np.ndarray) -> np.ndarray:
@@ -25,7 +27,7 @@ class EvaluateStage:
 
     name = "evaluate"
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
+    def run(self, ctx: StageContext) -> EvaluateOutput:
         from dbspec.evaluation.metrics import confusion, predicted_labels, task_metrics
         from dbspec.evaluation.plots import write_plots
         from dbspec.models.served import load_served_model
@@ -54,20 +56,22 @@ class EvaluateStage:
                                 ctx.directory / "plots", task=task, history=history,
                                 y_true=table.target[rows], predictions=predictions[plot_split],
                                 classes=table.classes, threshold=threshold)
-        extra = {}
+        matrix = None
         if task != "regression" and "test" in predictions:
             labels = predicted_labels(task, predictions["test"], threshold)
-            extra["confusion_matrix"] = confusion(table.target[splits.test], labels,
-                                                  len(table.classes))
-        write_json(ctx.directory / "metrics.json", {"metrics": metrics, **extra})
+            matrix = confusion(table.target[splits.test], labels, len(table.classes))
+        output = EvaluateOutput(metrics=metrics, plots=[p.name for p in plots],
+                                confusion_matrix=matrix)
+        write_json(ctx.directory / "metrics.json",
+                   {k: v for k, v in output.to_json().items() if k != "plots"})
         tracker = ctx.tracker
-        with tracker.run(ctx.output_of("train")["run_id"]):
+        with tracker.run(ctx.output(TrainOutput).run_id):
             # val_loss already has one value per epoch from training; keep its history clean
             tracker.log_metrics({k: v for k, v in metrics.items() if k != "val_loss"})
             for path in plots:
                 tracker.log_artifact(path, "plots")
             tracker.log_artifact(ctx.directory / "metrics.json", "evaluation")
-        return {"metrics": metrics, "plots": [p.name for p in plots], **extra}
+        return output
 
 
 def _loss(served, table, rows) -> float:
@@ -102,27 +106,28 @@ class RegisterStage:
 
     name = "register"
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
+    def run(self, ctx: StageContext) -> RegisterOutput:
         from dbspec.registry import GATES_TAG, PENDING, UNGATED, Registry
 
         spec = ctx.spec
-        train, evaluate = ctx.output_of("train"), ctx.output_of("evaluate")
+        train, evaluate = ctx.output(TrainOutput), ctx.output(EvaluateOutput)
         name = registry_name(spec, ctx.options)
-        tags = {"dbspec.spec": spec.name, "dbspec.run_id": train["run_id"],
-                "dbspec.data_version": ctx.output_of("load_data")["data_version"],
-                **{f"metric.{k}": f"{v:.6g}" for k, v in evaluate["metrics"].items()},
+        tags = {"dbspec.spec": spec.name, "dbspec.run_id": train.run_id,
+                "dbspec.data_version": ctx.output(LoadDataOutput).data_version,
+                **{f"metric.{k}": f"{v:.6g}" for k, v in evaluate.metrics.items()},
                 **spec.registry.tags}
         if spec.registry.promotion is not None:
             tags[GATES_TAG] = json.dumps(_gates_of(spec))
         registered = Registry(ctx.tracker.client).register(
-            name, train["model_uri"], train["run_id"], tags,
+            name, train.model_uri, train.run_id, tags,
             decision=UNGATED if spec.registry.promotion is None else PENDING)
         for version in registered.abandoned:
             ctx.reporter.line(f"  {name} version {version} tagged abandoned (its run died "
                               "before gating it)")
         how = "reused (same training run and model)" if registered.adopted else "registered"
         ctx.reporter.line(f"  {how} {name} version {registered.version}")
-        return {"name": name, "version": registered.version, "adopted": registered.adopted}
+        return RegisterOutput(name=name, version=registered.version,
+                              adopted=registered.adopted)
 
 
 def _gates_of(spec) -> list[dict[str, Any]]:
@@ -139,15 +144,16 @@ class PromoteStage:
 
     name = "promote"
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
+    def run(self, ctx: StageContext) -> PromoteOutput:
         from dbspec.registry import GATES_TAG, AliasDecision, Registry, check_gates
 
         spec = ctx.spec
         promotion = spec.registry.promotion
-        registered = ctx.output_of("register")
-        name, version = registered["name"], str(registered["version"])
+        registered = ctx.output(RegisterOutput)
+        name, version = registered.name, str(registered.version)
         registry = Registry(ctx.tracker.client)
-        metrics = ctx.output_of("evaluate")["metrics"]
+        metrics = ctx.output(EvaluateOutput).metrics
+        run_id = ctx.output(TrainOutput).run_id
         scores: dict[tuple[str, str], Optional[float]] = {}  # (champion version, metric)
 
         def champion(seen, alias: str, metric: str) -> Optional[float]:
@@ -162,8 +168,7 @@ class PromoteStage:
             results = check_gates(promotion.gates, metrics,
                                   lambda alias, metric: champion(seen, alias, metric))
             target = version if all(r.passed for r in results) else None
-            return AliasDecision(target, f"gates passed in run {ctx.output_of('train')['run_id']}",
-                                 detail=results)
+            return AliasDecision(target, f"gates passed in run {run_id}", detail=results)
 
         decide(registry.snapshot(name))  # score the champion before taking the lock (slow)
         registry.client.set_model_version_tag(name, version, GATES_TAG,
@@ -174,10 +179,10 @@ class PromoteStage:
         registry.record_gates(name, version, results, "promoted" if passed else "rejected")
         for result in results:
             ctx.reporter.line(f"  gate {result.describe()}")
-        return {"name": name, "version": version, "alias": promotion.alias,
-                "decision": "promoted" if passed else "rejected",
-                "previous": outcome.previous if outcome.moved else None,
-                "gates": [r.describe() for r in results], "passed": passed}
+        return PromoteOutput(name=name, version=version, alias=promotion.alias,
+                             decision="promoted" if passed else "rejected",
+                             previous=outcome.previous if outcome.moved else None,
+                             gates=[r.describe() for r in results], passed=passed)
 
     @staticmethod
     def _rescore(ctx: StageContext, registry, name: str, holder: str,

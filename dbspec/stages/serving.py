@@ -7,10 +7,9 @@ points now), so it runs on every ``dbspec run``. Smoke runs use the version they
 
 from __future__ import annotations
 
-from typing import Any
-
 from dbspec.errors import DbspecError
 from dbspec.stages.base import StageContext, registry_name
+from dbspec.stages.outputs import BatchPredictOutput, PromoteOutput, RegisterOutput, ServeOutput
 
 
 def _served_version(ctx: StageContext):
@@ -20,12 +19,13 @@ def _served_version(ctx: StageContext):
 
     target = spec_target(ctx.spec)._replace(name=registry_name(ctx.spec, ctx.options))
     if ctx.options.smoke:  # a smoke run checks the mechanics on its own model, gates or not
-        target = target._replace(alias=None, version=ctx.output_of("register")["version"])
+        target = target._replace(alias=None, version=ctx.output(RegisterOutput).version)
     client = ctx.tracker.client
     try:
         return client, target, resolve_version(client, target)
     except RegistryError as exc:
-        rejected = ctx.upstream.get("promote", {}).get("decision") == "rejected"
+        rejected = ctx.has_output(PromoteOutput) and \
+            ctx.output(PromoteOutput).decision == "rejected"
         hint = " (this run's model did not pass the gates, and no earlier version holds the " \
                "alias)" if rejected and target.alias else ""
         raise DbspecError(f"nothing to serve: {exc}{hint}") from None
@@ -61,7 +61,7 @@ class BatchPredictStage:
                             "checked before any stage runs, so that nothing is trained for a "
                             "batch_predict that cannot read its input")
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
+    def run(self, ctx: StageContext) -> BatchPredictOutput:
         from dbspec.serving.batch import out_of_range_line, predict_local, predict_spark
         from dbspec.serving.source import load_version
 
@@ -88,10 +88,10 @@ class BatchPredictStage:
                           + f" at {result.rows / max(result.seconds, 1e-9):,.0f} rows/s")
         if result.out_of_range_rows:
             ctx.reporter.line(f"  warning: {out_of_range_line(result)}")
-        return {"rows": result.rows, "output": output, "format": result.format,
-                "out_of_range_rows": result.out_of_range_rows,
-                "output_version": result.output_version, "input_version": result.input_version,
-                "model_uri": target.uri, "model_version": version}
+        return BatchPredictOutput(
+            rows=result.rows, output=output, format=result.format,
+            out_of_range_rows=result.out_of_range_rows, output_version=result.output_version,
+            input_version=result.input_version, model_uri=target.uri, model_version=version)
 
     @staticmethod
     def _on_spark(ctx: StageContext, loaded, output: str, predict_spark, ranges):
@@ -111,7 +111,7 @@ class ServeStage:
 
     name = "serve"
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
+    def run(self, ctx: StageContext) -> ServeOutput:
         import asyncio
 
         import numpy as np
@@ -127,8 +127,8 @@ class ServeStage:
             client, target, version = _served_version(ctx)
         except DbspecError as exc:  # a rejected first model: the run did its job all the same
             ctx.reporter.line(f"  {exc}")
-            return {"model_uri": None, "model_version": None, "command": command,
-                    "problem": str(exc)}
+            return ServeOutput(model_uri=None, model_version=None, command=command,
+                               problem=str(exc))
         loaded = load_version(client, target, version)
         table, splits = load_table(ctx), load_splits(ctx)
         rows = table.features[splits.test[:8]]
@@ -149,5 +149,5 @@ class ServeStage:
                               f"{want[:3]}... in process")
         ctx.reporter.line(f"  {target.uri} (v{version}) answers; start the endpoint with: "
                           f"{command}")
-        return {"model_uri": target.uri, "model_version": version, "command": command,
-                "checked_rows": len(rows)}
+        return ServeOutput(model_uri=target.uri, model_version=version, command=command,
+                           checked_rows=len(rows))

@@ -10,8 +10,9 @@ default checkpoint interval.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from dbspec.errors import DbspecError
 from dbspec.faults import pause_point
 from dbspec.stages.base import StageContext, write_json
 from dbspec.stages.data import load_preprocessing, load_splits, load_table
+from dbspec.stages.outputs import LoadDataOutput, TrainOutput, TuneOutput
 
 
 class TrainStage:
@@ -43,101 +45,168 @@ class TrainStage:
 
             require_ray(quick=True)  # before any stage runs
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
-        from dbspec.models.served import save_served_model
-        from dbspec.training.checkpoints import CheckpointStore
-        from dbspec.training.fit import fit_spec
-
-        spec = tuned_spec(ctx)
-        table, splits, fitted = load_table(ctx), load_splits(ctx), load_preprocessing(ctx)
-        files = _rank_files_dir(ctx, spec)
-        checkpoints = None
-        if spec.training.checkpointing.enabled:
-            checkpoints = CheckpointStore(files / "checkpoints",
-                                          every=spec.training.checkpointing.every_n_epochs,
-                                          keep=spec.training.checkpointing.keep_last)
-            if not ctx.options.resume:
-                checkpoints.clear()
-        epochs = 1 if ctx.options.smoke else spec.training.epochs
-        run_file = ctx.directory / "run.json"
-        previous_run = json.loads(run_file.read_text())["run_id"] \
-            if ctx.options.resume and run_file.exists() else None
-        tracker = ctx.tracker
-        reused = "tune" in ctx.upstream and ctx.output_of("tune")["final_model"] == "best_trial"
-        tags = {"dbspec.spec": spec.name, "dbspec.target": ctx.loaded.target or "",
-                "dbspec.smoke": str(ctx.options.smoke).lower(),
-                "dbspec.data_version": ctx.output_of("load_data")["data_version"]}
+    def run(self, ctx: StageContext) -> TrainOutput:
         from dbspec.monitoring.observer import TrainingObserver
 
-        observer = TrainingObserver(spec, log_dir=ctx.directory / "tensorboard",
+        job = _prepare(ctx)
+        tracker = ctx.tracker
+        observer = TrainingObserver(job.spec, log_dir=ctx.directory / "tensorboard",
                                     say=ctx.reporter.line)
-        with tracker.run(previous_run, tags=tags,
-                         system_metrics=spec.tracking.system_metrics) as run_id, observer:
-            write_json(run_file, {"run_id": run_id})
-            if previous_run is not None:
+        with tracker.run(job.previous_run, tags=_run_tags(ctx, job.spec),
+                         system_metrics=job.spec.tracking.system_metrics) as run_id, observer:
+            write_json(ctx.directory / "run.json", {"run_id": run_id})
+            if job.previous_run is not None:
                 tracker.resume_epochs()  # the epochs after the checkpoint: MLflow may have them
+            result = _fit(job, tracker, run_id, observer)
+            diagnosis = _log_after_fit(job, tracker, run_id, observer, result)
+            model_uri = _log_served_model(job, tracker, result)
+        return _output(job, tracker, run_id, model_uri, result, diagnosis, observer)
 
-            def log_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
-                tracker.log_epoch(metrics, epoch)
-                pause_point(f"train.epoch.{epoch}")
-                ctx.reporter.epoch(epoch=epoch, epochs=epochs, metrics=metrics)
 
-            if reused:
-                result = _best_trial(ctx)
-            elif spec.compute.kind in ("torch_distributor", "deepspeed", "ray"):
-                from dbspec.spark import spark_session
+@dataclass(frozen=True)
+class _TrainingJob:
+    """What one run of the stage trains on and where (the steps of :meth:`TrainStage.run`)."""
 
-                tracker.flush()
-                with spark_session(spec, ctx.options.master, say=ctx.reporter.line) as session:
-                    if ctx.spark is None:  # the spark executor checked its executors already
-                        from dbspec.spark.probe import check_executors
+    ctx: StageContext
+    spec: Any  # the spec with the search's best parameters applied
+    table: Any
+    splits: Any
+    fitted: Any
+    files: Path  # where ranks read shards and write checkpoints (see _rank_files_dir)
+    checkpoints: Any  # a CheckpointStore, or None
+    epochs: int
+    previous_run: Optional[str]  # the MLflow run a --resume continues
+    reused: bool  # the best trial's model is taken instead of training
 
-                        check_executors(session, spec, shared_dir=ctx.options.shared_dir,
-                                        executor="local", say=ctx.reporter.line)
-                    result = fit_spec(spec, table, splits, fitted, epochs=epochs,
-                                      checkpoints=checkpoints, resume=ctx.options.resume,
-                                      work_dir=files / "distributed",
-                                      tracking={"uri": tracker.tracking_uri, "run_id": run_id},
-                                      say=ctx.reporter.line)
-                if "placement" not in result.outcome.extra:  # ray words its own
-                    result.outcome.extra["placement"] = _placement(spec, session, files)
-                _log_ranks(tracker, result.outcome.extra)
-            else:
-                result = fit_spec(spec, table, splits, fitted, epochs=epochs,
-                                  checkpoints=checkpoints, resume=ctx.options.resume,
-                                  callbacks=[log_epoch], observer=observer)
-            served, outcome = result.served, result.outcome
-            if previous_run is not None and not reused:
-                tracker.log_missing_epochs(outcome.history)  # lost with a killed run's buffer
-            findings = observer.finish(device=result.device.type, threads=result.threads,
-                                       batch_size=result.batch_size or spec.training.batch_size)
-            diagnosis = outcome.extra.get("diagnosis") or [f.text() for f in findings]
-            tracker.set_tags({"dbspec.diagnosis": " | ".join(diagnosis)[:5000]})
-            for events in (ctx.directory / "tensorboard", files / "distributed" / "tensorboard"):
-                if events.is_dir():
-                    tracker.client.log_artifacts(run_id, str(events), "tensorboard")
-            if previous_run is None:
-                _log_inputs(ctx, spec, tracker, table, result)
-            served_dir = save_served_model(served, ctx.directory / "served")
-            write_json(ctx.directory / "history.json", outcome.history)
-            example = _example_frame(table, splits)
-            model_uri = tracker.log_model(served_dir, example, served.predict_frame(example))
-            summary = {"best_epoch": outcome.best_epoch + 1, "epochs_run": outcome.epochs_run,
-                       "train_samples_per_second": outcome.samples_per_second}
-            tracker.log_metrics(summary)
-        return {"run_id": run_id, "experiment_id": tracker.experiment_id,
-                "tracking_uri": tracker.tracking_uri, "model_uri": model_uri,
-                "resumed_from_epoch": outcome.resumed_from, "stopped_early": outcome.stopped_early,
-                "device": str(result.device), "threads": result.threads,
-                "parameters": result.parameters, **summary, "diagnosis": diagnosis,
-                "gpu_monitoring": (observer.monitor.gpu_unavailable or "available")
-                if observer.monitor is not None else "off",
-                **({"batch_size": result.batch_size}
-                   if result.batch_size not in (None, spec.training.batch_size) else {}),
-                **({"world_size": result.outcome.extra["world_size"],
-                    "backend": result.outcome.extra["backend"],
-                    "placement": result.outcome.extra["placement"]}
-                   if "world_size" in result.outcome.extra else {})}
+
+def _prepare(ctx: StageContext) -> _TrainingJob:
+    """The data, the checkpoints (cleared unless resuming) and the run to continue."""
+    from dbspec.training.checkpoints import CheckpointStore
+
+    spec = tuned_spec(ctx)
+    files = _rank_files_dir(ctx, spec)
+    checkpoints = None
+    if spec.training.checkpointing.enabled:
+        checkpoints = CheckpointStore(files / "checkpoints",
+                                      every=spec.training.checkpointing.every_n_epochs,
+                                      keep=spec.training.checkpointing.keep_last)
+        if not ctx.options.resume:
+            checkpoints.clear()
+    run_file = ctx.directory / "run.json"
+    previous_run = json.loads(run_file.read_text())["run_id"] \
+        if ctx.options.resume and run_file.exists() else None
+    reused = ctx.has_output(TuneOutput) and ctx.output(TuneOutput).final_model == "best_trial"
+    return _TrainingJob(ctx, spec, load_table(ctx), load_splits(ctx), load_preprocessing(ctx),
+                        files, checkpoints, 1 if ctx.options.smoke else spec.training.epochs,
+                        previous_run, reused)
+
+
+def _run_tags(ctx: StageContext, spec) -> dict[str, str]:
+    return {"dbspec.spec": spec.name, "dbspec.target": ctx.loaded.target or "",
+            "dbspec.smoke": str(ctx.options.smoke).lower(),
+            "dbspec.data_version": ctx.output(LoadDataOutput).data_version}
+
+
+def _fit(job: _TrainingJob, tracker, run_id: str, observer):
+    """The trained model: the best trial's, from ranks on Spark, or trained in process."""
+    from dbspec.training.fit import FitOptions, fit_spec
+
+    ctx, spec = job.ctx, job.spec
+    if job.reused:
+        return _best_trial(ctx)
+    if spec.compute.kind in ("torch_distributor", "deepspeed", "ray"):
+        return _fit_distributed(job, tracker, run_id)
+
+    def log_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
+        tracker.log_epoch(metrics, epoch)
+        pause_point(f"train.epoch.{epoch}")
+        ctx.reporter.epoch(epoch=epoch, epochs=job.epochs, metrics=metrics)
+
+    return fit_spec(spec, job.table, job.splits, job.fitted, FitOptions(
+        epochs=job.epochs, checkpoints=job.checkpoints, resume=ctx.options.resume,
+        callbacks=[log_epoch], observer=observer))
+
+
+def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
+    """Ranks launched on Spark (TorchDistributor, DeepSpeed, Ray); rank 0 logs the epochs."""
+    from dbspec.spark import spark_session
+    from dbspec.tracking.metrics import TrackingTarget
+    from dbspec.training.fit import FitOptions, fit_spec
+
+    ctx, spec = job.ctx, job.spec
+    tracker.flush()
+    with spark_session(spec, ctx.options.master, say=ctx.reporter.line) as session:
+        if ctx.spark is None:  # the spark executor checked its executors already
+            from dbspec.spark.probe import check_executors
+
+            check_executors(session, spec, shared_dir=ctx.options.shared_dir,
+                            executor="local", say=ctx.reporter.line)
+        result = fit_spec(spec, job.table, job.splits, job.fitted, FitOptions(
+            epochs=job.epochs, checkpoints=job.checkpoints, resume=ctx.options.resume,
+            work_dir=job.files / "distributed",
+            tracking=TrackingTarget(tracker.tracking_uri, run_id),
+            say=ctx.reporter.line))
+    if "placement" not in result.outcome.extra:  # ray words its own
+        result.outcome.extra["placement"] = _placement(spec, session, job.files)
+    _log_ranks(tracker, result.outcome.extra)
+    return result
+
+
+def _log_after_fit(job: _TrainingJob, tracker, run_id: str, observer, result) -> list[str]:
+    """Epochs a killed run lost, the diagnosis, TensorBoard events and (for a new run) the
+    inputs; returns the diagnosis."""
+    ctx = job.ctx
+    if job.previous_run is not None and not job.reused:
+        tracker.log_missing_epochs(result.outcome.history)  # lost with a killed run's buffer
+    findings = observer.finish(device=result.device.type, threads=result.threads,
+                               batch_size=result.batch_size or job.spec.training.batch_size)
+    diagnosis = result.outcome.extra.get("diagnosis") or [f.text() for f in findings]
+    tracker.set_tags({"dbspec.diagnosis": " | ".join(diagnosis)[:5000]})
+    for events in (ctx.directory / "tensorboard", job.files / "distributed" / "tensorboard"):
+        if events.is_dir():
+            tracker.client.log_artifacts(run_id, str(events), "tensorboard")
+    if job.previous_run is None:
+        _log_inputs(ctx, job.spec, tracker, job.table, result)
+    return diagnosis
+
+
+def _log_served_model(job: _TrainingJob, tracker, result) -> str:
+    """Save the served model and its history here, log it and the summary metrics to MLflow;
+    returns the logged model's URI."""
+    from dbspec.models.served import save_served_model
+
+    served, outcome = result.served, result.outcome
+    served_dir = save_served_model(served, job.ctx.directory / "served")
+    write_json(job.ctx.directory / "history.json", outcome.history)
+    example = _example_frame(job.table, job.splits)
+    model_uri = tracker.log_model(served_dir, example, served.predict_frame(example))
+    tracker.log_metrics(_summary_metrics(outcome))
+    return model_uri
+
+
+def _summary_metrics(outcome) -> dict[str, float]:
+    return {"best_epoch": outcome.best_epoch + 1, "epochs_run": outcome.epochs_run,
+            "train_samples_per_second": outcome.samples_per_second}
+
+
+def _output(job: _TrainingJob, tracker, run_id: str, model_uri: str, result,
+            diagnosis: list[str], observer) -> TrainOutput:
+    outcome, extra = result.outcome, result.outcome.extra
+    distributed = "world_size" in extra
+    return TrainOutput(
+        run_id=run_id, experiment_id=tracker.experiment_id, tracking_uri=tracker.tracking_uri,
+        model_uri=model_uri, resumed_from_epoch=outcome.resumed_from,
+        stopped_early=outcome.stopped_early, device=str(result.device),
+        threads=result.threads, parameters=result.parameters,
+        best_epoch=outcome.best_epoch + 1, epochs_run=outcome.epochs_run,
+        train_samples_per_second=outcome.samples_per_second, diagnosis=diagnosis,
+        gpu_monitoring=(observer.monitor.gpu_unavailable or "available")
+        if observer.monitor is not None else "off",
+        batch_size=result.batch_size
+        if result.batch_size not in (None, job.spec.training.batch_size) else None,
+        world_size=extra["world_size"] if distributed else None,
+        backend=extra["backend"] if distributed else None,
+        placement=extra["placement"] if distributed else None)
 
 
 def _rank_files_dir(ctx: StageContext, spec) -> Path:
@@ -183,8 +252,9 @@ def _best_trial(ctx: StageContext):
     from dbspec.training.fit import Fitted
     from dbspec.training.loop import TrainOutcome
 
-    trial = ctx.output_of("tune")["best_trial"]
-    directory = Path(ctx.output_of("tune")["trials_dir"]) / str(trial)
+    tune = ctx.output(TuneOutput)
+    trial = tune.best_trial
+    directory = Path(tune.trials_dir) / str(trial)
     if not (directory / "served").exists():
         raise DbspecError(f"the model of trial {trial} is not at {directory} (the study ran "
                           "before its models were kept); set search.final_model: retrain")
@@ -197,11 +267,11 @@ def _best_trial(ctx: StageContext):
 
 def tuned_spec(ctx: StageContext):
     """The spec, with the search's best parameters applied when a study ran before."""
-    if "tune" not in ctx.upstream:
+    if not ctx.has_output(TuneOutput):
         return ctx.spec
     from dbspec.spec.loader import apply_values
 
-    return apply_values(ctx.loaded, ctx.output_of("tune")["best_params"]).spec
+    return apply_values(ctx.loaded, ctx.output(TuneOutput).best_params).spec
 
 
 def _log_inputs(ctx: StageContext, spec, tracker, table, result) -> None:
@@ -225,8 +295,8 @@ def _log_inputs(ctx: StageContext, spec, tracker, table, result) -> None:
     (spec_dir / source.name).write_text(source.read_text())
     tracker.log_artifact(spec_dir / "resolved.yaml", "spec")
     tracker.log_artifact(spec_dir / source.name, "spec")
-    load = ctx.output_of("load_data")
+    load = ctx.output(LoadDataOutput)
     frame = pd.DataFrame(table.features, columns=table.feature_names)
     frame[spec.data.target] = table.target
-    tracker.log_dataset(frame, source=load["uri"], target=spec.data.target,
-                        version=load["data_version"], name=f"{spec.name}-data")
+    tracker.log_dataset(frame, source=load.uri, target=spec.data.target,
+                        version=load.data_version, name=f"{spec.name}-data")

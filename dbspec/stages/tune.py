@@ -7,9 +7,19 @@ from pathlib import Path
 from typing import Any
 
 from dbspec.stages.base import StageContext
-from dbspec.tuning.records import TrialFailed, TrialRecord
-from dbspec.tuning.storage import GRACE_SECONDS, fail_stale_trials, open_storage, storage_url
-from dbspec.tuning.study import default_study_name, direction, make_pruner, make_sampler
+from dbspec.stages.outputs import LoadDataOutput, TuneOutput
+from dbspec.tuning import (
+    GRACE_SECONDS,
+    TrialFailed,
+    TrialRecord,
+    default_study_name,
+    direction,
+    fail_stale_trials,
+    make_pruner,
+    make_sampler,
+    open_storage,
+    storage_url,
+)
 
 #: Trials a ``--smoke`` run makes, whatever ``n_trials`` says.
 SMOKE_TRIALS = 3
@@ -23,7 +33,7 @@ class TuneStage:
     def __init__(self, fingerprint: str = ""):
         self.fingerprint = fingerprint
 
-    def run(self, ctx: StageContext) -> dict[str, Any]:
+    def run(self, ctx: StageContext) -> TuneOutput:
         import optuna
 
         from dbspec.tuning.objective import StudySetup
@@ -74,7 +84,7 @@ class TuneStage:
                 source=ctx.loaded.source, target=ctx.loaded.target,
                 # absolute: workers (Spark tasks above all) may run in another directory
                 data_dirs=_trial_data_dirs(ctx, remote),
-                table_meta=ctx.output_of("load_data"),
+                table_meta=ctx.output(LoadDataOutput).to_json(),
                 tune_dir=str(trials_dir(ctx, name, remote).resolve()),
                 tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
                 parent_run_id=run_id, study_name=name, storage=storage,
@@ -82,7 +92,6 @@ class TuneStage:
                 save_models=search.final_model == "best_trial")
             _run_trials(ctx, setup, remaining, parallelism, seed, search.timeout, n_trials)
             study = optuna.load_study(study_name=name, storage=open_storage(storage))
-            fail_stale_trials(study)  # one whose worker died before it named itself is old now
             summary = _summarize(study, search.metric)
             tracker.log_metrics({"best_value": summary["best_value"],
                                  "epochs_trained": summary["epochs_trained"],
@@ -92,10 +101,9 @@ class TuneStage:
                 tracker.log_artifact(path, "search")
         ctx.reporter.line(f"  best {search.metric} {summary['best_value']:.6g} in trial "
                           f"{summary['best_trial']}: {summary['best_params']}")
-        return {"study_name": name, "storage": storage, "run_id": run_id,
-                "final_model": search.final_model,
-                "trials_dir": str(trials_dir(ctx, name, remote).resolve()),
-                **summary}
+        return TuneOutput(study_name=name, storage=storage, run_id=run_id,
+                          final_model=search.final_model,
+                          trials_dir=str(trials_dir(ctx, name, remote).resolve()), **summary)
 
 
 def trials_dir(ctx: StageContext, study: str, remote: bool = False) -> Path:

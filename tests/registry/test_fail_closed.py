@@ -41,7 +41,7 @@ def test_the_holder_is_none_only_when_the_registry_says_so(store, tmp_path):
 def test_a_registry_answering_errors_is_an_error_not_no_holder(erroring_registry):
     import mlflow
 
-    from dbspec.registry import Registry, RegistryUnavailable, alias_holder
+    from dbspec.registry import Registry, RegistryError, RegistryUnavailable, alias_holder
     from dbspec.serving.source import ModelTarget, resolve_version
 
     client = mlflow.MlflowClient(erroring_registry)
@@ -52,7 +52,7 @@ def test_a_registry_answering_errors_is_an_error_not_no_holder(erroring_registry
     with pytest.raises(RegistryUnavailable, match="registered model 'm'"):
         Registry(client).snapshot("m")  # not "no registered model 'm'"
     # serving reads the alias through the same lookup; the endpoint tells a failure by this
-    with pytest.raises(RegistryUnavailable, match="^the registry did not answer"):
+    with pytest.raises(RegistryError, match="^the registry did not answer"):
         resolve_version(client, ModelTarget("m", alias="production"))
 
 
@@ -125,6 +125,7 @@ def test_the_promote_stage_fails_closed(flaky_proxy, mlflow_server, tmp_path):
     from dbspec.spec.loader import load_spec
     from dbspec.stages.base import Reporter, RunOptions, StageContext
     from dbspec.stages.lifecycle import PromoteStage
+    from dbspec.stages.outputs import EvaluateOutput, RegisterOutput, TrainOutput
 
     real = mlflow.MlflowClient(mlflow_server.uri)
     name = f"fail_closed_stage_{time.time_ns()}"
@@ -133,9 +134,10 @@ def test_the_promote_stage_fails_closed(flaky_proxy, mlflow_server, tmp_path):
     flaky_proxy.failing.append(ALIAS_LOOKUP)
     ctx = StageContext(
         loaded=load_spec(str(tmp_path / "s.yaml")), directory=tmp_path, project_dir=tmp_path,
-        upstream={"register": {"name": name, "version": version, "adopted": False},
-                  "evaluate": {"metrics": {"test_rmse": 50.0}, "plots": []},
-                  "train": {"run_id": "r1"}},
+        upstream={"register": RegisterOutput(name, version).to_json(),
+                  "evaluate": EvaluateOutput({"test_rmse": 50.0}).to_json(),
+                  "train": TrainOutput("r1", "0", mlflow_server.uri, "models:/m-1", None,
+                                       False, "cpu", 1, 9, 1, 1, 100.0).to_json()},
         upstream_dirs={}, options=RunOptions(), reporter=Reporter(enabled=False),
         _tracker=SimpleNamespace(client=mlflow.MlflowClient(flaky_proxy.uri)))
     with pytest.raises(RegistryUnavailable, match="did not answer"):

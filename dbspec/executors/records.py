@@ -1,0 +1,136 @@
+"""The stage state a run records between invocations (one entry per stage), and what one
+invocation did (:class:`RunRecord`, the input of the run summary).
+
+:class:`StageEntry` and :class:`RunState` are the only place the state is turned into JSON or
+read from it (``state.json`` of a run directory, ``dbspec/state/<stage>.json`` of a run key's
+MLflow run, the stage cache's ``<fingerprint>.json``). The JSON is the format earlier versions
+wrote, so a run recorded by them resumes as it is: keys an entry does not have (``chain`` and
+``inputs`` before the stage cache) read as unset, and unset keys are not written back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping, Optional, TypeVar
+
+from dbspec.stages.outputs import StageOutput
+
+O = TypeVar("O", bound=StageOutput)
+
+#: ``status`` of a stage: started and not finished (or killed), finished, raised.
+RUNNING, DONE, FAILED = "running", "done", "failed"
+
+
+@dataclass(frozen=True)
+class StageEntry:
+    """One stage's recorded state.
+
+    Attributes:
+        fingerprint: The plan's fingerprint of the stage when it ran.
+        status: ``running``, ``done`` or ``failed``.
+        output: The stage's record as JSON (:meth:`~dbspec.stages.outputs.StageOutput.to_json`),
+            empty until it is done.
+        chain: The fingerprint without the executor (a data stage rerun only because the
+            executor changed keeps what follows it).
+        seconds: How long the run took (done entries).
+        finished_at: When it finished, UTC (done entries; part of the entry's identity).
+        inputs: The identities of the upstream entries it was made from (done entries).
+        error: ``Type: message`` of what it raised (failed entries).
+    """
+
+    fingerprint: str
+    status: str
+    output: dict[str, Any] = field(default_factory=dict)
+    chain: Optional[str] = None
+    seconds: Optional[float] = None
+    finished_at: Optional[str] = None
+    inputs: Optional[dict[str, str]] = None
+    error: Optional[str] = None
+
+    @property
+    def done(self) -> bool:
+        return self.status == DONE
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object recorded (unset keys left out)."""
+        out: dict[str, Any] = {}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if value is not None:
+                out[item.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "StageEntry":
+        """An entry as recorded by this or an earlier version (unknown keys, such as the
+        cache's ``used``, are ignored; a missing fingerprint or status reads as empty, which
+        no plan matches: the stage runs again)."""
+        return cls(fingerprint=str(data.get("fingerprint") or ""),
+                   status=str(data.get("status") or ""),
+                   output=dict(data.get("output") or {}),
+                   chain=data.get("chain"), seconds=data.get("seconds"),
+                   finished_at=data.get("finished_at"),
+                   inputs=dict(data["inputs"]) if data.get("inputs") is not None else None,
+                   error=data.get("error"))
+
+
+@dataclass
+class RunState:
+    """The recorded stages of one run directory (or run key); ``layout`` of its files
+    (:data:`~dbspec.executors.cache.LAYOUT`), None before the stage cache."""
+
+    stages: dict[str, StageEntry] = field(default_factory=dict)
+    layout: Optional[int] = None
+
+    def entry(self, name: str) -> Optional[StageEntry]:
+        return self.stages.get(name)
+
+    def stages_json(self) -> dict[str, dict[str, Any]]:
+        """Every entry as JSON, by stage (what the cache's identities are computed from)."""
+        return {name: entry.to_json() for name, entry in self.stages.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"stages": self.stages_json()}
+        if self.layout is not None:
+            out["layout"] = self.layout
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RunState":
+        stages = data.get("stages") or {}
+        return cls({name: StageEntry.from_json(entry) for name, entry in stages.items()
+                    if isinstance(entry, Mapping)}, data.get("layout"))
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """What happened to one stage in this invocation.
+
+    Attributes:
+        name: The stage.
+        action: ``ran`` or ``cached`` (skipped, reused from the cache, or recorded, with
+            ``--only``).
+        seconds: How long it ran here.
+        output: Its record as JSON (read it typed with :meth:`RunRecord.output`).
+    """
+
+    name: str
+    action: str
+    seconds: float = 0.0
+    output: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """The outcome of one ``dbspec run``."""
+
+    spec: str
+    target: Optional[str]
+    run_dir: Path
+    stages: list[StageRecord]
+
+    def output(self, kind: type[O]) -> Optional[O]:
+        """The output of the stage that makes ``kind``; None when it is not in this run."""
+        found = next((s for s in self.stages if s.name == kind.stage and s.output), None)
+        return kind.from_json(found.output) if found is not None else None

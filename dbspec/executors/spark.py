@@ -1,0 +1,54 @@
+"""The Spark executor: the local executor with one Spark session around the whole run.
+
+Data stages read through the session, and the distributors (TorchDistributor, DeepSpeed, Ray
+on Spark) and the study's trial tasks use it; the session is started and stopped here, once,
+after the run lock is taken (so a second run is refused before paying for a session).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from dbspec.executors.local import LocalExecutor, RunRecord
+from dbspec.spec.loader import LoadedSpec
+
+
+class SparkExecutor(LocalExecutor):
+    """The local executor with a Spark session: data stages read through Spark, and the
+    distributors use the same session. The session is started and stopped here, once."""
+
+    kind = "spark"
+
+    def __init__(self, project_dir: Path, *, master: Optional[str] = None, **kwargs: Any):
+        super().__init__(project_dir, **kwargs)
+        self.master_override = master
+
+    def master(self, loaded: LoadedSpec) -> str:
+        from dbspec.spark import master_url
+
+        return master_url(loaded.spec, self.master_override)
+
+    def run(self, loaded: LoadedSpec, *, only: Sequence[str] = (),
+            from_stage: Optional[str] = None, run_key: Optional[str] = None) -> RunRecord:
+        from dbspec.spark import spark_session
+        from dbspec.spark.probe import check_executors
+
+        self.check_placement(loaded)  # before the session: starting one takes seconds
+        with self.guarded(loaded, run_key):  # a second run is refused before its session too
+            self.reporter.line(f"> spark session on {self.master(loaded)}")
+            with spark_session(loaded.spec, self.master_override,
+                               say=self.reporter.line) as session:
+                self.spark = session
+                try:
+                    check_executors(session, loaded.spec, shared_dir=self.options.shared_dir,
+                                    executor=self.kind, say=self.reporter.line)
+                    return super().run(loaded, only=only, from_stage=from_stage,
+                                       run_key=run_key)
+                finally:
+                    self.spark = None
+
+    def data_version(self, loaded: LoadedSpec) -> str:
+        from dbspec.data.spark_sources import spark_version
+
+        return spark_version(self.spark, loaded.spec.data, base=Path.cwd())
