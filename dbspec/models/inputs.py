@@ -53,22 +53,17 @@ def feature_matrix(names: Sequence[str], features: Any) -> np.ndarray:
         import pandas as pd
     except ImportError:  # pragma: no cover - pandas comes with every extra that scores
         pd = None
-    if pd is not None and isinstance(features, pd.DataFrame):
-        columns = list(features.columns)
-        present = set(columns)
-        if all(name in present for name in names):
-            features = features[names]
-        elif not _positional(columns):
-            missing = [name for name in names if name not in present]
-            unknown = [str(c) for c in columns if c not in set(names)]
-            raise InputError(
-                f"the input has no column {_listing(missing)}"
-                + (f" and has columns the model does not know ({_listing(unknown)})"
-                   if unknown else "")
-                + f": send the {len(names)} columns {_listing(names)} by name, or "
-                  f"{len(names)} unnamed values per row in that order")
+    frame = pd is not None and isinstance(features, pd.DataFrame)
+    if frame:
+        features = _columns_in_order(names, features)
     try:
-        x = np.array(features, dtype=np.float32)  # a copy: pandas 3 views are read-only
+        if frame:
+            # to_numpy, not np.array(frame): that probes the frame for array attributes through
+            # pandas' __getattr__, several times the cost of the copy (MLflow's scoring server
+            # hands every request over as a frame); copy=True: pandas 3 views are read-only
+            x = features.to_numpy(dtype=np.float32, copy=True)
+        else:
+            x = np.array(features, dtype=np.float32)  # a copy, writable
     except (TypeError, ValueError) as exc:
         raise InputError(f"the input is not a table of numbers: {exc}") from None
     if x.ndim == 1 and len(names) == 1:
@@ -78,6 +73,29 @@ def feature_matrix(names: Sequence[str], features: Any) -> np.ndarray:
         raise InputError(f"the input has {got} columns; the model takes {len(names)} "
                          f"({_listing(names)}), by name or in that order")
     return x
+
+
+def _columns_in_order(names: list[str], frame: Any) -> Any:
+    """``frame`` with the model's columns in training order, or as it is when it is positional.
+
+    Raises:
+        InputError: neither every feature by name nor unnamed columns.
+    """
+    columns = list(frame.columns)
+    if columns == names:
+        return frame
+    present = set(columns)
+    if all(name in present for name in names):
+        return frame[names]
+    if _positional(columns):
+        return frame
+    missing = [name for name in names if name not in present]
+    unknown = [str(c) for c in columns if c not in set(names)]
+    raise InputError(
+        f"the input has no column {_listing(missing)}"
+        + (f" and has columns the model does not know ({_listing(unknown)})" if unknown else "")
+        + f": send the {len(names)} columns {_listing(names)} by name, or "
+          f"{len(names)} unnamed values per row in that order")
 
 
 def _positional(columns: list) -> bool:
