@@ -39,9 +39,7 @@ class FeatureTransform(nn.Module):
                 self.register_buffer(f"{name}{i}", torch.tensor(values, dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.kinds:
-            return x
-        x = x.clone()
+        owned = False  # x is the caller's until a step makes a new tensor: copy before writing
         for i, kind in enumerate(self.kinds):
             cols = getattr(self, f"cols{i}")
             part = x if cols.numel() == 0 else x[:, cols]
@@ -53,8 +51,10 @@ class FeatureTransform(nn.Module):
             else:
                 part = (part - getattr(self, f"center{i}")) / getattr(self, f"scale{i}")
             if cols.numel() == 0:
-                x = part
+                x, owned = part, True
             else:
+                if not owned:
+                    x, owned = x.clone(), True
                 x[:, cols] = part
         return x
 

@@ -23,3 +23,19 @@ def test_a_read_only_frame_is_scored_without_a_warning():
     weight, bias = model.network[0].weight.detach().numpy()[0], model.network[0].bias.item()
     expected = (np.array([[1.0, 3.0], [2.0, 4.0]]) @ weight + bias) * 2.0 + 10.0
     np.testing.assert_allclose(scored["prediction"], expected, rtol=1e-5)
+
+
+def test_preprocessing_leaves_the_callers_rows_as_they_were():
+    import torch
+
+    card = ModelCard(task="regression", loss="mse", feature_names=["a", "b"], out_features=1,
+                     model={"layers": [{"linear": {"out": 1}}]},
+                     preprocessing=[{"kind": "impute", "columns": [0], "params": {"fill": [9.0]}},
+                                    {"kind": "clip", "columns": [0, 1],
+                                     "params": {"low": [0.0, 0.0], "high": [5.0, 5.0]}}])
+    rows = torch.tensor([[float("nan"), 7.0], [1.0, -2.0]])
+    given = rows.clone()
+    out = ServedModel(card).transform(rows)
+    assert torch.equal(out, torch.tensor([[5.0, 5.0], [1.0, 0.0]]))
+    assert torch.equal(rows.isnan(), given.isnan()) and rows[1].tolist() == [1.0, -2.0]
+    assert rows[0, 1].item() == 7.0
