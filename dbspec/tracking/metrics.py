@@ -6,10 +6,14 @@ per value costs 2-3.7 ms here against a 0.2 ms training step, and one ``log_batc
 values are kept with the wall-clock time and step they were logged at and sent in batches:
 every few seconds, when the buffer grows large, and on :meth:`MetricBuffer.flush`. The batches
 sent during training go through MLflow's own asynchronous logging (``synchronous=False``: a
-queue and a background thread), so the store's disk writes overlap the training;
-:meth:`MetricBuffer.flush` waits until everything is stored. Measured in
-``benchmarks/metric_logging.py`` against MLflow's asynchronous logging of every epoch on its
-own and against synchronous batches.
+queue and a background thread), so the store's writes overlap the training;
+:meth:`MetricBuffer.flush` waits until everything is stored.
+
+Measured with ``benchmarks/metric_logging.py`` (diabetes, 300 epochs of 12 steps, a SQLite
+store, process CPU seconds, median of 5): this buffer 1.07x no logging, the same buffer
+sending in the training thread 1.11x, MLflow's asynchronous logging of every epoch on its own
+2.5x (each call pays the queue, a future and one store transaction). What remains is MLflow's
+per-value store work, fixed per value: a smaller share of longer epochs.
 
 This module imports no MLflow at import time: the caller hands in its ``MlflowClient``.
 """
