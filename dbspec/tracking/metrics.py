@@ -10,10 +10,12 @@ queue and a background thread), so the store's writes overlap the training;
 :meth:`MetricBuffer.flush` waits until everything is stored.
 
 Measured with ``benchmarks/metric_logging.py`` (diabetes, 300 epochs of 12 steps, a SQLite
-store, process CPU seconds, median of 5): this buffer 1.07x no logging, the same buffer
-sending in the training thread 1.11x, MLflow's asynchronous logging of every epoch on its own
-2.5x (each call pays the queue, a future and one store transaction). What remains is MLflow's
-per-value store work, fixed per value: a smaller share of longer epochs.
+store, process CPU seconds, median of 5-7, two runs on a shared machine): this buffer
+1.07-1.16x no logging, the same buffer sending in the training thread 1.11x in both (the two
+are within noise of each other on CPU; on wall time the background sends were ahead when the
+disk was slow), MLflow's asynchronous logging of every epoch on its own 2.5x (each call pays
+the queue, a future and one store transaction). What remains is MLflow's per-value store work
+(SQLAlchemy objects and the latest-metric update): a smaller share of longer epochs.
 
 This module imports no MLflow at import time: the caller hands in its ``MlflowClient``.
 """
