@@ -31,7 +31,8 @@ time, the mtimes of ``job.json`` and ``result.json``), and the ratios 2 ranks / 
 One machine cannot show a speed-up (both "nodes" share its cores); what it shows is the launch
 overhead. Needs root (``unshare -m`` and ``mount``), Java, and minutes: each cluster run pays
 Spark's executor start and the distributor's launch. Close other work first.
-Run: ``python benchmarks/cluster_overhead.py [--epochs 20] [--repeats 1] [--quick] [--keep]``.
+Run: ``python benchmarks/cluster_overhead.py [--epochs 20] [--repeats 2] [--quick] [--keep]``
+(the configurations alternate in order between repeats; the ratios come last).
 """
 
 from __future__ import annotations
@@ -484,7 +485,6 @@ def report(results: dict[str, list[Result]], order: list[str], args, loads) -> N
                 print(f"  {words:<50}" + "".join(_s(v, 8) for v in row))
         if BARE in shown:
             print("  (bare: from the call's start; its warm-up probe and session are untimed)")
-    print("ratios:")
 
     def med(key, what="stage"):
         return _median(getattr(r, what) for r in results.get(key, []) if r.ok)
@@ -493,18 +493,6 @@ def report(results: dict[str, list[Result]], order: list[str], args, loads) -> N
         print(f"  {words:<62} " + (f"{a / b:.2f}x  ({a:.1f} s / {b:.1f} s)"
                                    if a is not None and b else "n/a (not run)"))
 
-    ratio("2 ranks / 1 rank, train stage (cluster, local_mode false)",
-          med("cluster-2"), med("cluster-1"))
-    ratio("2 ranks / 1 rank, ranks' training loop", med("cluster-2", "rank_seconds"),
-          med("cluster-1", "rank_seconds"))
-    ratio("cluster / local[2], train stage (local_mode false)", med("cluster-2"),
-          med("local2-2"))
-    ratio("cluster / local[2], time to first epoch (local_mode false)",
-          med("cluster-2", "first_epoch"), med("local2-2", "first_epoch"))
-    ratio("cluster local_mode false / true, train stage", med("cluster-2"), med("cluster-lm"))
-    ratio("dbspec train stage / bare TorchDistributor.run", med("cluster-2"), med(BARE))
-    ratio("dbspec's distributor span / bare TorchDistributor.run",
-          med("cluster-2", "distributor"), med(BARE))
     dbspec, bare = med("cluster-2"), med(BARE)
     if dbspec is not None and bare is not None:
         spans = {s: _median(r.segments.get(s) for r in results["cluster-2"] if r.ok)
@@ -531,6 +519,19 @@ def report(results: dict[str, list[Result]], order: list[str], args, loads) -> N
                         for a, b in same)
             print(f"  same final weights (rank 0 checksum) in the bare run as in dbspec's: "
                   f"{'yes' if equal else 'NO: ' + str(same)}")
+    print("ratios:")
+    ratio("2 ranks / 1 rank, train stage (cluster, local_mode false)",
+          med("cluster-2"), med("cluster-1"))
+    ratio("2 ranks / 1 rank, ranks' training loop", med("cluster-2", "rank_seconds"),
+          med("cluster-1", "rank_seconds"))
+    ratio("cluster / local[2], train stage (local_mode false)", med("cluster-2"),
+          med("local2-2"))
+    ratio("cluster / local[2], time to first epoch (local_mode false)",
+          med("cluster-2", "first_epoch"), med("local2-2", "first_epoch"))
+    ratio("cluster local_mode false / true, train stage", med("cluster-2"), med("cluster-lm"))
+    ratio("dbspec train stage / bare TorchDistributor.run", med("cluster-2"), med(BARE))
+    ratio("dbspec's distributor span / bare TorchDistributor.run",
+          med("cluster-2", "distributor"), med(BARE))
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -542,7 +543,7 @@ def _terminate(signum, frame):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true",
                         help=f"only {', '.join(QUICK)} and the bare peer (a smoke check)")
     parser.add_argument("--timeout", type=float, default=1800,
@@ -584,7 +585,8 @@ def main() -> None:
             raise RuntimeError(f"a worker sees {hidden}: the mount namespace does not hide it")
         bare_log = (logs / "bare.log").open("a")
         for repeat in range(args.repeats):
-            for config in configs:
+            # every other repeat in reverse order: no configuration always meets a fresh cluster
+            for config in configs if repeat % 2 == 0 else configs[::-1]:
                 result = run_config(config, repeat, epochs=args.epochs, cluster=cluster,
                                     server=server, hidden=hidden, logs=logs,
                                     timeout=args.timeout)
