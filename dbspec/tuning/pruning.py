@@ -18,14 +18,15 @@ from typing import Any, Callable, Container, Optional
 from optuna.pruners import BasePruner
 from optuna.trial import TrialState
 
-#: With parallel workers, a trial another worker finishes reaches the running trials' pruning
-#: at most this many seconds late (with one worker the list is always exact).
+#: While other workers run trials, one they finish reaches this worker's pruning at most this
+#: many seconds late (with one worker the list is always exact and never renewed mid-trial).
 REFRESH_SECONDS = 2.0
 
 
 class FinishedTrialsPruner(BasePruner):
-    """Optuna's ``inner`` pruner, shown the study's finished trials from a list taken once per
-    trial (and again every :data:`REFRESH_SECONDS` while it runs).
+    """Optuna's ``inner`` pruner, shown the study's finished trials from a list taken at each
+    trial's first report (and again every :data:`REFRESH_SECONDS` while it runs, if other
+    trials were running then: other workers').
 
     With one worker this is exactly what the storage would answer: no trial finishes while
     this one runs. Everything else the pruner reads or writes (the study's direction, this
@@ -48,6 +49,7 @@ class FinishedTrialsPruner(BasePruner):
         self._key: Optional[tuple[str, int]] = None
         self._taken = 0.0
         self._finished: list = []
+        self._others_running = False
 
     def prune(self, study: Any, trial: Any) -> bool:
         """The inner pruner's verdict on ``trial``, over the listed finished trials."""
@@ -58,9 +60,12 @@ class FinishedTrialsPruner(BasePruner):
         key = (study.study_name, trial.number)
         with self._lock:
             now = self._clock()
-            if key != self._key or now - self._taken > self.refresh_seconds:
-                self._finished = study.get_trials(deepcopy=False, states=(
-                    TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+            stale = self._others_running and now - self._taken > self.refresh_seconds
+            if key != self._key or stale:
+                trials = study.get_trials(deepcopy=False)
+                self._finished = [t for t in trials if t.state.is_finished()]
+                self._others_running = any(t.state == TrialState.RUNNING and
+                                           t.number != trial.number for t in trials)
                 self._key, self._taken = key, now
             return self._finished
 

@@ -76,14 +76,13 @@ class Spy(optuna.pruners.BasePruner):
         return False
 
 
-def test_the_list_is_renewed_per_trial_and_when_old():
+def test_the_list_is_renewed_per_trial_and_when_old_while_others_run():
     now = [0.0]
     spy = Spy()
     pruner = FinishedTrialsPruner(spy, refresh_seconds=10, clock=lambda: now[0])
     study = optuna.create_study(pruner=pruner)
-    mine = study.ask()
+    mine, other = study.ask(), study.ask()  # another worker's trial runs alongside this one
     pruner.prune(study, study._storage.get_trial(mine._trial_id))
-    other = study.ask()  # another worker's trial finishes while this one runs
     study.tell(other, 1.0)
     pruner.prune(study, study._storage.get_trial(mine._trial_id))
     now[0] = 11.0
@@ -93,4 +92,20 @@ def test_the_list_is_renewed_per_trial_and_when_old():
     pruner.prune(study, study._storage.get_trial(following._trial_id))
     # finished trials: listed, kept while young, renewed when old or for a new trial; running
     # trials always come from the study itself
-    assert spy.seen == [(0, 1), (0, 1), (1, 1), (2, 1)]
+    assert spy.seen == [(0, 2), (0, 1), (1, 1), (2, 1)]
+
+
+def test_alone_the_list_is_not_renewed_during_a_trial():
+    now = [0.0]
+    storage = CountingStorage()
+    pruner = FinishedTrialsPruner(Spy(), refresh_seconds=1, clock=lambda: now[0])
+    study = optuna.create_study(storage=storage, pruner=pruner)
+    trial = study.ask()
+    for step in range(5):
+        now[0] += 5.0  # slow epochs: each report comes after the refresh period
+        trial.report(1.0, step)
+        before = storage.listings
+        trial.should_prune()
+        # one listing: the spy's running trials (its completed ones come from the list); plus,
+        # at the first report only, the list itself
+        assert storage.listings - before == (2 if step == 0 else 1)
