@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
 from dbspec.executors.cache import RERUN_FROM_CACHE, inputs_of, keep_from_env, run_dir_for
@@ -376,12 +376,3 @@ class LocalExecutor:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def __getattr__(name: str) -> Any:
-    """``SparkExecutor`` moved to :mod:`dbspec.executors.spark`; old imports still find it."""
-    if name == "SparkExecutor":
-        from dbspec.executors.spark import SparkExecutor
-
-        return SparkExecutor
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,13 +31,13 @@ from dbspec.jobs.build import (
     access_control,
     ai_runtime_script,
     build_job,
-    job_key,
     shared_dir,
     warnings_for,
 )
-from dbspec.spec.clusters import CURRENT_USER, serverless
-from dbspec.jobs.resources import name_assignments, registry_resources
 from dbspec.jobs.files import GENERATED_MARK
+from dbspec.jobs.resources import name_assignments, registry_resources
+from dbspec.jobs.tasks import job_key
+from dbspec.spec.clusters import CURRENT_USER, serverless
 
 WHEEL = f"dbspec-{__version__}-py3-none-any.whl"
 SHARED_DIR_HELP = (

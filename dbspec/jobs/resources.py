@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from dbspec.jobs.build import job_key, training_resources
+from dbspec.jobs.tasks import job_key, training_resources
 
 #: Unity Catalog privileges on the registered model, by role.
 ROLE_GRANTS = {"admin": ("ALL_PRIVILEGES", "MANAGE"),
@@ -286,7 +286,7 @@ def endpoint_task(spec, where):
     """
     from databricks.sdk.service import jobs as j
 
-    from dbspec.jobs.build import _task_settings, cluster, mlflow_env, task_libraries
+    from dbspec.jobs.tasks import cluster, mlflow_env, task_libraries, task_settings
     from dbspec.spec.clusters import resolve_cluster, serverless
 
     if not serves_realtime(spec):
@@ -310,4 +310,4 @@ def endpoint_task(spec, where):
         python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
                                             parameters=parameters),
         libraries=task_libraries(spec, (), where.wheel, packages=ENDPOINT_PACKAGES),
-        **compute, **_task_settings(spec.jobs, UPDATE_ENDPOINT))
+        **compute, **task_settings(spec.jobs, UPDATE_ENDPOINT))

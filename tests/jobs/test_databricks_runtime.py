@@ -83,7 +83,7 @@ def _normal(requirement: str) -> tuple[str, frozenset[str]]:
 
 
 def test_every_task_installs_what_its_stages_import(tmp_path):
-    from dbspec.jobs.build import extra_requirements
+    from dbspec.jobs.tasks import extra_requirements
 
     train = [r for r in PYPROJECT["project"]["optional-dependencies"]["train"]
              if not r.startswith("torch")]

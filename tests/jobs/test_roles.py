@@ -239,7 +239,7 @@ def test_the_endpoint_task_names_the_endpoint_and_the_bundle_declares_none(bundl
 
 
 def test_the_endpoint_task_installs_the_wheel_and_mlflow_only(bundle):
-    from dbspec.jobs.build import extra_requirements
+    from dbspec.jobs.tasks import extra_requirements
 
     files, _ = bundle
     tasks = {t["task_key"]: t for t in resources(files, "prod")["jobs"]["rbac"]["tasks"]}

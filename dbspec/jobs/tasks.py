@@ -1,0 +1,158 @@
+"""The pieces of a job's tasks that the job and its resources share: the job's key, cluster
+specs, the MLflow environment, task settings and the libraries each task installs."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from dbspec.errors import UsageError
+from dbspec.spec.clusters import CURRENT_USER, ResolvedCluster
+from dbspec.spec.databricks import Resources
+from dbspec.spec.databricks import training_resources as _training_resources
+
+
+def training_resources(spec) -> Resources:
+    """GPUs and workers the training cluster needs, from ``compute``."""
+    return _training_resources(spec.compute)
+
+
+def cluster(resolved: ResolvedCluster, env: dict[str, str], *, current_user: Optional[str]):
+    """A ``compute.ClusterSpec`` for a cluster resolved from the spec (see
+    :func:`dbspec.spec.clusters.resolve_cluster`, which ``dbspec validate`` checks too).
+
+    ``current_user`` stands in for a dedicated cluster's default principal (bundles:
+    ``${workspace.current_user.userName}``; None where the format has no such reference).
+    """
+    from databricks.sdk.service.compute import ClusterSpec, DataSecurityMode, Kind, RuntimeEngine
+
+    settings, resources = resolved.settings, resolved.resources
+    gpu = resources.gpus_per_node > 0
+    conf = {}
+    tags = dict(settings.custom_tags)
+    if resolved.num_workers == 0:  # a single-node cluster, the way the Clusters API expects it
+        conf.update({"spark.databricks.cluster.profile": "singleNode",
+                     "spark.master": "local[*, 4]"})
+        tags["ResourceClass"] = "SingleNode"
+    if gpu and resources.on_executors:
+        conf["spark.task.resource.gpu.amount"] = str(resources.gpus_per_node)
+    conf.update(settings.spark_conf)
+    user = resolved.single_user_name
+    if user == CURRENT_USER:
+        user = current_user
+    mode = resolved.data_security_mode
+    return ClusterSpec(
+        spark_version=resolved.spark_version,
+        node_type_id=resolved.node_type_id, driver_node_type_id=settings.driver_node_type_id,
+        num_workers=resolved.num_workers, policy_id=settings.policy_id,
+        data_security_mode=DataSecurityMode(mode) if mode else None,
+        single_user_name=user,
+        runtime_engine=RuntimeEngine(settings.runtime_engine) if settings.runtime_engine
+        else None,
+        use_ml_runtime=settings.use_ml_runtime,
+        kind=Kind(settings.kind) if settings.kind else None,
+        spark_conf=dict(sorted(conf.items())) or None,
+        custom_tags=dict(sorted(tags.items())) or None,
+        spark_env_vars=dict(sorted(env.items())) or None)
+
+
+def mlflow_env(spec) -> dict[str, str]:
+    """The tracking (and Unity Catalog registry) URIs the tasks need to find each other."""
+    env = {"MLFLOW_TRACKING_URI": spec.tracking.tracking_uri or "databricks"}
+    registry = spec.tracking.registry_uri
+    if registry is None and spec.registry is not None and spec.registry.name.count(".") == 2:
+        registry = "databricks-uc"
+    if registry:
+        env["MLFLOW_REGISTRY_URI"] = registry
+    return env
+
+
+def task_settings(jobs, key: str) -> dict[str, Any]:
+    """Timeout and retry settings of task ``key``: ``jobs.task_defaults``, then its own."""
+    merged = jobs.task_defaults.model_dump(exclude_none=True)
+    if key in jobs.tasks:
+        merged.update(jobs.tasks[key].model_dump(exclude_none=True))
+    out = {}
+    if "timeout_seconds" in merged:
+        out["timeout_seconds"] = merged["timeout_seconds"]
+    if "max_retries" in merged:
+        out["max_retries"] = merged["max_retries"]
+    if "min_retry_interval_ms" in merged:
+        out["min_retry_interval_millis"] = merged["min_retry_interval_ms"]
+    if "retry_on_timeout" in merged:
+        out["retry_on_timeout"] = merged["retry_on_timeout"]
+    return out
+
+
+def job_key(spec) -> str:
+    """The job's resource key: the spec name with only [A-Za-z0-9_]."""
+    return "".join(c if c.isalnum() else "_" for c in spec.name)
+
+
+#: Packages of dbspec's extras that tasks never install: Databricks Runtime ML ships them,
+#: built for its CUDA and Spark (a PyPI wheel would replace them).
+RUNTIME_PROVIDED = ("torch", "pyspark")
+
+
+def extra_requirements(extra: str) -> list[str]:
+    """The requirements of ``dbspec[extra]``, read from the installed package's metadata (so
+    from the same pyproject.toml the deployed wheel is built from).
+
+    Raises:
+        UsageError: dbspec's metadata is missing (not installed through pip).
+    """
+    import importlib.metadata
+    import re
+
+    try:
+        requires = importlib.metadata.requires("dbspec") or []
+    except importlib.metadata.PackageNotFoundError:
+        raise UsageError("dbspec jobs reads the task libraries from dbspec's package metadata; "
+                         "install dbspec with pip (pip install -e .) first") from None
+    marker = re.compile(r"""extra\s*==\s*["']([\w-]+)["']""")
+    out = []
+    for line in requires:
+        requirement, _, condition = line.partition(";")
+        found = marker.search(condition)
+        if not found or found.group(1) != extra:
+            continue
+        # other markers (sys_platform != "win32") hold on Databricks' Linux nodes: dropped
+        name = re.split(r"[<>=!~\[ ]", requirement.strip(), maxsplit=1)[0]
+        if name.lower() in RUNTIME_PROVIDED or name.lower() == "dbspec":
+            continue
+        out.append(requirement.strip())
+    return out
+
+
+def _distribution(requirement: str) -> str:
+    """The distribution a requirement names, lower case (``mlflow>=3.0,<4`` -> ``mlflow``)."""
+    import re
+
+    return re.split(r"[<>=!~\[ ;]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def task_extras(spec, stages: tuple[str, ...]) -> tuple[str, ...]:
+    """The dbspec extras the stages of one task import."""
+    extras = ["train"]
+    if "train" in stages or "tune" in stages:
+        extras += {"deepspeed": ["deepspeed"], "ray": ["ray"]}.get(spec.compute.kind, [])
+    if "serve" in stages:
+        extras.append("serve")
+    return tuple(extras)
+
+
+def task_libraries(spec, stages: tuple[str, ...], wheel: str, *,
+                   packages: Optional[tuple[str, ...]] = None) -> list:
+    """The wheel, and its extras' requirements as PyPI libraries (a wheel library installs
+    the core dependencies only), so that every task imports what its stages run.
+
+    ``packages`` keeps only the extras' requirements of these distributions, pinned as the
+    extras pin them: a task that runs no stage (the endpoint task needs MLflow alone).
+    """
+    from databricks.sdk.service.compute import Library, PythonPyPiLibrary
+
+    pins = [pin for extra in task_extras(spec, stages) for pin in extra_requirements(extra)]
+    if packages is not None:
+        wanted = {p.lower() for p in packages}
+        pins = [pin for pin in pins if _distribution(pin) in wanted]
+    return [Library(whl=wheel)] + [Library(pypi=PythonPyPiLibrary(package=pin))
+                                   for pin in dict.fromkeys(pins)]
