@@ -21,11 +21,12 @@ def checkout_env(env: dict | None = None) -> dict:
     return full
 
 
-def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(*args: str, cwd: Path = ROOT, env: dict | None = None,
+            timeout: int = 120) -> subprocess.CompletedProcess:
     """Run ``python -m dbspec ARGS`` in a fresh process, as a user would."""
     full_env = checkout_env(env)  # this checkout's dbspec, whatever is installed
     return subprocess.run([sys.executable, "-m", "dbspec", *args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture
@@ -218,6 +219,14 @@ def pytest_collection_finish(session):
         servers.prestart_mlflow_server(factory)
     if "spark_cluster" in needed:
         cluster.prestart_cluster(factory)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The random order's seed, even under -q (pytest-randomly shows it only in the header)."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if isinstance(seed, int) and not getattr(config.option, "randomly_dont_reorganize", False):
+        terminalreporter.write_line(f"tests ran in random order, seed {seed}: rerun this order "
+                                    f"with --randomly-seed={seed}")
 
 
 def pytest_sessionfinish(session):

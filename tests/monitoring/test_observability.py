@@ -25,7 +25,7 @@ def observed_run(tmp_path_factory):
     # a process of its own, as a user's run: its output is checked whole (the GPU notice once);
     # the commands below, whose output alone is checked, run the CLI in this process
     result = run_cli("run", "spec.yaml", "--summary-json", "summary.json", cwd=workdir,
-                     env={"MLFLOW_TRACKING_URI": ""})
+                     env={"MLFLOW_TRACKING_URI": ""}, timeout=600)  # 120 s ran out under load
     assert result.returncode == 0, result.stderr
     return workdir, json.loads((workdir / "summary.json").read_text()), result
 
