@@ -352,6 +352,12 @@ class Registry:
         return sorted(found, key=lambda v: int(v.version), reverse=True)
 
     def version(self, name: str, version: str) -> Any:
+        """Version ``version`` of ``name``.
+
+        Raises:
+            RegistryError: no such model or version.
+            RegistryUnavailable: the registry answered with an error.
+        """
         from mlflow.exceptions import MlflowException
 
         self._model(name)

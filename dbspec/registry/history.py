@@ -128,4 +128,5 @@ def _load_entry(raw: str) -> Optional[dict]:
 
 
 def now() -> str:
+    """This moment as history entries record it, UTC to the second."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
