@@ -39,3 +39,18 @@ def test_preprocessing_leaves_the_callers_rows_as_they_were():
     assert torch.equal(out, torch.tensor([[5.0, 5.0], [1.0, 0.0]]))
     assert torch.equal(rows.isnan(), given.isnan()) and rows[1].tolist() == [1.0, -2.0]
     assert rows[0, 1].item() == 7.0
+
+
+def test_served_predictions_use_the_spec_threshold():
+    import torch
+
+
+    card = ModelCard(task="binary", loss="bce", feature_names=["a"], out_features=1,
+                     model={"layers": [{"linear": {"out": 1}}]}, preprocessing=[],
+                     classes=[0, 1], threshold=0.8)
+    served = ServedModel(card).eval()
+    with torch.no_grad():
+        served.network[0].weight.fill_(1.0)
+        served.network[0].bias.zero_()
+    frame = served.predict_frame(np.array([[1.0]], dtype=np.float32))  # sigmoid(1) = 0.73
+    assert frame["prediction"].tolist() == [0]

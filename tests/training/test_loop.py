@@ -120,3 +120,28 @@ def test_precision_auto_picks_bf16_on_capable_gpus_only():
     assert spec().precision_on(cuda=True, bf16_supported=True) == "bf16"
     assert spec().precision_on(cuda=True, bf16_supported=False) == "fp32"
     assert spec(precision="fp32").precision_on(cuda=True) == "fp32"
+
+
+def test_resume_after_an_early_stop_does_not_train_on(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(200, 4, generator=g), torch.randn(200, 1, generator=g)
+    data = Tensors(x[:160], y[:160], x[160:], y[160:])
+    spec = TrainingSpec.model_validate({"optimizer": {"name": "sgd", "lr": 0.5}, "epochs": 50,
+                                        "early_stopping": {"patience": 2}})
+    store = CheckpointStore(tmp_path)
+    torch.manual_seed(0)
+    first = train(nn.Linear(4, 1), data, spec, loss="mse", device=torch.device("cpu"),
+                  options=TrainOptions(checkpoints=store))
+    assert first.stopped_early
+    torch.manual_seed(0)
+    again = train(nn.Linear(4, 1), data, spec, loss="mse", device=torch.device("cpu"),
+                  options=TrainOptions(checkpoints=store, resume=True))
+    assert again.epochs_run == first.epochs_run
+
+
+def test_a_single_row_batch_with_batch_norm_trains(tmp_path):
+    x, y = torch.randn(33, 4), torch.randn(33, 1)
+    network = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 1))
+    spec = TrainingSpec.model_validate({"epochs": 2, "batch_size": 32})
+    outcome = train(network, Tensors(x, y), spec, loss="mse", device=torch.device("cpu"))
+    assert outcome.epochs_run == 2
