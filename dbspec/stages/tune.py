@@ -8,18 +8,9 @@ from typing import Any
 
 from dbspec.stages.base import StageContext
 from dbspec.stages.outputs import LoadDataOutput, TuneOutput
-from dbspec.tuning import (
-    GRACE_SECONDS,
-    TrialFailed,
-    TrialRecord,
-    default_study_name,
-    direction,
-    fail_stale_trials,
-    make_pruner,
-    make_sampler,
-    open_storage,
-    storage_url,
-)
+from dbspec.tuning.records import TrialFailed, TrialRecord
+from dbspec.tuning.storage import GRACE_SECONDS, fail_stale_trials, open_storage, storage_url
+from dbspec.tuning.study import default_study_name, direction, make_pruner, make_sampler
 
 #: Trials a ``--smoke`` run makes, whatever ``n_trials`` says.
 SMOKE_TRIALS = 3
@@ -92,6 +83,7 @@ class TuneStage:
                 save_models=search.final_model == "best_trial")
             _run_trials(ctx, setup, remaining, parallelism, seed, search.timeout, n_trials)
             study = optuna.load_study(study_name=name, storage=open_storage(storage))
+            fail_stale_trials(study)  # one whose worker died before it named itself is old now
             summary = _summarize(study, search.metric)
             tracker.log_metrics({"best_value": summary["best_value"],
                                  "epochs_trained": summary["epochs_trained"],
