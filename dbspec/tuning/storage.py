@@ -27,8 +27,9 @@ GRACE_SECONDS = 60
 #: The trial attribute naming the process that runs it.
 WORKER_ATTR = "dbspec.worker"
 #: A RUNNING trial this old that names no worker lost its worker between Optuna creating the
-#: trial and the objective's first line (which records the worker).
-UNCLAIMED_SECONDS = 5.0
+#: trial and the objective's first line, which records the worker: a live worker gets there
+#: after a few database calls (milliseconds; well under a second on a starved machine).
+UNCLAIMED_SECONDS = 1.0
 
 
 def storage_url(search: SearchSpec, project_dir: Path, shared_dir: Optional[Path] = None) -> str:
