@@ -19,8 +19,11 @@ at each concurrency; every (payload, concurrency) case runs on both servers back
 alternating order, after a short warm-up, and the whole set repeats. Any non-2xx answer or socket
 error stops the benchmark (a broken set-up, not a slow one).
 
-Printed per case: requests/s (median, min-max) and p99 latency (median) of each server; the
-ratio dbspec/plain of the median requests/s comes last. Goal: >= 1.0 for ``inputs``.
+Printed per case: requests/s (median, min-max), p99 latency (median) and the CPU time the
+server process tree spent per request (median; wrk and other work on the machine do not count
+in it, so it holds still on a busy machine where requests/s does not); last, the ratios
+dbspec/plain of the median requests/s and of requests per server CPU-second. Goal: >= 1.0 for
+``inputs``.
 Run: ``python benchmarks/mlflow_serve_pyfunc.py [--duration 5] [--repeats 3] [--smoke]``
 (needs ``wrk``: ``apt-get install wrk``).
 """
@@ -51,6 +54,22 @@ _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}  # to millise
 class Load(NamedTuple):
     rps: float
     p99_ms: float
+    cpu_us: float  # CPU time the server's processes spent per request
+
+
+def server_cpu_seconds(server: setup.Server) -> float:
+    """User + system CPU time of the server and its children (uvicorn runs as a child)."""
+    import psutil
+
+    root = psutil.Process(server.process.pid)
+    total = 0.0
+    for process in [root, *root.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def bodies() -> dict[str, bytes]:
@@ -149,18 +168,23 @@ def prediction(server: setup.Server, body: bytes) -> float:
 
 def run_wrk(wrk: str, server: setup.Server, script: Path, connections: int,
             seconds: float) -> Load:
+    cpu_before = server_cpu_seconds(server)
     result = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout",
                              "10s", "--latency", "-s", str(script), server.url + "/invocations"],
                             capture_output=True, text=True, check=False)
+    cpu = server_cpu_seconds(server) - cpu_before
     out = result.stdout
     rps = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.M)
+    requests = re.search(r"^\s*(\d+) requests in ", out, re.M)
     p99 = re.search(r"^\s+99%\s+([\d.]+)(us|ms|s|m|h)\s*$", out, re.M)
     broken = re.search(r"Non-2xx or 3xx responses|Socket errors", out)
-    if result.returncode != 0 or not (rps and p99) or broken or server.process.poll() is not None:
+    exited = server.process.poll() is not None
+    if result.returncode != 0 or not (rps and p99 and requests) or broken or exited:
         raise SystemExit(f"wrk against {server.label} (-c{connections}, {script.name}) went "
                          f"wrong:\n{out}\n{result.stderr}\n{server.label}'s log:\n"
                          f"{server.log_tail()}")
-    return Load(float(rps.group(1)), float(p99.group(1)) * _UNITS[p99.group(2)])
+    return Load(float(rps.group(1)), float(p99.group(1)) * _UNITS[p99.group(2)],
+                cpu / max(1, int(requests.group(1))) * 1e6)
 
 
 def main() -> None:
@@ -226,22 +250,28 @@ def main() -> None:
             shutil.rmtree(workdir, ignore_errors=True)
 
     print(f"load average at the end {os.getloadavg()[0]:.2f} (other work skews absolute figures)")
-    print(f"\n{'case':<22} {'server':<7} {'req/s median':>12} {'min-max':>15} {'p99 ms':>8}")
+    print(f"\n{'case':<22} {'server':<7} {'req/s median':>12} {'min-max':>15} {'p99 ms':>8} "
+          f"{'CPU us/req':>10}")
     ratios = []
     for name in PAYLOADS:
         for connections in args.concurrency:
-            medians = {}
+            medians, cpu = {}, {}
             for label in ("dbspec", "plain"):
                 loads = runs[(name, connections, label)]
                 rps = [load.rps for load in loads]
                 medians[label] = statistics.median(rps)
+                cpu[label] = statistics.median(load.cpu_us for load in loads)
                 print(f"{f'{name} c={connections}':<22} {label:<7} {medians[label]:>12,.0f} "
                       f"{f'{min(rps):,.0f}-{max(rps):,.0f}':>15} "
-                      f"{statistics.median(load.p99_ms for load in loads):>8.2f}")
-            ratios.append((name, connections, medians["dbspec"] / medians["plain"]))
-    print()
-    for name, connections, ratio in ratios:
-        print(f"ratio dbspec/plain req/s, {name} c={connections}: {ratio:.2f}")
+                      f"{statistics.median(load.p99_ms for load in loads):>8.2f} "
+                      f"{cpu[label]:>10,.0f}")
+            ratios.append((name, connections, medians["dbspec"] / medians["plain"],
+                           cpu["plain"] / cpu["dbspec"]))
+    print("\nratio dbspec/plain: req/s (wall clock; other work on the machine skews it), and "
+          "requests per CPU-second of the server (plain's CPU per request / dbspec's)")
+    for name, connections, ratio, per_cpu in ratios:
+        print(f"ratio dbspec/plain, {name} c={connections}: req/s {ratio:.2f}, "
+              f"per CPU-second {per_cpu:.2f}")
 
 
 if __name__ == "__main__":
