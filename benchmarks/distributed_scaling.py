@@ -5,14 +5,17 @@ On the synthetic 100-feature two-class data of the monitoring demo (`specs/diabe
 then TorchDistributor (gloo, local mode) with 1 and 2 processes. Prints samples/s (summed over
 ranks) and the fixed launch overhead (distributor wall time minus the ranks' training time).
 
-The same with DeepspeedTorchDistributor (ZeRO-2, fp32, gloo) for 2 processes.
-Run: ``python benchmarks/distributed_scaling.py [--rows 200000] [--epochs 3]``.
+The same with DeepspeedTorchDistributor (ZeRO-2, fp32, gloo) for 2 processes. The four
+configurations run ``--repeats`` times, their order rotating each repeat; best and median of
+each, the ratios of the medians last.
+Run: ``python benchmarks/distributed_scaling.py [--rows 200000] [--epochs 3] [--repeats 2]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -72,23 +75,41 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
+    names = ["in-process (no distributor)", "TorchDistributor, 1 process",
+             "TorchDistributor, 2 processes", "DeepSpeed ZeRO-2, 2 processes"]
+    results: dict[str, list[dict]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        single = in_process(args.rows, args.epochs, workdir)
-        one = distributed(args.rows, args.epochs, 1, workdir)
-        two = distributed(args.rows, args.epochs, 2, workdir)
-        deepspeed = distributed(args.rows, args.epochs, 2, workdir, DEEPSPEED)
-    print(f"{args.rows:,} rows x 100 features, batch 256 per process, {args.epochs} epochs")
-    print(f"  in-process (no distributor)   {single:>10,.0f} samples/s")
-    for name, result in (("TorchDistributor, 1 process", one),
-                         ("TorchDistributor, 2 processes", two),
-                         ("DeepSpeed ZeRO-2, 2 processes", deepspeed)):
-        print(f"  {name:<29} {result['samples_per_second']:>10,.0f} samples/s  launch overhead "
-              f"{result['overhead']:.1f} s (wall {result['wall']:.1f} s)")
-    print(f"2 processes / 1 process = {two['samples_per_second'] / one['samples_per_second']:.2f}x"
-          f" (this machine has 2 cores)")
+        runs = {
+            names[0]: lambda: {"samples_per_second": in_process(args.rows, args.epochs,
+                                                                workdir)},
+            names[1]: lambda: distributed(args.rows, args.epochs, 1, workdir),
+            names[2]: lambda: distributed(args.rows, args.epochs, 2, workdir),
+            names[3]: lambda: distributed(args.rows, args.epochs, 2, workdir, DEEPSPEED)}
+        for repeat in range(args.repeats):
+            for name in names[repeat % len(names):] + names[:repeat % len(names)]:
+                results[name].append(runs[name]())
+                print(f"  #{repeat} {name}: "
+                      f"{results[name][-1]['samples_per_second']:,.0f} samples/s", flush=True)
 
+    def median(name: str, key: str = "samples_per_second") -> float:
+        return statistics.median(r[key] for r in results[name])
+
+    print(f"{args.rows:,} rows x 100 features, batch 256 per process, {args.epochs} epochs, "
+          f"{args.repeats} repeats (best / median)")
+    for name in names:
+        rates = [r["samples_per_second"] for r in results[name]]
+        line = f"  {name:<29} {max(rates):>10,.0f} / {median(name):>10,.0f} samples/s"
+        if "overhead" in results[name][0]:
+            overheads = [r["overhead"] for r in results[name]]
+            line += (f"  launch overhead {min(overheads):.1f} / {median(name, 'overhead'):.1f} s"
+                     f" (wall {median(name, 'wall'):.1f} s)")
+        print(line)
+    print(f"ratio 2 processes / 1 process (medians) = {median(names[2]) / median(names[1]):.2f}x"
+          f"; TorchDistributor 1 process / in-process = {median(names[1]) / median(names[0]):.2f}x"
+          " (this machine has 2 cores)")
 
 if __name__ == "__main__":
     main()

@@ -3,8 +3,10 @@
 The same training (``dbspec.training.loop.train`` on the train_overhead benchmark's data and
 MLP: 100 -> 256 -> 128 -> 1, 1 torch thread) with and without dbspec's observer: the resource
 monitor sampling CPU, memory and (where NVML is present) GPUs on its thread, and the epoch
-callback that adds each sample to the epoch's metrics. Runs alternate, best of each reported.
-TensorBoard is measured separately (``--tensorboard``), since it writes files every epoch.
+callback that adds each sample to the epoch's metrics. Runs alternate (which goes first
+alternates too); samples per wall second and per CPU second of the process (the monitor's
+thread included), best and median of each, the ratios of the medians last. TensorBoard is
+measured separately (``--tensorboard``), since it writes files every epoch.
 
 Target: with / without >= 0.98.
 Run: ``python benchmarks/monitor_overhead.py [--rows 200000] [--epochs 3] [--repeats 3]
@@ -14,6 +16,7 @@ Run: ``python benchmarks/monitor_overhead.py [--rows 200000] [--epochs 3] [--rep
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -22,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_overhead import make_data, make_network  # noqa: E402  (the same data and network)
+from train_overhead import Speed, make_data, make_network  # noqa: E402  (same data, network)
 
 from dbspec.spec.loader import build  # noqa: E402
 from dbspec.spec.document import parse_document  # noqa: E402
@@ -37,7 +40,7 @@ tracking: {{monitor: true, monitor_interval: {interval}, tensorboard: {tensorboa
 """
 
 
-def one_run(data, spec, *, observed: bool, log_dir: Path) -> float:
+def one_run(data, spec, *, observed: bool, log_dir: Path) -> Speed:
     from dbspec.monitoring.observer import TrainingObserver
 
     network = make_network()
@@ -48,14 +51,15 @@ def one_run(data, spec, *, observed: bool, log_dir: Path) -> float:
         observer.__enter__()
         observer.attach(network, data.x_train[:2])
         callbacks = [observer.callback]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     train(network, data, spec.training, loss="bce", device=torch.device("cpu"),
           options=TrainOptions(callbacks=callbacks))
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     if observer is not None:
         observer.finish(device="cpu", threads=1, batch_size=spec.training.batch_size)
         observer.__exit__(None, None, None)
-    return len(data.x_train) * spec.training.epochs / seconds
+    samples = len(data.x_train) * spec.training.epochs
+    return Speed(samples / seconds, samples / cpu_seconds)
 
 
 def main() -> None:
@@ -72,21 +76,27 @@ def main() -> None:
     text = SPEC.format(batch=args.batch, epochs=args.epochs, interval=args.interval,
                        tensorboard="true" if args.tensorboard else "false")
     spec = build(parse_document(text, "monitor-overhead.yaml")).spec
-    best = {"without": 0.0, "with": 0.0}
+    results: dict[str, list[Speed]] = {"without": [], "with": []}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
-            for name in ("without", "with"):
-                rate = one_run(data, spec, observed=name == "with",
-                               log_dir=Path(tmp) / f"tb{repeat}")
-                best[name] = max(best[name], rate)
-                print(f"  run {repeat + 1} {name:<7} monitor: {rate:,.0f} samples/s",
-                      flush=True)
-    ratio = best["with"] / best["without"]
+            for name in ("without", "with") if repeat % 2 == 0 else ("with", "without"):
+                speed = one_run(data, spec, observed=name == "with",
+                                log_dir=Path(tmp) / f"tb{repeat}")
+                results[name].append(speed)
+                print(f"  run {repeat + 1} {name:<7} monitor: {speed.wall:,.0f} samples/s, "
+                      f"{speed.cpu:,.0f} per CPU-second", flush=True)
     what = "monitor" + (" + TensorBoard" if args.tensorboard else "")
     print(f"{args.rows:,} rows x {args.epochs} epochs, batch {args.batch}, 1 thread, "
-          f"sampling every {args.interval:g} s: without {best['without']:,.0f} samples/s, "
-          f"with {what} {best['with']:,.0f} samples/s = {ratio:.3f} (target >= 0.98)")
-
+          f"sampling every {args.interval:g} s, {args.repeats} repeats (best / median):")
+    median = {}
+    for name, speeds in results.items():
+        walls, cpus = [x.wall for x in speeds], [x.cpu for x in speeds]
+        median[name] = Speed(statistics.median(walls), statistics.median(cpus))
+        print(f"  {name:<7} {what}: {max(walls):,.0f} / {median[name].wall:,.0f} samples/s, "
+              f"{max(cpus):,.0f} / {median[name].cpu:,.0f} per CPU-second")
+    print(f"ratio with / without {what} (medians): wall "
+          f"{median['with'].wall / median['without'].wall:.3f}, per CPU-second "
+          f"{median['with'].cpu / median['without'].cpu:.3f} (target >= 0.98)")
 
 if __name__ == "__main__":
     main()
