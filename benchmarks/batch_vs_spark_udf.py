@@ -1,44 +1,47 @@
-"""How much faster does ``dbspec predict --engine spark`` score than ``mlflow.pyfunc.spark_udf``?
+"""How close does ``dbspec predict --engine spark`` come to a plain Spark copy of its input, and
+how much faster is it than ``mlflow.pyfunc.spark_udf``?
 
 Trains and registers ``specs/diabetes.yaml`` in a fresh temporary directory (its own SQLite
 MLflow store), then writes a ``--rows``-row Parquet input (default 1,000,000): the model's 10
 feature columns (age, sex, bmi, bp, s1..s6; float64, scaled as sklearn ships them; real diabetes
 rows resampled with small Gaussian noise, fixed seed) and an integer ``id``.
 
-Each side runs the same job end to end on local Spark and the same registered version
-(``models:/diabetes_predictor/1``): read the Parquet input, score it, write Parquet (overwrite)
-with the input columns and the prediction(s).
+Every job runs on local Spark, reads the same Parquet input and writes Parquet (overwrite):
 
+- copy (the goal's yardstick): ``read.parquet(input).write.parquet(output)``, no scoring, at
+  Spark's defaults, as a user's plain copy runs;
+- copy at dbspec's batch size: the same with ``spark.sql.parquet.columnarReaderBatchSize`` set
+  as ``predict_spark`` sets it for its own job (for context: how much of dbspec's speed is the
+  bigger read batch);
+- noop (for context): the same read written to Spark's ``noop`` format;
 - dbspec: ``dbspec.serving.batch.predict_spark(spark, loaded, input, output, fmt="parquet")``
   with the model loaded by ``dbspec.serving.source.load_version``, as ``dbspec predict --engine
-  spark`` calls it. Its job also adds ``model_name``/``model_version`` columns and counts the
-  written output; both are timed, since the user gets them. Both sides run with Spark's
-  ``spark.sql.execution.arrow.maxRecordsPerBatch`` (10,000 unless set).
-- for context, not for the target: ``predict_local`` on the same input in the dbspec side's
-  process (``dbspec predict --engine local``: Arrow record batches, no Spark);
+  spark`` calls it: the input columns, the prediction, ``out_of_range``, ``model_name`` and
+  ``model_version``, with its commit (staging directory swapped into place) and the count of
+  the written rows; all of it timed, since the user waits for it;
 - mlflow: ``mlflow.pyfunc.spark_udf(spark, "models:/NAME/1", result_type="double",
   env_manager="local")`` (made once, untimed), then ``read.parquet(input).withColumn(
-  "prediction", udf(*features)).write.mode("overwrite").parquet(output)``; Arrow batches at
-  Spark's default size.
+  "prediction", udf(*features)).write.mode("overwrite").parquet(output)``;
+- for context, not for the goal: ``predict_local`` (``dbspec predict --engine local``: Arrow
+  record batches, no Spark) in the dbspec side's process.
 
 Each side runs in its own Python process and SparkSession, with the same settings (``local[2]``,
 UI off, 2 shuffle partitions): ``spark_udf`` puts the copy of dbspec logged with the model first
 on ``sys.path`` of the Python workers it runs in, and Spark reuses those workers, so a dbspec UDF
-run later in the same SparkContext would import the wrong dbspec. A third process measures the
-floor: the same read written to Spark's ``noop`` format, and copied to Parquet without scoring.
-The three processes stay up and the parent has them run one job at a time: first one untimed
-warm-up run of each job (Python workers start, imports, JIT), then ``--repeats`` rounds of one
-timed run of each (dbspec and mlflow alternate which goes first), so that load from other work
-on the machine falls on both sides alike. Reported: best and median rows/s (wall clock), and the
-median CPU seconds of each side's processes (Python driver, JVM, Python workers): a second view,
-less disturbed by other work than the wall clock, though not immune to it (in a VM, time the
-host takes away still counts). Afterwards both outputs must hold every row with the input's
-values, and the predictions of a random sample of ids must agree within 1e-4 (relative); a
-mismatch or an error exits non-zero.
+run later in the same SparkContext would import the wrong dbspec. The copies run in a third.
+The processes stay up and the parent has them run one job at a time: first one untimed warm-up
+run of each job (Python workers start, imports, JIT), then ``--repeats`` rounds of one timed run
+of each job, interleaved (dbspec and mlflow alternate which goes first), so that load from other
+work on the machine falls on all of them alike. Reported: best and median rows/s (wall clock),
+and the median CPU seconds of each side's processes (Python driver, JVM, Python workers): a
+second view, less disturbed by other work than the wall clock, though not immune to it.
+Afterwards both outputs must hold every row with the input's values, and the predictions of a
+random sample of ids must agree within 1e-4 (relative); a mismatch or an error exits non-zero.
 
-Target: dbspec >= 2x spark_udf's rows/s (best run against best run; the medians are shown too).
-A missed target is a measurement, not an error: the exit status stays 0. Other work on the
-machine skews the figures; the load average is printed at the start and the end.
+Goal (issue 16): dbspec >= 0.8x the copy's rows/s (scoring costs at most 25% over the copy),
+best against best (the medians are shown too); the ratio to spark_udf is printed as well. A
+missed goal is a measurement, not an error: the exit status stays 0. Other work on the machine
+skews the figures; the load average is printed at the start and the end.
 Run: ``python benchmarks/batch_vs_spark_udf.py [--rows 1000000] [--repeats 3] [--keep]``.
 """
 
@@ -62,7 +65,7 @@ MASTER = "local[2]"
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
               "spark.sql.shuffle.partitions": "2"}
 ARROW_BATCH = "spark.sql.execution.arrow.maxRecordsPerBatch"
-TARGET_RATIO = 2.0
+TARGET_RATIO = 0.8  # of the copy's rows/s
 TOLERANCE = 1e-4  # relative
 SAMPLE = 2_000  # ids whose predictions are compared
 NOISE = 0.05  # Gaussian noise, as a fraction of each feature's standard deviation
@@ -117,17 +120,30 @@ def side_jobs(args: argparse.Namespace, spark, info: dict) -> dict[str, Callable
         def copy() -> None:
             spark.read.parquet(source).write.mode("overwrite").parquet(output)
 
-        return {"noop": noop, "copy": copy}
+        def copy_batched() -> None:  # with the reader batch predict_spark sets for itself
+            from dbspec.serving.batch_spark import arrow_batch_rows
+
+            key = "spark.sql.parquet.columnarReaderBatchSize"
+            spark.conf.set(key, str(arrow_batch_rows(spark.read.parquet(source).schema)))
+            try:
+                copy()
+            finally:
+                spark.conf.unset(key)
+
+        return {"noop": noop, "copy": copy, "copy_batched": copy_batched}
     if args.side == "dbspec":
         import mlflow
 
         from dbspec.serving.batch import predict_local, predict_spark
         from dbspec.serving.source import ModelTarget, load_version
 
+        from dbspec.serving.batch_spark import arrow_batch_rows
+
         started = time.perf_counter()
         client = mlflow.MlflowClient(tracking_uri=args.tracking_uri)
         loaded = load_version(client, ModelTarget(args.name, version=args.version), args.version)
         info["model_s"] = time.perf_counter() - started
+        info["batch_rows"] = arrow_batch_rows(spark.read.parquet(source).schema)
 
         def predict() -> None:
             result = predict_spark(spark, loaded, source, output, fmt="parquet")
@@ -264,7 +280,8 @@ def check_outputs(workdir: Path, rows: int, features: list[str], trained: setup.
     import pyarrow.dataset as ds
 
     inputs = ["id"] + features
-    expected = {"dbspec": set(inputs) | {"prediction", "model_name", "model_version"},
+    expected = {"dbspec": set(inputs) | {"prediction", "out_of_range", "model_name",
+                                         "model_version"},
                 "mlflow": set(inputs) | {"prediction"}}
     rng = np.random.default_rng(1)
     ids = np.unique(np.concatenate([[0, rows - 1], rng.integers(0, rows, SAMPLE)]))
@@ -344,15 +361,16 @@ def main() -> None:
               "runs per job, in rounds", flush=True)
         for side in SIDES:
             sides[side] = Side(side, args, trained, workdir, features)
-        jobs = [("floor", "noop"), ("floor", "copy"), ("dbspec", "local"), ("dbspec", "score"),
-                ("mlflow", "score")]
+        jobs = [("floor", "noop"), ("floor", "copy_batched"), ("dbspec", "local"),
+                ("floor", "copy"), ("dbspec", "score"), ("mlflow", "score")]
         timings = {job: {"warmup": 0.0, "seconds": [], "cpu": []} for job in jobs}
         for job in jobs:
             timings[job]["warmup"] = sides[job[0]].run(job[1])["seconds"]
         print("  warm-up: " + ", ".join(f"{side} {name} {timings[(side, name)]['warmup']:.1f} s"
                                        for side, name in jobs), flush=True)
         for round_ in range(args.repeats):
-            order = jobs if round_ % 2 == 0 else jobs[:3] + jobs[:2:-1]  # alternate the pair
+            # the copy, dbspec and mlflow run back to back, in turn first and last
+            order = jobs if round_ % 2 == 0 else jobs[:3] + jobs[:2:-1]
             for side, name in order:
                 took = sides[side].run(name)
                 timings[(side, name)]["seconds"].append(took["seconds"])
@@ -361,7 +379,8 @@ def main() -> None:
                 f"{side} {name} {timings[(side, name)]['seconds'][-1]:.2f} s"
                 for side, name in order) + f"; load {os.getloadavg()[0]:.2f}", flush=True)
         info = {side: sides[side].info for side in SIDES}
-        last = {side: sides.pop(side).close() for side in SIDES}
+        for side in SIDES:
+            sides.pop(side).close()
         checked = check_outputs(workdir, args.rows, features, trained)
     finally:
         for side in sides.values():
@@ -372,18 +391,19 @@ def main() -> None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(f"load average at the end {load_text()} (other work skews the figures)")
     print(checked)
-    batch = last["dbspec"].get("arrow_batch")
     print(f"input: {info['floor']['partitions']} Spark partitions; {ARROW_BATCH}: "
-          f"{info['mlflow']['arrow_batch'] or 'unset (Spark default, 10000)'} for spark_udf; "
-          f"{batch or 'unset (Spark default, 10000)'} for predict_spark")
+          f"{info['mlflow']['arrow_batch'] or 'unset (Spark default, 10000)'} for spark_udf "
+          f"(Parquet reader batches of 4,096 rows, Spark's default); predict_spark sets "
+          f"{info['dbspec']['batch_rows']:,}-row Arrow and reader batches for its own job")
     print(f"model set-up (untimed): dbspec load_version {info['dbspec']['model_s']:.1f} s, "
           f"mlflow spark_udf {info['mlflow']['model_s']:.1f} s")
     print()
-    labels = {("floor", "noop"): "Spark read -> noop (floor)",
-              ("floor", "copy"): "Spark read -> Parquet copy",
+    labels = {("floor", "noop"): "Spark read -> noop",
+              ("floor", "copy"): "Parquet copy (yardstick)",
+              ("floor", "copy_batched"): "copy, dbspec's read batch",
               ("mlflow", "score"): "mlflow spark_udf",
               ("dbspec", "score"): "dbspec predict_spark",
-              ("dbspec", "local"): "dbspec predict_local (no Spark)"}
+              ("dbspec", "local"): "dbspec predict_local"}
     print(f"{'job (read, score, write)':<28} {'warm-up s':>9} {'runs s':>22} {'best rows/s':>12} "
           f"{'median rows/s':>14} {'CPU s, median':>14}")
     rates, cpu = {}, {}
@@ -394,19 +414,22 @@ def main() -> None:
         print(f"{label:<28} {timings[job]['warmup']:>9.2f} "
               f"{' '.join(f'{s:.2f}' for s in seconds):>22} {best:>12,.0f} {median:>14,.0f} "
               f"{cpu[job]:>14.2f}")
-    (best_ours, median_ours), (best_theirs, median_theirs) = \
-        rates[("dbspec", "score")], rates[("mlflow", "score")]
-    ratio = best_ours / best_theirs
+    ours, copy, theirs = rates[("dbspec", "score")], rates[("floor", "copy")], \
+        rates[("mlflow", "score")]
     print()
-    print(f"dbspec / spark_udf rows/s: {ratio:.2f}x best vs best, "
-          f"{median_ours / median_theirs:.2f}x median vs median; spark_udf / dbspec CPU "
-          f"seconds (medians, all processes of a side): "
+    batched = rates[("floor", "copy_batched")][0] / copy[0]
+    print(f"for context: dbspec predict --engine local / spark_udf rows/s "
+          f"{rates[('dbspec', 'local')][0] / theirs[0]:.2f}x best vs best (one process, no "
+          f"Spark); copy at dbspec's read batch / copy {batched:.2f}x")
+    print(f"CPU seconds (medians, all processes of a side): dbspec / copy "
+          f"{cpu[('dbspec', 'score')] / cpu[('floor', 'copy')]:.2f}x, spark_udf / dbspec "
           f"{cpu[('mlflow', 'score')] / cpu[('dbspec', 'score')]:.2f}x")
-    local_best = rates[("dbspec", "local")][0]
-    print(f"for context, dbspec predict --engine local / spark_udf rows/s: "
-          f"{local_best / best_theirs:.2f}x best vs best (one process, no Spark)")
-    print(f"target: dbspec >= {TARGET_RATIO:g}x spark_udf's rows/s (best vs best): "
-          f"{'PASS' if ratio >= TARGET_RATIO else 'FAIL'} ({ratio:.2f}x)")
+    print(f"dbspec / spark_udf rows/s: {ours[0] / theirs[0]:.2f}x best vs best, "
+          f"{ours[1] / theirs[1]:.2f}x median vs median")
+    ratio = ours[0] / copy[0]
+    print(f"dbspec / copy rows/s: {ratio:.2f}x best vs best, {ours[1] / copy[1]:.2f}x median vs "
+          f"median; goal >= {TARGET_RATIO:g}x (best vs best): "
+          f"{'PASS' if ratio >= TARGET_RATIO else 'FAIL'}")
 
 
 if __name__ == "__main__":

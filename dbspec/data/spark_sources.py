@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 from dbspec.data.sources import DataError, SourceData, _open_delta, _resolve, read_source
 from dbspec.spec.sections.data import DataSpec
@@ -21,6 +21,41 @@ def has_delta_format(spark) -> bool:
     """Whether this session can read ``format("delta")`` itself."""
     extensions = spark.conf.get("spark.sql.extensions", "") or ""
     return "DeltaSparkSessionExtension" in extensions
+
+
+def read_delta(spark, path: Path, open_table: Callable[[], Any], *, what: str,
+               version: Optional[int] = None,
+               timestamp: Optional[str] = None) -> tuple[Any, Optional[str]]:
+    """A Spark DataFrame over one version of the Delta table at ``path``, and its version label.
+
+    With the session's ``delta`` format Spark reads the table itself (and the label is None:
+    the caller knows the version asked for); elsewhere ``open_table()`` (``deltalake``, opened
+    at the wanted version by the caller, which words its errors) lists the version's Parquet
+    files and Spark reads exactly those (label ``delta-vN``).
+
+    Args:
+        spark: The session.
+        path: The table's directory.
+        open_table: Opens the ``deltalake`` table at the version wanted.
+        what: How errors name the table (``input x``, ``data.source: Delta table x``).
+        version: The version to read natively (``versionAsOf``).
+        timestamp: Or the time (``timestampAsOf``).
+
+    Raises:
+        DataError: the version has no data files.
+    """
+    if has_delta_format(spark):
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
+        elif timestamp is not None:
+            reader = reader.option("timestampAsOf", timestamp)
+        return reader.load(str(path)), None
+    table = open_table()
+    files = table.file_uris()
+    if not files:
+        raise DataError(f"{what} has no data files at version {table.version()}")
+    return spark.read.parquet(*files), f"delta-v{table.version()}"
 
 
 def spark_version(spark, data: DataSpec, *, base: Path) -> str:
@@ -76,19 +111,10 @@ def _read(spark, data: DataSpec, base: Path) -> tuple[Any, str, str]:
         return spark.read.parquet(str(path)), resolve_version(data, base=base), str(path)
     if source.kind == "delta":
         path = _resolve(source.path, base)
-        if has_delta_format(spark):
-            reader = spark.read.format("delta")
-            if source.version is not None:
-                reader = reader.option("versionAsOf", source.version)
-            elif source.timestamp is not None:
-                reader = reader.option("timestampAsOf", source.timestamp)
-            return reader.load(str(path)), resolve_version(data, base=base), str(path)
-        table = _open_delta(source, base)  # the version's files, listed by deltalake
-        files = table.file_uris()
-        if not files:
-            raise DataError(f"data.source: Delta table {path} has no data files at version "
-                            f"{table.version()}")
-        return spark.read.parquet(*files), f"delta-v{table.version()}", str(path)
+        frame, label = read_delta(spark, path, lambda: _open_delta(source, base),
+                                  what=f"data.source: Delta table {path}",
+                                  version=source.version, timestamp=source.timestamp)
+        return frame, label or resolve_version(data, base=base), str(path)
     frame = spark.table(source.table)
     if source.version is not None:
         if not has_delta_format(spark):

@@ -464,3 +464,71 @@ def test_a_missing_batch_input_fails_before_any_stage(workdir):
     assert f"serving.batch.input: in.parquet does not exist (relative paths are read from " \
            f"{workdir})" in result.stderr and "Traceback" not in result.stderr
     assert not (workdir / ".dbspec" / "mlflow.db").exists()  # nothing was trained or logged
+
+
+def test_the_range_check_skips_missing_values_but_not_the_rows_beside_them(model):
+    # a batch's column extremes decide whether the full check runs: a NaN must not hide
+    # another row's far value in the same column
+    from dbspec.serving.batch import RangeCheck
+
+    x = features_of(_far_outside(50, [9], "bmi")).copy()
+    x[[3, 20], FEATURES.index("bmi")] = np.nan
+    ranged, flagged = RangeCheck(model.model.card).column(x, "in")
+    assert flagged == 1 and ranged.to_pylist()[9] == "bmi"
+    clean, none = RangeCheck(model.model.card).column(np.delete(x, 9, axis=0), "in")
+    assert none == 0 and clean.null_count == len(x) - 1
+
+
+def test_a_batch_larger_than_a_forward_chunk_scores_as_one_pass_does(model, tmp_path):
+    from dbspec.serving.batch import CHUNK_ROWS
+    from dbspec.serving.batch_local import predict_local
+
+    rows = 2 * CHUNK_ROWS + 123  # three chunks, the last a short one
+    source = tmp_path / "in.parquet"
+    pq.write_table(rows_table(rows), source)
+    predict_local(model, str(source), str(tmp_path / "out"), batch_rows=rows)
+    written = read_output(tmp_path / "out")
+    want = model.model.predict_frame(features_of(written))["prediction"].to_numpy()
+    assert np.allclose(written["prediction"].to_numpy(), want, rtol=1e-6)
+
+
+def test_arrow_batches_grow_for_narrow_rows_and_stay_small_for_wide_ones():
+    from pyspark.sql import types as T
+
+    from dbspec.serving.batch_spark import arrow_batch_rows
+
+    def schema(columns: int, kind=T.DoubleType()):
+        return T.StructType([T.StructField(f"c{i}", kind) for i in range(columns)])
+
+    assert arrow_batch_rows(schema(11)) == 65_536  # the benchmark's input
+    assert arrow_batch_rows(schema(1_000)) == 4_096  # Spark's own default, no smaller
+    assert 4_096 < arrow_batch_rows(schema(60, T.StringType())) < 65_536
+
+
+def test_spark_scoring_gives_the_session_its_batch_settings_back(model, spark, tmp_path):
+    from dbspec.serving.batch_spark import predict_spark
+
+    source = tmp_path / "in.parquet"
+    pq.write_table(rows_table(30), source)
+    arrow, reader = ("spark.sql.execution.arrow.maxRecordsPerBatch",
+                     "spark.sql.parquet.columnarReaderBatchSize")
+    spark.conf.set(arrow, "123")
+    spark.conf.unset(reader)
+    try:
+        for rows in (None, 7):
+            predict_spark(spark, model, str(source), str(tmp_path / f"out{rows}"),
+                          fmt="parquet", batch_rows=rows)
+            assert spark.conf.get(arrow) == "123"
+            assert spark.conf.get(reader) == "4096"  # unset again: Spark's default
+        assert pq.read_table(tmp_path / "out7").num_rows == 30
+    finally:
+        spark.conf.unset(arrow)
+
+
+def test_a_delta_version_without_data_files_is_a_clear_error_on_spark(model, spark, tmp_path):
+    from dbspec.serving.batch_spark import predict_spark
+
+    empty = rows_table(0)
+    write_deltalake(str(tmp_path / "in"), empty)  # version 0 lists no Parquet files
+    with pytest.raises(DataError, match=r"input .*in has no data files at version 0"):
+        predict_spark(spark, model, str(tmp_path / "in"), str(tmp_path / "out"))

@@ -178,7 +178,7 @@ def test_zero_rows_written_for_scored_rows_is_an_error(spark):
     # what predict --engine spark checks after writing: the case of executors writing to
     # their own disks, where the driver reads back 0 rows
     from dbspec.data.sources import DataError
-    from dbspec.serving.batch import _check_written
+    from dbspec.serving.batch_spark import _check_written
 
     frame = spark.range(10)
     with pytest.raises(DataError, match="Spark scored 10 rows but 0 reached it"):
