@@ -13,37 +13,22 @@ resumed training then logs the lost epochs from its checkpoint's history
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import threading
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from dbspec.errors import DbspecError
 from dbspec.processes import process_alive  # noqa: F401  (imported from here too)
 from dbspec.spec.sections import Spec
 from dbspec.tracking.metrics import MetricBuffer
+# the store checks live in stores.py; these names are imported from here too
+from dbspec.tracking.stores import (TrackingError, check_tracking_server,  # noqa: F401
+                                    quiet_mlflow)
 
 _PARAM_LIMIT = 6000
 _FLUSH_SECONDS = 5.0
-_PROBE_SECONDS = 10.0
-
-
-class TrackingError(DbspecError):
-    """The MLflow tracking store cannot be used (a server that does not answer)."""
-
-
-def quiet_mlflow() -> None:
-    """MLflow's INFO lines (database migrations, 'created version') would bury our output."""
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    # with a tracking server MLflow prints 'View run ... at URL' on stdout after every run,
-    # where our summary and --format json output go
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def process_tags() -> dict[str, str]:
@@ -59,59 +44,6 @@ def resolve_tracking_uri(spec: Spec, state_dir: Path) -> str:
         return uri
     state_dir.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{(state_dir / 'mlflow.db').resolve()}"
-
-
-def check_tracking_server(uri: str, *, must_exist: bool = False) -> None:
-    """Fail in seconds, with one line, when the tracking store at ``uri`` is unusable.
-
-    An ``http(s)://`` server is probed (``/health``, one retry): MLflow itself retries a
-    refused connection for about four minutes before it gives up, deep inside whatever stage
-    first logs something. Any HTTP answer counts as alive (a 401 or 404 is for MLflow to
-    report); TLS problems are left to MLflow too, which has its own settings for them. Any
-    other store is checked by :func:`dbspec.tracking.stores.check_store` (``must_exist``: a
-    reading command needs a SQLite database to be there already).
-
-    Raises:
-        TrackingError: nothing accepts connections there, it sends no answer in time, or the
-            store cannot be used.
-    """
-    if not uri.lower().startswith(("http://", "https://")):
-        from dbspec.tracking.stores import check_store
-
-        check_store(uri, must_exist=must_exist)
-        return
-    import requests
-
-    for attempt in (1, 2):
-        try:
-            requests.get(f"{uri.rstrip('/')}/health", timeout=_PROBE_SECONDS,
-                         allow_redirects=False)
-            return
-        except requests.exceptions.SSLError:
-            return
-        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-            if attempt == 1:
-                time.sleep(0.5)  # one retry: a server that is just starting, a dropped packet
-                continue
-            raise TrackingError(f"the MLflow tracking server at {uri} does not answer "
-                                f"({_reason(exc)}): start it, or point MLFLOW_TRACKING_URI / "
-                                "tracking.tracking_uri / --tracking-uri at one that runs") \
-                from None
-        except requests.exceptions.RequestException as exc:
-            raise TrackingError(f"MLflow tracking URI {uri}: {_reason(exc)}") from None
-
-
-def _reason(exc: Exception) -> str:
-    import requests
-
-    if isinstance(exc, requests.exceptions.Timeout):
-        return f"no answer within {_PROBE_SECONDS:g} s"
-    text = str(exc)
-    for known in ("Connection refused", "Name or service not known", "No route to host",
-                  "Temporary failure in name resolution", "Network is unreachable"):
-        if known in text:
-            return known.lower()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, str]:

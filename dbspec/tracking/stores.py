@@ -10,18 +10,85 @@ timeout first (:func:`check_tracking_server`), so nothing waits on MLflow's minu
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
-from dbspec.errors import redact
-from dbspec.tracking.mlflow_tracking import TrackingError, check_tracking_server
+from dbspec.errors import DbspecError, redact
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+_PROBE_SECONDS = 10.0
 #: Stores that passed :func:`check_store` in this process (a database that exists stays one);
 #: http(s) servers are probed every time, since a server can stop.
 _CHECKED: set[tuple[str, bool]] = set()
+
+
+class TrackingError(DbspecError):
+    """The MLflow tracking store cannot be used (a server that does not answer)."""
+
+
+def quiet_mlflow() -> None:
+    """MLflow's INFO lines (database migrations, 'created version') would bury our output."""
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    # with a tracking server MLflow prints 'View run ... at URL' on stdout after every run,
+    # where our summary and --format json output go
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
+
+def check_tracking_server(uri: str, *, must_exist: bool = False) -> None:
+    """Fail in seconds, with one line, when the tracking store at ``uri`` is unusable.
+
+    An ``http(s)://`` server is probed (``/health``, one retry): MLflow itself retries a
+    refused connection for about four minutes before it gives up, deep inside whatever stage
+    first logs something. Any HTTP answer counts as alive (a 401 or 404 is for MLflow to
+    report); TLS problems are left to MLflow too, which has its own settings for them. Any
+    other store is checked by :func:`dbspec.tracking.stores.check_store` (``must_exist``: a
+    reading command needs a SQLite database to be there already).
+
+    Raises:
+        TrackingError: nothing accepts connections there, it sends no answer in time, or the
+            store cannot be used.
+    """
+    if not uri.lower().startswith(("http://", "https://")):
+        check_store(uri, must_exist=must_exist)
+        return
+    import requests
+
+    for attempt in (1, 2):
+        try:
+            requests.get(f"{uri.rstrip('/')}/health", timeout=_PROBE_SECONDS,
+                         allow_redirects=False)
+            return
+        except requests.exceptions.SSLError:
+            return
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            if attempt == 1:
+                time.sleep(0.5)  # one retry: a server that is just starting, a dropped packet
+                continue
+            raise TrackingError(f"the MLflow tracking server at {uri} does not answer "
+                                f"({_reason(exc)}): start it, or point MLFLOW_TRACKING_URI / "
+                                "tracking.tracking_uri / --tracking-uri at one that runs") \
+                from None
+        except requests.exceptions.RequestException as exc:
+            raise TrackingError(f"MLflow tracking URI {uri}: {_reason(exc)}") from None
+
+
+def _reason(exc: Exception) -> str:
+    import requests
+
+    if isinstance(exc, requests.exceptions.Timeout):
+        return f"no answer within {_PROBE_SECONDS:g} s"
+    text = str(exc)
+    for known in ("Connection refused", "Name or service not known", "No route to host",
+                  "Temporary failure in name resolution", "Network is unreachable"):
+        if known in text:
+            return known.lower()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def sqlite_path(uri: str) -> Optional[Path]:
@@ -64,8 +131,6 @@ def check_store(uri: str, *, must_exist: bool) -> None:
                             "(a directory of runs); use a database such as "
                             "sqlite:///path/mlflow.db or an MLflow server (http://...)")
     import mlflow
-
-    from dbspec.tracking.mlflow_tracking import quiet_mlflow
 
     quiet_mlflow()
     try:

@@ -44,14 +44,14 @@ def test_a_tracking_server_that_is_not_running_is_reported_at_once(name, workdir
 # Proves a server that accepts connections but never answers is given up on after the probe's
 # timeout instead of MLflow's two minutes per request.
 def test_a_tracking_server_that_never_answers_times_out(workdir, monkeypatch):
-    from dbspec.tracking import mlflow_tracking
+    from dbspec.tracking import stores
 
     with socket.socket() as silent:  # listens, so connecting works, but never replies
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
         monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-        monkeypatch.setattr(mlflow_tracking, "_PROBE_SECONDS", 1.0)
+        monkeypatch.setattr(stores, "_PROBE_SECONDS", 1.0)
         code, _, err = run_main("models", "some_model")
     assert code == 1
     assert f"the MLflow tracking server at {uri} does not answer (no answer within 1 s)" in err
