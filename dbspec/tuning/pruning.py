@@ -1,11 +1,12 @@
 """A pruner that reads the study's finished trials once per trial, not at every report.
 
-Optuna's median and successive-halving pruners list the study's finished trials each time a
-trial reports. On an RDB storage every listing is a database query, which on SQLite cost about
+Optuna's median pruner lists the study's finished trials each time a trial reports. On an RDB storage every listing is a database query, which on SQLite cost about
 as much as an epoch of the small networks a search tries (12 ms per ``should_prune``,
 measured in ``benchmarks/search_pruning.py``): pruning saved epochs but not time. A finished
 trial never changes, so :class:`FinishedTrialsPruner` lists them when a trial first reports
-and hands the wrapped pruner that list until the trial ends.
+and hands the wrapped pruner that list, renewed every :data:`REFRESH_SECONDS`, until the trial
+ends. (Successive halving is not wrapped: it lists all trials, whatever their state, which the
+list cannot answer.)
 """
 
 from __future__ import annotations
@@ -18,15 +19,17 @@ from typing import Any, Callable, Container, Optional
 from optuna.pruners import BasePruner
 from optuna.trial import TrialState
 
-#: While other workers run trials, one they finish reaches this worker's pruning at most this
-#: many seconds late (with one worker the list is always exact and never renewed mid-trial).
+_FINISHED = tuple(state for state in TrialState if state.is_finished())
+
+#: A trial that another worker (a thread or process) finishes reaches this worker's pruning at
+#: most this many seconds late; with one worker the list is exact.
 REFRESH_SECONDS = 2.0
 
 
 class FinishedTrialsPruner(BasePruner):
     """Optuna's ``inner`` pruner, shown the study's finished trials from a list taken at each
-    trial's first report (and again every :data:`REFRESH_SECONDS` while it runs, if other
-    trials were running then: other workers').
+    trial's first report and again every :data:`REFRESH_SECONDS` while it runs (a worker that
+    starts after the list was taken may finish trials meanwhile).
 
     With one worker this is exactly what the storage would answer: no trial finishes while
     this one runs. Everything else the pruner reads or writes (the study's direction, this
@@ -34,8 +37,9 @@ class FinishedTrialsPruner(BasePruner):
     before.
 
     Args:
-        inner: An Optuna pruner (median, percentile or successive halving; not Hyperband,
-            whose sampler must see the ``HyperbandPruner`` itself).
+        inner: An Optuna pruner that lists only finished trials (median, percentile; not
+            successive halving, which lists every trial, nor Hyperband, whose sampler must see
+            the ``HyperbandPruner`` itself).
         refresh_seconds: How old the list may grow during one trial.
         clock: Seconds, for the refresh (a test seam).
     """
@@ -49,7 +53,6 @@ class FinishedTrialsPruner(BasePruner):
         self._key: Optional[tuple[str, int]] = None
         self._taken = 0.0
         self._finished: list = []
-        self._others_running = False
 
     def prune(self, study: Any, trial: Any) -> bool:
         """The inner pruner's verdict on ``trial``, over the listed finished trials."""
@@ -60,12 +63,8 @@ class FinishedTrialsPruner(BasePruner):
         key = (study.study_name, trial.number)
         with self._lock:
             now = self._clock()
-            stale = self._others_running and now - self._taken > self.refresh_seconds
-            if key != self._key or stale:
-                trials = study.get_trials(deepcopy=False)
-                self._finished = [t for t in trials if t.state.is_finished()]
-                self._others_running = any(t.state == TrialState.RUNNING and
-                                           t.number != trial.number for t in trials)
+            if key != self._key or now - self._taken > self.refresh_seconds:
+                self._finished = study.get_trials(deepcopy=False, states=_FINISHED)
                 self._key, self._taken = key, now
             return self._finished
 

@@ -43,7 +43,7 @@ def run_study(pruner, storage=None, trials=12):
 
 @pytest.mark.parametrize("make", [
     lambda: optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1),
-    lambda: optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2),
+    lambda: optuna.pruners.PercentilePruner(25.0, n_startup_trials=2, n_warmup_steps=1),
 ])
 def test_verdicts_equal_the_wrapped_pruners(make):
     plain = run_study(make())
@@ -95,17 +95,30 @@ def test_the_list_is_renewed_per_trial_and_when_old_while_others_run():
     assert spy.seen == [(0, 2), (0, 1), (1, 1), (2, 1)]
 
 
-def test_alone_the_list_is_not_renewed_during_a_trial():
+def test_a_trial_finished_by_a_worker_that_started_later_is_seen_after_the_refresh():
+    # alone at its first report, this trial's list holds no other trial; a worker that starts
+    # afterwards finishes one, which the pruner must see once the list is older than the
+    # refresh period (it used to be renewed only if others ran at the first report: never)
     now = [0.0]
-    storage = CountingStorage()
-    pruner = FinishedTrialsPruner(Spy(), refresh_seconds=1, clock=lambda: now[0])
-    study = optuna.create_study(storage=storage, pruner=pruner)
-    trial = study.ask()
-    for step in range(5):
-        now[0] += 5.0  # slow epochs: each report comes after the refresh period
-        trial.report(1.0, step)
-        before = storage.listings
-        trial.should_prune()
-        # one listing: the spy's running trials (its completed ones come from the list); plus,
-        # at the first report only, the list itself
-        assert storage.listings - before == (2 if step == 0 else 1)
+    spy = Spy()
+    pruner = FinishedTrialsPruner(spy, refresh_seconds=2, clock=lambda: now[0])
+    study = optuna.create_study(pruner=pruner)
+    mine = study.ask()
+    pruner.prune(study, study._storage.get_trial(mine._trial_id))
+    late = study.ask()
+    study.tell(late, 1.0)
+    now[0] = 1.0
+    pruner.prune(study, study._storage.get_trial(mine._trial_id))
+    now[0] = 3.5
+    pruner.prune(study, study._storage.get_trial(mine._trial_id))
+    assert [completed for completed, _ in spy.seen] == [0, 0, 1]
+
+
+def test_successive_halving_is_not_wrapped():
+    from dbspec.tuning import make_pruner
+    from dbspec.spec.sections.search import SearchSpec
+
+    search = SearchSpec.model_validate({"n_trials": 2, "metric": "val_loss",
+                                        "pruner": {"name": "successive_halving"},
+                                        "space": {"training.optimizer.lr": {"float": [0.01, 0.1]}}})
+    assert type(make_pruner(search, epochs=10)) is optuna.pruners.SuccessiveHalvingPruner
