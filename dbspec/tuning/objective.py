@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -10,7 +11,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from dbspec.data import store
 from dbspec.errors import DbspecError
@@ -160,12 +161,30 @@ def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional
     for handler in handlers:
         handler.addFilter(quiet)
     try:
-        study.optimize(objective, n_trials=quota, timeout=timeout, catch=(TrialFailed,),
-                       gc_after_trial=False)
+        with runs_written(objective):  # the trials' MLflow runs are complete when this returns
+            study.optimize(objective, n_trials=quota, timeout=timeout, catch=(TrialFailed,),
+                           gc_after_trial=False)
     finally:
         for handler in handlers:
             handler.removeFilter(quiet)
-        objective.close()  # the trials' MLflow runs are complete when this returns
+
+
+@contextlib.contextmanager
+def runs_written(objective) -> Iterator[None]:
+    """Wait for the trials' queued MLflow writes on the way out. A failed write is raised
+    when the study ended normally; when something else is already on its way out (Ctrl-C,
+    SIGTERM, a trial's error), that wins and the failed write is only told, so a stop is still
+    reported as a stop."""
+    try:
+        yield
+    except BaseException:
+        try:
+            objective.close()
+        except Exception as exc:
+            print(f"  warning: a trial's MLflow run was not written: {exc}", file=sys.stderr,
+                  flush=True)
+        raise
+    objective.close()
 
 
 class _NoInterruptTraceback(logging.Filter):

@@ -98,3 +98,31 @@ def test_the_next_trial_sees_an_earlier_failure():
     with pytest.raises(RuntimeError, match="create_run refused"):
         runs.start(1, {})
     runs.close()
+
+
+class _FailingRuns:
+    def __init__(self):
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+        raise RuntimeError("INTERNAL_ERROR: store refused the trial's metrics")
+
+
+def test_a_failed_trial_write_does_not_hide_an_interrupt(capsys):
+    from dbspec.tuning.objective import runs_written
+
+    runs = _FailingRuns()
+    with pytest.raises(KeyboardInterrupt):  # the stop is still reported as a stop
+        with runs_written(runs):
+            raise KeyboardInterrupt
+    assert runs.closed == 1  # the queued writes were still waited for
+    assert "a trial's MLflow run was not written: INTERNAL_ERROR" in capsys.readouterr().err
+
+
+def test_a_failed_trial_write_fails_a_study_that_ended_normally():
+    from dbspec.tuning.objective import runs_written
+
+    with pytest.raises(RuntimeError, match="INTERNAL_ERROR"):
+        with runs_written(_FailingRuns()):
+            pass
