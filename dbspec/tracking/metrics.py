@@ -96,8 +96,14 @@ class MetricBuffer:
         """
         self._send(wait=True)
         pending, self._pending = self._pending, []
-        for operation in pending:
-            operation.wait()
+        failed: Optional[BaseException] = None
+        for operation in pending:  # every batch is waited for, even after one failed
+            try:
+                operation.wait()
+            except Exception as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     def _send(self, *, wait: bool) -> None:
         buffer, self._buffer = self._buffer, []

@@ -101,6 +101,19 @@ def test_a_batch_the_store_refuses_in_the_background_fails_the_flush(store):
         buffer.flush()
 
 
+def test_the_flush_waits_for_every_batch_before_it_raises_the_first_failure(store):
+    from mlflow.exceptions import MlflowException
+
+    client, run_id = store
+    buffer = MetricBuffer(client, "no-such-run", flush_seconds=0.0)
+    buffer.log({"a": 1.0}, 0)  # refused, in the background
+    buffer.run_id = run_id
+    buffer.log({"b": 2.0}, 0)  # accepted, in the background, after the refused one
+    with pytest.raises(MlflowException):
+        buffer.flush()
+    assert [m.value for m in client.get_metric_history(run_id, "b")] == [2.0]
+
+
 def test_the_tracker_refuses_metrics_outside_a_run(workdir):
     from dbspec.spec.loader import load_spec
     from dbspec.tracking.mlflow_tracking import Tracker, TrackingError
