@@ -179,9 +179,9 @@ class Registry:
                     "FAILED", "KILLED"):
                 return True
         except MlflowException as exc:
-            if not is_not_found(exc):  # an error says nothing about the run: keep the version
-                raise unavailable(exc, f"run {version.run_id} of v{version.version}") from None
-            return True  # the run is gone
+            # an error says nothing about the run: keep the version pending (raising here
+            # made one unreadable run fail every later registration of the model)
+            return is_not_found(exc)  # only a run that is gone is dead
         host, _, pid = (version.tags or {}).get(OWNER_TAG, "").rpartition(":")
         if host == socket.gethostname() and pid.isdigit():
             return not process_alive(int(pid))

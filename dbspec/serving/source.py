@@ -15,6 +15,7 @@ from typing import NamedTuple, Optional
 
 from dbspec.errors import UsageError
 from dbspec.registry import RegistryError, alias_holder
+from dbspec.registry.errors import is_not_found, unavailable
 
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))?/?$")
 
@@ -128,8 +129,9 @@ def _no_holder(client, target: ModelTarget) -> str:
     except Exception as exc:
         if not _from_registry(exc):
             raise
-        if getattr(exc, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
-            return f"registered model '{target.name}' does not exist: run its spec first"
+        if not is_not_found(exc):  # an error is not "nothing holds it"
+            raise unavailable(exc, f"registered model '{target.name}'") from None
+        return f"registered model '{target.name}' does not exist: run its spec first"
     return (f"no version of '{target.name}' holds the alias '{target.alias}': promote one "
             f"(dbspec promote ... --version N --alias {target.alias})")
 
