@@ -93,9 +93,14 @@ def load_numpy_model(directory: Path) -> Optional[NumpyServedModel]:
         card = read_card(directory)
         if card.model.get("custom"):
             return None
-        return NumpyServedModel(card, read_state_dict(Path(directory) / "weights.pt"))
+        model = NumpyServedModel(card, read_state_dict(Path(directory) / "weights.pt"))
+        # weights that fit the card, found now rather than as a 500 on every request
+        model(np.zeros((2, len(card.feature_names)), dtype=np.float32))
+        return model
     except Unsupported:
         return None
+    except (KeyError, ValueError, IndexError, TypeError):
+        return None  # a card and weights that disagree: torch's loader says what is wrong
 
 
 def read_state_dict(path: Path) -> dict[str, np.ndarray]:
@@ -120,7 +125,7 @@ def read_state_dict(path: Path) -> dict[str, np.ndarray]:
         unpickler = _StateDictUnpickler(archive, prefix, archive.open(pickles[0]))
         try:
             state = unpickler.load()
-        except (pickle.UnpicklingError, KeyError, ValueError, TypeError, EOFError) as exc:
+        except Exception as exc:  # whatever the file holds, torch is the fallback
             raise Unsupported(f"{path}: {exc}") from None
     if not isinstance(state, dict) or not all(isinstance(v, np.ndarray) for v in state.values()):
         raise Unsupported(f"{path}: not a state dict of tensors")
@@ -157,6 +162,8 @@ class _StateDictUnpickler(pickle.Unpickler):
 def _rebuild_tensor(storage: np.ndarray, offset: int, size: tuple, stride: tuple,
                     _requires_grad: bool, _hooks: Any, _metadata: Any = None) -> np.ndarray:
     itemsize = storage.dtype.itemsize
+    if offset < 0 or any(n < 0 for n in size) or any(s < 0 for s in stride):
+        raise ValueError("a tensor with a negative offset, size or stride")
     if size and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= len(storage):
         raise ValueError("a tensor reaches past its storage")
     view = np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),

@@ -162,6 +162,22 @@ def test_weights_missing_a_layer_stay_with_torch(tmp_path):
     assert load_numpy_model(directory) is None
 
 
+def test_weights_of_another_shape_stay_with_torch(tmp_path):
+    # found at load: numpy scoring them would fail on every request
+    model, directory = served(tmp_path, [{"linear": {"out": 2}}, "relu", {"linear": {"out": 1}}])
+    state = dict(model.state_dict())
+    state["network.2.weight"] = torch.zeros(1, 5)  # the layer before gives 2 columns, not 5
+    torch.save(state, directory / "weights.pt")
+    assert load_numpy_model(directory) is None
+
+
+def test_weights_without_the_target_scale_stay_with_torch(tmp_path):
+    model, directory = served(tmp_path, [{"linear": {"out": 1}}])
+    state = {k: v for k, v in model.state_dict().items() if k != "target_mean"}
+    torch.save(state, directory / "weights.pt")
+    assert load_numpy_model(directory) is None
+
+
 def test_loading_imports_no_torch(tmp_path):
     model, directory = served(tmp_path, [{"linear": {"out": 3}}, "relu", {"linear": {"out": 1}}])
     x = rows(5)
