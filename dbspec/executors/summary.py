@@ -98,11 +98,6 @@ class RunSummary:
         return render_summary(self.to_json())
 
 
-def build_summary(record: RunRecord) -> dict[str, Any]:
-    """The summary of ``record`` as JSON (:meth:`RunSummary.to_json`)."""
-    return RunSummary.of(record).to_json()
-
-
 def render_summary(summary: dict[str, Any]) -> str:
     """An aligned text table of the summary."""
     rows: list[tuple[str, str]] = []

@@ -270,10 +270,7 @@ def unscorable_rows(x: np.ndarray, columns: dict[str, np.ndarray],
 # the engines, imported on first use: `from dbspec.serving.batch import predict_spark` keeps
 # working without this module importing the engines (they import it)
 _ENGINES = {"predict_local": "dbspec.serving.batch_local",
-            "predict_spark": "dbspec.serving.batch_spark",
-            "read_spark_input": "dbspec.serving.batch_spark",
-            "ship_custom_code": "dbspec.serving.batch_spark",
-            "check_reachable": "dbspec.serving.batch_spark"}
+            "predict_spark": "dbspec.serving.batch_spark"}
 
 
 def __getattr__(name: str) -> Any:
