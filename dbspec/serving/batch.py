@@ -257,13 +257,19 @@ def score_matrix(model, x: np.ndarray) -> dict[str, np.ndarray]:
 
 def unscorable_rows(x: np.ndarray, columns: dict[str, np.ndarray],
                     names: list[str]) -> Optional[str]:
-    """Why some rows of ``x`` have no prediction (they scored NaN), or None when all do."""
-    values = next(iter(columns.values()))
-    if values.dtype.kind != "f" or not np.isnan(values).any():
+    """Why some rows of ``x`` have no prediction (they scored NaN), or None when all do.
+
+    Every float column counts: a classifier's label column is whole numbers, and a NaN row
+    shows only in its probabilities (it used to be written as the first class)."""
+    scored_nan = np.zeros(len(x), dtype=bool)
+    for values in columns.values():
+        if values.dtype.kind == "f":
+            scored_nan |= np.isnan(values.reshape(len(values), -1)).any(axis=1)
+    if not scored_nan.any():
         return None
     holes = [name for j, name in enumerate(names) if np.isnan(x[:, j]).any()]
     where = f" (missing values in {', '.join(holes)})" if holes else ""
-    return f"{int(np.isnan(values).sum())} row(s) scored NaN{where}: the model has no impute " \
+    return f"{int(scored_nan.sum())} row(s) scored NaN{where}: the model has no impute " \
            "step for them; fill or filter them first"
 
 

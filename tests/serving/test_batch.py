@@ -532,3 +532,14 @@ def test_a_delta_version_without_data_files_is_a_clear_error_on_spark(model, spa
     write_deltalake(str(tmp_path / "in"), empty)  # version 0 lists no Parquet files
     with pytest.raises(DataError, match=r"input .*in has no data files at version 0"):
         predict_spark(spark, model, str(tmp_path / "in"), str(tmp_path / "out"))
+
+
+def test_a_classifier_row_that_scored_nan_is_caught_by_its_probabilities():
+    from dbspec.serving.batch import unscorable_rows
+
+    x = np.array([[1.0, 2.0], [np.nan, 2.0]], dtype=np.float32)
+    columns = {"prediction": np.array([0, 0]), "probability": np.array([0.2, np.nan])}
+    assert unscorable_rows(x, columns, ["a", "b"]).startswith(
+        "1 row(s) scored NaN (missing values in a)")
+    columns["probability"] = np.array([0.2, 0.7])
+    assert unscorable_rows(x, columns, ["a", "b"]) is None
