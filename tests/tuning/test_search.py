@@ -158,7 +158,10 @@ def test_an_interrupted_study_continues(workdir):
     summary = json.loads((workdir / "s.json").read_text())
     study = study_of(workdir, summary)
     assert len(study.trials) == 10  # continued up to n_trials, not started over
-    assert sum(t.state != TrialState.RUNNING for t in study.trials) == 10
+    # seen once in a loaded CI run (9 of 10 finished, alone it passes): say what was left
+    left = [(t.number, t.datetime_start, t.user_attrs) for t in study.trials
+            if t.state == TrialState.RUNNING]
+    assert not left, f"trials still RUNNING: {left}\nthe rerun said:\n{err}"
 
 
 def spec_of(**search):
