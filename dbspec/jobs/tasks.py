@@ -116,8 +116,8 @@ def extra_requirements(extra: str) -> list[str]:
         if not found or found.group(1) != extra:
             continue
         # other markers (sys_platform != "win32") hold on Databricks' Linux nodes: dropped
-        name = re.split(r"[<>=!~\[ ]", requirement.strip(), maxsplit=1)[0]
-        if name.lower() in RUNTIME_PROVIDED or name.lower() == "dbspec":
+        name = _distribution(requirement)
+        if name in RUNTIME_PROVIDED or name == "dbspec":
             continue
         out.append(requirement.strip())
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from dbspec.registry.errors import is_not_found, unavailable
+from dbspec.registry.errors import from_registry, is_not_found, unavailable
 
 
 def alias_holder(client: Any, name: str, alias: str) -> Optional[Any]:
@@ -30,7 +30,7 @@ def alias_holder(client: Any, name: str, alias: str) -> Optional[Any]:
     try:
         return client.get_model_version_by_alias(name, alias)
     except Exception as exc:
-        if not _from_registry(exc):
+        if not from_registry(exc):
             raise  # a bug here, not an answer
         if is_not_found(exc):
             return None
@@ -40,7 +40,7 @@ def alias_holder(client: Any, name: str, alias: str) -> Optional[Any]:
     try:  # an unset alias, or a request the registry found invalid? The model's aliases say
         model = client.get_registered_model(name)
     except Exception as exc:
-        if not _from_registry(exc):
+        if not from_registry(exc):
             raise
         if is_not_found(exc):
             return None
@@ -50,7 +50,3 @@ def alias_holder(client: Any, name: str, alias: str) -> Optional[Any]:
     return None
 
 
-def _from_registry(exc: BaseException) -> bool:
-    """An error from the registry or the way to it: one with MLflow's ``error_code`` (MLflow's
-    own, or a reader's), or a failed connection."""
-    return isinstance(getattr(exc, "error_code", None), str) or isinstance(exc, OSError)

@@ -30,3 +30,9 @@ def unavailable(exc: BaseException, what: str) -> RegistryUnavailable:
     """
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
     return RegistryUnavailable(f"the registry did not answer ({what}): {text}")
+
+
+def from_registry(exc: BaseException) -> bool:
+    """An error from the registry or the way to it: one with MLflow's ``error_code`` (MLflow's
+    own, or serving's SQLite reader's), or a failed connection; anything else is a bug here."""
+    return isinstance(getattr(exc, "error_code", None), str) or isinstance(exc, OSError)

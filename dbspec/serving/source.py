@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional
 
 from dbspec.errors import UsageError
 from dbspec.registry import RegistryError, alias_holder
-from dbspec.registry.errors import is_not_found, unavailable
+from dbspec.registry.errors import from_registry, is_not_found, unavailable
 
 _URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))?/?$")
 
@@ -108,7 +108,7 @@ def resolve_version(client, target: ModelTarget) -> str:
             return str(client.get_model_version(target.name, target.version).version)
         versions = client.search_model_versions(f"name = '{target.name}'")
     except Exception as exc:
-        if not _from_registry(exc):
+        if not from_registry(exc):
             raise
         raise RegistryError(_registry_problem(client, target, exc)) from None
     if not versions:
@@ -117,17 +117,12 @@ def resolve_version(client, target: ModelTarget) -> str:
     return str(max(int(v.version) for v in versions))
 
 
-def _from_registry(exc: Exception) -> bool:
-    """An error the registry answered with (MLflow's, or the reader's), not a bug here."""
-    return hasattr(exc, "error_code")
-
-
 def _no_holder(client, target: ModelTarget) -> str:
     """Why nothing holds ``target``'s alias: no such model, or the alias is not set."""
     try:
         client.get_registered_model(target.name)
     except Exception as exc:
-        if not _from_registry(exc):
+        if not from_registry(exc):
             raise
         if not is_not_found(exc):  # an error is not "nothing holds it"
             raise unavailable(exc, f"registered model '{target.name}'") from None
@@ -143,7 +138,7 @@ def _registry_problem(client, target: ModelTarget, exc: Exception) -> str:
     try:
         client.get_registered_model(target.name)
     except Exception as missing:
-        if not _from_registry(missing):
+        if not from_registry(missing):
             raise
         if getattr(missing, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
             return f"the registry did not answer: {str(missing).splitlines()[0]}"
@@ -188,7 +183,7 @@ def _artifacts(client, target: ModelTarget, version: str) -> Path:
     try:
         uri = client.get_model_version_download_uri(target.name, version)
     except Exception as exc:
-        if not _from_registry(exc):
+        if not from_registry(exc):
             raise
         raise RegistryError(f"cannot download {where}: {str(exc).splitlines()[0]}") from None
     local = local_artifacts(uri)

@@ -43,3 +43,17 @@ def test_an_unreadable_model_is_not_an_unset_alias():
     with pytest.raises(RegistryUnavailable, match="the registry did not answer"):
         _no_holder(_Failing("INTERNAL_ERROR"), target)
     assert "does not exist" in _no_holder(_Failing("RESOURCE_DOES_NOT_EXIST"), target)
+
+
+def test_a_connection_that_fails_is_a_registry_failure_on_the_serving_path_too():
+    # the serving path used its own copy of the "is this the registry's answer" test, which
+    # let an OSError through as a traceback
+    from dbspec.registry.errors import RegistryUnavailable
+    from dbspec.serving.source import ModelTarget, _no_holder
+
+    class Unreachable:
+        def get_registered_model(self, name):
+            raise ConnectionRefusedError("connection refused")
+
+    with pytest.raises(RegistryUnavailable, match="connection refused"):
+        _no_holder(Unreachable(), ModelTarget("m", alias="production"))
