@@ -83,7 +83,9 @@ class TuneStage:
                 save_models=search.final_model == "best_trial")
             _run_trials(ctx, setup, remaining, parallelism, seed, search.timeout, n_trials)
             study = optuna.load_study(study_name=name, storage=open_storage(storage))
-            fail_stale_trials(study)  # one whose worker died before it named itself is old now
+            # one whose worker died before it named itself: old by now, or given the rest of
+            # its second (a rerun that follows a kill at once can finish within it)
+            fail_stale_trials(study, settle=True)
             summary = _summarize(study, search.metric)
             tracker.log_metrics({"best_value": summary["best_value"],
                                  "epochs_trained": summary["epochs_trained"],

@@ -99,10 +99,15 @@ def worker_attr() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "since_ms": int(time.time() * 1000)}
 
 
-def fail_stale_trials(study) -> tuple[int, int]:
+def fail_stale_trials(study, *, settle: bool = False) -> tuple[int, int]:
     """Mark failed the RUNNING trials of dead workers: Optuna's heartbeat check (a heartbeat
     older than the grace period), then trials whose worker process is gone from this host, and
     trials older than :data:`UNCLAIMED_SECONDS` that name no worker.
+
+    With ``settle`` (at the end of a stage, when this run's own trials are done), an unclaimed
+    trial still younger than that is given the rest of its :data:`UNCLAIMED_SECONDS` and
+    checked again, rather than left RUNNING: a run killed just after Optuna created a trial,
+    rerun at once, finishes its remaining trials within that second.
 
     Returns:
         (trials marked failed, trials still RUNNING: live workers', or ones whose death this
@@ -127,6 +132,12 @@ def fail_stale_trials(study) -> tuple[int, int]:
         warnings.simplefilter("ignore")  # fail_stale_trials is marked experimental
         optuna.storages.fail_stale_trials(study)
     here = socket.gethostname()
+    if settle:
+        ages = [_age_seconds(t.datetime_start) for t in running()
+                if WORKER_ATTR not in t.user_attrs]
+        young = [age for age in ages if age <= UNCLAIMED_SECONDS]
+        if young:
+            time.sleep(UNCLAIMED_SECONDS - min(young) + 0.05)
     for trial in running():
         worker = trial.user_attrs.get(WORKER_ATTR)
         if worker is None:

@@ -43,6 +43,16 @@ def test_a_trial_whose_worker_died_before_naming_itself_is_failed_once_old(tmp_p
     assert states == {unclaimed.number: TrialState.FAIL, claimed.number: TrialState.RUNNING}
 
 
+def test_settling_gives_a_young_unclaimed_trial_the_rest_of_its_time(tmp_path, monkeypatch):
+    # a rerun right after a kill finished its own trials while the dead run's unclaimed trial
+    # was still young: it stayed RUNNING for good (seen in CI)
+    study = optuna.create_study(storage=storages.open_storage(f"sqlite:///{tmp_path / 'o.db'}"))
+    study.ask()
+    monkeypatch.setattr(storages, "UNCLAIMED_SECONDS", 0.5)
+    assert storages.fail_stale_trials(study) == (0, 1)
+    assert storages.fail_stale_trials(study, settle=True) == (1, 0)
+
+
 def test_an_unclaimed_trial_of_a_journal_study_is_failed_too(tmp_path, monkeypatch):
     study = optuna.create_study(
         storage=storages.open_storage(f"journal:///{tmp_path / 'o.journal'}"))
