@@ -39,11 +39,16 @@ def write_plots(names: list[str], directory: Path, *, task: str, history: list[d
 
 
 def _loss_curve(ax, *, history, **_):
+    from dbspec.monitoring.curves import best_epoch
+
     epochs = np.arange(1, len(history) + 1)
     for key, label in (("train_loss", "train"), ("val_loss", "validation")):
         values = [h.get(key) for h in history]
         if any(v is not None for v in values):
             ax.plot(epochs, [np.nan if v is None else v for v in values], label=label)
+    best = best_epoch(history)
+    if best is not None:  # the epoch early stopping keeps: lowest validation loss
+        ax.axvline(best, color="grey", linestyle="--", linewidth=1, label=f"best epoch ({best})")
     ax.set(xlabel="epoch", ylabel="loss", title="Loss per epoch")
     ax.legend()
 

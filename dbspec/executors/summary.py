@@ -48,6 +48,7 @@ class RunSummary:
     search: dict[str, Any] = field(default_factory=dict)
     training: dict[str, Any] = field(default_factory=dict)
     diagnosis: list[str] = field(default_factory=list)
+    learning_curve: dict[str, Any] = field(default_factory=dict)
     batch_predict: dict[str, Any] = field(default_factory=dict)
     serve: dict[str, Any] = field(default_factory=dict)
     stages: tuple[StageSummary, ...] = ()
@@ -83,6 +84,7 @@ class RunSummary:
             training={k: v for k, v in train.to_json().items() if k in _TRAINING}
             if train else {},
             diagnosis=list(train.diagnosis) if train else [],
+            learning_curve=dict(evaluate.learning_curve or {}) if evaluate else {},
             batch_predict=batch.to_json() if batch else {},
             serve=serve.to_json() if serve else {},
             stages=tuple(StageSummary(s.name, s.action, round(s.seconds, 3))
@@ -150,6 +152,10 @@ def render_summary(summary: dict[str, Any]) -> str:
                                  + (f", {training['world_size']} ranks ({training['backend']}"
                                     f"{', ' + training['placement'] if training.get('placement') else ''})"
                                     if training.get("world_size") else "")))
+    curve = summary.get("learning_curve") or {}
+    if curve:
+        rows.append(("learning curves", f"{curve['label']}: {curve['reason']}"
+                     + "".join(f"; {note}" for note in curve.get("notes", []))))
     for i, finding in enumerate(summary.get("diagnosis") or []):
         rows.append(("diagnosis" if i == 0 else "", finding))
     for name, value in sorted(summary.get("metrics", {}).items()):

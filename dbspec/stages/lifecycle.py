@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Optional
 
 import numpy as np
@@ -31,6 +32,8 @@ class EvaluateStage:
         from dbspec.evaluation.metrics import confusion, predicted_labels, task_metrics
         from dbspec.evaluation.plots import write_plots
         from dbspec.models.served import load_served_model
+        from dbspec.monitoring.curves import (DIAGNOSIS_DETAIL_TAG, DIAGNOSIS_TAG,
+                                              diagnose_curves)
 
         spec, task = ctx.spec, ctx.spec.data.task
         table, splits = load_table(ctx), load_splits(ctx)
@@ -60,14 +63,19 @@ class EvaluateStage:
         if task != "regression" and "test" in predictions:
             labels = predicted_labels(task, predictions["test"], threshold)
             matrix = confusion(table.target[splits.test], labels, len(table.classes))
+        curve = diagnose_curves(history, _baseline_loss(served, table, splits.train))
+        ctx.reporter.line(f"  learning curves: {curve.text()}")
         output = EvaluateOutput(metrics=metrics, plots=[p.name for p in plots],
-                                confusion_matrix=matrix)
+                                confusion_matrix=matrix, diagnosis=curve.label,
+                                learning_curve=curve.to_json())
         write_json(ctx.directory / "metrics.json",
                    {k: v for k, v in output.to_json().items() if k != "plots"})
         tracker = ctx.tracker
         with tracker.run(ctx.output(TrainOutput).run_id):
             # val_loss already has one value per epoch from training; keep its history clean
             tracker.log_metrics({k: v for k, v in metrics.items() if k != "val_loss"})
+            tracker.set_tags({DIAGNOSIS_TAG: curve.label,
+                              DIAGNOSIS_DETAIL_TAG: curve.text()[:5000]})
             for path in plots:
                 tracker.log_artifact(path, "plots")
             tracker.log_artifact(ctx.directory / "metrics.json", "evaluation")
@@ -94,6 +102,34 @@ def _loss(served, table, rows) -> float:
         return float(build_loss(card.loss)(out, y))
 
 
+def _baseline_loss(served, table, rows) -> Optional[float]:
+    """The training loss, on ``rows``, of a model that ignores its inputs: the training mean
+    for a regression (0 on standardised targets), the class frequencies for a classifier.
+    None without rows."""
+    import torch
+
+    from dbspec.training.components import build_loss
+
+    if len(rows) == 0:
+        return None
+    card = served.card
+    y = torch.from_numpy(table.target[rows])
+    if card.task == "regression":
+        target = ((y.double() - card.target_mean) / card.target_std).float().unsqueeze(1)
+        constant = torch.zeros_like(target)
+    elif card.loss == "bce":
+        target = y.float().unsqueeze(1)
+        share = float(target.mean().clamp(1e-6, 1 - 1e-6))
+        constant = torch.full_like(target, math.log(share / (1 - share)))
+    else:
+        target = y.long()
+        counts = torch.bincount(target, minlength=len(card.classes or [])).double()
+        logits = torch.log((counts / counts.sum()).clamp_min(1e-12)).float()
+        constant = logits.expand(len(target), -1)
+    with torch.inference_mode():
+        return float(build_loss(card.loss)(constant, target))
+
+
 class RegisterStage:
     """A new registry version of the logged model, tagged with its spec, metrics and gates.
 
@@ -116,6 +152,8 @@ class RegisterStage:
                 "dbspec.data_version": ctx.output(LoadDataOutput).data_version,
                 **{f"metric.{k}": f"{v:.6g}" for k, v in evaluate.metrics.items()},
                 **spec.registry.tags}
+        if evaluate.diagnosis is not None:
+            tags["dbspec.diagnosis"] = evaluate.diagnosis
         if spec.registry.promotion is not None:
             tags[GATES_TAG] = json.dumps(_gates_of(spec))
         registered = Registry(ctx.tracker.client).register(

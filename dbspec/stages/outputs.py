@@ -191,6 +191,11 @@ class EvaluateOutput(StageOutput):
     metrics: dict[str, float]
     plots: list[str] = field(default_factory=list)
     confusion_matrix: Optional[list[list[int]]] = _omitted_when_none()
+    #: The learning-curve label (``overfitting``, ``underfitting``, ``converged``,
+    #: ``undetermined``); None in state written before it existed.
+    diagnosis: Optional[str] = _omitted_when_none()
+    #: :meth:`dbspec.monitoring.curves.CurveDiagnosis.to_json` of the run.
+    learning_curve: Optional[dict[str, Any]] = _omitted_when_none()
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,7 @@ def _log_after_fit(job: _TrainingJob, tracker, run_id: str, observer, result) ->
     findings = observer.finish(device=result.device.type, threads=result.threads,
                                batch_size=result.batch_size or job.spec.training.batch_size)
     diagnosis = result.outcome.extra.get("diagnosis") or [f.text() for f in findings]
-    tracker.set_tags({"dbspec.diagnosis": " | ".join(diagnosis)[:5000]})
+    tracker.set_tags({"dbspec.bottlenecks": " | ".join(diagnosis)[:5000]})
     for events in (ctx.directory / "tensorboard", job.files / "distributed" / "tensorboard"):
         if events.is_dir():
             tracker.client.log_artifacts(run_id, str(events), "tensorboard")

@@ -62,7 +62,7 @@ def test_monitor_metrics_and_the_diagnosis_reach_mlflow(observed_run):
                  "step_time_ms", "data_seconds", "samples_per_second"):
         history = client.get_metric_history(summary["run_id"], name)
         assert [m.step for m in history] == list(range(6)), name
-    assert summary["diagnosis"] and run.data.tags["dbspec.diagnosis"].startswith(
+    assert summary["diagnosis"] and run.data.tags["dbspec.bottlenecks"].startswith(
         summary["diagnosis"][0])
     assert "diagnosis" in result.stdout
     # a CPU-content spec (device: auto) misses nothing, with a GPU or without: no notice
