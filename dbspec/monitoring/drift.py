@@ -1,0 +1,264 @@
+"""Drift statistics of a window of served rows against a reference profile, batch by batch.
+
+Everything here is streaming: a :class:`WindowAccumulator` takes the rows of a window in
+batches and keeps only bin counts (per column, a coarse histogram on the reference's quantile
+edges for the PSI, a fine one for the KS statistic, category counts for discrete columns, and a
+log-spaced latency histogram), so its memory does not grow with the rows it has seen.
+:func:`compare_column` then turns a column's counts into its drift statistics.
+
+Why a column counts as drifted (:func:`compare_column`): its effect is over the threshold
+(PSI, or the KS statistic) *and* the difference is significant (a chi-square test on the bin
+counts, or the KS test): on big windows a p-value alone flags differences too small to matter,
+on small ones a statistic alone flags sampling noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+#: Bins below this share of rows are floored to it in the PSI (an empty bin is infinite).
+PSI_FLOOR = 1e-4
+#: Latency bin edges, in ms: 20 per decade from 0.01 ms to 100 s (quantiles within 12%).
+LATENCY_EDGES = 10.0 ** np.arange(-2.0, 5.0 + 1e-9, 0.05)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a column or the model counts as drifted (the spec's ``monitoring.thresholds``)."""
+
+    psi: float = 0.2
+    ks: float = 0.1
+    p_value: float = 0.001
+    missing: float = 0.05
+    out_of_range: float = 0.05
+    quality_drop: float = 0.1
+
+
+def psi(reference: np.ndarray, window: np.ndarray) -> float:
+    """The population stability index of two count vectors over the same bins.
+
+    ``sum((q - p) * ln(q / p))`` with ``p``, ``q`` the shares of each bin, floored at
+    :data:`PSI_FLOOR` so an empty bin does not make it infinite.
+    """
+    p = np.maximum(_shares(reference), PSI_FLOOR)
+    q = np.maximum(_shares(window), PSI_FLOOR)
+    return float(np.sum((q - p) * np.log(q / p)))
+
+
+def chi_square_p(reference: np.ndarray, window: np.ndarray) -> float:
+    """The p-value of a chi-square test that two count vectors come from one distribution
+    (bins empty in both are left out); 1.0 when fewer than two bins hold rows."""
+    from scipy.stats import chi2_contingency
+
+    table = np.vstack([reference, window]).astype(np.float64)
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
+        return 1.0
+    return float(chi2_contingency(table, correction=False).pvalue)
+
+
+def ks_binned(reference: np.ndarray, window: np.ndarray) -> tuple[float, float]:
+    """The two-sample KS statistic from counts on the same fine bins, and its p-value.
+
+    The statistic is the largest gap between the two empirical CDFs at the bin edges, so it is
+    at most the exact one and falls short by at most the share of rows in one bin. The
+    p-value is the asymptotic one of :func:`scipy.stats.ks_2samp` (``method="asymp"``).
+    """
+    from scipy.stats import kstwo
+
+    n, m = float(reference.sum()), float(window.sum())
+    if n == 0 or m == 0:
+        return float("nan"), float("nan")
+    gap = np.abs(np.cumsum(reference) / n - np.cumsum(window) / m)
+    statistic = float(gap.max())
+    effective = round(n * m / (n + m))
+    return statistic, float(kstwo.sf(statistic, max(effective, 1)))
+
+
+def latency_quantile(counts: np.ndarray, q: float) -> float:
+    """The ``q`` quantile (0-1) of latencies counted in :data:`LATENCY_EDGES` bins: the
+    geometric middle of the bin it falls in (bin 0 is below 0.01 ms, the last above 100 s)."""
+    total = counts.sum()
+    if total == 0:
+        return float("nan")
+    index = int(np.searchsorted(np.cumsum(counts), q * total, side="left"))
+    if index == 0:
+        return float(LATENCY_EDGES[0])
+    if index >= len(LATENCY_EDGES):
+        return float(LATENCY_EDGES[-1])
+    return float(math.sqrt(LATENCY_EDGES[index - 1] * LATENCY_EDGES[index]))
+
+
+def _shares(counts: np.ndarray) -> np.ndarray:
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum()
+    return counts / total if total > 0 else counts
+
+
+def category_key(value: Any) -> Any:
+    """How a category is matched: numbers by value (1, 1.0 and True are one), others as text."""
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        return float(value)
+    return str(value)
+
+
+class ColumnAccumulator:
+    """Counts of one column in one window, against the bins of its reference profile."""
+
+    def __init__(self, profile: dict[str, Any]):
+        self.profile = profile
+        self.discrete = profile["kind"] == "discrete"
+        self.rows = 0
+        self.missing = 0
+        if self.discrete:
+            self._index = {category_key(v): i for i, v in enumerate(profile["values"])}
+            self.counts = np.zeros(len(profile["values"]) + 1, dtype=np.int64)  # last: unseen
+        else:
+            self._edges = np.asarray(profile["edges"], dtype=np.float64)
+            self._fine_edges = np.asarray(profile["fine_edges"], dtype=np.float64)
+            self.counts = np.zeros(len(self._edges) + 1, dtype=np.int64)
+            self.fine_counts = np.zeros(len(self._fine_edges) + 1, dtype=np.int64)
+            self.below = self.above = 0
+
+    def update(self, values: np.ndarray) -> None:
+        """Count a batch of the column's values (NaN or None: missing)."""
+        self.rows += len(values)
+        if self.discrete:
+            present = values[~_missing(values)]
+            self.missing += len(values) - len(present)
+            if len(present):
+                found, counts = np.unique(present, return_counts=True)
+                for value, count in zip(found.tolist(), counts.tolist()):
+                    self.counts[self._index.get(category_key(value), -1)] += count
+            return
+        values = np.asarray(values, dtype=np.float64)
+        present = values[~np.isnan(values)]
+        self.missing += len(values) - len(present)
+        self.counts += np.bincount(np.searchsorted(self._edges, present, side="right"),
+                                   minlength=len(self.counts))
+        self.fine_counts += np.bincount(np.searchsorted(self._fine_edges, present, side="right"),
+                                        minlength=len(self.fine_counts))
+        self.below += int(np.count_nonzero(present < self.profile["min"]))
+        self.above += int(np.count_nonzero(present > self.profile["max"]))
+
+
+def _missing(values: np.ndarray) -> np.ndarray:
+    if values.dtype.kind == "f":
+        return np.isnan(values)
+    if values.dtype.kind == "O":
+        return np.array([v is None or (isinstance(v, float) and v != v) for v in values],
+                        dtype=bool)
+    return np.zeros(len(values), dtype=bool)
+
+
+@dataclass
+class ColumnDrift:
+    """One column's statistics in one window, and why it drifted (``reasons``; empty: not)."""
+
+    column: str
+    kind: str
+    rows: int
+    psi: float
+    psi_p: float
+    ks: Optional[float] = None
+    ks_p: Optional[float] = None
+    missing_rate: float = 0.0
+    out_of_range_rate: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def drifted(self) -> bool:
+        return bool(self.reasons)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: _finite(v) for k, v in self.__dict__.items()}
+        out["drifted"] = self.drifted
+        return out
+
+
+def _finite(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def compare_column(name: str, accumulator: ColumnAccumulator,
+                   thresholds: Thresholds) -> ColumnDrift:
+    """A column's drift statistics in a window against its reference profile."""
+    profile = accumulator.profile
+    reference = np.asarray(profile["counts"], dtype=np.int64)
+    if accumulator.discrete:
+        reference = np.append(reference, 0)  # the reference has no unseen category
+    window = accumulator.counts
+    present = int(window.sum())
+    result = ColumnDrift(name, profile["kind"], accumulator.rows, psi(reference, window),
+                         chi_square_p(reference, window))
+    result.missing_rate = accumulator.missing / accumulator.rows if accumulator.rows else 0.0
+    if accumulator.discrete:
+        result.out_of_range_rate = float(window[-1] / present) if present else 0.0
+    else:
+        fine = np.asarray(profile["fine_counts"], dtype=np.int64)
+        result.ks, result.ks_p = ks_binned(fine, accumulator.fine_counts)
+        outside = accumulator.below + accumulator.above
+        result.out_of_range_rate = outside / present if present else 0.0
+    if present:
+        if result.psi > thresholds.psi and result.psi_p < thresholds.p_value:
+            result.reasons.append(f"PSI {result.psi:.3g}")
+        if result.ks is not None and result.ks > thresholds.ks and \
+                result.ks_p < thresholds.p_value:
+            result.reasons.append(f"KS {result.ks:.3g}")
+        if result.out_of_range_rate > thresholds.out_of_range:
+            result.reasons.append(f"{result.out_of_range_rate:.1%} "
+                                  f"{'unseen' if accumulator.discrete else 'out of range'}")
+    reference_missing = profile["missing"] / max(profile["count"] + profile["missing"], 1)
+    if result.missing_rate > reference_missing + thresholds.missing:
+        result.reasons.append(f"{result.missing_rate:.1%} missing")
+    return result
+
+
+class WindowAccumulator:
+    """Everything counted in one window of one model version: rows, requests, latency, and
+    one :class:`ColumnAccumulator` per profiled column present in the table."""
+
+    def __init__(self, profile: dict[str, Any], columns: list[str], start: float):
+        self.start = start  # the window's first second (UTC epoch seconds)
+        self.columns = {name: ColumnAccumulator(profile["columns"][name]) for name in columns}
+        self.rows = 0
+        self.requests = 0
+        self.latency = np.zeros(len(LATENCY_EDGES) + 1, dtype=np.int64)
+        self.labelled: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
+
+    def update(self, columns: dict[str, np.ndarray], request_latencies: np.ndarray) -> None:
+        """Count a batch: its column values and the latency of each request starting in it."""
+        self.rows += len(next(iter(columns.values()))) if columns else 0
+        for name, accumulator in self.columns.items():
+            accumulator.update(columns[name])
+        self.requests += len(request_latencies)
+        self.latency += np.bincount(np.searchsorted(LATENCY_EDGES, request_latencies,
+                                                    side="right"),
+                                    minlength=len(self.latency))
+
+    def add_labels(self, y_true: np.ndarray, outputs: dict[str, np.ndarray]) -> None:
+        """Keep labelled rows for the window's quality metrics (labels are few next to rows)."""
+        if len(y_true):
+            self.labelled.append((y_true, outputs))
+
+    def labels(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The labelled rows kept so far: (labels, output columns)."""
+        if not self.labelled:
+            return np.empty(0), {}
+        y = np.concatenate([y for y, _ in self.labelled])
+        names = self.labelled[0][1].keys()
+        return y, {k: np.concatenate([o[k] for _, o in self.labelled]) for k in names}
+
+
+def quality_drop(metric: str, reference: float, value: float) -> float:
+    """How much worse ``value`` is than ``reference``, as a share of ``|reference|`` (negative:
+    better). Errors and losses are worse when higher, scores (r2, accuracy, ...) when lower."""
+    if not (math.isfinite(reference) and math.isfinite(value)) or reference == 0:
+        return float("nan")
+    higher_is_worse = metric in ("rmse", "mse", "mae", "mape", "log_loss", "loss")
+    change = (value - reference) if higher_is_worse else (reference - value)
+    return change / abs(reference)
