@@ -70,8 +70,10 @@ class EvaluateStage:
                                 learning_curve=curve.to_json())
         write_json(ctx.directory / "metrics.json",
                    {k: v for k, v in output.to_json().items() if k != "plots"})
+        profile = _reference_profile(served, table, splits.train, ctx.directory)
         tracker = ctx.tracker
         with tracker.run(ctx.output(TrainOutput).run_id):
+            tracker.log_artifact(profile, "monitoring")  # what `dbspec monitor` compares with
             # val_loss already has one value per epoch from training; keep its history clean
             tracker.log_metrics({k: v for k, v in metrics.items() if k != "val_loss"})
             tracker.set_tags({DIAGNOSIS_TAG: curve.label,
@@ -80,6 +82,19 @@ class EvaluateStage:
                 tracker.log_artifact(path, "plots")
             tracker.log_artifact(ctx.directory / "metrics.json", "evaluation")
         return output
+
+
+def _reference_profile(served, table, rows: np.ndarray, directory):
+    """The training split and the served model's predictions on it, binned for drift
+    monitoring (:mod:`dbspec.monitoring.profile`); the path of the JSON file written."""
+    from dbspec.models.card import prediction_columns
+    from dbspec.monitoring.profile import build_profile, write_profile
+
+    card = served.card
+    profile = build_profile(dict(zip(table.feature_names, table.features[rows].T)),
+                            prediction_columns(card, score_split(served, table, rows)),
+                            task=card.task, classes=card.classes, threshold=card.threshold)
+    return write_profile(profile, directory / "reference_profile.json")
 
 
 def _loss(served, table, rows) -> float:
