@@ -104,15 +104,17 @@ def best_epoch(history: Sequence[dict[str, float]]) -> Optional[int]:
     return None
 
 
-def diagnose_curves(history: Sequence[dict[str, float]],
-                    baseline_loss: Optional[float] = None) -> CurveDiagnosis:
+def diagnose_curves(history: Sequence[dict[str, float]], baseline_loss: Optional[float] = None,
+                    *, kept_epoch: Optional[int] = None) -> CurveDiagnosis:
     """Diagnose a run from its per-epoch ``train_loss`` and ``val_loss``.
 
     Args:
         history: One dict per epoch, as training records it.
-        baseline_loss: The training loss of a model that ignores its inputs (see
-            :func:`dbspec.evaluation.metrics.baseline_loss`); without it underfitting is not
-            diagnosed.
+        baseline_loss: The training loss of a model that ignores its inputs (the evaluate stage
+            computes it on the training split); without it underfitting is not diagnosed.
+        kept_epoch: The 1-based epoch whose weights the model has, when early stopping restored
+            its best epoch: an overfitting run then says the model kept predates the rise. The
+            label stays: the curves show what they show.
     """
     epochs = [h for h in history
               if _finite(h.get("train_loss")) and _finite(h.get("val_loss"))]
@@ -129,6 +131,9 @@ def diagnose_curves(history: Sequence[dict[str, float]],
     notes = _notes(val)
     overfit = _overfitting(train, val, at)
     if overfit:
+        if kept_epoch is not None and kept_epoch == best and best < len(history):
+            notes += (f"the model kept is epoch {kept_epoch}'s (early stopping restored the best "
+                      "validation epoch)",)
         return CurveDiagnosis(OVERFITTING, overfit, notes=notes, **common)
     underfit = _underfitting(train, val, baseline_loss)
     if underfit:

@@ -63,7 +63,11 @@ class EvaluateStage:
         if task != "regression" and "test" in predictions:
             labels = predicted_labels(task, predictions["test"], threshold)
             matrix = confusion(table.target[splits.test], labels, len(table.classes))
-        curve = diagnose_curves(history, _baseline_loss(served, table, splits.train))
+        stopping = spec.training.early_stopping
+        kept = ctx.output(TrainOutput).best_epoch \
+            if stopping is not None and stopping.restore_best else None
+        curve = diagnose_curves(history, _baseline_loss(served, table, splits.train),
+                                kept_epoch=kept)
         ctx.reporter.line(f"  learning curves: {curve.text()}")
         output = EvaluateOutput(metrics=metrics, plots=[p.name for p in plots],
                                 confusion_matrix=matrix, diagnosis=curve.label,

@@ -84,3 +84,26 @@ def test_the_diagnosis_round_trips_as_json():
     data = found.to_json()
     assert data["label"] == OVERFITTING and data["baseline_loss"] == 2.0
     assert found.text().startswith("overfitting: validation loss rose")
+
+
+def test_an_overfitting_run_says_when_early_stopping_kept_the_best_epoch():
+    history = _history([1.0, 0.8, 0.6, 0.5], [1.0, 0.85, 0.9, 0.95])
+    kept = diagnose_curves(history, kept_epoch=2)
+    assert kept.label == OVERFITTING
+    assert kept.notes[-1] == ("the model kept is epoch 2's (early stopping restored the best "
+                              "validation epoch)")
+    assert diagnose_curves(history, kept_epoch=4).notes == ()
+
+
+def test_the_loss_curve_plot_marks_the_best_epoch():
+    from dbspec.evaluation.plots import _DRAW, _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    try:
+        _DRAW["loss_curve"](ax, history=_history([1.0, 0.8, 0.6, 0.5], [1.0, 0.85, 0.9, 0.95]))
+        labels = [line.get_label() for line in ax.lines]
+        assert labels == ["train", "validation", "best epoch (2)"]
+        assert list(ax.lines[2].get_xdata()) == [2, 2]
+    finally:
+        plt.close(fig)

@@ -202,3 +202,22 @@ def test_tensorboard_command_serves_the_run_on_loopback(observed_run):
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=30)
+
+
+def test_the_learning_curve_diagnosis_reaches_the_summary_run_and_version(observed_run):
+    import mlflow
+
+    from dbspec.monitoring.curves import LABELS
+
+    workdir, summary, result = observed_run
+    curve = summary["learning_curve"]
+    assert curve["label"] in LABELS and curve["epochs"] == 6
+    # standardised targets: always predicting the training mean scores an MSE of about 1
+    assert 0.9 < curve["baseline_loss"] < 1.1
+    assert f"learning curves  {curve['label']}: " in result.stdout
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workdir / '.dbspec' / 'mlflow.db'}")
+    run = client.get_run(summary["run_id"])
+    assert run.data.tags["dbspec.diagnosis"] == curve["label"]
+    assert run.data.tags["dbspec.diagnosis.detail"].startswith(f"{curve['label']}: ")
+    version = client.get_model_version("observed_model", summary["model_version"])
+    assert version.tags["dbspec.diagnosis"] == curve["label"]
