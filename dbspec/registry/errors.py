@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
 from dbspec.errors import DbspecError
 
 #: Error codes with which a registry says "there is no such thing" (a model, version, alias).
@@ -26,8 +30,11 @@ def unavailable(exc: BaseException, what: str) -> RegistryUnavailable:
     """A :class:`RegistryUnavailable` for a failed read or write of ``what``, one line long.
 
     The message starts with "the registry did not answer", which callers show as a failure
-    rather than as the registry's answer.
+    rather than as the registry's answer; a server's refusal of the caller (403/401) is a
+    :class:`RegistryPermissionError` instead, saying who may not read what.
     """
+    if is_permission_denied(exc):
+        return denied(exc, f"read {what}", "READ on it")
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
     return RegistryUnavailable(f"the registry did not answer ({what}): {text}")
 
@@ -36,3 +43,73 @@ def from_registry(exc: BaseException) -> bool:
     """An error from the registry or the way to it: one with MLflow's ``error_code`` (MLflow's
     own, or serving's SQLite reader's), or a failed connection; anything else is a bug here."""
     return isinstance(getattr(exc, "error_code", None), str) or isinstance(exc, OSError)
+
+
+# --- permissions: a tracking server with MLflow's auth (``mlflow server --app-name basic-auth``)
+
+#: Error codes with which an MLflow server refuses the caller: 403 and 401.
+PERMISSION_CODES = ("PERMISSION_DENIED", "UNAUTHENTICATED")
+ASK_ADMIN = "ask an admin (roles.admin) to grant it (dbspec grant SPEC)"
+
+
+class RegistryPermissionError(RegistryUnavailable):
+    """The tracking server refused the caller: no permission for the action (403), or no valid
+    login (401). Nothing was changed. A :class:`RegistryUnavailable`, so that whatever reads a
+    refusal as "nothing is known" (a gate fails closed) still does; its message says who may
+    not do what, and what it needs.
+
+    Attributes:
+        user: The caller (``MLFLOW_TRACKING_USERNAME``), None when not logged in.
+        action: What was refused, e.g. "move @production of diabetes".
+        needs: The permission it takes, e.g. "EDIT or MANAGE on the registered model".
+    """
+
+    def __init__(self, message: str, *, user: Optional[str], action: str, needs: str):
+        super().__init__(message)
+        self.user, self.action, self.needs = user, action, needs
+
+
+def caller() -> Optional[str]:
+    """Who dbspec acts as on a tracking server: ``MLFLOW_TRACKING_USERNAME`` (None: nobody)."""
+    return os.environ.get("MLFLOW_TRACKING_USERNAME") or None
+
+
+def is_permission_denied(exc: BaseException) -> bool:
+    """Whether an MLflow error is a server's refusal of the caller (403 or 401)."""
+    return getattr(exc, "error_code", None) in PERMISSION_CODES
+
+
+def refused(action: str, needs: str, *, unauthenticated: bool = False,
+            user: Optional[str] = None, hint: str = ASK_ADMIN) -> RegistryPermissionError:
+    """The error for a refused ``action``: who, what, which permission, what to do next."""
+    user = user or caller()
+    if unauthenticated or user is None:
+        if user is None:
+            text = (f"the tracking server requires a login to {action}: set "
+                    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+        else:
+            text = (f"the tracking server did not accept the login of {user} to {action}: check "
+                    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+    else:
+        text = f"{user} may not {action}: needs {needs}; {hint}"
+    return RegistryPermissionError(text, user=user, action=action, needs=needs)
+
+
+def denied(exc: BaseException, action: str, needs: str) -> RegistryPermissionError:
+    """:func:`refused` for an MLflow error that :func:`is_permission_denied` recognised."""
+    return refused(action, needs,
+                   unauthenticated=getattr(exc, "error_code", None) == "UNAUTHENTICATED")
+
+
+@contextmanager
+def refusals_as(action: str, needs: str) -> Iterator[None]:
+    """Inside, a server's refusal (403/401) of any call becomes :func:`denied` for ``action``;
+    a :class:`RegistryPermissionError` raised deeper keeps its own, narrower action."""
+    try:
+        yield
+    except RegistryPermissionError:
+        raise
+    except Exception as exc:
+        if is_permission_denied(exc):
+            raise denied(exc, action, needs) from None
+        raise
