@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterator, Optional
 from dbspec.faults import pause_point
 from dbspec.processes import owner, process_alive
 from dbspec.registry.aliases import alias_holder
-from dbspec.registry.errors import RegistryError, is_not_found, unavailable
+from dbspec.registry.errors import (RegistryError, is_not_found, is_permission_denied,
+                                    refusals_said_as, unavailable)
 from dbspec.registry.gates import GateResult
 from dbspec.registry.history import HISTORY_TAG, RegistrySnapshot, now
 from dbspec.registry.locks import Lease, TagLease, file_lock
@@ -99,6 +100,8 @@ class Registry:
     def __init__(self, client):
         self.client = client
 
+    @refusals_said_as("register a version of {name}", "EDIT on the registered model (and READ "
+                      "on the training run)")
     def register(self, name: str, model_uri: str, run_id: str, tags: dict[str, str], *,
                  decision: str = PENDING) -> RegisteredVersion:
         """A version of ``name`` from ``model_uri``, created pending, or the undecided version
@@ -238,6 +241,7 @@ class Registry:
         return RegistrySnapshot(name, {a: str(v) for a, v in (model.aliases or {}).items()},
                                 dict(model.tags or {}))
 
+    @refusals_said_as("move @{alias} of {name}", "EDIT or MANAGE on the registered model")
     def guarded_move(self, name: str, alias: str,
                      decide: Callable[[RegistrySnapshot], AliasDecision]) -> AliasOutcome:
         """Move ``alias`` where ``decide`` says, atomically with respect to other dbspec writers.
@@ -274,6 +278,8 @@ class Registry:
                 try:
                     self.client.set_registered_model_alias(name, alias, target)
                 except MlflowException as exc:
+                    if is_permission_denied(exc):
+                        raise  # said by refusals_said_as: who may not, and what it needs
                     raise RegistryError(f"cannot set @{alias} on {name} v{target}: "
                                         f"{exc.message.splitlines()[0]}") from None
                 pause_point("promote.after_move")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from dbspec.errors import DbspecError
 
@@ -113,3 +115,18 @@ def refusals_as(action: str, needs: str) -> Iterator[None]:
         if is_permission_denied(exc):
             raise denied(exc, action, needs) from None
         raise
+
+
+def refusals_said_as(action: str, needs: str) -> Callable[[Callable], Callable]:
+    """Decorator: the function runs inside :func:`refusals_as`, its ``action`` formatted with
+    the call's arguments (``"move @{alias} of {name}"``)."""
+    def wrap(function: Callable) -> Callable:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def wrapped(*args, **kwargs):
+            arguments = signature.bind(*args, **kwargs).arguments
+            with refusals_as(action.format(**arguments), needs):
+                return function(*args, **kwargs)
+        return wrapped
+    return wrap

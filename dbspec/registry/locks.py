@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Optional
 
 from dbspec.processes import owner
-from dbspec.registry.errors import RegistryError
+from dbspec.registry.errors import RegistryError, is_permission_denied
 
 LEASE_TAG = "dbspec.lock"
 
@@ -78,14 +78,21 @@ class TagLease(Lease):
 
     def _write(self) -> bool:
         """Write our lease; False when a concurrent write of the tag made the store refuse
-        (an mlflow server on SQLite answers a UNIQUE constraint error): the race is lost."""
+        (an mlflow server on SQLite answers a UNIQUE constraint error): the race is lost.
+
+        Raises:
+            MlflowException: the server refused the caller (403/401), which the registry's
+                callers report as a :class:`~dbspec.registry.errors.RegistryPermissionError`.
+        """
         from mlflow.exceptions import MlflowException
 
         self.expires = time.time() + self.registry.lease_ttl_s
         value = {"owner": self.token, "expires": self.expires, "by": owner()}
         try:
             self.registry.client.set_registered_model_tag(self.name, LEASE_TAG, json.dumps(value))
-        except MlflowException:
+        except MlflowException as exc:
+            if is_permission_denied(exc):
+                raise  # a caller who may not write tags (READ only) waits for nothing
             return False
         return True
 
