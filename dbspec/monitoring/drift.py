@@ -168,15 +168,22 @@ class ColumnDrift:
     ks_p: Optional[float] = None
     missing_rate: float = 0.0
     out_of_range_rate: float = 0.0
-    reasons: list[str] = field(default_factory=list)
+    #: (check, what): check is ``drift``, ``missing`` or ``out_of_range``
+    findings: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def drifted(self) -> bool:
-        return bool(self.reasons)
+        """Whether the distribution moved (PSI or KS); missing and out-of-range are apart."""
+        return any(check == "drift" for check, _ in self.findings)
+
+    @property
+    def reasons(self) -> list[str]:
+        return [what for _, what in self.findings]
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: _finite(v) for k, v in self.__dict__.items()}
+        out = {k: _finite(v) for k, v in self.__dict__.items() if k != "findings"}
         out["drifted"] = self.drifted
+        out["reasons"] = self.reasons
         return out
 
 
@@ -205,16 +212,16 @@ def compare_column(name: str, accumulator: ColumnAccumulator,
         result.out_of_range_rate = outside / present if present else 0.0
     if present:
         if result.psi > thresholds.psi and result.psi_p < thresholds.p_value:
-            result.reasons.append(f"PSI {result.psi:.3g}")
+            result.findings.append(("drift", f"PSI {result.psi:.3g}"))
         if result.ks is not None and result.ks > thresholds.ks and \
                 result.ks_p < thresholds.p_value:
-            result.reasons.append(f"KS {result.ks:.3g}")
+            result.findings.append(("drift", f"KS {result.ks:.3g}"))
         if result.out_of_range_rate > thresholds.out_of_range:
-            result.reasons.append(f"{result.out_of_range_rate:.1%} "
-                                  f"{'unseen' if accumulator.discrete else 'out of range'}")
+            result.findings.append(("out_of_range", f"{result.out_of_range_rate:.1%} " + (
+                "unseen" if accumulator.discrete else "out of range")))
     reference_missing = profile["missing"] / max(profile["count"] + profile["missing"], 1)
     if result.missing_rate > reference_missing + thresholds.missing:
-        result.reasons.append(f"{result.missing_rate:.1%} missing")
+        result.findings.append(("missing", f"{result.missing_rate:.1%} missing"))
     return result
 
 

@@ -11,6 +11,7 @@ from typing import NamedTuple, Optional
 from dbspec.errors import did_you_mean, one_of
 from dbspec.spec.datasets import BUILTIN_DATASETS
 from dbspec.spec.sections import Spec
+from dbspec.spec.sections.monitoring import check_monitoring
 from dbspec.spec.sections.lifecycle import (
     CLASSIFICATION_METRICS,
     CLASSIFICATION_PLOTS,
@@ -96,6 +97,8 @@ def check_spec(spec: Spec) -> list[Finding]:
     _check_serving(spec, found)
     _check_spark(spec, found)
     _check_jobs(spec, found)
+    for path, message in check_monitoring(spec):
+        found.error(path, message)
     return found.items
 
 

@@ -1,0 +1,398 @@
+"""One monitoring pass over an inference table: stream it, window it, compare each window.
+
+The Delta table is read as a pyarrow dataset, batch by batch, with the model name and
+``--since`` pushed down as a filter; nothing but bin counts is kept per window
+(:class:`~dbspec.monitoring.drift.WindowAccumulator`), so memory does not grow with the
+table. A table may hold several versions of the model (a swap while serving): each version's
+windows are compared with its own reference profile.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from dbspec.errors import DbspecError
+from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator, category_key,
+                                     compare_column, latency_quantile, quality_drop)
+
+#: The inference table's own columns (features are renamed ``feature_<name>`` on a clash).
+BASE_COLUMNS = ("request_id", "timestamp", "model_name", "model_version", "latency_ms")
+CHECKS = ("features", "predictions", "missing", "out_of_range", "quality")
+BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    """What one pass computes and when a window alerts."""
+
+    window_s: int = 3600
+    since: Optional[float] = None  # epoch seconds; None: the whole table
+    min_rows: int = 100
+    thresholds: Thresholds = Thresholds()
+    checks: tuple = CHECKS
+
+
+@dataclass
+class Labels:
+    """Labels by key, read whole (they are few next to served rows).
+
+    Attributes:
+        keys: The key of each label (``key`` or ``key#row`` when a row column is given).
+        values: The labels, in the order of ``keys``.
+        key: The inference-table column they join on.
+        by_row: Whether a key names one row of a request (``row`` column).
+    """
+
+    keys: Any
+    values: np.ndarray
+    key: str
+    by_row: bool
+
+
+@dataclass
+class WindowReport:
+    """One window of one version: its counts, each column's statistics, quality, alerts."""
+
+    index: int
+    start: float
+    end: float
+    rows: int
+    requests: int
+    latency_p50_ms: float
+    latency_p95_ms: float
+    columns: list[ColumnDrift] = field(default_factory=list)
+    quality: dict[str, dict[str, float]] = field(default_factory=dict)
+    labelled: int = 0
+    checked: bool = True
+    alerts: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return "alert" if self.alerts else "ok" if self.checked else "too few rows"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "start": _iso(self.start), "end": _iso(self.end),
+                "rows": self.rows, "requests": self.requests,
+                "latency_p50_ms": _finite(self.latency_p50_ms),
+                "latency_p95_ms": _finite(self.latency_p95_ms), "status": self.status,
+                "alerts": self.alerts, "labelled": self.labelled,
+                "quality": {k: {n: _finite(v) for n, v in q.items()}
+                            for k, q in self.quality.items()},
+                "columns": [c.to_json() for c in self.columns]}
+
+
+@dataclass
+class VersionReport:
+    """Every window of one model version in the pass."""
+
+    name: str
+    version: str
+    profile: dict[str, Any]
+    windows: list[WindowReport]
+
+    @property
+    def alerts(self) -> list[str]:
+        return [f"{_iso(w.start)}: {a}" for w in self.windows for a in w.alerts]
+
+    def drifted_columns(self) -> list[str]:
+        """Columns named in any alert, in profile order."""
+        named = {a.split(":", 1)[0] for w in self.windows for a in w.alerts}
+        return [c for c in self.profile["columns"] if c in named]
+
+
+def _iso(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _finite(value: Any) -> Any:
+    return None if isinstance(value, float) and not np.isfinite(value) else value
+
+
+def open_inference_table(path: str):
+    """The inference table at ``path`` as a pyarrow dataset.
+
+    Raises:
+        DbspecError: no table there, not a Delta table, or a Delta table of another kind.
+    """
+    from deltalake import DeltaTable
+
+    if "://" not in path and not (Path(path) / "_delta_log").is_dir():
+        where = "does not exist" if not Path(path).exists() else "is not a Delta table"
+        raise DbspecError(f"inference table {path} {where}: serve the model with an "
+                          "inference table (serving.realtime.inference_table or dbspec serve "
+                          "--inference-table PATH) first, or give --table PATH")
+    try:
+        dataset = DeltaTable(path).to_pyarrow_dataset()
+    except Exception as exc:  # deltalake raises its own families for a damaged or absent log
+        raise DbspecError(f"cannot open the inference table {path}: {exc}") from None
+    missing = [c for c in BASE_COLUMNS if c not in dataset.schema.names]
+    if missing:
+        raise DbspecError(f"{path} is not an inference table: it has no {', '.join(missing)} "
+                          "column(s)")
+    return dataset
+
+
+def read_labels(path: str, key: str, column: str) -> Labels:
+    """The labels file (Delta directory, Parquet or CSV) as a :class:`Labels` index.
+
+    Raises:
+        DbspecError: no such file, an unknown format, or missing key/label columns.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = _read_table(path)
+    for name in (key, column):
+        if name not in table.column_names:
+            raise DbspecError(f"labels {path}: no column '{name}' (it has "
+                              f"{', '.join(table.column_names)}); set monitoring.labels.key "
+                              "and .column")
+    keys = table.column(key).cast(pa.string())
+    by_row = "row" in table.column_names
+    if by_row:
+        keys = pc.binary_join_element_wise(keys, table.column("row").cast(pa.string()), "#")
+    keys = keys.combine_chunks()
+    if len(pc.unique(keys)) != len(keys):
+        raise DbspecError(f"labels {path}: a key appears more than once in '{key}'"
+                          + (" and 'row'" if by_row else "") + "; give one label per row")
+    values = table.column(column).to_numpy(zero_copy_only=False)
+    return Labels(keys, values, key, by_row)
+
+
+def _read_table(path: str):
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    location = Path(path)
+    if not location.exists():
+        raise DbspecError(f"labels {path} do not exist")
+    try:
+        if (location / "_delta_log").is_dir():
+            from deltalake import DeltaTable
+
+            return DeltaTable(path).to_pyarrow_table()
+        if location.suffix == ".csv":
+            return pyarrow.csv.read_csv(location)
+        if location.is_dir() or location.suffix in (".parquet", ".pq"):
+            return pyarrow.parquet.read_table(location)
+    except DbspecError:
+        raise
+    except Exception as exc:
+        raise DbspecError(f"cannot read the labels {path}: {exc}") from None
+    raise DbspecError(f"labels {path}: expected a Delta table, a Parquet file or directory, or "
+                      "a .csv file")
+
+
+class _VersionScan:
+    """The windows of one version seen so far, and the table columns its profile maps to."""
+
+    def __init__(self, name: str, version: str, profile: dict[str, Any], schema_names: list):
+        self.name, self.version, self.profile = name, version, profile
+        outputs = list(profile["outputs"])
+        taken = {c.lower() for c in (*BASE_COLUMNS, *outputs)}
+        renamed = any(f.lower() in taken for f in profile["features"])
+        self.columns = {}  # profile column -> table column
+        for feature in profile["features"]:
+            table_name = f"feature_{feature}" if renamed else feature
+            if table_name in schema_names:
+                self.columns[feature] = table_name
+        self.columns.update({o: o for o in outputs if o in schema_names})
+        self.windows: dict[int, WindowAccumulator] = {}
+
+    def window(self, index: int, window_s: int) -> WindowAccumulator:
+        accumulator = self.windows.get(index)
+        if accumulator is None:
+            accumulator = self.windows[index] = WindowAccumulator(
+                self.profile, list(self.columns), start=float(index * window_s))
+        return accumulator
+
+
+def scan_table(dataset, name: str, profile_for: Callable[[str], dict[str, Any]],
+               settings: MonitorSettings, *, labels: Optional[Labels] = None,
+               progress: Optional[Callable[[int, float], None]] = None) -> list[_VersionScan]:
+    """Stream the rows of model ``name`` (since ``settings.since``) into window accumulators.
+
+    Args:
+        dataset: The inference table (:func:`open_inference_table`).
+        profile_for: A version's reference profile (raises DbspecError when it has none).
+        progress: Called with (rows so far, seconds since the start) every few seconds.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    condition = ds.field("model_name") == name
+    if settings.since is not None:
+        since = pa.scalar(int(settings.since * 1e6), pa.timestamp("us", tz="UTC"))
+        condition = condition & (ds.field("timestamp") >= since)
+    names = dataset.schema.names
+    wanted = [c for c in names if c != "model_name"]
+    scans: dict[str, _VersionScan] = {}
+    window_us = settings.window_s * 1_000_000
+    last_id, position = None, 0  # the request running on from the previous batch
+    rows, started, told = 0, time.monotonic(), time.monotonic()
+    for batch in dataset.to_batches(columns=wanted, filter=condition, batch_size=BATCH_ROWS):
+        n = batch.num_rows
+        if n == 0:
+            continue
+        ids = batch.column("request_id")
+        starts = np.ones(n, dtype=bool)
+        if n > 1:
+            starts[1:] = pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(
+                zero_copy_only=False)
+        first_continues = last_id is not None and ids[0].as_py() == last_id
+        starts[0] = not first_continues
+        row_in_request = _positions(starts, position if first_continues else 0)
+        last_id, position = ids[n - 1].as_py(), int(row_in_request[-1]) + 1
+        windows = batch.column("timestamp").cast(pa.int64()).to_numpy() // window_us
+        versions = batch.column("model_version").to_numpy(zero_copy_only=False)
+        latency = batch.column("latency_ms").to_numpy(zero_copy_only=False)
+        labelled = _label_rows(batch, labels, row_in_request) if labels is not None else None
+        for version in _distinct(versions):
+            scan = scans.get(version)
+            if scan is None:
+                scan = scans[version] = _VersionScan(name, version, profile_for(version), names)
+            in_version = None if _all_equal(versions) else np.flatnonzero(versions == version)
+            values = {c: batch.column(t).to_numpy(zero_copy_only=False)
+                      for c, t in scan.columns.items()}
+            for index, rows_of in _groups(windows, in_version):
+                _update(scan.window(int(index), settings.window_s), values, rows_of, starts,
+                        latency, labelled, scan.profile)
+        rows += n
+        if progress is not None and time.monotonic() - told > 5:
+            told = time.monotonic()
+            progress(rows, told - started)
+    return list(scans.values())
+
+
+def _positions(starts: np.ndarray, carried: int) -> np.ndarray:
+    """Each row's 0-based position in its request (rows of a request are contiguous)."""
+    index = np.arange(len(starts))
+    last_start = np.maximum.accumulate(np.where(starts, index, 0))
+    positions = index - last_start
+    if not starts[0]:  # the first request runs on from the previous batch
+        before_first = index < (np.argmax(starts) if starts.any() else len(starts))
+        positions[before_first] += carried
+    return positions
+
+
+def _label_rows(batch, labels: Labels, row_in_request: np.ndarray) -> np.ndarray:
+    """For each row, the index of its label in ``labels`` (-1: none)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if labels.key not in batch.schema.names:
+        raise DbspecError(f"labels join on '{labels.key}', which the inference table does not "
+                          f"have; set monitoring.labels.key to request_id or one of its columns")
+    keys = batch.column(labels.key).cast(pa.string())
+    if labels.by_row:
+        keys = pc.binary_join_element_wise(keys, pa.array(row_in_request.astype(str)), "#")
+    return pc.index_in(keys, value_set=labels.keys).fill_null(-1).to_numpy()
+
+
+def _distinct(values: np.ndarray) -> list:
+    return [values[0]] if _all_equal(values) else list(dict.fromkeys(values.tolist()))
+
+
+def _all_equal(values: np.ndarray) -> bool:
+    return bool(len(values) == 0 or (values == values[0]).all())
+
+
+def _groups(windows: np.ndarray, rows: Optional[np.ndarray]):
+    """(window index, row indices or None for every row) for the rows of one version."""
+    of = windows if rows is None else windows[rows]
+    if of[0] == of[-1] and (of == of[0]).all():
+        yield of[0], rows
+        return
+    for index in np.unique(of):
+        inside = np.flatnonzero(of == index)
+        yield index, inside if rows is None else rows[inside]
+
+
+def _update(window: WindowAccumulator, values: dict, rows: Optional[np.ndarray],
+            starts: np.ndarray, latency: np.ndarray, labelled: Optional[np.ndarray],
+            profile: dict) -> None:
+    def pick(array):
+        return array if rows is None else array[rows]
+
+    columns = {c: pick(v) for c, v in values.items()}
+    window.update(columns, pick(latency)[pick(starts)])
+    if labelled is not None:
+        found = pick(labelled)
+        keep = found >= 0
+        if keep.any():
+            window.add_labels(found[keep], {c: v[keep] for c, v in columns.items()
+                                            if c in profile["outputs"]})
+
+
+def evaluate_windows(scan: _VersionScan, settings: MonitorSettings, *,
+                     labels: Optional[Labels] = None,
+                     score: Optional[Callable[..., dict[str, float]]] = None,
+                     reference_metrics: Optional[dict[str, float]] = None) -> VersionReport:
+    """Each window's statistics and alerts.
+
+    Args:
+        score: ``score(task, y_true, predictions, names, threshold=...)`` giving metrics by
+            name (:func:`dbspec.evaluation.metrics.task_metrics`); with ``labels``.
+        reference_metrics: The version's registered test metrics, by bare name (``rmse``).
+    """
+    profile, thresholds = scan.profile, settings.thresholds
+    outputs = set(profile["outputs"])
+    reports = []
+    for number, (index, window) in enumerate(sorted(scan.windows.items())):
+        latency_p50 = latency_quantile(window.latency, 0.5)
+        report = WindowReport(number, window.start, window.start + settings.window_s,
+                              window.rows, window.requests, latency_p50,
+                              latency_quantile(window.latency, 0.95))
+        report.columns = [compare_column(c, a, thresholds) for c, a in window.columns.items()]
+        report.checked = window.rows >= settings.min_rows
+        if report.checked:
+            for column in report.columns:
+                drift = "predictions" if column.column in outputs else "features"
+                for check, what in column.findings:
+                    if (drift if check == "drift" else check) in settings.checks:
+                        report.alerts.append(f"{column.column}: {what}")
+        if labels is not None and score is not None:
+            _quality(report, window, labels, profile, score, reference_metrics or {},
+                     settings)
+        reports.append(report)
+    return VersionReport(scan.name, scan.version, profile, reports)
+
+
+def _quality(report: WindowReport, window: WindowAccumulator, labels: Labels,
+             profile: dict, score, reference: dict[str, float],
+             settings: MonitorSettings) -> None:
+    found, outputs = window.labels()
+    report.labelled = len(found)
+    if not len(found) or not reference:
+        return
+    task = profile["task"]
+    y_true = labels.values[found]
+    if task == "regression":
+        y_true, predictions = y_true.astype(np.float64), outputs["prediction"]
+    else:
+        index = {category_key(c): i for i, c in enumerate(profile["classes"])}
+        y_true = np.array([index.get(category_key(v), -1) for v in y_true.tolist()])
+        known = y_true >= 0
+        y_true = y_true[known]
+        if task == "binary":
+            predictions = outputs["probability"][known]
+        else:
+            predictions = np.column_stack([outputs[f"probability_{c}"][known]
+                                           for c in profile["classes"]])
+    if not len(y_true):
+        return
+    values = score(task, y_true, predictions, sorted(reference),
+                   threshold=profile.get("threshold", 0.5))
+    for metric, value in values.items():
+        drop = quality_drop(metric, reference[metric], value)
+        report.quality[metric] = {"value": value, "reference": reference[metric], "drop": drop}
+        if report.labelled >= settings.min_rows and "quality" in settings.checks and \
+                np.isfinite(drop) and drop > settings.thresholds.quality_drop:
+            report.alerts.append(f"quality: {metric} {value:.4g} vs test {reference[metric]:.4g} "
+                                 f"({drop:.0%} worse)")

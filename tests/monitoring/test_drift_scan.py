@@ -1,0 +1,154 @@
+"""A monitoring pass over a real Delta inference table written by the serving writer
+(:class:`InferenceTable`), with timestamps laid out in windows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dbspec.errors import DbspecError
+from dbspec.evaluation.metrics import task_metrics
+from dbspec.monitoring import monitor
+from dbspec.monitoring.monitor import (MonitorSettings, evaluate_windows, open_inference_table,
+                                       read_labels, scan_table)
+from dbspec.monitoring.profile import build_profile
+from dbspec.serving.inference_table import InferenceTable, Record
+
+FEATURES = tuple(f"x{j}" for j in range(10))
+HOUR = 3600.0
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z, on an hour
+
+
+def _profile(rng):
+    train = rng.normal(size=(400, 10))
+    return build_profile(dict(zip(FEATURES, train.T)), {"prediction": train.sum(axis=1)},
+                         task="regression")
+
+
+def _write(path, rng, windows, *, rows_per_request=10, requests=60, version="1",
+           shift=None):
+    """One burst of requests per hour ``windows``; ``shift`` = (window, feature, by)."""
+    table = InferenceTable(path, flush_seconds=0.05)
+    table.check()
+    table.start()
+    number = 0
+    for window in windows:
+        for _ in range(requests):
+            x = rng.normal(size=(rows_per_request, 10)).astype(np.float32)
+            if shift is not None and shift[0] == window:
+                x[:, FEATURES.index(shift[1])] += shift[2]
+            number += 1
+            table.offer(Record(f"r{number:06d}-{window}", T0 + window * HOUR + number * 0.01,
+                               "m", version, 2.0 + rng.random(), FEATURES, x,
+                               {"prediction": x.sum(axis=1).astype(np.float64)}))
+    table.close()
+    return number
+
+
+def _pass(path, profile, settings=MonitorSettings(), **kwargs):
+    scans = scan_table(open_inference_table(str(path)), "m", lambda version: profile, settings,
+                       **{k: v for k, v in kwargs.items() if k == "labels"})
+    return [evaluate_windows(s, settings, **kwargs) for s in scans]
+
+
+def test_a_shifted_feature_alerts_in_its_window_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(monitor, "BATCH_ROWS", 250)  # requests run across batch boundaries
+    rng = np.random.default_rng(0)
+    profile = _profile(rng)
+    _write(tmp_path / "t", rng, [0, 1, 2, 3], shift=(3, "x3", 5.0))
+    [report] = _pass(tmp_path / "t", profile)
+    assert [w.rows for w in report.windows] == [600] * 4
+    assert [w.requests for w in report.windows] == [60] * 4
+    assert [w.status for w in report.windows] == ["ok", "ok", "ok", "alert"]
+    alerted = {a.split(":")[0] for a in report.windows[3].alerts}
+    assert "x3" in alerted and alerted <= {"x3", "prediction"}
+    assert report.drifted_columns()[0] == "x3"
+    assert 2.0 <= report.windows[0].latency_p50_ms <= 3.0
+    assert report.windows[0].start == T0
+
+
+def test_since_leaves_earlier_windows_out(tmp_path):
+    rng = np.random.default_rng(1)
+    profile = _profile(rng)
+    _write(tmp_path / "t", rng, [0, 1, 2])
+    [report] = _pass(tmp_path / "t", profile, MonitorSettings(since=T0 + 2 * HOUR))
+    assert [w.start for w in report.windows] == [T0 + 2 * HOUR]
+
+
+def test_small_windows_are_reported_not_checked(tmp_path):
+    rng = np.random.default_rng(2)
+    profile = _profile(rng)
+    _write(tmp_path / "t", rng, [0], requests=3, shift=(0, "x1", 9.0))
+    [report] = _pass(tmp_path / "t", profile)
+    assert report.windows[0].status == "too few rows" and not report.windows[0].alerts
+
+
+def test_each_version_is_compared_with_its_own_profile(tmp_path):
+    rng = np.random.default_rng(3)
+    profile = _profile(rng)
+    _write(tmp_path / "t", rng, [0], version="1")
+    _write(tmp_path / "t", rng, [0], version="2")
+    asked = []
+    scans = scan_table(open_inference_table(str(tmp_path / "t")), "m",
+                       lambda version: asked.append(version) or profile, MonitorSettings())
+    assert sorted(asked) == ["1", "2"] and len(scans) == 2
+
+
+def test_labels_give_quality_metrics_per_window(tmp_path):
+    rng = np.random.default_rng(4)
+    profile = _profile(rng)
+    _write(tmp_path / "t", rng, [0, 1], rows_per_request=2, requests=100)
+    rows = open_inference_table(str(tmp_path / "t")).to_table(
+        columns=["request_id", "prediction", "timestamp"]).to_pandas()
+    rows["row"] = rows.groupby("request_id").cumcount()
+    late = rows["timestamp"] >= pd_timestamp(T0 + HOUR)
+    # labels equal the predictions in the first hour, far off in the second
+    rows["target"] = rows["prediction"] + np.where(late, 50.0, 0.1)
+    pq.write_table(pa.Table.from_pandas(rows[["request_id", "row", "target"]]),
+                   tmp_path / "labels.parquet")
+    labels = read_labels(str(tmp_path / "labels.parquet"), "request_id", "target")
+    [report] = _pass(tmp_path / "t", profile, labels=labels, score=task_metrics,
+                     reference_metrics={"rmse": 1.0})
+    first, second = report.windows
+    assert first.labelled == second.labelled == 200
+    assert first.quality["rmse"]["value"] == pytest.approx(0.1, rel=1e-4)
+    assert not any(a.startswith("quality") for a in first.alerts)
+    assert second.quality["rmse"]["drop"] == pytest.approx(49.0, rel=1e-3)
+    assert any(a.startswith("quality: rmse") for a in second.alerts)
+
+
+def pd_timestamp(seconds: float):
+    import pandas as pd
+
+    return pd.Timestamp(seconds, unit="s", tz="UTC")
+
+
+def test_a_missing_table_is_a_clear_error(tmp_path):
+    with pytest.raises(DbspecError, match="does not exist: serve the model"):
+        open_inference_table(str(tmp_path / "nowhere"))
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(DbspecError, match="is not a Delta table"):
+        open_inference_table(str(tmp_path / "plain"))
+
+
+def test_a_delta_table_of_another_kind_is_refused(tmp_path):
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path / "other"), pa.table({"a": [1, 2]}))
+    with pytest.raises(DbspecError, match="not an inference table: it has no request_id"):
+        open_inference_table(str(tmp_path / "other"))
+
+
+def test_labels_errors_are_clear(tmp_path):
+    with pytest.raises(DbspecError, match="do not exist"):
+        read_labels(str(tmp_path / "none.csv"), "request_id", "target")
+    (tmp_path / "l.csv").write_text("request_id,y\na,1\na,2\n")
+    with pytest.raises(DbspecError, match="no column 'target'"):
+        read_labels(str(tmp_path / "l.csv"), "request_id", "target")
+    with pytest.raises(DbspecError, match="more than once"):
+        read_labels(str(tmp_path / "l.csv"), "request_id", "y")
+    (tmp_path / "l.txt").write_text("x")
+    with pytest.raises(DbspecError, match="expected a Delta table"):
+        read_labels(str(tmp_path / "l.txt"), "request_id", "y")
