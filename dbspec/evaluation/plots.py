@@ -39,7 +39,7 @@ def write_plots(names: list[str], directory: Path, *, task: str, history: list[d
 
 
 def _loss_curve(ax, *, history, **_):
-    from dbspec.monitoring.curves import best_epoch
+    from dbspec.evaluation.curves import best_epoch
 
     epochs = np.arange(1, len(history) + 1)
     for key, label in (("train_loss", "train"), ("val_loss", "validation")):

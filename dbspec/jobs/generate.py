@@ -21,6 +21,7 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
         UsageError: unknown target, unreadable spec.
         SpecError: the spec (or one of its targets) is invalid.
     """
+    from dbspec.jobs.monitor import monitor_warnings
     from dbspec.jobs.render import bundle_files, jobs_json_files, warnings_for
     from dbspec.spec.document import read_document
     from dbspec.spec.loader import build
@@ -44,6 +45,8 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
             names[0] if len(names) == 1 else None)
     shown = _shown_path(spec_file)
     warnings = [f"{name}: {w}" for name, spec in specs.items() for w in warnings_for(spec)]
+    warnings += [f"{name}: {w}" for name, spec in specs.items()
+                 for w in monitor_warnings(spec, modes[name] if fmt == "bundle" else None)]
     command = "dbspec jobs " + shown + "".join(f" --target {t}" for t in targets) + \
         "".join(f" --set {a}" for a in assignments) + f" --format {fmt} -o DIR"
     if fmt == "jobs-json":

@@ -9,7 +9,9 @@ Bundle layout (``-o DIR``)::
                                        shared directory; per target where it differs)
     resources/<job>.<target>.yml       per target: the job, the registered model and (with
                                        roles) the experiment; the job's update_endpoint task
-                                       creates and keeps the serving endpoint
+                                       creates and keeps the serving endpoint; with
+                                       monitoring, the monitor job and (production
+                                       targets) the endpoint's quality monitor
     specs/<spec file>                  the spec the tasks run (synced with the bundle)
 
 Jobs JSON: ``<job>.<target>.json`` per target, a ``jobs/create`` body with its access control
@@ -35,6 +37,7 @@ from dbspec.jobs.build import (
     warnings_for,
 )
 from dbspec.jobs.files import GENERATED_MARK
+from dbspec.jobs.monitor import build_monitor_job, monitor_job_key, quality_monitor
 from dbspec.jobs.resources import name_assignments, registry_resources
 from dbspec.jobs.tasks import job_key
 from dbspec.spec.clusters import CURRENT_USER, serverless
@@ -69,14 +72,20 @@ def script_name(spec, target: Optional[str]) -> str:
     return f"scripts/{job_key(spec)}.{target or 'default'}.sh"
 
 
-def bundle_job(spec, spec_file: str, target: Optional[str]) -> dict[str, Any]:
-    """The job resource of one target: JobSettings as the bundle writes it, plus permissions."""
-    where = JobTarget(spec_path=f"${{workspace.file_path}}/specs/{PurePosixPath(spec_file).name}",
-                      wheel=f"../dist/{WHEEL}", target=target,
-                      shared_dir=f"${{var.{SHARED_DIR}}}", current_user=CURRENT_USER,
-                      assignments=name_assignments(spec),
-                      script=f"${{workspace.file_path}}/{script_name(spec, target)}")
-    job = build_job(spec, where).as_dict()
+def bundle_where(spec, spec_file: str, target: Optional[str]) -> JobTarget:
+    """Where a bundle's tasks find the spec, the wheel and the shared directory."""
+    return JobTarget(spec_path=f"${{workspace.file_path}}/specs/{PurePosixPath(spec_file).name}",
+                     wheel=f"../dist/{WHEEL}", target=target,
+                     shared_dir=f"${{var.{SHARED_DIR}}}", current_user=CURRENT_USER,
+                     assignments=name_assignments(spec),
+                     script=f"${{workspace.file_path}}/{script_name(spec, target)}")
+
+
+def bundle_job(spec, spec_file: str, target: Optional[str], *,
+               build=build_job) -> dict[str, Any]:
+    """The job resource of one target (``build``: the main job, or the monitor job):
+    JobSettings as the bundle writes it, plus permissions."""
+    job = build(spec, bundle_where(spec, spec_file, target)).as_dict()
     permissions = []
     for entry in access_control(spec):
         row = entry.as_dict()
@@ -120,8 +129,14 @@ def bundle_files(specs: dict[str, Any], modes: dict[str, str], default: Optional
                        for name, spec in specs.items()}
     files = {"databricks.yml": header + dump_yaml(root)}
     for target, spec in specs.items():
-        resources = {"jobs": {key: bundle_job(spec, spec_file, spec_targets[target])},
-                     **registry_resources(spec)}
+        jobs = {key: bundle_job(spec, spec_file, spec_targets[target])}
+        if spec.monitoring is not None:
+            jobs[monitor_job_key(spec)] = bundle_job(spec, spec_file, spec_targets[target],
+                                                     build=build_monitor_job)
+        resources = {"jobs": jobs, **registry_resources(spec)}
+        monitor = quality_monitor(spec, spec_targets[target], modes[target])
+        if monitor is not None:
+            resources["quality_monitors"] = {f"{key}_inference": monitor}
         files[f"resources/{key}.{target}.yml"] = header + dump_yaml(
             {"targets": {target: {"resources": resources}}})
         if serverless(spec):
@@ -153,6 +168,13 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str,
         if acl:
             body["access_control_list"] = acl
         files[f"{name}.json"] = json.dumps(body, indent=2, sort_keys=True) + "\n"
+        monitor = build_monitor_job(spec, where)
+        if monitor is not None:  # the same access list: who sees the job sees its monitor
+            body = monitor.as_dict()
+            if acl:
+                body["access_control_list"] = acl
+            files[f"{monitor_job_key(spec)}.{target}.json"] = json.dumps(
+                body, indent=2, sort_keys=True) + "\n"
         if serverless(spec):
             files[f"scripts/{name}.sh"] = ai_runtime_script(
                 spec, where, wheel_name=WHEEL, spec_name=PurePosixPath(spec_file).name,

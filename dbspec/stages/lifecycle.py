@@ -32,7 +32,7 @@ class EvaluateStage:
         from dbspec.evaluation.metrics import confusion, predicted_labels, task_metrics
         from dbspec.evaluation.plots import write_plots
         from dbspec.models.served import load_served_model
-        from dbspec.monitoring.curves import (DIAGNOSIS_DETAIL_TAG, DIAGNOSIS_TAG,
+        from dbspec.evaluation.curves import (DIAGNOSIS_DETAIL_TAG, DIAGNOSIS_TAG,
                                               diagnose_curves)
 
         spec, task = ctx.spec, ctx.spec.data.task

@@ -194,7 +194,7 @@ class EvaluateOutput(StageOutput):
     #: The learning-curve label (``overfitting``, ``underfitting``, ``converged``,
     #: ``undetermined``); None in state written before it existed.
     diagnosis: Optional[str] = _omitted_when_none()
-    #: :meth:`dbspec.monitoring.curves.CurveDiagnosis.to_json` of the run.
+    #: :meth:`dbspec.evaluation.curves.CurveDiagnosis.to_json` of the run.
     learning_curve: Optional[dict[str, Any]] = _omitted_when_none()
 
 

@@ -103,6 +103,9 @@ def test_every_payload_round_trips_through_the_sdk_classes(spec, tmp_path):
         acl = body.pop("access_control_list", [])
         assert JobSettings.from_dict(body).as_dict() == body
         assert [JobAccessControlRequest.from_dict(a).as_dict() for a in acl] == acl
+        if path.name.split(".")[0].endswith("_monitor"):  # dbspec monitor: no shared dir
+            assert body["tasks"][0]["python_wheel_task"]["parameters"][0] == "monitor"
+            continue
         # Jobs API bodies have no bundle variables: a job parameter carries the directory
         (parameter,) = body["parameters"]
         assert parameter["name"] == "shared_dir" and parameter["default"]

@@ -207,7 +207,7 @@ def test_tensorboard_command_serves_the_run_on_loopback(observed_run):
 def test_the_learning_curve_diagnosis_reaches_the_summary_run_and_version(observed_run):
     import mlflow
 
-    from dbspec.monitoring.curves import LABELS
+    from dbspec.evaluation.curves import LABELS
 
     workdir, summary, result = observed_run
     curve = summary["learning_curve"]

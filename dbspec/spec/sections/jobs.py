@@ -13,7 +13,7 @@ from dbspec.spec.sections.base import SpecModel, d, section
 _EMAIL = r"^[^@\s]+@[^@\s]+$"
 #: The tasks of a generated job (``jobs.tasks`` keys): the stage groups, then the endpoint task.
 TASK_GROUPS = ("data", "tune", "train", "evaluate", "promote", "serve", "batch_predict",
-               "update_endpoint")
+               "update_endpoint", "monitor")
 #: URI schemes of shared storage that dbspec can open with file I/O (DBFS, through /dbfs on
 #: every node). Ranks and trials torch.save and glob in the shared dir, so object storage
 #: (s3://, abfss://, gs://) is reached through a Unity Catalog Volume or a mount instead.
@@ -213,6 +213,11 @@ class JobsSpec(SpecModel):
         "An absolute path (a mounted /Volumes/... or /dbfs/... path), never under /local_disk0.",
         default=None, min_length=1)
     schedule: Optional[ScheduleSpec] = d("Schedule; none: runs on demand.", default=None)
+    monitor_schedule: ScheduleSpec = d(
+        "With a monitoring section: when the monitor job ('dbspec monitor' on its own job "
+        "cluster) and the endpoint's quality monitor run. Default: hourly, 5 minutes past the "
+        "hour (the last hour's window is complete then).",
+        default=ScheduleSpec(quartz_cron="0 5 * * * ?"))
     notifications: Optional[NotificationsSpec] = d("E-mail notifications.", default=None)
     tags: dict[str, str] = d("Job tags.", default={})
     permissions: list[PermissionSpec] = d("Access control.", default=[])
@@ -221,7 +226,7 @@ class JobsSpec(SpecModel):
     task_defaults: TaskSettings = section("Timeout and retries of every task.")
     tasks: dict[Literal[TASK_GROUPS], TaskSettings] = d(  # type: ignore[valid-type]
         "Per-task overrides, by task: data, tune, train, evaluate, promote, serve, "
-        "batch_predict, update_endpoint.", default={})
+        "batch_predict, update_endpoint, monitor (the monitor job's task).", default={})
     cloud: Literal["aws", "azure", "gcp"] = d("Cloud of the workspace: chooses the default "
                                               "node types and checks given ones.",
                                               default="aws")

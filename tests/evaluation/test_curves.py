@@ -2,7 +2,7 @@
 
 import pytest
 
-from dbspec.monitoring.curves import (CONVERGED, OVERFITTING, UNDERFITTING, UNDETERMINED,
+from dbspec.evaluation.curves import (CONVERGED, OVERFITTING, UNDERFITTING, UNDETERMINED,
                                       best_epoch, diagnose_curves)
 
 

@@ -1,0 +1,155 @@
+"""The monitoring side of ``dbspec jobs``: a scheduled monitor job, and a Databricks quality
+monitor on the serving endpoint's inference table.
+
+Two monitors, each doing what it does well:
+
+- the **monitor job** runs ``dbspec monitor SPEC`` on a schedule (``jobs.monitor_schedule``):
+  feature and prediction drift against the registered version's reference profile, quality
+  against its test metrics, and the spec's ``on_alert`` action. An alert exits non-zero, so
+  the job run fails and the job's failure notifications fire.
+- the **quality monitor** (a bundle ``quality_monitors`` resource) watches the AI Gateway
+  inference table (``<catalog>.<schema>.<endpoint>_payload``) of the endpoint the job's
+  ``update_endpoint`` task keeps: a time series of request volume, status codes and latency
+  (``execution_duration_ms``), sliced by served entity (version). The payload table holds
+  requests and responses as JSON text, so feature drift is the monitor job's part.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from dbspec.jobs.resources import (endpoint_name, inference_table_config, serves_realtime)
+from dbspec.jobs.tasks import cluster, job_key, mlflow_env, task_libraries, task_settings
+from dbspec.spec.clusters import resolve_cluster
+
+MONITOR = "monitor"
+#: What a Databricks monitor aggregates by ("n weeks" aside): a window of the spec maps to one.
+GRANULARITIES = {300: "5 minutes", 1800: "30 minutes", 3600: "1 hour", 86400: "1 day",
+                 7 * 86400: "1 week"}
+#: The AI Gateway payload table's columns the quality monitor reads.
+PAYLOAD_TIMESTAMP, PAYLOAD_ENTITY = "request_time", "served_entity_id"
+
+
+def monitor_job_key(spec) -> str:
+    """The monitor job's resource key, beside the main job's."""
+    return f"{job_key(spec)}_monitor"
+
+
+def monitor_task_parameters(spec, where) -> list[str]:
+    """``dbspec monitor SPEC [--target T] [--set ...]``: the table, window, thresholds and
+    action come from the spec the task passes."""
+    return ["monitor", where.spec_path] + (["--target", where.target] if where.target else []) \
+        + [f"--set={a}" for a in where.assignments]
+
+
+def build_monitor_job(spec, where) -> Optional[Any]:
+    """The monitor job (``jobs.JobSettings``), or None without a ``monitoring`` section.
+
+    One task on a job cluster of ``jobs.cluster``'s settings, scheduled by
+    ``jobs.monitor_schedule``, at most one run at a time; the main job's notifications (an
+    alert fails the run) and tags.
+    """
+    from databricks.sdk.service import jobs as j
+
+    if spec.monitoring is None:
+        return None
+    settings = spec.jobs
+    when = settings.monitor_schedule
+    notifications = None
+    if settings.notifications is not None:
+        n = settings.notifications
+        notifications = j.JobEmailNotifications(
+            on_failure=n.on_failure or None,
+            no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
+    task = j.Task(
+        task_key=MONITOR,
+        description="dbspec monitor: drift and quality of the served version against its "
+                    "reference profile; fails on an alert",
+        job_cluster_key="main",
+        python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
+                                            parameters=monitor_task_parameters(spec, where)),
+        libraries=task_libraries(spec, ("evaluate",), where.wheel),
+        **task_settings(settings, MONITOR))
+    tags = {"dbspec_spec": spec.name, "dbspec_role": "monitor",
+            **({"dbspec_target": where.target} if where.target else {}), **settings.tags}
+    return j.JobSettings(
+        name=f"{settings.name or spec.name} monitor"[:100],
+        description=f"Drift and quality monitoring of {spec.registry.name} (dbspec spec "
+                    f"{spec.name})"[:1000],
+        tasks=[task],
+        job_clusters=[j.JobCluster(job_cluster_key="main", new_cluster=cluster(
+            resolve_cluster(spec, "main"), mlflow_env(spec), current_user=where.current_user))],
+        email_notifications=notifications,
+        schedule=j.CronSchedule(quartz_cron_expression=when.quartz_cron,
+                                timezone_id=when.timezone,
+                                pause_status=j.PauseStatus.PAUSED if when.paused
+                                else j.PauseStatus.UNPAUSED),
+        tags=dict(sorted(tags.items())), max_concurrent_runs=1,
+        queue=j.QueueSettings(enabled=True))
+
+
+def granularity(spec) -> str:
+    """The Databricks monitor granularity of ``monitoring.window``: the same length when one
+    exists, else the nearest (:func:`monitor_warnings` says so)."""
+    from dbspec.spec.sections.monitoring import duration_seconds
+
+    seconds = duration_seconds(spec.monitoring.window)
+    return GRANULARITIES[min(GRANULARITIES, key=lambda s: (abs(s - seconds), s))]
+
+
+def quality_monitor(spec, target: Optional[str], mode: str) -> Optional[dict[str, Any]]:
+    """The bundle's ``quality_monitors`` entry on the endpoint's inference table, or None.
+
+    Only for a spec with a ``monitoring`` section whose endpoint has an AI Gateway inference
+    table (realtime serving, a Unity Catalog registry, ``serving.realtime.inference_table``)
+    and a production-mode target: a development endpoint's name carries the deploying user's
+    name, which the bundle cannot turn into the table name the gateway derives from it.
+    """
+    if spec.monitoring is None or not serves_realtime(spec) or mode != "production":
+        return None
+    endpoint = endpoint_name(spec, target or "default")
+    table = inference_table_config(spec, endpoint)
+    if table is None:
+        return None
+    when = spec.jobs.monitor_schedule
+    return {
+        "table_name": f"{table.catalog_name}.{table.schema_name}.{table.table_name_prefix}"
+                      "_payload",
+        "output_schema_name": f"{table.catalog_name}.{table.schema_name}",
+        "assets_dir": f"/Workspace/Shared/dbspec/monitors/{table.table_name_prefix}_payload",
+        "time_series": {"timestamp_col": PAYLOAD_TIMESTAMP, "granularities": [granularity(spec)]},
+        "slicing_exprs": [PAYLOAD_ENTITY],
+        "schedule": {"quartz_cron_expression": when.quartz_cron, "timezone_id": when.timezone},
+    }
+
+
+def monitor_warnings(spec, mode: Optional[str] = None) -> list[str]:
+    """What the generated monitoring cannot do although the spec is valid."""
+    if spec.monitoring is None:
+        return []
+    found = []
+    table = spec.monitoring.table or (spec.serving.realtime.inference_table.path
+                                      if spec.serving.realtime.inference_table else None)
+    if table and not table.startswith(("/Volumes/", "/dbfs/", "dbfs:/", "s3://", "abfss://",
+                                       "gs://")):
+        found.append(f"monitoring: the monitor job reads the inference table at '{table}', a "
+                     "local path; point monitoring.table at the Volume (or cloud path) the "
+                     "serving process writes it to")
+    from dbspec.spec.sections.monitoring import duration_seconds
+
+    seconds = duration_seconds(spec.monitoring.window)
+    if serves_realtime(spec) and seconds not in GRANULARITIES:
+        found.append(f"monitoring.window {spec.monitoring.window}: a Databricks quality monitor "
+                     f"aggregates by 5 minutes, 30 minutes, 1 hour, 1 day or 1 week; it uses "
+                     f"{granularity(spec)}")
+    if serves_realtime(spec) and inference_table_config(spec, "x") is not None:
+        if mode == "development":
+            found.append("monitoring: no quality monitor in a development target (its "
+                         "endpoint's inference table is named after the deploying user); "
+                         "production targets get one")
+        elif mode == "production":
+            found.append("monitoring: the quality monitor needs the endpoint's inference table, "
+                         "which exists once the job's update_endpoint task has created the "
+                         "endpoint: until the job has run once, a deploy reports the table "
+                         "missing; deploy again after that first run")
+    return found
