@@ -70,6 +70,8 @@ class WindowReport:
     labelled: int = 0
     checked: bool = True
     alerts: list[str] = field(default_factory=list)
+    #: each column's counts on its reference bins (for the distribution plots)
+    counts: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def status(self) -> str:
@@ -213,13 +215,15 @@ class _VersionScan:
 
 
 def scan_table(dataset, name: str, profile_for: Callable[[str], dict[str, Any]],
-               settings: MonitorSettings, *, labels: Optional[Labels] = None,
+               settings: MonitorSettings, *, version: Optional[str] = None,
+               labels: Optional[Labels] = None,
                progress: Optional[Callable[[int, float], None]] = None) -> list[_VersionScan]:
     """Stream the rows of model ``name`` (since ``settings.since``) into window accumulators.
 
     Args:
         dataset: The inference table (:func:`open_inference_table`).
         profile_for: A version's reference profile (raises DbspecError when it has none).
+        version: Only this version's rows; None: every version in the table.
         progress: Called with (rows so far, seconds since the start) every few seconds.
     """
     import pyarrow as pa
@@ -227,6 +231,8 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], dict[str, Any]],
     import pyarrow.dataset as ds
 
     condition = ds.field("model_name") == name
+    if version is not None:
+        condition = condition & (ds.field("model_version") == version)
     if settings.since is not None:
         since = pa.scalar(int(settings.since * 1e6), pa.timestamp("us", tz="UTC"))
         condition = condition & (ds.field("timestamp") >= since)
@@ -350,13 +356,15 @@ def evaluate_windows(scan: _VersionScan, settings: MonitorSettings, *,
                               window.rows, window.requests, latency_p50,
                               latency_quantile(window.latency, 0.95))
         report.columns = [compare_column(c, a, thresholds) for c, a in window.columns.items()]
+        report.counts = {c: a.counts.tolist() for c, a in window.columns.items()}
         report.checked = window.rows >= settings.min_rows
         if report.checked:
             for column in report.columns:
                 drift = "predictions" if column.column in outputs else "features"
-                for check, what in column.findings:
-                    if (drift if check == "drift" else check) in settings.checks:
-                        report.alerts.append(f"{column.column}: {what}")
+                found = [what for check, what in column.findings
+                         if (drift if check == "drift" else check) in settings.checks]
+                if found:
+                    report.alerts.append(f"{column.column}: {', '.join(found)}")
         if labels is not None and score is not None:
             _quality(report, window, labels, profile, score, reference_metrics or {},
                      settings)
