@@ -3,7 +3,7 @@
 - :mod:`~dbspec.cli.spec_commands`: validate, plan, init, diff, schema (light: no torch,
   mlflow, pyspark, optuna or deepspeed, so a pull-request check is fast);
 - :mod:`~dbspec.cli.run_commands`: run, gc, tensorboard;
-- :mod:`~dbspec.cli.registry_commands`: models, promote, rollback;
+- :mod:`~dbspec.cli.registry_commands`: models, promote, approve, rollback;
 - :mod:`~dbspec.cli.serving_commands`: serve, predict, endpoint, jobs;
 - :mod:`~dbspec.cli.parser` assembles them; :mod:`~dbspec.cli.main` runs one and turns
   errors into messages and exit codes.

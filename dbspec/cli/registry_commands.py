@@ -1,4 +1,4 @@
-"""Commands on the model registry: models, promote, rollback."""
+"""Commands on the model registry: models, promote, approve, rollback."""
 
 from __future__ import annotations
 
@@ -47,6 +47,30 @@ def _promote(args: argparse.Namespace) -> int:
     return 0
 
 
+def _approve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", help="registered model name")
+    parser.add_argument("version", metavar="VERSION", help="version awaiting approval")
+    parser.add_argument("--alias", required=True,
+                        help="the promotion stage that requires approval, e.g. production")
+    add_registry_options(parser)
+
+
+def _approve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from dbspec.registry.commands import alias_argument, approve, open_registry
+
+    alias_argument(args.alias)  # before opening any store
+    result = approve(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
+                     args.version, args.alias)
+    for gate in result["gates"]:
+        print(f"  gate {gate}")
+    was = f" (was v{result['previous']}, now archived)" if result["previous"] else ""
+    print(f"{result['name']}@{result['alias']} -> v{result['version']}{was}, approved by "
+          f"{result['by']}")
+    return 0
+
+
 def _rollback_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="registered model name")
     parser.add_argument("--alias", required=True, help="alias to move back")
@@ -72,6 +96,8 @@ COMMANDS = (
             _models_arguments, _models),
     Command("promote", "point an alias at a version (gates re-checked)",
             _promote_arguments, _promote),
+    Command("approve", "approve a version awaiting approval for a promotion stage (gates "
+            "re-checked)", _approve_arguments, _approve),
     Command("rollback", "point an alias back at an earlier version",
             _rollback_arguments, _rollback),
 )

@@ -62,7 +62,6 @@ class RunSummary:
         evaluate, register = record.output(EvaluateOutput), record.output(RegisterOutput)
         promote = record.output(PromoteOutput)
         batch, serve = record.output(BatchPredictOutput), record.output(ServeOutput)
-        promoted = promote is not None and promote.decision == "promoted"
         search: dict[str, Any] = {}
         if tune is not None:
             search = {k: v for k, v in tune.to_json().items() if k in _SEARCH}
@@ -75,7 +74,7 @@ class RunSummary:
             model_uri=train.model_uri if train else None,
             model_name=register.name if register else None,
             model_version=register.version if register else None,
-            aliases_set={promote.alias: promote.version} if promoted else {},
+            aliases_set=promote.aliases_set() if promote else {},
             previous_alias_holder=promote.previous if promote else None,
             promotion=promote.decision if promote else None,
             gates=list(promote.gates) if promote else [],

@@ -77,8 +77,7 @@ def trains_on_gpu(spec) -> bool:
 
 def served_entity_name(spec) -> str:
     """The served entity's name: the alias it follows, so the name outlives each version."""
-    promotion = spec.registry.promotion
-    return spec.serving.model_alias or (promotion.alias if promotion else "latest-version")
+    return spec.serving.model_alias or spec.registry.final_alias() or "latest-version"
 
 
 def registry_resources(spec) -> dict[str, Any]:

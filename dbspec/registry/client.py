@@ -19,14 +19,13 @@ Integrity under ``kill -9`` and concurrency (what holds on which store is in the
 
 from __future__ import annotations
 
-import getpass
 import json
 import re
 import secrets
 import socket
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Optional
 
 from dbspec.faults import pause_point
@@ -36,6 +35,7 @@ from dbspec.registry.errors import (RegistryError, is_not_found, is_permission_d
                                     refusals_said_as, unavailable)
 from dbspec.registry.gates import GateResult
 from dbspec.registry.history import HISTORY_TAG, RegistrySnapshot, now
+from dbspec.registry.lifecycle import acting_user
 from dbspec.registry.locks import Lease, TagLease, file_lock
 from dbspec.tracking.stores import sqlite_path
 
@@ -63,11 +63,13 @@ class AliasDecision:
         version: Where the alias should point; None leaves it where it is.
         reason: Recorded in the history entry.
         detail: The caller's own data (its gate results), handed back in the outcome.
+        by: Who moves it, recorded in the history entry; default: :func:`acting_user`.
     """
 
     version: Optional[str]
     reason: str = ""
     detail: Any = None
+    by: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -123,9 +125,16 @@ class Registry:
         try:
             self.client.get_registered_model(name)
         except MlflowException as exc:
-            if not is_not_found(exc):
+            if not is_not_found(exc) and not is_permission_denied(exc):
                 raise unavailable(exc, f"registered model '{name}'") from None
-            self.client.create_registered_model(name)
+            # a server with auth and default_permission NO_PERMISSIONS answers 403, not 404, for
+            # a model that does not exist yet (nobody holds a grant on it): creating tells apart
+            try:
+                self.client.create_registered_model(name)
+            except MlflowException as created:
+                if is_permission_denied(exc) and created.error_code == "RESOURCE_ALREADY_EXISTS":
+                    raise unavailable(exc, f"registered model '{name}'") from None
+                raise
         model_id = logged_model_id(model_uri)
         tags = {**tags, RUN_TAG: run_id, DECISION_TAG: decision, OWNER_TAG: owner()}
         same = sorted((v for v in self._search(name, RUN_TAG, run_id)
@@ -232,7 +241,7 @@ class Registry:
         """Store each gate result and the decision as tags on the version."""
         for index, result in enumerate(results):
             self.client.set_model_version_tag(name, version, f"dbspec.gate.{index}",
-                                              json.dumps(asdict(result)))
+                                              json.dumps(result.to_tag()))
         self.client.set_model_version_tag(name, version, DECISION_TAG, decision)
 
     def snapshot(self, name: str) -> RegistrySnapshot:
@@ -270,7 +279,7 @@ class Registry:
                     return AliasOutcome(decision, old, moved=False)
                 target = str(decision.version)
                 entry = {"version": target, "previous": old, "at": now(),
-                         "by": getpass.getuser(), "reason": decision.reason}
+                         "by": decision.by or acting_user(), "reason": decision.reason}
                 seen, key = self._append_history(seen, alias, entry)
                 pause_point("promote.before_move")
                 if not lease.held() or self._holder_version(name, alias) != old:
@@ -308,7 +317,7 @@ class Registry:
         if move is None:
             return seen
         entry = {k: v for k, v in move.items() if k not in ("id", "applied", "recorded")}
-        seen, _ = self._append_history(seen, alias, {**entry, "seen_by": getpass.getuser()})
+        seen, _ = self._append_history(seen, alias, {**entry, "seen_by": acting_user()})
         pause_point("history.after_outside")
         return seen
 

@@ -48,7 +48,8 @@ def parse_model_uri(uri: str) -> ModelTarget:
 
 
 def spec_target(spec, *, alias: Optional[str] = None) -> ModelTarget:
-    """The model a spec serves: ``serving.model_alias``, else its promotion alias, else latest.
+    """The model a spec serves: ``serving.model_alias``, else its (last) promotion stage's alias,
+    else latest.
 
     Raises:
         UsageError: the spec registers no model.
@@ -56,8 +57,7 @@ def spec_target(spec, *, alias: Optional[str] = None) -> ModelTarget:
     if spec.registry is None:
         raise UsageError(f"spec '{spec.name}' has no registry section, so there is no registered "
                          "model to serve; give a models:/ URI instead")
-    promotion = spec.registry.promotion
-    alias = alias or spec.serving.model_alias or (promotion.alias if promotion else None)
+    alias = alias or spec.serving.model_alias or spec.registry.final_alias()
     return ModelTarget(spec.registry.name, alias)
 
 

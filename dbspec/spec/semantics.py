@@ -411,11 +411,13 @@ def _check_evaluation(spec: Spec, found: _Findings) -> None:
     if spec.registry is None or spec.registry.promotion is None:
         return
     names = [n for n in metric_names(spec) if n != "train_loss"]
-    for index, gate in enumerate(spec.registry.promotion.gates):
-        if gate.metric not in names:
-            found.error(("registry", "promotion", "gates", index, "metric"),
-                        f"gate on '{gate.metric}'{did_you_mean(gate.metric, names)}, which this "
-                        f"spec does not compute; it computes {', '.join(names)}")
+    for number, stage in enumerate(spec.registry.promotion_stages()):
+        where = spec.registry.stage_location(number)
+        for index, gate in enumerate(stage.gates):
+            if gate.metric is not None and gate.metric not in names:
+                found.error((*where, "gates", index, "metric"),
+                            f"gate on '{gate.metric}'{did_you_mean(gate.metric, names)}, which "
+                            f"this spec does not compute; it computes {', '.join(names)}")
 
 
 def _check_serving(spec: Spec, found: _Findings) -> None:

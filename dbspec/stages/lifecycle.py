@@ -162,7 +162,8 @@ class RegisterStage:
     name = "register"
 
     def run(self, ctx: StageContext) -> RegisterOutput:
-        from dbspec.registry import GATES_TAG, PENDING, UNGATED, Registry
+        from dbspec.registry.access import grant_after_register
+        from dbspec.registry import PENDING, UNGATED, Registry
 
         spec = ctx.spec
         train, evaluate = ctx.output(TrainOutput), ctx.output(EvaluateOutput)
@@ -173,8 +174,7 @@ class RegisterStage:
                 **spec.registry.tags}
         if evaluate.diagnosis is not None:
             tags["dbspec.diagnosis"] = evaluate.diagnosis
-        if spec.registry.promotion is not None:
-            tags[GATES_TAG] = json.dumps(_gates_of(spec))
+        tags.update(_promotion_tags(spec))
         registered = Registry(ctx.tracker.client).register(
             name, train.model_uri, train.run_id, tags,
             decision=UNGATED if spec.registry.promotion is None else PENDING)
@@ -183,63 +183,86 @@ class RegisterStage:
                               "before gating it)")
         how = "reused (same training run and model)" if registered.adopted else "registered"
         ctx.reporter.line(f"  {how} {name} version {registered.version}")
+        for line in grant_after_register(ctx.tracker, spec, name):  # roles, on a server with auth
+            ctx.reporter.line(line)
         return RegisterOutput(name=name, version=registered.version,
                               adopted=registered.adopted)
 
 
 def _gates_of(spec) -> list[dict[str, Any]]:
-    return [g.model_dump(mode="json", exclude_none=True) for g in spec.registry.promotion.gates]
+    """The first promotion stage's gates as recorded (``dbspec.gates``)."""
+    return _stage_record(spec.registry.promotion_stages()[0])["gates"]
+
+
+def _stage_record(stage) -> dict[str, Any]:
+    return {"alias": stage.alias, "approval": stage.approval,
+            "gates": [g.model_dump(mode="json", exclude_none=True) for g in stage.gates]}
+
+
+def _promotion_tags(spec) -> dict[str, str]:
+    """Version tags of the promotion: its (first stage's) gates, and every stage where there
+    are several or one needs approval (a single promotion records what it always did)."""
+    from dbspec.registry import GATES_TAG
+    from dbspec.registry.lifecycle import STAGES_TAG
+
+    stages = spec.registry.promotion_stages()
+    if not stages:
+        return {}
+    tags = {GATES_TAG: json.dumps(_gates_of(spec))}
+    if spec.registry.staged() or any(s.approval == "required" for s in stages):
+        tags[STAGES_TAG] = json.dumps([_stage_record(s) for s in stages])
+    return tags
 
 
 class PromoteStage:
-    """Check every gate; move the alias only when all pass; record results on the version.
+    """Walk the promotion stages in order: each stage's gates are checked as the version enters
+    it; a stage that passes moves its alias and the walk goes on; a stage with approval records
+    the version as awaiting approval and stops; a failing stage stops (rejected there). The
+    single form of ``registry.promotion`` is one stage.
 
-    Gates are checked and the alias moved in :meth:`Registry.guarded_move`, so a concurrent run
+    Gates are checked and an alias moved in :meth:`Registry.guarded_move`, so a concurrent run
     or ``dbspec promote`` cannot slip a worse champion in between: when the holder changed
-    since the champion was scored, it is scored again.
+    since the champion was scored, it is scored again. ``better_than`` re-scores the stage's
+    holder on this run's test split.
     """
 
     name = "promote"
 
     def run(self, ctx: StageContext) -> PromoteOutput:
-        from dbspec.registry import GATES_TAG, AliasDecision, Registry, check_gates
+        from dbspec.registry import Registry
+        from dbspec.registry.lifecycle import MODEL_STAGES_TAG
 
         spec = ctx.spec
-        promotion = spec.registry.promotion
+        stages = spec.registry.promotion_stages()
         registered = ctx.output(RegisterOutput)
         name, version = registered.name, str(registered.version)
         registry = Registry(ctx.tracker.client)
-        metrics = ctx.output(EvaluateOutput).metrics
-        run_id = ctx.output(TrainOutput).run_id
-        scores: dict[tuple[str, str], Optional[float]] = {}  # (champion version, metric)
-
-        def champion(seen, alias: str, metric: str) -> Optional[float]:
-            holder = seen.reference(alias, version)
-            if holder is None:
-                return None
-            if (holder, metric) not in scores:
-                scores[holder, metric] = self._rescore(ctx, registry, name, holder, metric)
-            return scores[holder, metric]
-
-        def decide(seen) -> AliasDecision:
-            results = check_gates(promotion.gates, metrics,
-                                  lambda alias, metric: champion(seen, alias, metric))
-            target = version if all(r.passed for r in results) else None
-            return AliasDecision(target, f"gates passed in run {run_id}", detail=results)
-
-        decide(registry.snapshot(name))  # score the champion before taking the lock (slow)
-        registry.client.set_model_version_tag(name, version, GATES_TAG,
-                                              json.dumps(_gates_of(spec)))
-        outcome = registry.guarded_move(name, promotion.alias, decide)
-        results = outcome.decision.detail
+        evaluate = ctx.output(EvaluateOutput)
+        for key, value in _promotion_tags(spec).items():
+            registry.client.set_model_version_tag(name, version, key, value)
+        registry.client.set_registered_model_tag(name, MODEL_STAGES_TAG,
+                                                 json.dumps([s.alias for s in stages]))
+        walk = _StageWalk(self, ctx, registry, name, version, evaluate)
+        reports = []
+        for index, stage in enumerate(stages):
+            report = walk.enter(stage, last=index == len(stages) - 1,
+                                label=stage.alias if spec.registry.staged() else "")
+            reports.append(report)
+            if report["outcome"] != "promoted":
+                break
+        results = walk.results
         passed = all(r.passed for r in results)
         registry.record_gates(name, version, results, "promoted" if passed else "rejected")
         for result in results:
             ctx.reporter.line(f"  gate {result.describe()}")
-        return PromoteOutput(name=name, version=version, alias=promotion.alias,
-                             decision="promoted" if passed else "rejected",
-                             previous=outcome.previous if outcome.moved else None,
-                             gates=[r.describe() for r in results], passed=passed)
+        for report in reports:
+            ctx.reporter.line(f"  @{report['alias']}: {_said(report, name, version)}")
+        last = reports[-1]
+        decision = "rejected" if not passed else last["outcome"]
+        return PromoteOutput(name=name, version=version, alias=last["alias"],
+                             decision=decision, previous=last["previous"],
+                             gates=[r.describe() for r in results], passed=passed,
+                             stages=reports)
 
     @staticmethod
     def _rescore(ctx: StageContext, registry, name: str, holder: str,
@@ -272,3 +295,84 @@ class PromoteStage:
                              score_split(served, table, rows), [base],
                              threshold=ctx.spec.evaluation.threshold)
         return found[base]
+
+
+def _said(report: dict[str, Any], name: str, version: str) -> str:
+    """What happened at one stage, in words."""
+    outcome = report["outcome"]
+    if outcome == "awaiting_approval":
+        return (f"v{version} awaits approval: dbspec approve {name} {version} "
+                f"--alias {report['alias']}")
+    if outcome == "rejected":
+        return f"v{version} rejected by the gates; the alias stays"
+    was = f" (was v{report['previous']})" if report["previous"] else ""
+    return f"-> v{version}{was}" if report["moved"] else f"v{version} holds it already"
+
+
+class _StageWalk:
+    """One promote stage's walk through the promotion stages, with the champions it scored
+    (one re-score per holder and metric, whichever stage asks) and every gate result."""
+
+    def __init__(self, stage: PromoteStage, ctx: StageContext, registry, name: str,
+                 version: str, evaluate: EvaluateOutput):
+        self.stage, self.ctx, self.registry = stage, ctx, registry
+        self.name, self.version = name, version
+        self.metrics = evaluate.metrics
+        self.diagnosis = getattr(evaluate, "diagnosis", None)
+        self.run_id = ctx.output(TrainOutput).run_id
+        self.scores: dict[tuple[str, str], Optional[float]] = {}
+        self.results: list = []
+
+    def champion(self, seen, alias: str, metric: str):
+        """The holder of ``alias`` re-scored on this run's split (for a version that holds it
+        already, a promotion resumed after its move: the version it replaced)."""
+        from dbspec.registry.gates import Champion
+
+        holder, note = seen.reference(alias, self.version), ""
+        if seen.holder(alias) == self.version:
+            if holder is None:
+                return Champion(None, note=f"v{self.version} holds @{alias} already and "
+                                           "replaced no version there")
+            note = f"the version v{self.version} replaced"
+        if holder is None:
+            return Champion(None)
+        if (holder, metric) not in self.scores:
+            self.scores[holder, metric] = self.stage._rescore(self.ctx, self.registry,
+                                                              self.name, holder, metric)
+        return Champion(holder, self.scores[holder, metric], note)
+
+    def enter(self, stage, *, last: bool, label: str) -> dict[str, Any]:
+        """Check ``stage``'s gates; move its alias, or ask for approval. Returns the stage's
+        report: ``{alias, outcome, moved, previous, gates}``."""
+        from dbspec.registry import AliasDecision, check_gates
+        from dbspec.registry.lifecycle import record_final_move, request_approval
+
+        def decide(seen) -> AliasDecision:
+            results = check_gates(stage.gates, self.metrics,
+                                  lambda alias, metric: self.champion(seen, alias, metric),
+                                  diagnosis=self.diagnosis, stage=label)
+            move = all(r.passed for r in results) and stage.approval != "required"
+            return AliasDecision(self.version if move else None,
+                                 f"gates passed in run {self.run_id}", detail=results)
+
+        seen = self.registry.snapshot(self.name)
+        first = decide(seen)  # score the champion before taking the lock (slow)
+        report = {"alias": stage.alias, "moved": False, "previous": None}
+        if stage.approval == "required":
+            results = first.detail
+            passed = all(r.passed for r in results)
+            if passed and seen.holder(stage.alias) != self.version:
+                request_approval(self.registry.client, self.name, self.version, stage.alias,
+                                 [r.describe() for r in results], self.run_id)
+            outcome = "rejected" if not passed else "promoted" \
+                if seen.holder(stage.alias) == self.version else "awaiting_approval"
+        else:
+            moved = self.registry.guarded_move(self.name, stage.alias, decide)
+            results = moved.decision.detail
+            outcome = "promoted" if all(r.passed for r in results) else "rejected"
+            report.update(moved=moved.moved, previous=moved.previous if moved.moved else None)
+            if moved.moved and last:
+                record_final_move(self.registry.client, self.name, moved.previous,
+                                  self.version, stage.alias, moved.decision.reason)
+        self.results.extend(results)
+        return {**report, "outcome": outcome, "gates": [r.describe() for r in results]}

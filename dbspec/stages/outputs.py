@@ -215,11 +215,15 @@ class PromoteOutput(StageOutput):
     Attributes:
         name: The registered model.
         version: The version gated.
-        alias: The promotion alias.
-        decision: ``promoted`` or ``rejected``.
+        alias: The promotion alias (with stages: the last stage entered).
+        decision: ``promoted``, ``rejected``, or ``awaiting_approval`` (stopped at a stage that
+            requires approval).
         previous: The holder the alias moved from, when it moved.
-        gates: Each gate's result in words.
+        gates: Each gate's result in words (every stage entered).
         passed: Whether every gate passed.
+        stages: Per stage entered, in order: ``{alias, outcome, moved, previous, gates}``,
+            ``outcome`` one of ``promoted`` (the alias is the version's), ``awaiting_approval``,
+            ``rejected``; None in state written before stages existed.
     """
 
     stage: ClassVar[str] = "promote"
@@ -230,6 +234,13 @@ class PromoteOutput(StageOutput):
     previous: Optional[str]
     gates: list[str]
     passed: bool
+    stages: Optional[list[dict[str, Any]]] = _omitted_when_none()
+
+    def aliases_set(self) -> dict[str, str]:
+        """``{alias: version}`` of every alias this promotion gave the version."""
+        if not self.stages:
+            return {self.alias: self.version} if self.decision == "promoted" else {}
+        return {s["alias"]: self.version for s in self.stages if s["outcome"] == "promoted"}
 
 
 @dataclass(frozen=True)

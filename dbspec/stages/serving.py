@@ -24,10 +24,15 @@ def _served_version(ctx: StageContext):
     try:
         return client, target, resolve_version(client, target)
     except RegistryError as exc:
-        rejected = ctx.has_output(PromoteOutput) and \
-            ctx.output(PromoteOutput).decision == "rejected"
-        hint = " (this run's model did not pass the gates, and no earlier version holds the " \
-               "alias)" if rejected and target.alias else ""
+        decision = ctx.output(PromoteOutput).decision if ctx.has_output(PromoteOutput) else None
+        hint = ""
+        if decision == "rejected" and target.alias:
+            hint = " (this run's model did not pass the gates, and no earlier version holds " \
+                   "the alias)"
+        elif decision == "awaiting_approval" and target.alias:
+            promote = ctx.output(PromoteOutput)
+            hint = f" (this run's model awaits approval for @{promote.alias}: dbspec approve " \
+                   f"{promote.name} {promote.version} --alias {promote.alias})"
         raise DbspecError(f"nothing to serve: {exc}{hint}") from None
 
 

@@ -48,13 +48,16 @@ def test_diabetes_learns_registers_and_promotes(diabetes_run):
     assert code == 0, err
     assert summary["metrics"]["test_rmse"] <= 58  # the course demo ends near 169
     assert summary["model_name"] == "diabetes_predictor" and summary["model_version"] == "1"
-    assert summary["aliases_set"] == {"production": "1"}
-    assert summary["promotion"] == "promoted"
+    # two stages: the gates move @staging; @production waits for `dbspec approve`
+    assert summary["aliases_set"] == {"staging": "1"}
+    assert summary["promotion"] == "awaiting_approval"
     assert {"run_id", "experiment_id", "gates", "metrics"} <= set(summary)
     assert re.search(r"model version +diabetes_predictor v1", out)
+    assert "dbspec approve diabetes_predictor 1 --alias production" in out
     client = client_for(workdir)
-    version = client.get_model_version_by_alias("diabetes_predictor", "production")
+    version = client.get_model_version_by_alias("diabetes_predictor", "staging")
     assert version.tags["dbspec.decision"] == "promoted"
+    assert json.loads(version.tags["dbspec.approval.production"])["state"] == "pending"
     assert json.loads(version.tags["dbspec.gate.0"])["passed"] is True
     run_data = client.get_run(summary["run_id"]).data
     assert run_data.params["training.optimizer.lr"] == "0.005"
@@ -111,7 +114,7 @@ def test_changed_training_reruns_downstream_and_rescores_the_champion(diabetes_r
     versions = client_for(workdir).search_model_versions("name='diabetes_predictor'")
     assert second["model_version"] == str(max(int(v.version) for v in versions)) != "1"
     versus = second["gates"][1]
-    assert "@production has" in versus  # the holder was re-scored on this run's test split
+    assert "@staging has" in versus  # the holder was re-scored on this run's test split
 
 
 def test_fail_on_reject_gives_ci_an_exit_code(workdir):
@@ -133,15 +136,15 @@ def test_models_promote_rollback_commands(diabetes_run, monkeypatch):
     # a second version, whatever order the tests run in (cached when it already exists)
     assert run("run", str(SPECS / "diabetes.yaml"), "--set", "training.epochs=5", "-q")[0] == 0
     code, out, _ = run("models", "diabetes_predictor")
-    assert code == 0 and "v1" in out and "@production" in out
-    code, _, err = run("promote", "diabetes_predictor", "1", "--alias", "staging")
+    assert code == 0 and "v1" in out and "@staging" in out
+    code, _, err = run("promote", "diabetes_predictor", "1", "--alias", "canary")
     assert code == 0
     code, out, _ = run("models", "diabetes_predictor", "--format", "json")
     described = json.loads(out)
-    assert "staging" in next(v for v in described["versions"] if v["version"] == "1")["aliases"]
-    code, out, _ = run("promote", "diabetes_predictor", "2", "--alias", "staging", "--force")
+    assert "canary" in next(v for v in described["versions"] if v["version"] == "1")["aliases"]
+    code, out, _ = run("promote", "diabetes_predictor", "2", "--alias", "canary", "--force")
     assert code == 0 and "(was v1)" in out
-    code, out, _ = run("rollback", "diabetes_predictor", "--alias", "staging")
+    code, out, _ = run("rollback", "diabetes_predictor", "--alias", "canary")
     assert code == 0 and "-> v1 (rolled back from v2)" in out
     code, _, err = run("rollback", "diabetes_predictor", "--alias", "nope")
     assert code == 1 and "no earlier holder" in err

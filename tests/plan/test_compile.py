@@ -57,7 +57,7 @@ def changed_stages(before, after):
     ({"evaluation.threshold": 0.3}, {"train", "evaluate", "register", "promote", "serve"}),
     ({"data.split.seed": 7}, {"split", "preprocess", "train", "evaluate", "register",
                               "promote", "serve"}),
-    ({"registry.promotion.alias": "prod"}, {"promote", "serve"}),
+    ({"registry.promotion.1.approval": "none"}, {"promote", "serve"}),
     ({"description": "changed"}, set()),
 ])
 def test_a_change_reruns_exactly_its_dependents(values, expected):

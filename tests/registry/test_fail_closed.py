@@ -80,13 +80,14 @@ def test_a_better_than_gate_fails_with_the_registry_error(erroring_registry):
     import mlflow
 
     from dbspec.registry import Registry, check_gates
+    from dbspec.registry.gates import Champion
     from dbspec.spec.sections.lifecycle import Gate
 
     registry = Registry(mlflow.MlflowClient(erroring_registry))
 
-    def champion(alias: str, metric: str):
+    def champion(alias: str, metric: str) -> Champion:
         holder = registry.holder("m", alias)
-        return None if holder is None else 1.0
+        return Champion(None if holder is None else str(holder.version), 1.0)
 
     [result] = check_gates([Gate(metric="test_rmse", better_than="production")],
                            {"test_rmse": 50.0}, champion)

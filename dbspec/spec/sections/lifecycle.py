@@ -1,9 +1,9 @@
 """After training: tracking, evaluation, the registry with its gates, and serving."""
 
 import re
-from typing import Literal, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
-from pydantic import field_validator, model_validator
+from pydantic import Discriminator, Tag, field_validator, model_validator
 
 from dbspec.spec.sections.base import SpecModel, d, section
 
@@ -89,20 +89,38 @@ class EvaluationSpec(SpecModel):
     threshold: float = d("Decision threshold of binary classifiers.", default=0.5, gt=0, lt=1)
 
 
-class Gate(SpecModel):
-    """One promotion condition on a metric of the new version."""
+DiagnosisCondition = Literal["not_overfitting", "not_underfitting", "converged"]
 
-    metric: str = d("Metric with its split, e.g. test_rmse or val_accuracy.",
-                    pattern=r"^(test|val)_[a-z0-9_]+$")
+
+class Gate(SpecModel):
+    """One promotion condition: on a metric of the new version, or on its learning curves."""
+
+    metric: Optional[str] = d("Metric with its split, e.g. test_rmse or val_accuracy.",
+                              default=None, pattern=r"^(test|val)_[a-z0-9_]+$")
     min: Optional[float] = d("The metric must be at least this.", default=None)
     max: Optional[float] = d("The metric must be at most this.", default=None)
     better_than: Optional[str] = d("Alias whose current holder must be beaten on the same test "
-                                   "split (champion/challenger).", default=None, min_length=1)
+                                   "split (champion/challenger); in a list of stages, the "
+                                   "stage's own alias.", default=None, min_length=1)
     tolerance: float = d("better_than: how much worse still passes (absolute).", default=0.0,
                          ge=0)
+    diagnosis: Optional[DiagnosisCondition] = d(
+        "The learning-curve diagnosis must not be overfitting / underfitting, or must be "
+        "converged; an unknown or undetermined diagnosis fails it. A gate of its own: no "
+        "metric.", default=None)
 
     @model_validator(mode="after")
     def _has_condition(self) -> "Gate":
+        if self.diagnosis is not None:
+            if self.metric is not None or self.min is not None or self.max is not None or \
+                    self.better_than is not None:
+                raise ValueError("a diagnosis gate takes no metric, min, max or better_than; "
+                                 "write it as a gate of its own: {diagnosis: "
+                                 f"{self.diagnosis}}}")
+            return self
+        if self.metric is None:
+            raise ValueError("a gate needs a metric (with min, max or better_than) or a "
+                             "diagnosis (not_overfitting, not_underfitting or converged)")
         if self.min is None and self.max is None and self.better_than is None:
             raise ValueError("a gate needs min, max or better_than")
         if self.min is not None and self.max is not None and self.min > self.max:
@@ -111,16 +129,28 @@ class Gate(SpecModel):
 
 
 class PromotionSpec(SpecModel):
-    """Move an alias to the new version when every gate passes."""
+    """Move an alias to the new version when every gate passes (one stage of promotion)."""
 
     alias: str = d("Alias to set, e.g. production or champion.", default="champion",
                    pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
     gates: list[Gate] = d("Conditions that must all hold.", default=[])
+    approval: Literal["none", "required"] = d(
+        "required: a version that passes the gates waits for `dbspec approve NAME VERSION "
+        "--alias ALIAS` instead of moving the alias; only the last stage may ask for it.",
+        default="none")
 
     @field_validator("alias")
     @classmethod
     def _not_reserved(cls, value: str) -> str:
         return check_alias(value)
+
+
+class PromotionStage(PromotionSpec):
+    """One stage of a staged promotion (``registry.promotion`` as a list): its alias is
+    required."""
+
+    alias: str = d("Alias of this stage, e.g. staging or production.",
+                   pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 
 class RegistrySpec(SpecModel):
@@ -130,7 +160,59 @@ class RegistrySpec(SpecModel):
                   pattern=r"^[A-Za-z0-9_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_][A-Za-z0-9_\-]*){0,2}$",
                   max_length=255)
     tags: dict[str, str] = d("Tags set on each new version.", default={})
-    promotion: Optional[PromotionSpec] = d("Gates and alias for promotion.", default=None)
+    promotion: Optional[Annotated[
+        Union[Annotated[PromotionSpec, Tag("single")],
+              Annotated[list[PromotionStage], Tag("stages")]],
+        Discriminator(lambda value: "stages" if isinstance(value, list) else "single")]] = d(
+        "Gates and alias for promotion; or an ordered list of stages (e.g. staging, then "
+        "production with approval: required), each entered when its gates pass.",
+        default=None)
+
+    @field_validator("promotion")
+    @classmethod
+    def _stages_fit(cls, value):
+        if not isinstance(value, list):
+            return value
+        if not value:
+            raise ValueError("a list of promotion stages needs at least one stage")
+        seen: dict[str, int] = {}
+        for index, stage in enumerate(value):
+            if stage.alias in seen:
+                raise ValueError(f"stage {index} repeats the alias '{stage.alias}' of stage "
+                                 f"{seen[stage.alias]}; each stage moves its own alias")
+            seen[stage.alias] = index
+            if stage.approval == "required" and index < len(value) - 1:
+                raise ValueError(f"stage {index} ('{stage.alias}') requires approval but is not "
+                                 "the last stage: a run stops at a stage that waits for "
+                                 "approval, so the stages after it would never be entered")
+            for number, gate in enumerate(stage.gates):
+                if gate.better_than is not None and gate.better_than != stage.alias:
+                    raise ValueError(
+                        f"stage {index} ('{stage.alias}'), gate {number}: better_than "
+                        f"'{gate.better_than}' is not this stage's alias; a stage's gates "
+                        f"compare with its own holder: write better_than: {stage.alias}")
+        return value
+
+    def promotion_stages(self) -> list[PromotionSpec]:
+        """The promotion stages in order: the single form is a list of one; none without
+        ``promotion``."""
+        if self.promotion is None:
+            return []
+        return list(self.promotion) if isinstance(self.promotion, list) else [self.promotion]
+
+    def staged(self) -> bool:
+        """Whether ``promotion`` is written as a list of stages."""
+        return isinstance(self.promotion, list)
+
+    def stage_location(self, index: int) -> tuple:
+        """Where stage ``index`` is in the spec (for located errors)."""
+        return ("registry", "promotion", index) if self.staged() else ("registry", "promotion")
+
+    def final_alias(self) -> Optional[str]:
+        """The last stage's alias (what an endpoint serves: production); None without
+        ``promotion``."""
+        stages = self.promotion_stages()
+        return stages[-1].alias if stages else None
 
 
 class AuthSpec(SpecModel):

@@ -1,0 +1,153 @@
+"""Staged promotion's records: the stages a version is gated through, approvals waiting or
+given, archived versions, and the lifecycle state read back from them.
+
+Tags (each one JSON value):
+
+- version ``dbspec.stages``: the stages of the spec that registered it (``[{alias, gates,
+  approval}]``), written for a list of stages or a stage with approval; ``dbspec approve`` and
+  ``dbspec promote`` take a stage's gates from it.
+- registered model ``dbspec.promotion_stages``: the aliases of those stages in order; the
+  last one is production.
+- version ``dbspec.approval.<alias>``: ``{state: pending, gates, at, run_id}`` once its gates
+  passed at a stage with approval, ``{state: approved, by, at, requested_at, gates}`` once
+  approved.
+- version ``dbspec.lifecycle``: ``{state: archived, at, why, by}`` when it left the last
+  stage's alias, ``{state: restored, ...}`` when a rollback gave the alias back to it.
+
+A version's state (:func:`lifecycle_state`) comes from these and the aliases: Production (it
+holds the last stage's alias), Staging (it holds an earlier stage's alias or awaits approval),
+Archived (it held the last stage's alias once), Development (anything else).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from typing import Any, Optional
+
+from dbspec.registry.history import RegistrySnapshot, now
+
+STAGES_TAG = "dbspec.stages"
+MODEL_STAGES_TAG = "dbspec.promotion_stages"
+APPROVAL_TAG = "dbspec.approval.{alias}"
+LIFECYCLE_TAG = "dbspec.lifecycle"
+PENDING_APPROVAL, APPROVED, ARCHIVED, RESTORED = "pending", "approved", "archived", "restored"
+DEVELOPMENT, STAGING, PRODUCTION = "Development", "Staging", "Production"
+ARCHIVED_STATE = "Archived"
+
+
+def acting_user() -> str:
+    """Who is acting: ``MLFLOW_TRACKING_USERNAME`` when set (the tracking server's user), else
+    the operating system's user."""
+    return os.environ.get("MLFLOW_TRACKING_USERNAME") or getpass.getuser()
+
+
+def load_json(raw: Optional[str], default: Any = None) -> Any:
+    """``raw`` parsed, ``default`` when absent or not JSON (a tag written by hand)."""
+    try:
+        return json.loads(raw) if raw else default
+    except json.JSONDecodeError:
+        return default
+
+
+def version_stages(tags: dict[str, str]) -> list[dict[str, Any]]:
+    """The stages a version's spec gates it through (``[{alias, gates, approval}]``)."""
+    found = load_json(tags.get(STAGES_TAG), [])
+    return [s for s in found if isinstance(s, dict) and "alias" in s] \
+        if isinstance(found, list) else []
+
+
+def model_stages(seen: RegistrySnapshot) -> list[str]:
+    """The aliases of the promotion stages, in order, as the last run recorded them."""
+    found = load_json(seen.tags.get(MODEL_STAGES_TAG), [])
+    return [a for a in found if isinstance(a, str)] if isinstance(found, list) else []
+
+
+def approval_of(tags: dict[str, str], alias: str) -> Optional[dict[str, Any]]:
+    """The approval record of a version for ``alias``, or None."""
+    found = load_json(tags.get(APPROVAL_TAG.format(alias=alias)))
+    return found if isinstance(found, dict) else None
+
+
+def request_approval(client, name: str, version: str, alias: str, gates: list[str],
+                     run_id: Optional[str]) -> None:
+    """Record ``version`` as waiting for approval at ``alias``."""
+    client.set_model_version_tag(name, version, APPROVAL_TAG.format(alias=alias), json.dumps(
+        {"state": PENDING_APPROVAL, "gates": gates, "at": now(), "run_id": run_id}))
+
+
+def record_approval(client, name: str, version: str, alias: str, gates: list[str],
+                    by: str, requested: Optional[dict[str, Any]]) -> None:
+    """Record who approved ``version`` for ``alias``, and when."""
+    client.set_model_version_tag(name, version, APPROVAL_TAG.format(alias=alias), json.dumps(
+        {"state": APPROVED, "by": by, "at": now(), "gates": gates,
+         "requested_at": (requested or {}).get("at")}))
+
+
+def record_final_move(client, name: str, previous: Optional[str], target: str,
+                      alias: str, why: str) -> None:
+    """The last stage's alias moved from ``previous`` to ``target``: ``previous`` is archived
+    (when and why), and ``target``, if it was archived, restored."""
+    by = acting_user()
+    if previous is not None and previous != target:
+        client.set_model_version_tag(name, previous, LIFECYCLE_TAG, json.dumps(
+            {"state": ARCHIVED, "at": now(), "by": by,
+             "why": f"left @{alias} for v{target} ({why})"}))
+    tags = client.get_model_version(name, target).tags or {}
+    if (load_json(tags.get(LIFECYCLE_TAG), {}) or {}).get("state") == ARCHIVED:
+        client.set_model_version_tag(name, target, LIFECYCLE_TAG, json.dumps(
+            {"state": RESTORED, "at": now(), "by": by, "why": f"@{alias} back on it ({why})"}))
+
+
+def lifecycle_state(version: str, tags: dict[str, str], seen: RegistrySnapshot,
+                    stages: list[str]) -> dict[str, Any]:
+    """``{state, aliases, awaiting}`` of ``version``: its lifecycle state, the stage aliases it
+    holds and those it awaits approval for."""
+    held = [a for a in stages if seen.holder(a) == version]
+    awaiting = [a for a in stages if a not in held
+                and (approval_of(tags, a) or {}).get("state") == PENDING_APPROVAL]
+    final = stages[-1] if stages else None
+    if final is not None and final in held:
+        state = PRODUCTION
+    elif held or awaiting:
+        state = STAGING
+    elif (load_json(tags.get(LIFECYCLE_TAG), {}) or {}).get("state") == ARCHIVED or (
+            final is not None and any(m.get("version") == version
+                                      for m in seen.history(final))):
+        state = ARCHIVED_STATE
+    else:
+        state = DEVELOPMENT
+    return {"state": state, "stages": held, "awaiting": awaiting}
+
+
+def version_history(version: str, tags: dict[str, str],
+                    seen: RegistrySnapshot) -> list[dict[str, Any]]:
+    """What happened to ``version``, oldest first: stage entries and exits (alias history),
+    approvals requested and given, archiving."""
+    events = []
+    for alias in seen.history_aliases():
+        for move in seen.history(alias):
+            if move.get("version") == version:
+                events.append({"at": move.get("at"), "event": f"entered @{alias}",
+                               "by": move.get("by"), "reason": move.get("reason")})
+            elif move.get("previous") == version:
+                events.append({"at": move.get("at"), "event": f"left @{alias}",
+                               "by": move.get("by"), "reason": move.get("reason")})
+    prefix = APPROVAL_TAG.format(alias="")
+    for key in sorted(k for k in tags if k.startswith(prefix)):
+        record = load_json(tags[key])
+        if not isinstance(record, dict):
+            continue
+        alias = key[len(prefix):]
+        if record.get("requested_at") or record.get("state") == PENDING_APPROVAL:
+            events.append({"at": record.get("requested_at") or record.get("at"),
+                           "event": f"awaits approval for @{alias}"})
+        if record.get("state") == APPROVED:
+            events.append({"at": record.get("at"), "event": f"approved for @{alias}",
+                           "by": record.get("by")})
+    record = load_json(tags.get(LIFECYCLE_TAG))
+    if isinstance(record, dict) and record.get("state"):
+        events.append({"at": record.get("at"), "event": record["state"], "by": record.get("by"),
+                       "reason": record.get("why")})
+    return sorted(events, key=lambda e: e.get("at") or "")
