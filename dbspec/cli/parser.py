@@ -6,14 +6,14 @@ import argparse
 from typing import Optional, Sequence
 
 from dbspec import __version__
-from dbspec.cli import (monitor_commands, registry_commands, run_commands, serving_commands,
-                        spec_commands)
+from dbspec.cli import (access_commands, monitor_commands, registry_commands, run_commands,
+                        serving_commands, spec_commands)
 from dbspec.cli.options import Command
 
 #: Every sub-command, by group, in the order ``dbspec --help`` lists them.
 COMMANDS: tuple[Command, ...] = (spec_commands.COMMANDS + run_commands.COMMANDS
-                                 + registry_commands.COMMANDS + serving_commands.COMMANDS
-                                 + monitor_commands.COMMANDS)
+                                 + registry_commands.COMMANDS + access_commands.COMMANDS
+                                 + serving_commands.COMMANDS + monitor_commands.COMMANDS)
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:

@@ -162,8 +162,8 @@ class RegisterStage:
     name = "register"
 
     def run(self, ctx: StageContext) -> RegisterOutput:
-        from dbspec.registry.access import grant_after_register
         from dbspec.registry import PENDING, UNGATED, Registry
+        from dbspec.registry.access import grant_after_register
 
         spec = ctx.spec
         train, evaluate = ctx.output(TrainOutput), ctx.output(EvaluateOutput)

@@ -1,0 +1,175 @@
+"""Roles as MLflow permissions, on a real ``mlflow server --app-name basic-auth``.
+
+A data scientist runs the spec (creating the experiment and the model, so MLflow makes them
+its MANAGE), the run grants the other roles; an admin's ``dbspec grant`` sets everyone's,
+the data scientist's own included. Then each role does, or is refused, what it may.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.access.conftest import (ADMIN, EXPERIMENT, MODEL, SPEC, admin_permission, as_user)
+from tests.conftest import run_in_process
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def registered(auth_server, tmp_path_factory):
+    """The spec run once by bob (data_scientist): v1 of the model holds @production."""
+    work = tmp_path_factory.mktemp("roles-run")
+    (work / "spec.yaml").write_text(SPEC)
+    result = run_in_process("run", "spec.yaml", cwd=work,
+                            env=auth_server.env("bob@example.com"), timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return work, result
+
+
+def _grant(server, work, user=ADMIN[0], *extra):
+    return run_in_process("grant", "spec.yaml", *extra, cwd=work, env=server.env(user))
+
+
+def _holder(server, alias):
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    with as_user(server, *ADMIN):
+        try:
+            return mlflow.MlflowClient(server.uri).get_model_version_by_alias(MODEL,
+                                                                               alias).version
+        except MlflowException:
+            return None
+
+
+def _experiment_id(server):
+    import mlflow
+
+    with as_user(server, *ADMIN):
+        return mlflow.MlflowClient(server.uri).get_experiment_by_name(EXPERIMENT).experiment_id
+
+
+def test_the_run_grants_the_other_roles_and_leaves_its_own(auth_server, registered):
+    _, result = registered
+    said = result.stdout + result.stderr
+    assert "alice@example.com (analyst): READ on registered model 'roles_regressor': granted" \
+        in said, said
+    assert "carol@example.com (admin): MANAGE on registered model" in said
+    assert "skipped group:analysts: MLflow's own auth has users only" in said
+    # MLflow made bob, who created them, their MANAGE; he does not lower his own
+    assert f"bob@example.com (data_scientist): EDIT on registered model '{MODEL}': left as " \
+        "MANAGE" in said
+    experiment = _experiment_id(auth_server)
+    for kind, resource in (("registered_model", MODEL), ("experiment", experiment)):
+        assert admin_permission(auth_server, "alice@example.com", kind, resource) == "READ"
+        assert admin_permission(auth_server, "carol@example.com", kind, resource) == "MANAGE"
+
+
+def test_grant_sets_every_role_and_is_idempotent(auth_server, registered):
+    work, _ = registered
+    first = _grant(auth_server, work)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "as admin (MLflow admin)" in first.stdout
+    experiment = _experiment_id(auth_server)
+    expected = {"carol@example.com": "MANAGE", "bob@example.com": "EDIT",
+                "alice@example.com": "READ"}
+    for user, permission in expected.items():
+        for kind, resource in (("registered_model", MODEL), ("experiment", experiment)):
+            assert admin_permission(auth_server, user, kind, resource) == permission
+    again = _grant(auth_server, work)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "0 permission(s) granted or changed" in again.stdout
+    assert again.stdout.count(": unchanged") == 6, again.stdout
+
+
+def test_grant_reports_users_the_server_does_not_know(auth_server, registered):
+    work, _ = registered
+    result = _grant(auth_server, work, ADMIN[0], "--set",
+                    "roles.analyst=[user:alice@example.com, user:ghost@example.com]")
+    assert result.returncode == 1
+    assert "ghost@example.com: no such user on the tracking server" in result.stdout
+    assert "not on the tracking server: ghost@example.com" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert admin_permission(auth_server, "alice@example.com", "registered_model",
+                            MODEL) == "READ"
+
+
+def test_grant_needs_manage(auth_server, registered):
+    work, _ = registered
+    result = _grant(auth_server, work, "alice@example.com")
+    assert result.returncode == 1
+    assert "alice@example.com may not grant permissions on" in result.stderr
+    assert "needs MANAGE" in result.stderr
+
+
+def test_grant_needs_a_server_with_auth(tmp_path, registered):
+    work, _ = registered
+    result = run_in_process("grant", "spec.yaml", "--tracking-uri",
+                            f"sqlite:///{tmp_path / 'mlflow.db'}", cwd=work)
+    assert result.returncode == 1
+    assert "is no tracking server" in result.stderr
+
+
+def test_grant_needs_roles(auth_server, registered):
+    work, _ = registered
+    (work / "no_roles.yaml").write_text(SPEC.split("roles:")[0])
+    result = run_in_process("grant", "no_roles.yaml", cwd=work,
+                            env=auth_server.env(*ADMIN))
+    assert result.returncode == 1
+    assert "has no roles section" in result.stderr
+
+
+@pytest.mark.parametrize("command", [("promote", MODEL, "1", "--alias", "staging"),
+                                     ("rollback", MODEL, "--alias", "production", "--to", "1")])
+def test_an_analyst_may_not_move_an_alias(auth_server, registered, command):
+    work, _ = registered
+    before = {alias: _holder(auth_server, alias) for alias in ("staging", "production")}
+    result = run_in_process(*command, cwd=work, env=auth_server.env("alice@example.com"))
+    alias = command[command.index("--alias") + 1]
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"alice@example.com may not move @{alias} of {MODEL}: needs EDIT or MANAGE on the " \
+           "registered model; ask an admin (roles.admin)" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "did not answer" not in result.stderr
+    assert {alias: _holder(auth_server, alias) for alias in before} == before
+
+
+def test_a_user_without_a_role_may_not_read(auth_server, registered):
+    work, _ = registered
+    result = run_in_process("models", MODEL, cwd=work, env=auth_server.env("dave@example.com"))
+    assert result.returncode == 1
+    assert f"dave@example.com may not read registered model '{MODEL}': needs READ" \
+        in result.stderr, result.stderr
+
+
+def test_a_wrong_password_is_said_so(auth_server, registered):
+    work, _ = registered
+    result = run_in_process("models", MODEL, cwd=work,
+                            env=auth_server.env("alice@example.com", "not-her-password"))
+    assert result.returncode == 1
+    assert "did not accept the login of alice@example.com" in result.stderr, result.stderr
+
+
+def test_a_data_scientist_moves_a_staging_alias(auth_server, registered):
+    work, _ = registered
+    assert _grant(auth_server, work).returncode == 0  # bob: EDIT, not the creator's MANAGE
+    result = run_in_process("promote", MODEL, "1", "--alias", "staging", cwd=work,
+                            env=auth_server.env("bob@example.com"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _holder(auth_server, "staging") == "1"
+
+
+def test_deploying_needs_manage(auth_server, registered):
+    from dbspec.registry.access import require_deployer
+    from dbspec.registry.errors import RegistryPermissionError
+
+    work, _ = registered
+    assert _grant(auth_server, work).returncode == 0
+    with as_user(auth_server, "bob@example.com"):
+        with pytest.raises(RegistryPermissionError) as refused:
+            require_deployer(auth_server.uri, MODEL, f"approve {MODEL} v1 for @production")
+    assert str(refused.value) == (
+        f"bob@example.com may not approve {MODEL} v1 for @production: needs MANAGE on the "
+        "registered model (only roles.admin deploys and approves); ask an admin (roles.admin) "
+        "to do it")
+    with as_user(auth_server, "carol@example.com"):
+        require_deployer(auth_server.uri, MODEL, "approve")  # roles.admin: MANAGE
