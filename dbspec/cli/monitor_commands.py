@@ -109,6 +109,7 @@ def _resolve(args: argparse.Namespace):
         return None, MonitoringSpec(), parse_model_uri(args.model), args.table
     from dbspec.cli.options import load_spec_arguments
 
+    args.file = args.model  # what the spec options read
     spec = load_spec_arguments(args).spec
     section = spec.monitoring or MonitoringSpec()
     target = spec_target(spec, alias=args.alias or default_alias(spec))

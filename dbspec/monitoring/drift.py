@@ -216,13 +216,26 @@ def compare_column(name: str, accumulator: ColumnAccumulator,
         if result.ks is not None and result.ks > thresholds.ks and \
                 result.ks_p < thresholds.p_value:
             result.findings.append(("drift", f"KS {result.ks:.3g}"))
-        if result.out_of_range_rate > thresholds.out_of_range:
+        if result.out_of_range_rate > thresholds.out_of_range and \
+                _outside_p(round(result.out_of_range_rate * present), present, profile,
+                           accumulator.discrete) < thresholds.p_value:
             result.findings.append(("out_of_range", f"{result.out_of_range_rate:.1%} " + (
                 "unseen" if accumulator.discrete else "out of range")))
     reference_missing = profile["missing"] / max(profile["count"] + profile["missing"], 1)
     if result.missing_rate > reference_missing + thresholds.missing:
         result.findings.append(("missing", f"{result.missing_rate:.1%} missing"))
     return result
+
+
+def _outside_p(outside: int, rows: int, profile: dict[str, Any], discrete: bool) -> float:
+    """How likely ``outside`` of ``rows`` new values fall outside the training range (or its
+    categories) when nothing moved: a new value from the same continuous distribution falls
+    outside the range of ``n`` training values with probability 2 / (n + 1)."""
+    from scipy.stats import binom
+
+    n = profile["count"]
+    expected = (1 if discrete else 2) / (n + 1)
+    return float(binom.sf(outside - 1, rows, expected))
 
 
 class WindowAccumulator:

@@ -162,3 +162,18 @@ def test_check_profile_refuses_other_json():
         check_profile({"a": 1})
     with pytest.raises(ValueError, match="newer"):
         check_profile({"columns": {}, "features": [], "format_version": 99})
+
+
+def test_out_of_range_needs_more_than_a_small_reference_lets_through():
+    """A 120-row reference leaves about 2/121 of new rows outside its range: a window of 120
+    rows with 7 outside (5.8%) is chance, 30 outside is not."""
+    rng = np.random.default_rng(9)
+    profile = profile_column(rng.normal(size=120))
+    lo, hi = profile["min"], profile["max"]
+    inside = rng.uniform(lo, hi, size=120)
+    for outside, alerts in ((7, False), (30, True)):
+        values = inside.copy()
+        values[:outside] = hi + 1.0
+        result = compare_column("x", _accumulate(profile, values), Thresholds())
+        assert result.out_of_range_rate == pytest.approx(outside / 120)
+        assert any(c == "out_of_range" for c, _ in result.findings) is alerts
