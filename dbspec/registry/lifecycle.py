@@ -24,6 +24,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import time
 from typing import Any, Optional
 
 from dbspec.registry.history import RegistrySnapshot, now
@@ -74,15 +75,17 @@ def request_approval(client, name: str, version: str, alias: str, gates: list[st
                      run_id: Optional[str]) -> None:
     """Record ``version`` as waiting for approval at ``alias``."""
     client.set_model_version_tag(name, version, APPROVAL_TAG.format(alias=alias), json.dumps(
-        {"state": PENDING_APPROVAL, "gates": gates, "at": now(), "run_id": run_id}))
+        {"state": PENDING_APPROVAL, "gates": gates, "at": now(), "ns": time.time_ns(),
+         "run_id": run_id}))
 
 
 def record_approval(client, name: str, version: str, alias: str, gates: list[str],
                     by: str, requested: Optional[dict[str, Any]]) -> None:
     """Record who approved ``version`` for ``alias``, and when."""
     client.set_model_version_tag(name, version, APPROVAL_TAG.format(alias=alias), json.dumps(
-        {"state": APPROVED, "by": by, "at": now(), "gates": gates,
-         "requested_at": (requested or {}).get("at")}))
+        {"state": APPROVED, "by": by, "at": now(), "ns": time.time_ns(), "gates": gates,
+         "requested_at": (requested or {}).get("at"),
+         "requested_ns": (requested or {}).get("ns")}))
 
 
 def record_final_move(client, name: str, previous: Optional[str], target: str,
@@ -92,12 +95,13 @@ def record_final_move(client, name: str, previous: Optional[str], target: str,
     by = acting_user()
     if previous is not None and previous != target:
         client.set_model_version_tag(name, previous, LIFECYCLE_TAG, json.dumps(
-            {"state": ARCHIVED, "at": now(), "by": by,
+            {"state": ARCHIVED, "at": now(), "ns": time.time_ns(), "by": by,
              "why": f"left @{alias} for v{target} ({why})"}))
     tags = client.get_model_version(name, target).tags or {}
     if (load_json(tags.get(LIFECYCLE_TAG), {}) or {}).get("state") == ARCHIVED:
         client.set_model_version_tag(name, target, LIFECYCLE_TAG, json.dumps(
-            {"state": RESTORED, "at": now(), "by": by, "why": f"@{alias} back on it ({why})"}))
+            {"state": RESTORED, "at": now(), "ns": time.time_ns(), "by": by,
+             "why": f"@{alias} back on it ({why})"}))
 
 
 def lifecycle_state(version: str, tags: dict[str, str], seen: RegistrySnapshot,
@@ -124,30 +128,39 @@ def lifecycle_state(version: str, tags: dict[str, str], seen: RegistrySnapshot,
 def version_history(version: str, tags: dict[str, str],
                     seen: RegistrySnapshot) -> list[dict[str, Any]]:
     """What happened to ``version``, oldest first: stage entries and exits (alias history),
-    approvals requested and given, archiving."""
+    approvals requested and given, archiving. Events of one second keep the order they
+    happened in (history entries and these records carry nanoseconds)."""
     events = []
     for alias in seen.history_aliases():
         for move in seen.history(alias):
-            if move.get("version") == version:
-                events.append({"at": move.get("at"), "event": f"entered @{alias}",
-                               "by": move.get("by"), "reason": move.get("reason")})
-            elif move.get("previous") == version:
-                events.append({"at": move.get("at"), "event": f"left @{alias}",
-                               "by": move.get("by"), "reason": move.get("reason")})
+            what = f"entered @{alias}" if move.get("version") == version else \
+                f"left @{alias}" if move.get("previous") == version else None
+            if what is not None:
+                stamp = str(move.get("id") or "").split("-")[0]
+                events.append((move.get("at"), int(stamp) if stamp.isdigit() else 0,
+                               {"at": move.get("at"), "event": what, "by": move.get("by"),
+                                "reason": move.get("reason")}))
     prefix = APPROVAL_TAG.format(alias="")
     for key in sorted(k for k in tags if k.startswith(prefix)):
         record = load_json(tags[key])
         if not isinstance(record, dict):
             continue
         alias = key[len(prefix):]
-        if record.get("requested_at") or record.get("state") == PENDING_APPROVAL:
-            events.append({"at": record.get("requested_at") or record.get("at"),
-                           "event": f"awaits approval for @{alias}"})
-        if record.get("state") == APPROVED:
-            events.append({"at": record.get("at"), "event": f"approved for @{alias}",
-                           "by": record.get("by")})
+        if record.get("state") == PENDING_APPROVAL:
+            events.append((record.get("at"), record.get("ns") or 0,
+                           {"at": record.get("at"), "event": f"awaits approval for @{alias}"}))
+        elif record.get("state") == APPROVED:
+            if record.get("requested_at"):
+                events.append((record["requested_at"], record.get("requested_ns") or 0,
+                               {"at": record["requested_at"],
+                                "event": f"awaits approval for @{alias}"}))
+            events.append((record.get("at"), record.get("ns") or 0,
+                           {"at": record.get("at"), "event": f"approved for @{alias}",
+                            "by": record.get("by")}))
     record = load_json(tags.get(LIFECYCLE_TAG))
     if isinstance(record, dict) and record.get("state"):
-        events.append({"at": record.get("at"), "event": record["state"], "by": record.get("by"),
-                       "reason": record.get("why")})
-    return sorted(events, key=lambda e: e.get("at") or "")
+        events.append((record.get("at"), record.get("ns") or 0,
+                       {"at": record.get("at"), "event": record["state"],
+                        "by": record.get("by"), "reason": record.get("why")}))
+    events.sort(key=lambda e: (e[0] or "", e[1]))
+    return [event for _, _, event in events]

@@ -229,7 +229,10 @@ class PromoteStage:
     name = "promote"
 
     def run(self, ctx: StageContext) -> PromoteOutput:
+        from mlflow.exceptions import MlflowException
+
         from dbspec.registry import Registry
+        from dbspec.registry.errors import unavailable
         from dbspec.registry.lifecycle import MODEL_STAGES_TAG
 
         spec = ctx.spec
@@ -238,10 +241,13 @@ class PromoteStage:
         name, version = registered.name, str(registered.version)
         registry = Registry(ctx.tracker.client)
         evaluate = ctx.output(EvaluateOutput)
-        for key, value in _promotion_tags(spec).items():
-            registry.client.set_model_version_tag(name, version, key, value)
-        registry.client.set_registered_model_tag(name, MODEL_STAGES_TAG,
-                                                 json.dumps([s.alias for s in stages]))
+        try:
+            for key, value in _promotion_tags(spec).items():
+                registry.client.set_model_version_tag(name, version, key, value)
+            registry.client.set_registered_model_tag(name, MODEL_STAGES_TAG,
+                                                     json.dumps([s.alias for s in stages]))
+        except MlflowException as exc:
+            raise unavailable(exc, f"the promotion records of {name} v{version}") from None
         walk = _StageWalk(self, ctx, registry, name, version, evaluate)
         reports = []
         for index, stage in enumerate(stages):

@@ -1,0 +1,246 @@
+"""``dbspec approve``, ``promote`` to a stage and the lifecycle states, on a real MLflow
+registry (SQLite in the test's directory) whose versions are made with the tags a run of a
+staged spec records (no training: the commands read only tags and aliases)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import run_main
+from tests.registry.conftest import NAME
+
+STAGES = [
+    {"alias": "staging", "approval": "none",
+     "gates": [{"metric": "test_rmse", "max": 80.0, "tolerance": 0.0},
+               {"metric": "test_rmse", "better_than": "staging", "tolerance": 0.0}]},
+    {"alias": "production", "approval": "required",
+     "gates": [{"metric": "test_rmse", "better_than": "production", "tolerance": 0.0}]},
+]
+
+
+def make_version(store, tmp_path, rmse: float, *, staged: bool = True,
+                 awaiting: bool = False, **tags: str) -> str:
+    """A version tagged as a run of a staged spec tags it (``awaiting``: its run passed the
+    production gates and asked for approval)."""
+    from dbspec.registry import DECISION_TAG, GATES_TAG
+    from dbspec.registry.lifecycle import MODEL_STAGES_TAG, STAGES_TAG
+
+    _, client, _ = store
+    recorded = {GATES_TAG: json.dumps(STAGES[0]["gates"]), DECISION_TAG: "promoted",
+                "metric.test_rmse": str(rmse), **tags}
+    if staged:
+        recorded[STAGES_TAG] = json.dumps(STAGES)
+        client.set_registered_model_tag(NAME, MODEL_STAGES_TAG, '["staging", "production"]')
+    if awaiting:
+        recorded["dbspec.approval.production"] = json.dumps(
+            {"state": "pending", "gates": [], "at": "2026-01-01T00:00:00Z", "run_id": "r"})
+    return str(client.create_model_version(NAME, str(tmp_path / "model"), tags=recorded).version)
+
+
+def cli(store, *args: str) -> tuple[int, str, str]:
+    return run_main(*args, "--tracking-uri", store[0])
+
+
+def holder(store, alias: str):
+    from dbspec.registry import alias_holder
+
+    found = alias_holder(store[1], NAME, alias)
+    return None if found is None else str(found.version)
+
+
+def described(store) -> dict:
+    code, out, err = cli(store, "models", NAME, "--format", "json")
+    assert code == 0, err
+    return {v["version"]: v for v in json.loads(out)["versions"]}
+
+
+@pytest.mark.parametrize("alias, message", [
+    ("canary", "@canary is not a promotion stage of integrity_model v1 (its stages: @staging, "
+               "@production)"),
+    ("staging", "@staging of integrity_model needs no approval: a run moves it when its gates "
+                "pass; use dbspec promote integrity_model 1 --alias staging"),
+    ("production", "integrity_model v1 is not awaiting approval for @production (no pending "
+                   "request and does not hold @staging, the stage before)"),
+    ("latest", "--alias 'latest' is reserved by the MLflow registry"),
+])
+def test_approve_refuses_a_version_that_does_not_await_it(store, tmp_path, alias, message):
+    make_version(store, tmp_path, 50.0)
+    code, out, err = cli(store, "approve", NAME, "1", "--alias", alias)
+    assert code == 1 and f"error: {message}" in err, err
+    assert "Traceback" not in err and out == ""
+    assert holder(store, "production") is None and holder(store, "staging") is None
+
+
+def test_approve_needs_a_version_of_a_staged_spec(store, tmp_path):
+    make_version(store, tmp_path, 50.0, staged=False)
+    code, _, err = cli(store, "approve", NAME, "1", "--alias", "production")
+    assert code == 1 and "@production is not a promotion stage of integrity_model v1 (its " \
+                         "spec has no promotion stages)" in err
+    code, _, err = cli(store, "approve", NAME, "7", "--alias", "production")
+    assert code == 1 and "integrity_model has no version 7" in err
+
+
+def test_approve_moves_production_records_who_and_archives_the_last_holder(
+        store, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
+    first = make_version(store, tmp_path, 55.0, awaiting=True)
+    code, out, err = cli(store, "approve", NAME, first, "--alias", "production")
+    assert code == 0, err
+    assert "@production: test_rmse=55 <= @production: pass (no version holds @production yet)" \
+        in out and f"{NAME}@production -> v{first}, approved by alice" in out
+    second = make_version(store, tmp_path, 50.0, awaiting=True)
+    code, out, err = cli(store, "approve", NAME, second, "--alias", "production")
+    assert code == 0, err
+    assert f"(@production has 55 (v{first}))" in out
+    assert f"-> v{second} (was v{first}, now archived), approved by alice" in out
+    assert holder(store, "production") == second
+    _, client, registry = store
+    approval = json.loads(client.get_model_version(NAME, second).tags[
+        "dbspec.approval.production"])
+    assert approval["state"] == "approved" and approval["by"] == "alice"
+    assert approval["requested_at"] == "2026-01-01T00:00:00Z" and approval["at"] > "2026"
+    archived = json.loads(client.get_model_version(NAME, first).tags["dbspec.lifecycle"])
+    assert archived["state"] == "archived" and archived["by"] == "alice"
+    assert archived["why"] == f"left @production for v{second} (approved by alice)"
+    last = registry.history(NAME, "production")[-1]
+    assert (last["version"], last["by"], last["reason"]) == (second, "alice",
+                                                             "approved by alice")
+
+
+def test_a_failing_gate_at_approval_moves_nothing(store, tmp_path):
+    better = make_version(store, tmp_path, 50.0, awaiting=True)
+    assert cli(store, "approve", NAME, better, "--alias", "production")[0] == 0
+    worse = make_version(store, tmp_path, 60.0, awaiting=True)
+    code, out, err = cli(store, "approve", NAME, worse, "--alias", "production")
+    assert code == 1 and out == ""
+    assert f"error: integrity_model v{worse} fails its gates for @production: @production: " \
+           f"test_rmse=60 <= @production: FAIL (@production has 50 (v{better})); nothing " \
+           "moved" in err
+    assert holder(store, "production") == better
+    tags = store[1].get_model_version(NAME, worse).tags
+    assert json.loads(tags["dbspec.approval.production"])["state"] == "pending"
+    assert "dbspec.lifecycle" not in store[1].get_model_version(NAME, better).tags
+
+
+def test_the_holder_of_the_stage_before_can_be_approved(store, tmp_path):
+    version = make_version(store, tmp_path, 50.0)
+    code, out, err = cli(store, "promote", NAME, version, "--alias", "staging")
+    assert code == 0, err
+    assert "gate @staging: test_rmse=50 <= 80: pass" in out
+    code, out, err = cli(store, "approve", NAME, version, "--alias", "production")
+    assert code == 0 and holder(store, "production") == version, err
+    code, _, err = cli(store, "approve", NAME, version, "--alias", "production")
+    assert code == 1 and f"integrity_model v{version} already holds @production" in err
+
+
+def test_promote_to_a_stage_with_approval_needs_approve_or_force(store, tmp_path):
+    version = make_version(store, tmp_path, 50.0, awaiting=True)
+    code, _, err = cli(store, "promote", NAME, version, "--alias", "production")
+    assert code == 1 and "@production of integrity_model requires approval: dbspec approve " \
+                         f"integrity_model {version} --alias production" in err
+    assert holder(store, "production") is None
+    code, out, _ = cli(store, "promote", NAME, version, "--alias", "production", "--force")
+    assert code == 0 and holder(store, "production") == version
+
+
+def test_promote_rechecks_the_gates_of_the_stage_it_moves(store, tmp_path):
+    """Promoting to @staging checks the staging stage's gates against @staging's holder, not
+    the production stage's."""
+    holding = make_version(store, tmp_path, 50.0)
+    assert cli(store, "promote", NAME, holding, "--alias", "staging")[0] == 0
+    worse = make_version(store, tmp_path, 90.0)
+    code, _, err = cli(store, "promote", NAME, worse, "--alias", "staging")
+    assert code == 1
+    assert "@staging: test_rmse=90 <= 80: FAIL" in err
+    assert f"@staging: test_rmse=90 <= @staging: FAIL (@staging has 50 (v{holding}))" in err
+    assert holder(store, "staging") == holding
+
+
+def test_promote_never_says_no_holder_when_the_candidate_holds_the_alias(store, tmp_path):
+    """Issue 17: ``promote NAME 3 --alias staging`` said "no version holds @production yet"
+    while v3 held @production (its recorded better_than gate names @production)."""
+    from dbspec.registry import GATES_TAG
+
+    _, client, _ = store
+    gates = json.dumps([{"metric": "test_rmse", "better_than": "production", "tolerance": 0.0}])
+    for rmse in (60.0, 58.0, 55.0):
+        make_version(store, tmp_path, rmse, staged=False, **{GATES_TAG: gates})
+    client.set_registered_model_alias(NAME, "production", "1")
+    assert cli(store, "promote", NAME, "3", "--alias", "production")[0] == 0
+    code, out, err = cli(store, "promote", NAME, "3", "--alias", "staging")
+    assert code == 0, err
+    assert "no version holds" not in out
+    assert "test_rmse=55 <= @production: pass (@production has 55 (v3, v3 itself))" in out
+    # the alias it moves and holds already: the version it replaced there, said so
+    code, out, _ = cli(store, "promote", NAME, "3", "--alias", "production")
+    assert code == 0 and "no version holds" not in out
+    assert "(@production has 60 (v1, the version v3 replaced))" in out
+    # a holder whose metric was never recorded is not "no holder" either: the gate fails
+    client.delete_model_version_tag(NAME, "1", "metric.test_rmse")
+    client.set_registered_model_alias(NAME, "production", "1")
+    code, _, err = cli(store, "promote", NAME, "2", "--alias", "production")
+    assert code == 1 and "@production (v1) has no test_rmse to compare with" in err
+
+
+def test_models_shows_each_versions_lifecycle_state_and_history(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "bob")
+    first = make_version(store, tmp_path, 55.0, awaiting=True)
+    assert cli(store, "approve", NAME, first, "--alias", "production")[0] == 0
+    second = make_version(store, tmp_path, 50.0)
+    assert cli(store, "promote", NAME, second, "--alias", "staging")[0] == 0
+    assert cli(store, "approve", NAME, second, "--alias", "production")[0] == 0
+    waiting = make_version(store, tmp_path, 49.0, awaiting=True)
+    fresh = make_version(store, tmp_path, 70.0)
+    states = {v: d["lifecycle"]["state"] for v, d in described(store).items()}
+    assert states == {first: "Archived", second: "Production", waiting: "Staging",
+                      fresh: "Development"}
+    versions = described(store)
+    assert versions[waiting]["lifecycle"]["awaiting"] == ["production"]
+    events = [e["event"] for e in versions[first]["history"]]
+    assert events[:2] == ["awaits approval for @production", "entered @production"]
+    assert "approved for @production" in events and events[-1] == "archived"
+    code, out, _ = cli(store, "models", NAME)
+    assert code == 0 and "stages @staging -> @production" in out
+    assert f"  v{waiting:<4} Staging/production" in out
+    assert f"awaits approval for @production: dbspec approve {NAME} {waiting} --alias " \
+           "production" in out
+    assert f"  v{first:<4} Archived" in out and f"  v{second:<4} Production" in out
+    assert "approved for @production by bob" in out
+    # rollback of production brings the archived version back
+    code, out, _ = cli(store, "rollback", NAME, "--alias", "production")
+    assert code == 0 and f"-> v{first} (rolled back from v{second})" in out
+    states = {v: d["lifecycle"]["state"] for v, d in described(store).items()}
+    assert states[first] == "Production" and states[second] == "Staging"  # still @staging
+    restored = json.loads(store[1].get_model_version(NAME, first).tags["dbspec.lifecycle"])
+    assert restored["state"] == "restored" and "rollback" in restored["why"]
+    left = json.loads(store[1].get_model_version(NAME, second).tags["dbspec.lifecycle"])
+    assert left["state"] == "archived" and left["why"] == \
+        f"left @production for v{first} (rollback)"
+
+
+def test_approve_fails_closed_on_a_registry_answering_errors(flaky_proxy, mlflow_server):
+    """Approving through a server whose alias lookups answer 503: the holder cannot be
+    confirmed before the move, so nothing moves and the request stays pending."""
+    import mlflow
+
+    from dbspec.registry.lifecycle import STAGES_TAG
+
+    real = mlflow.MlflowClient(mlflow_server.uri)
+    name = f"fail_closed_approve_{time.time_ns()}"
+    real.create_registered_model(name)
+    run = real.create_run("0").info.run_id
+    version = str(real.create_model_version(name, f"runs:/{run}/model", run_id=run, tags={
+        STAGES_TAG: json.dumps(STAGES), "metric.test_rmse": "50",
+        "dbspec.approval.production": json.dumps({"state": "pending"})}).version)
+    flaky_proxy.failing.append(("GET", "/api/2.0/mlflow/registered-models/alias"))
+    code, out, err = run_main("approve", name, version, "--alias", "production",
+                              "--tracking-uri", flaky_proxy.uri)
+    assert code == 1 and "the registry did not answer" in err and "Traceback" not in err
+    assert flaky_proxy.failed
+    tags = real.get_model_version(name, version).tags
+    assert json.loads(tags["dbspec.approval.production"])["state"] == "pending"
+    assert "production" not in (real.get_registered_model(name).aliases or {})
+    assert "dbspec.lock" not in real.get_registered_model(name).tags

@@ -1,0 +1,153 @@
+"""Staged promotion end to end through the CLI: ``dbspec run`` moves @staging and asks for
+approval at @production, ``dbspec approve`` moves it (who and when recorded, the previous
+holder archived), ``dbspec models`` shows the states, ``rollback`` restores the archived
+version. Once on SQLite and once on the session's real ``mlflow server``. And the staged
+promote stage fails closed on a registry answering errors."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import run_in_process
+from tests.registry.test_fail_closed import ALIAS_LOOKUP, _first_version, _unset
+
+SPEC = """\
+name: staged-e2e
+data:
+  source: {{kind: sklearn, name: diabetes}}
+  task: regression
+  preprocessing: [{{standard_scale: all}}]
+model:
+  layers: [{{linear: {{out: 8}}}}, relu, {{linear: {{out: 1}}}}]
+training: {{optimizer: {{name: adam, lr: 0.01}}, epochs: 3}}
+tracking: {{experiment: staged-e2e, system_metrics: false, monitor: false}}
+registry:
+  name: {name}
+  promotion:
+    - alias: staging
+      gates:
+        - {{metric: test_rmse, max: 1000}}
+        - {{metric: test_rmse, better_than: staging, tolerance: 1000}}
+    - alias: production
+      gates: [{{metric: test_rmse, better_than: production, tolerance: 1000}}]
+      approval: required
+serving: {{mode: realtime}}
+"""
+
+
+@pytest.fixture(params=["sqlite", "server"])
+def tracking(request, tmp_path):
+    """(tracking URI, a model name of this test's own)."""
+    if request.param == "server":
+        uri = request.getfixturevalue("mlflow_server").uri
+    else:
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    return uri, f"staged_e2e_{request.param}_{time.time_ns()}"
+
+
+def test_run_approve_models_rollback(tracking, tmp_path):
+    uri, name = tracking
+    (tmp_path / "spec.yaml").write_text(SPEC.format(name=name))
+    env = {"MLFLOW_TRACKING_URI": uri, "MLFLOW_TRACKING_USERNAME": "carol"}
+
+    def dbspec(*args: str):
+        return run_in_process(*args, cwd=tmp_path, env=env, timeout=600)
+
+    first = dbspec("run", "spec.yaml", "--summary-json", "first.json")
+    assert first.returncode == 0, first.stderr
+    summary = json.loads((tmp_path / "first.json").read_text())
+    assert summary["promotion"] == "awaiting_approval"
+    assert summary["aliases_set"] == {"staging": "1"}
+    assert [g.split(":")[0] for g in summary["gates"]] == ["@staging", "@staging", "@production"]
+    said = first.stdout + first.stderr
+    assert f"@production: v1 awaits approval: dbspec approve {name} 1 --alias production" in said
+    assert "this run's model awaits approval for @production" in summary["serve"]["problem"]
+
+    approved = dbspec("approve", name, "1", "--alias", "production")
+    assert approved.returncode == 0, approved.stderr
+    assert f"{name}@production -> v1, approved by carol" in approved.stdout
+
+    second = dbspec("run", "spec.yaml", "--set", "training.optimizer.lr=0.02", "--summary-json",
+                    "second.json")
+    assert second.returncode == 0, second.stderr
+    summary = json.loads((tmp_path / "second.json").read_text())
+    assert summary["promotion"] == "awaiting_approval" and summary["model_version"] == "2"
+    assert summary["aliases_set"] == {"staging": "2"}
+    assert any(g.startswith("@production:") and "@production has" in g and "(v1)" in g
+               for g in summary["gates"])  # v1 re-scored on this run's test split
+    assert summary["serve"]["model_version"] == "1"  # production still serves v1
+
+    approved = dbspec("approve", name, "2", "--alias", "production")
+    assert approved.returncode == 0, approved.stderr
+    assert "-> v2 (was v1, now archived), approved by carol" in approved.stdout
+    again = dbspec("approve", name, "2", "--alias", "production")
+    assert again.returncode == 1 and f"{name} v2 already holds @production" in again.stderr
+
+    listed = dbspec("models", name, "--format", "json")
+    versions = {v["version"]: v for v in json.loads(listed.stdout)["versions"]}
+    assert versions["2"]["lifecycle"]["state"] == "Production"
+    assert versions["1"]["lifecycle"]["state"] == "Archived"
+    assert [e["event"] for e in versions["2"]["history"]] == [
+        "entered @staging", "awaits approval for @production", "entered @production",
+        "approved for @production"]
+    text = dbspec("models", name).stdout
+    assert "  v2    Production" in text and "  v1    Archived" in text
+    assert "approved for @production by carol" in text
+
+    back = dbspec("rollback", name, "--alias", "production")
+    assert back.returncode == 0 and "-> v1 (rolled back from v2)" in back.stdout
+    versions = {v["version"]: v for v in json.loads(
+        dbspec("models", name, "--format", "json").stdout)["versions"]}
+    assert versions["1"]["lifecycle"]["state"] == "Production"
+    assert versions["2"]["lifecycle"]["state"] == "Staging"  # it still holds @staging
+    assert versions["1"]["history"][-1]["event"] == "restored"
+
+
+def test_the_staged_promote_stage_fails_closed(flaky_proxy, mlflow_server, tmp_path):
+    """The first stage's alias lookups answer 503: the stage fails with the registry's error,
+    no alias moves and no approval is asked for; with the model's reads failing, the approval
+    stage of a one-stage list fails the same way."""
+    import mlflow
+
+    from dbspec.registry import RegistryUnavailable
+    from dbspec.spec.loader import load_spec
+    from dbspec.stages.base import Reporter, RunOptions, StageContext
+    from dbspec.stages.lifecycle import PromoteStage
+    from dbspec.stages.outputs import EvaluateOutput, RegisterOutput, TrainOutput
+
+    real = mlflow.MlflowClient(mlflow_server.uri)
+
+    def stage_context(name: str, version: str, spec: str) -> StageContext:
+        (tmp_path / "s.yaml").write_text(spec)
+        return StageContext(
+            loaded=load_spec(str(tmp_path / "s.yaml")), directory=tmp_path,
+            project_dir=tmp_path,
+            upstream={"register": RegisterOutput(name, version).to_json(),
+                      "evaluate": EvaluateOutput({"test_rmse": 50.0},
+                                                 diagnosis="converged").to_json(),
+                      "train": TrainOutput("r1", "0", mlflow_server.uri, "models:/m-1", None,
+                                           False, "cpu", 1, 9, 1, 1, 100.0).to_json()},
+            upstream_dirs={}, options=RunOptions(), reporter=Reporter(enabled=False),
+            _tracker=SimpleNamespace(client=mlflow.MlflowClient(flaky_proxy.uri)))
+
+    name = f"fail_closed_staged_{time.time_ns()}"
+    version = _first_version(real, name)
+    flaky_proxy.failing.append(ALIAS_LOOKUP)
+    with pytest.raises(RegistryUnavailable, match="did not answer"):
+        PromoteStage().run(stage_context(name, version, SPEC.format(name=name)))
+    assert _unset(real, name, "staging") and _unset(real, name, "production")
+    assert "dbspec.approval.production" not in real.get_model_version(name, version).tags
+
+    name = f"fail_closed_approval_{time.time_ns()}"
+    version = _first_version(real, name)
+    only_approval = SPEC.format(name=name).split("    - alias: staging")[0] + \
+        "    - alias: production\n      gates: [{diagnosis: converged}]\n" \
+        "      approval: required\n"
+    flaky_proxy.failing.append(("GET", "/api/2.0/mlflow/registered-models/get"))
+    with pytest.raises(RegistryUnavailable, match="did not answer"):
+        PromoteStage().run(stage_context(name, version, only_approval))
+    assert "dbspec.approval.production" not in real.get_model_version(name, version).tags
