@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from dbspec.registry import (DECIDED, DECISION_TAG, GATES_TAG, AliasDecision, GateResult,
                              Registry, RegistryError, RegistrySnapshot, check_gates)
+from dbspec.registry.access import registry_uri, require_deployer
 from dbspec.registry.gates import DIAGNOSIS_TAG, Champion
 from dbspec.registry.lifecycle import (PENDING_APPROVAL, acting_user, approval_of,
                                        lifecycle_state, load_json, model_stages,
@@ -167,6 +168,9 @@ def promote(registry: Registry, name: str, version: str, alias: str, *, force: b
         raise RegistryError(f"@{alias} of {name} requires approval: dbspec approve {name} "
                             f"{version} --alias {alias} (or --force to move it without one)")
     gates = _gates(stage["gates"] if stage is not None else load_json(tags.get(GATES_TAG), []))
+    if alias == _final_alias(registry.snapshot(name), tags):  # deploying: roles.admin only
+        require_deployer(registry_uri(registry.client), name,
+                         f"promote {name} v{version} to @{alias}, the last promotion stage")
     final: list[Optional[str]] = []
 
     def decide(seen: RegistrySnapshot) -> AliasDecision:
@@ -225,6 +229,8 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> dict:
                             f"gates pass; use dbspec promote {name} {version} --alias {alias}")
     before = names[names.index(alias) - 1] if names.index(alias) > 0 else None
     requested = approval_of(tags, alias)
+    require_deployer(registry_uri(registry.client), name,
+                     f"approve {name} v{version} for @{alias}")
     who = acting_user()
     gates = _gates(stage.get("gates", []))
     metrics = _recorded_metrics(tags)

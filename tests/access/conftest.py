@@ -36,8 +36,8 @@ tracking: {{experiment: {EXPERIMENT}, system_metrics: false, monitor: false}}
 registry:
   name: {MODEL}
   promotion:
-    alias: production
-    gates: [{{metric: test_rmse, max: 100000}}]
+    - {{alias: staging, gates: [{{metric: test_rmse, max: 100000}}]}}
+    - {{alias: production, gates: [{{metric: test_rmse, max: 100000}}], approval: required}}
 roles:
   admin: [user:carol@example.com]
   data_scientist: [user:bob@example.com]

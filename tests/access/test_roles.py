@@ -119,16 +119,24 @@ def test_grant_needs_roles(auth_server, registered):
     assert "has no roles section" in result.stderr
 
 
-@pytest.mark.parametrize("command", [("promote", MODEL, "1", "--alias", "staging"),
-                                     ("rollback", MODEL, "--alias", "production", "--to", "1")])
-def test_an_analyst_may_not_move_an_alias(auth_server, registered, command):
+MOVE = "needs EDIT or MANAGE on the registered model; ask an admin (roles.admin)"
+
+
+@pytest.mark.parametrize("command, refusal", [
+    (("promote", MODEL, "1", "--alias", "challenger"),
+     f"alice@example.com may not move @challenger of {MODEL}: {MOVE}"),
+    (("rollback", MODEL, "--alias", "staging", "--to", "1"),
+     f"alice@example.com may not move @staging of {MODEL}: {MOVE}"),
+    (("approve", MODEL, "1", "--alias", "production"),
+     f"alice@example.com may not approve {MODEL} v1 for @production: needs MANAGE on the "
+     "registered model (only roles.admin deploys and approves)")])
+def test_an_analyst_may_not_move_an_alias(auth_server, registered, command, refusal):
     work, _ = registered
-    before = {alias: _holder(auth_server, alias) for alias in ("staging", "production")}
+    before = {alias: _holder(auth_server, alias)
+              for alias in ("challenger", "staging", "production")}
     result = run_in_process(*command, cwd=work, env=auth_server.env("alice@example.com"))
-    alias = command[command.index("--alias") + 1]
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"alice@example.com may not move @{alias} of {MODEL}: needs EDIT or MANAGE on the " \
-           "registered model; ask an admin (roles.admin)" in result.stderr, result.stderr
+    assert refusal in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "did not answer" not in result.stderr
     assert {alias: _holder(auth_server, alias) for alias in before} == before
 
@@ -149,13 +157,44 @@ def test_a_wrong_password_is_said_so(auth_server, registered):
     assert "did not accept the login of alice@example.com" in result.stderr, result.stderr
 
 
-def test_a_data_scientist_moves_a_staging_alias(auth_server, registered):
+def test_a_data_scientist_moves_an_alias_short_of_the_last_stage(auth_server, registered):
     work, _ = registered
     assert _grant(auth_server, work).returncode == 0  # bob: EDIT, not the creator's MANAGE
-    result = run_in_process("promote", MODEL, "1", "--alias", "staging", cwd=work,
+    result = run_in_process("promote", MODEL, "1", "--alias", "challenger", cwd=work,
                             env=auth_server.env("bob@example.com"))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert _holder(auth_server, "staging") == "1"
+    assert _holder(auth_server, "challenger") == "1"
+
+
+@pytest.mark.parametrize("command", [("approve", MODEL, "1", "--alias", "production"),
+                                     ("promote", MODEL, "1", "--alias", "production",
+                                      "--force")])
+def test_only_an_admin_deploys(auth_server, registered, command):
+    """MLflow lets EDIT set any alias; the last stage and approvals are roles.admin's."""
+    work, _ = registered
+    assert _grant(auth_server, work).returncode == 0
+    before = _holder(auth_server, "production")
+    result = run_in_process(*command, cwd=work, env=auth_server.env("bob@example.com"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "bob@example.com may not" in result.stderr and "needs MANAGE on the registered " \
+        "model (only roles.admin deploys and approves); ask an admin (roles.admin) to do it" \
+        in result.stderr, result.stderr
+    assert _holder(auth_server, "production") == before
+
+
+def test_an_admin_approves(auth_server, registered):
+    import mlflow
+
+    work, _ = registered
+    assert _grant(auth_server, work).returncode == 0
+    with as_user(auth_server, *ADMIN):
+        if _holder(auth_server, "production") is not None:  # another test's approval
+            mlflow.MlflowClient(auth_server.uri).delete_registered_model_alias(MODEL,
+                                                                               "production")
+    result = run_in_process("approve", MODEL, "1", "--alias", "production", cwd=work,
+                            env=auth_server.env("carol@example.com"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _holder(auth_server, "production") == "1"
 
 
 def test_deploying_needs_manage(auth_server, registered):
