@@ -123,6 +123,11 @@ class ColumnAccumulator:
             self.counts = np.zeros(len(self._edges) + 1, dtype=np.int64)
             self.fine_counts = np.zeros(len(self._fine_edges) + 1, dtype=np.int64)
             self.below = self.above = 0
+            # profiles whose coarse edges are fine edges: each fine bin lies in one coarse bin
+            self._coarse_of_fine = None
+            if np.isin(self._edges, self._fine_edges).all():
+                self._coarse_of_fine = np.concatenate(
+                    [[0], np.searchsorted(self._edges, self._fine_edges, side="right")])
 
     def update(self, values: np.ndarray) -> None:
         """Count a batch of the column's values (NaN or None: missing)."""
@@ -138,10 +143,15 @@ class ColumnAccumulator:
         values = np.asarray(values, dtype=np.float64)
         present = values[~np.isnan(values)]
         self.missing += len(values) - len(present)
-        self.counts += np.bincount(np.searchsorted(self._edges, present, side="right"),
-                                   minlength=len(self.counts))
-        self.fine_counts += np.bincount(np.searchsorted(self._fine_edges, present, side="right"),
-                                        minlength=len(self.fine_counts))
+        fine = np.bincount(np.searchsorted(self._fine_edges, present, side="right"),
+                           minlength=len(self.fine_counts))
+        self.fine_counts += fine
+        if self._coarse_of_fine is not None:
+            self.counts += np.bincount(self._coarse_of_fine, weights=fine,
+                                       minlength=len(self.counts)).astype(np.int64)
+        else:
+            self.counts += np.bincount(np.searchsorted(self._edges, present, side="right"),
+                                       minlength=len(self.counts))
         self.below += int(np.count_nonzero(present < self.profile["min"]))
         self.above += int(np.count_nonzero(present > self.profile["max"]))
 

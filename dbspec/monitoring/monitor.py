@@ -242,7 +242,9 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], dict[str, Any]],
     window_us = settings.window_s * 1_000_000
     last_id, position = None, 0  # the request running on from the previous batch
     rows, started, told = 0, time.monotonic(), time.monotonic()
-    for batch in dataset.to_batches(columns=wanted, filter=condition, batch_size=BATCH_ROWS):
+    # little read-ahead: memory stays a few row groups whatever the table's size
+    for batch in dataset.to_batches(columns=wanted, filter=condition, batch_size=BATCH_ROWS,
+                                    batch_readahead=2, fragment_readahead=1, use_threads=False):
         n = batch.num_rows
         if n == 0:
             continue

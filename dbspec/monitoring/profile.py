@@ -28,7 +28,11 @@ FINE_BINS = 100
 def profile_column(values: np.ndarray, *, coarse_bins: int = COARSE_BINS,
                    fine_bins: int = FINE_BINS,
                    max_categories: int = MAX_CATEGORIES) -> dict[str, Any]:
-    """One column's profile (see the module docstring); NaN and None count as missing."""
+    """One column's profile (see the module docstring); NaN and None count as missing.
+
+    Edges are the inner edges of equal-count bins (ties merged): bin ``i`` holds values in
+    ``[edges[i-1], edges[i])``, the first and last bins are open-ended.
+    """
     values = np.asarray(values)
     if values.dtype.kind in "fiub":
         numbers = values.astype(np.float64)
@@ -42,19 +46,17 @@ def profile_column(values: np.ndarray, *, coarse_bins: int = COARSE_BINS,
         return {"kind": "discrete", "count": int(len(present)), "missing": int(missing),
                 "values": [v.item() if isinstance(v, np.generic) else v for v in found],
                 "counts": [int(c) for c in counts]}
-    edges = _quantile_edges(present, coarse_bins)
-    fine = _quantile_edges(present, fine_bins)
+    # the coarse edges are every (fine / coarse)-th fine quantile, so they are fine edges too
+    # and a scan finds both bins with one search (see ColumnAccumulator)
+    quantiles = np.quantile(present, np.linspace(0, 1, fine_bins + 1)[1:-1])
+    step = max(fine_bins // coarse_bins, 1)
+    edges = np.unique(quantiles[step - 1::step][:coarse_bins - 1])
+    fine = np.unique(quantiles)
     return {"kind": "numeric", "count": int(len(present)), "missing": int(missing),
             "min": float(present.min()), "max": float(present.max()),
             "mean": float(present.mean()), "std": float(present.std()),
             "edges": edges.tolist(), "counts": _bin_counts(present, edges),
             "fine_edges": fine.tolist(), "fine_counts": _bin_counts(present, fine)}
-
-
-def _quantile_edges(values: np.ndarray, bins: int) -> np.ndarray:
-    """The inner edges of ``bins`` equal-count bins (ties merged): bin ``i`` holds values in
-    ``[edges[i-1], edges[i])``, the first and last bins are open-ended."""
-    return np.unique(np.quantile(values, np.linspace(0, 1, bins + 1)[1:-1]))
 
 
 def _bin_counts(values: np.ndarray, edges: np.ndarray) -> list[int]:
