@@ -49,12 +49,17 @@ class LoadedModel(NamedTuple):
 
 
 class ServingConfig(NamedTuple):
+    """The app's settings. ``token``: full access (every route); ``tokens``: ``(role, token)``
+    pairs, role ``scoring`` (``/invocations`` only) or ``admin`` (every route). No token at all:
+    no authentication."""
+
     token: Optional[str] = None
     max_batch_size: int = 64
     max_wait_ms: float = 2.0
     max_body_bytes: int = 5_000_000
     out_of_range: str = "warn"  # serving.out_of_range.action: warn, reject or off
     out_of_range_tolerance: float = 0.5
+    tokens: tuple[tuple[str, str], ...] = ()
 
 
 class _Pending(NamedTuple):
@@ -198,7 +203,9 @@ class ScoringApp:
         self.metrics = ServerMetrics()
         self.batcher = Batcher(self, config.max_batch_size, config.max_wait_ms / 1000)
         self.arriving = 0  # /invocations requests read but not yet submitted
-        self._token = config.token.encode() if config.token else None
+        self._tokens = [(token.encode(), role) for role, token in
+                        ((("admin", config.token),) if config.token else ()) + config.tokens
+                        if token]
         self._ids = (os.urandom(4).hex(), iter(range(1, sys.maxsize)))
         self._tasks: list[asyncio.Task] = []
         self._ranges: dict[str, Optional[FeatureRanges]] = {}  # by model version
@@ -260,11 +267,11 @@ class ScoringApp:
                      "model_version": self.model.version}))
             elif path == "/version":
                 _method(scope, "GET")
-                self._authorize(scope)
+                self._authorize(scope, "admin")
                 status, body = 200, dumps(self._version())
             elif path == "/metrics":
                 _method(scope, "GET")
-                self._authorize(scope)
+                self._authorize(scope, "admin")
                 status, headers = 200, [(b"content-type", b"text/plain; version=0.0.4")]
                 body = self.metrics.render(
                     {"model_name": self.model.name, "model_version": self.model.version},
@@ -288,7 +295,7 @@ class ScoringApp:
 
     async def _invocations(self, scope, receive, started: float):
         _method(scope, "POST")
-        self._authorize(scope)
+        self._authorize(scope, "scoring")
         content_type = length = request_id = None
         for key, value in scope["headers"]:
             if key == b"content-type":
@@ -343,16 +350,24 @@ class ScoringApp:
         return [f"{line}: far outside the training range, the prediction is unreliable"
                 for line in lines]
 
-    def _authorize(self, scope) -> None:
-        if self._token is None:
+    def _authorize(self, scope, needed: str) -> None:
+        """Refuse a request without a token (401), with an unknown one (401), or with one whose
+        role may not call the route (403: a scoring token on /metrics or /version)."""
+        if not self._tokens:
             return
         for key, value in scope["headers"]:
             if key == b"authorization":
                 scheme, _, given = value.partition(b" ")
-                if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(),
-                                                                       self._token):
+                given = given.strip()
+                roles = {role for token, role in self._tokens  # compare with every token
+                         if hmac.compare_digest(given, token)}
+                if scheme.lower() != b"bearer" or not roles:
+                    raise RequestError(401, "invalid bearer token")
+                if "admin" in roles or needed in roles:
                     return
-                raise RequestError(401, "invalid bearer token")
+                raise RequestError(403, f"this token's role ({', '.join(sorted(roles))}) may "
+                                        f"only call POST /invocations; {scope['path']} needs "
+                                        "the admin token")
         raise RequestError(401, "missing bearer token: send 'Authorization: Bearer <token>'")
 
     def _version(self) -> dict[str, str]:

@@ -144,6 +144,7 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
     return ServeOptions(
         host=pick(args.host, "host", "127.0.0.1"), port=pick(args.port, "port", 8080),
         token_env=token_env, no_auth=args.no_auth,
+        tokens=tuple(sorted(realtime.auth.tokens.items())) if realtime is not None else (),
         max_batch_size=pick(args.max_batch_size, "max_batch_size", 64),
         max_wait_ms=pick(args.max_wait_ms, "max_wait_ms", 2.0),
         max_body_bytes=pick(args.max_body_bytes, "max_body_bytes", 5_000_000),
@@ -154,13 +155,14 @@ def serve_options(args: argparse.Namespace, spec) -> Any:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from dbspec.serving.server import resolve_token, serve, stderr_line
+    from dbspec.serving.server import resolve_token, resolve_tokens, serve, stderr_line
     from dbspec.serving.source import load_version
 
     check_serve_arguments(args)
     spec, client, target, version = open_model(args)
     options = serve_options(args, spec)
     resolve_token(options)  # refuse before the slow model load
+    resolve_tokens(options)
     loaded = load_version(client, target, version, without_torch=True)
     serve(loaded, options, client=client, target=target, say=stderr_line)
     return 0

@@ -228,7 +228,8 @@ def predictions_body(columns: dict[str, np.ndarray], start: int, stop: int,
 
 def error_body(status: int, message: str) -> bytes:
     """The JSON body of a refused request, shaped as MLflow's (``error_code``, ``message``)."""
-    code = {400: "BAD_REQUEST", 401: "UNAUTHENTICATED", 404: "ENDPOINT_NOT_FOUND",
+    code = {400: "BAD_REQUEST", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+            404: "ENDPOINT_NOT_FOUND",
             405: "BAD_REQUEST", 408: "DEADLINE_EXCEEDED", 413: "REQUEST_LIMIT_EXCEEDED",
             415: "BAD_REQUEST", 422: "INVALID_PARAMETER_VALUE", 431: "REQUEST_LIMIT_EXCEEDED",
             503: "TEMPORARILY_UNAVAILABLE"}.get(status, "INTERNAL_ERROR")

@@ -40,6 +40,7 @@ class ServeOptions(NamedTuple):
     limits: ConnectionLimits = ConnectionLimits()
     out_of_range: str = "warn"
     out_of_range_tolerance: float = 0.5
+    tokens: tuple[tuple[str, str], ...] = ()  # (role, environment variable), see AuthSpec
 
 
 def is_loopback(host: str) -> bool:
@@ -62,11 +63,38 @@ def resolve_token(options: ServeOptions) -> Optional[str]:
     token = os.environ.get(options.token_env) if options.token_env else None
     if token:
         return token
-    if not is_loopback(options.host):
+    if not is_loopback(options.host) and not options.tokens:
         where = f"${options.token_env}" if options.token_env else "a token environment variable"
         raise UsageError(f"refusing to serve on {options.host} without authentication: set "
                          f"{where}, or pass --no-auth to serve anyone who can reach it")
     return None
+
+
+def resolve_tokens(options: ServeOptions) -> tuple[tuple[str, str], ...]:
+    """The tokens per role, ``(role, token)``; none with ``--no-auth``.
+
+    Raises:
+        UsageError: a variable ``serving.realtime.auth.tokens`` names is not set (its clients
+            would all be refused).
+    """
+    if options.no_auth:
+        return ()
+    found = []
+    for role, name in options.tokens:
+        value = os.environ.get(name)
+        if not value:
+            raise UsageError(f"serving.realtime.auth.tokens.{role} names ${name}, which is not "
+                             "set: set it to the token, or remove the entry")
+        found.append((role, value))
+    return tuple(found)
+
+
+def describe_auth(options: ServeOptions, token: Optional[str]) -> str:
+    """``bearer token from $DBSPEC_TOKEN, scoring token from $SCORE_TOKEN`` (or ``off``)."""
+    parts = [f"bearer token from ${options.token_env}"] if token else []
+    parts += [f"{role} token from ${name}" for role, name in options.tokens
+              if not options.no_auth]
+    return ", ".join(parts) or "off"
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -149,7 +177,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     import uvicorn
 
     _Server = _server_class()
-    token = resolve_token(options)
+    token, tokens = resolve_token(options), resolve_tokens(options)
     background = ()
     if options.watch_alias:
         if target is None or not target.alias or client is None:
@@ -167,7 +195,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
                 + (f" ({cut} bytes of an unanswered, cut-off record skipped)" if cut else ""))
     app = ScoringApp(loaded, ServingConfig(token, options.max_batch_size, options.max_wait_ms,
                                            options.max_body_bytes, options.out_of_range,
-                                           options.out_of_range_tolerance),
+                                           options.out_of_range_tolerance, tokens=tokens),
                      table=table, background=background)
     limits = options.limits
     protocol = limited_protocol(limits, app.metrics)
@@ -179,7 +207,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
         timeout_keep_alive=limits.keep_alive_timeout_s,  # type: ignore[arg-type]
         timeout_graceful_shutdown=30)
     server = _Server(config)
-    auth = f"bearer token from ${options.token_env}" if token else "off"
+    auth = describe_auth(options, token)
     say(f"serving {loaded.name} v{loaded.version} ({loaded.source}) on "
         f"http://{_url_host(host)}:{port}  auth: {auth}  batching: up to "
         f"{options.max_batch_size} rows / {options.max_wait_ms:g} ms"

@@ -429,6 +429,7 @@ def _check_serving(spec: Spec, found: _Findings) -> None:
         found.error(("serving",), "mode batch needs a 'batch' section with input and output")
     realtime = serving.realtime
     if serving.mode == "realtime" and realtime.host not in ("127.0.0.1", "localhost", "::1") \
-            and realtime.auth.token_env is None:
+            and realtime.auth.token_env is None and not realtime.auth.tokens:
         found.error(("serving", "realtime", "auth", "token_env"), f"binding {realtime.host} "
-                    "without a token would expose the model to the network; name a token_env")
+                    "without a token would expose the model to the network; name a token_env "
+                    "(or tokens per role)")

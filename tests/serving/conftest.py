@@ -57,9 +57,10 @@ class Server(NamedTuple):
 
 
 def start_server(registered: Registered, *args: str, token: Optional[str] = TOKEN,
-                 log: Path) -> Server:
-    """``dbspec serve ARGS --port 0``; waits for its 'serving ... on URL' line."""
-    env = checkout_env({"MLFLOW_TRACKING_URI": registered.tracking_uri})
+                 log: Path, env: Optional[dict] = None) -> Server:
+    """``dbspec serve ARGS --port 0`` (``env``: more environment); waits for its 'serving ...
+    on URL' line."""
+    env = checkout_env({"MLFLOW_TRACKING_URI": registered.tracking_uri, **(env or {})})
     env.pop("DBSPEC_TOKEN", None)
     if token is not None:
         env["DBSPEC_TOKEN"] = token
@@ -90,9 +91,9 @@ def serve(registered, tmp_path):
     """Start servers for a test; each is stopped (and must exit cleanly) at the end."""
     started: list[Server] = []
 
-    def start(*args: str, token: Optional[str] = TOKEN) -> Server:
+    def start(*args: str, token: Optional[str] = TOKEN, env: Optional[dict] = None) -> Server:
         server = start_server(registered, *args, token=token,
-                              log=tmp_path / f"serve{len(started)}.log")
+                              log=tmp_path / f"serve{len(started)}.log", env=env)
         started.append(server)
         return server
 

@@ -3,7 +3,8 @@
 import re
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Discriminator, Tag, field_validator, model_validator
+from pydantic import (Discriminator, StringConstraints, Tag, field_validator,
+                      model_validator)
 
 from dbspec.spec.sections.base import SpecModel, d, section
 
@@ -215,11 +216,23 @@ class RegistrySpec(SpecModel):
         return stages[-1].alias if stages else None
 
 
-class AuthSpec(SpecModel):
-    """Bearer-token authentication."""
+#: What a serving token may call: ``scoring`` only ``POST /invocations``; ``admin`` every route
+#: (``/metrics`` and ``/version`` too), as the ``token_env`` token does.
+TokenRole = Literal["scoring", "admin"]
+EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
-    token_env: Optional[str] = d("Environment variable that holds the token.",
+
+class AuthSpec(SpecModel):
+    """Bearer-token authentication: one token with full access (``token_env``), and tokens per
+    role (``tokens``)."""
+
+    token_env: Optional[str] = d("Environment variable that holds the token (full access: "
+                                 "scoring, /metrics and /version).",
                                  default="DBSPEC_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    tokens: dict[TokenRole, EnvName] = d(
+        "Tokens per role, each the name of the environment variable that holds it: scoring "
+        "may only call /invocations (403 on /metrics and /version), admin may call every "
+        "route. Each variable named must be set when serving.", default={})
 
 
 class InferenceTableSpec(SpecModel):
