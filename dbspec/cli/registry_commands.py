@@ -8,6 +8,13 @@ import json
 from dbspec.cli.options import Command, add_registry_options
 
 
+def _warn(result: dict) -> None:
+    import sys
+
+    if result.get("warning"):
+        print(f"warning: {result['warning']}", file=sys.stderr)
+
+
 def _models_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="registered model name")
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -44,6 +51,7 @@ def _promote(args: argparse.Namespace) -> int:
         print(f"  gate {gate}")
     was = f" (was v{result['previous']})" if result["previous"] else ""
     print(f"{result['name']}@{result['alias']} -> v{result['version']}{was}")
+    _warn(result)
     return 0
 
 
@@ -68,6 +76,7 @@ def _approve(args: argparse.Namespace) -> int:
     was = f" (was v{result['previous']}, now archived)" if result["previous"] else ""
     print(f"{result['name']}@{result['alias']} -> v{result['version']}{was}, approved by "
           f"{result['by']}")
+    _warn(result)
     return 0
 
 
@@ -88,6 +97,7 @@ def _rollback(args: argparse.Namespace) -> int:
                       args.alias, args.to)
     was = f"v{result['previous']}" if result["previous"] else "unset: deleted outside dbspec"
     print(f"{result['name']}@{result['alias']} -> v{result['version']} (rolled back from {was})")
+    _warn(result)
     return 0
 
 

@@ -193,12 +193,13 @@ def promote(registry: Registry, name: str, version: str, alias: str, *, force: b
         raise RegistryError(f"{name} v{version} fails its gates: "
                             + "; ".join(r.describe() for r in failed)
                             + " (use --force to promote anyway)")
+    warning = None
     if outcome.moved and final and final[0] == alias:
-        record_final_move(registry.client, name, outcome.previous, version, alias,
-                          outcome.decision.reason)
+        warning = record_final_move(registry.client, name, outcome.previous, version, alias,
+                                    outcome.decision.reason)
     return {"name": name, "alias": alias, "version": version,
             "previous": outcome.previous if outcome.moved else None,
-            "gates": [r.describe() for r in results], "forced": force}
+            "gates": [r.describe() for r in results], "forced": force, "warning": warning}
 
 
 def approve(registry: Registry, name: str, version: str, alias: str) -> dict:
@@ -214,6 +215,10 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> dict:
         RegistryError: ``alias`` is not a stage of the version that requires approval, the
             version is not awaiting it, or a gate fails (nothing moved).
     """
+    from mlflow.exceptions import MlflowException
+
+    from dbspec.registry.errors import unavailable
+
     alias_argument(alias)
     version = str(version)
     tags = registry.version(name, version).tags or {}
@@ -259,12 +264,18 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> dict:
         raise RegistryError(f"{name} v{version} fails its gates for @{alias}: "
                             + "; ".join(r.describe() for r in failed) + "; nothing moved")
     described = [r.describe() for r in results]
-    record_approval(registry.client, name, version, alias, described, who, requested)
+    warning = None
+    try:
+        record_approval(registry.client, name, version, alias, described, who, requested)
+    except MlflowException as exc:  # moved already: the history entry names the approver
+        warning = f"@{alias} moved to v{version}, but the approval record could not be " \
+                  f"written: {unavailable(exc, f'the approval of {name} v{version}')}"
     if alias == names[-1]:
-        record_final_move(registry.client, name, outcome.previous, version, alias,
-                          f"approved by {who}")
+        warning = record_final_move(registry.client, name, outcome.previous, version, alias,
+                                    f"approved by {who}") or warning
     return {"name": name, "alias": alias, "version": version, "by": who,
-            "previous": outcome.previous if outcome.moved else None, "gates": described}
+            "previous": outcome.previous if outcome.moved else None, "gates": described,
+            "warning": warning}
 
 
 def _recorded_metrics(tags: dict[str, str]) -> dict[str, float]:
@@ -344,8 +355,9 @@ def rollback(registry: Registry, name: str, alias: str, to: Optional[str]) -> di
         return AliasDecision(target, "rollback")
 
     outcome = registry.guarded_move(name, alias, decide)
+    warning = None
     if outcome.moved and final and final[0] == alias:
-        record_final_move(registry.client, name, outcome.previous,
-                          str(outcome.decision.version), alias, "rollback")
+        warning = record_final_move(registry.client, name, outcome.previous,
+                                    str(outcome.decision.version), alias, "rollback")
     return {"name": name, "alias": alias, "version": outcome.decision.version,
-            "previous": outcome.previous}
+            "previous": outcome.previous, "warning": warning}

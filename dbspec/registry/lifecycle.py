@@ -27,6 +27,7 @@ import os
 import time
 from typing import Any, Optional
 
+from dbspec.registry.errors import from_registry, unavailable
 from dbspec.registry.history import RegistrySnapshot, now
 
 STAGES_TAG = "dbspec.stages"
@@ -89,19 +90,32 @@ def record_approval(client, name: str, version: str, alias: str, gates: list[str
 
 
 def record_final_move(client, name: str, previous: Optional[str], target: str,
-                      alias: str, why: str) -> None:
+                      alias: str, why: str) -> Optional[str]:
     """The last stage's alias moved from ``previous`` to ``target``: ``previous`` is archived
-    (when and why), and ``target``, if it was archived, restored."""
+    (when and why), and ``target``, if it was archived, restored.
+
+    Returns:
+        None, or a warning when the registry refused these records: the move itself happened
+        (and is in the alias history, from which the states are read all the same), so it is
+        told, not raised as if nothing had moved.
+    """
     by = acting_user()
-    if previous is not None and previous != target:
-        client.set_model_version_tag(name, previous, LIFECYCLE_TAG, json.dumps(
-            {"state": ARCHIVED, "at": now(), "ns": time.time_ns(), "by": by,
-             "why": f"left @{alias} for v{target} ({why})"}))
-    tags = client.get_model_version(name, target).tags or {}
-    if (load_json(tags.get(LIFECYCLE_TAG), {}) or {}).get("state") == ARCHIVED:
-        client.set_model_version_tag(name, target, LIFECYCLE_TAG, json.dumps(
-            {"state": RESTORED, "at": now(), "ns": time.time_ns(), "by": by,
-             "why": f"@{alias} back on it ({why})"}))
+    try:
+        if previous is not None and previous != target:
+            client.set_model_version_tag(name, previous, LIFECYCLE_TAG, json.dumps(
+                {"state": ARCHIVED, "at": now(), "ns": time.time_ns(), "by": by,
+                 "why": f"left @{alias} for v{target} ({why})"}))
+        tags = client.get_model_version(name, target).tags or {}
+        if (load_json(tags.get(LIFECYCLE_TAG), {}) or {}).get("state") == ARCHIVED:
+            client.set_model_version_tag(name, target, LIFECYCLE_TAG, json.dumps(
+                {"state": RESTORED, "at": now(), "ns": time.time_ns(), "by": by,
+                 "why": f"@{alias} back on it ({why})"}))
+    except Exception as exc:
+        if not from_registry(exc):
+            raise
+        return (f"@{alias} moved to v{target}, but the archive records could not be written: "
+                f"{unavailable(exc, f'{LIFECYCLE_TAG} of {name}')}")
+    return None
 
 
 def lifecycle_state(version: str, tags: dict[str, str], seen: RegistrySnapshot,

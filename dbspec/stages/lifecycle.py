@@ -378,7 +378,9 @@ class _StageWalk:
             outcome = "promoted" if all(r.passed for r in results) else "rejected"
             report.update(moved=moved.moved, previous=moved.previous if moved.moved else None)
             if moved.moved and last:
-                record_final_move(self.registry.client, self.name, moved.previous,
-                                  self.version, stage.alias, moved.decision.reason)
+                warning = record_final_move(self.registry.client, self.name, moved.previous,
+                                            self.version, stage.alias, moved.decision.reason)
+                if warning:
+                    self.ctx.reporter.line(f"  warning: {warning}")
         self.results.extend(results)
         return {**report, "outcome": outcome, "gates": [r.describe() for r in results]}

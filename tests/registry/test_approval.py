@@ -244,3 +244,26 @@ def test_approve_fails_closed_on_a_registry_answering_errors(flaky_proxy, mlflow
     assert json.loads(tags["dbspec.approval.production"])["state"] == "pending"
     assert "production" not in (real.get_registered_model(name).aliases or {})
     assert "dbspec.lock" not in real.get_registered_model(name).tags
+
+
+def test_records_refused_after_the_move_are_a_warning(flaky_proxy, mlflow_server):
+    """The alias moved (its history entry names the approver), then the registry refused the
+    version tags: exit 0 with a warning saying what was not recorded, no traceback."""
+    import mlflow
+
+    from dbspec.registry.lifecycle import STAGES_TAG
+
+    real = mlflow.MlflowClient(mlflow_server.uri)
+    name = f"approve_then_refused_{time.time_ns()}"
+    real.create_registered_model(name)
+    run = real.create_run("0").info.run_id
+    version = str(real.create_model_version(name, f"runs:/{run}/model", run_id=run, tags={
+        STAGES_TAG: json.dumps(STAGES), "metric.test_rmse": "50",
+        "dbspec.approval.production": json.dumps({"state": "pending"})}).version)
+    flaky_proxy.failing.append(("POST", "/api/2.0/mlflow/model-versions/set-tag"))
+    code, out, err = run_main("approve", name, version, "--alias", "production",
+                              "--tracking-uri", flaky_proxy.uri)
+    assert code == 0 and f"{name}@production -> v{version}" in out, err
+    assert f"warning: @production moved to v{version}, but the approval record could not be " \
+           "written: the registry did not answer" in err and "Traceback" not in err
+    assert str(real.get_model_version_by_alias(name, "production").version) == version
