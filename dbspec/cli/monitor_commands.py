@@ -13,7 +13,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from dbspec.cli.options import Command, add_registry_options, add_spec_options
 from dbspec.errors import DbspecError, UsageError
@@ -97,7 +97,8 @@ def _settings(args: argparse.Namespace, section) -> tuple[Any, str]:
 
 
 def _resolve(args: argparse.Namespace):
-    """(spec or None, monitoring section, target, table path)."""
+    """(spec or None, monitoring section, target, table path); ``--alias`` replaces the
+    target's alias (the one tag and rollback act on), not which rows are read."""
     from dbspec.serving.source import parse_model_uri, spec_target
     from dbspec.spec.sections.monitoring import MonitoringSpec, default_alias
 
@@ -106,7 +107,9 @@ def _resolve(args: argparse.Namespace):
             raise UsageError("--target and --set apply to a spec, not to a models:/ URI")
         if not args.table:
             raise UsageError("a models:/ URI names no inference table: give --table PATH")
-        return None, MonitoringSpec(), parse_model_uri(args.model), args.table
+        target = parse_model_uri(args.model)
+        return None, MonitoringSpec(), target._replace(alias=args.alias or target.alias), \
+            args.table
     from dbspec.cli.options import load_spec_arguments
 
     args.file = args.model  # what the spec options read
@@ -122,8 +125,7 @@ def _resolve(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dbspec.monitoring.monitor import (evaluate_windows, open_inference_table, read_labels,
-                                           scan_table)
+    from dbspec.monitoring.monitor import open_inference_table, read_labels
     from dbspec.serving.source import tracking_uri_for
 
     spec, section, target, table = _resolve(args)
@@ -136,10 +138,37 @@ def _run(args: argparse.Namespace) -> int:
         column = args.label_column or (section.labels.column if section.labels else None) or \
             (spec.data.target if spec is not None else "target")
         labels = read_labels(labels_path, key, column)
+    from mlflow.exceptions import MlflowException
+
     from dbspec.registry.commands import open_registry
 
     registry = open_registry(tracking_uri_for(spec, args.tracking_uri), Path(args.state_dir))
-    client = registry.client
+    try:
+        return _monitor(args, registry, _Pass(spec, section, target, table, settings, window,
+                                              dataset, labels))
+    except MlflowException as exc:  # a store that stopped answering midway
+        raise DbspecError(f"the tracking store at {registry.client.tracking_uri} failed: "
+                          f"{str(exc).splitlines()[0]}") from None
+
+
+class _Pass(NamedTuple):
+    """What one pass reads and how: resolved from the arguments and the spec."""
+
+    spec: Any
+    section: Any  # MonitoringSpec
+    target: Any  # ModelTarget
+    table: str
+    settings: Any  # MonitorSettings
+    window: str
+    dataset: Any
+    labels: Any
+
+
+def _monitor(args: argparse.Namespace, registry, run: _Pass) -> int:
+    from dbspec.monitoring.monitor import evaluate_windows, scan_table
+
+    client, target, settings, table = registry.client, run.target, run.settings, run.table
+    section, labels, window = run.section, run.labels, run.window
     version_filter = target.version  # models:/NAME/VERSION: that version only
     profiles: dict[str, dict] = {}
 
@@ -153,7 +182,7 @@ def _run(args: argparse.Namespace) -> int:
               flush=True)
 
     started = time.monotonic()
-    scans = scan_table(dataset, target.name, profile_for, settings, version=version_filter,
+    scans = scan_table(run.dataset, target.name, profile_for, settings, version=version_filter,
                        labels=labels, progress=progress)
     if not scans:
         since = f" since {args.since}" if args.since else ""

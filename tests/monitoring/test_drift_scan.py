@@ -152,3 +152,52 @@ def test_labels_errors_are_clear(tmp_path):
     (tmp_path / "l.txt").write_text("x")
     with pytest.raises(DbspecError, match="expected a Delta table"):
         read_labels(str(tmp_path / "l.txt"), "request_id", "y")
+
+
+def test_features_renamed_on_a_clash_are_found(tmp_path):
+    """A feature named like a table column is stored as feature_<name>; the scan maps it."""
+    rng = np.random.default_rng(5)
+    names = ("timestamp", "x1")
+    train = rng.normal(size=(300, 2))
+    profile = build_profile(dict(zip(names, train.T)), {"prediction": train[:, 0]},
+                            task="regression")
+    table = InferenceTable(tmp_path / "t", flush_seconds=0.05)
+    table.check()
+    table.start()
+    x = rng.normal(size=(200, 2)).astype(np.float32)
+    x[:, 0] += 6.0
+    table.offer(Record("r1", T0, "m", "1", 1.0, names, x, {"prediction": x[:, 1] * 0.0}))
+    table.close()
+    [report] = _pass(tmp_path / "t", profile)
+    assert [c.column for c in report.windows[0].columns] == ["timestamp", "x1", "prediction"]
+    assert report.drifted_columns()[0] == "timestamp"
+
+
+def test_a_binary_classifier_gets_accuracy_from_labels(tmp_path):
+    rng = np.random.default_rng(6)
+    train = rng.normal(size=(500, 2))
+    probability = 1 / (1 + np.exp(-train[:, 0]))
+    profile = build_profile({"a": train[:, 0], "b": train[:, 1]},
+                            {"prediction": np.where(probability >= 0.5, "yes", "no"),
+                             "probability": probability},
+                            task="binary", classes=["no", "yes"])
+    table = InferenceTable(tmp_path / "t", flush_seconds=0.05)
+    table.check()
+    table.start()
+    x = rng.normal(size=(400, 2)).astype(np.float32)
+    p = 1 / (1 + np.exp(-x[:, 0].astype(np.float64)))
+    table.offer(Record("r1", T0, "m", "1", 1.0, ("a", "b"), x,
+                       {"prediction": np.where(p >= 0.5, "yes", "no"), "probability": p}))
+    table.close()
+    truth = np.where(p >= 0.5, "yes", "no")
+    truth[:100] = np.where(truth[:100] == "yes", "no", "yes")  # 75% right
+    pq.write_table(pa.table({"request_id": ["r1"] * 400, "row": np.arange(400), "label": truth}),
+                   tmp_path / "labels.parquet")
+    labels = read_labels(str(tmp_path / "labels.parquet"), "request_id", "label")
+    [report] = _pass(tmp_path / "t", profile, labels=labels, score=task_metrics,
+                     reference_metrics={"accuracy": 0.95})
+    [window] = report.windows
+    assert window.labelled == 400
+    assert window.quality["accuracy"]["value"] == pytest.approx(0.75)
+    assert any(a.startswith("quality: accuracy 0.75") for a in window.alerts)
+    assert not any(c.drifted for c in window.columns)

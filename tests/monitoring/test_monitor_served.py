@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import run_in_process
+from tests.conftest import ROOT, run_in_process
 from tests.serving import conftest as serving
 from tests.serving.conftest import AUTH, FEATURES, NAME, start_server
 
@@ -151,11 +151,12 @@ def test_labels_give_quality_metrics_and_a_drop_alerts(traffic, tmp_path):
 
 
 def test_on_alert_rollback_moves_the_alias_back_and_says_why(traffic):
+    """The README's loop on the diabetes spec: its monitoring section rolls @production back."""
     client = _client(traffic)
     assert str(client.get_model_version_by_alias(NAME, "production").version) == "2"
     try:
-        result = monitor(traffic, f"models:/{NAME}@production", "--table", traffic.table,
-                         "--on-alert", "rollback")
+        result = monitor(traffic, str(ROOT / "specs" / "diabetes.yaml"), "--set",
+                         f"registry.name={NAME}", "--table", traffic.table)
         assert result.returncode == 3, result.stdout + result.stderr
         assert f"rolled back {NAME}@production: v2 -> v1" in result.stdout
         assert str(client.get_model_version_by_alias(NAME, "production").version) == "1"
@@ -201,6 +202,7 @@ monitoring:
     (["--table", "{table}", "--since", "2099-01-01T00:00Z"], 1, "no rows of"),
     (["--table", "{table}", "--labels", "{tmp}/none.csv"], 1, "labels {tmp}/none.csv do not"),
     (["--table", "{table}", "--min-rows", "0"], 2, "--min-rows must be at least 1"),
+    (["--table", "{table}", "--tracking-uri", "sqlite:///{tmp}/none.db"], 1, "none.db"),
 ])
 def test_mistakes_are_clear_errors(traffic, tmp_path, args, code, message):
     filled = [a.format(tmp=tmp_path, table=traffic.table) for a in args]
