@@ -367,11 +367,33 @@ class LocalExecutor:
             cause = str(exc)
             hint = f"\n  resume with: {self.resume_command} --resume" \
                 if self.resume_command else ""
+        elif _refused(exc):  # a tracking server with auth refused MLFLOW_TRACKING_USERNAME
+            cause = _refusal(loaded.spec, name, exc)
+            hint = f"\n  then resume with: {self.resume_command} --resume" \
+                if self.resume_command else ""
         else:
             cause = f"{type(exc).__name__}: {exc} (traceback in {directory / 'error.txt'})"
             hint = f"\n  resume with: {self.resume_command} --resume" \
                 if self.resume_command else ""
         return f"stage '{name}' failed: {cause}{hint}"
+
+
+def _refused(exc: BaseException) -> bool:
+    from dbspec.registry.errors import is_permission_denied
+
+    return is_permission_denied(exc)
+
+
+def _refusal(spec, stage: str, exc: BaseException) -> str:
+    """Who may not do what in ``stage``, and the permission it takes (roles, README)."""
+    from dbspec.registry.errors import denied
+
+    if stage in ("register", "promote"):
+        what, needs = f"registered model '{spec.registry.name}'", "EDIT on the registered model"
+    else:
+        what = f"experiment '{spec.tracking.experiment or spec.name}'"
+        needs = "EDIT on the experiment (roles.data_scientist or roles.admin)"
+    return str(denied(exc, f"write the {stage} stage's results to the {what}", needs))
 
 
 def _now() -> str:

@@ -212,3 +212,85 @@ def test_deploying_needs_manage(auth_server, registered):
         "to do it")
     with as_user(auth_server, "carol@example.com"):
         require_deployer(auth_server.uri, MODEL, "approve")  # roles.admin: MANAGE
+
+
+def test_a_manager_who_cannot_read_levels_sets_them_anew(auth_server, registered):
+    """carol (MANAGE, no MLflow admin) may grant but not read others' permissions."""
+    from dbspec.registry.access import Resource, apply_roles
+    from dbspec.spec.sections.roles import RolesSpec
+
+    work, _ = registered
+    assert _grant(auth_server, work).returncode == 0
+    roles = RolesSpec(admin=["user:carol@example.com"], data_scientist=["user:bob@example.com"])
+    with as_user(auth_server, "carol@example.com"):
+        report = apply_roles(auth_server.uri, roles,
+                             [Resource("registered_model", MODEL, f"registered model '{MODEL}'")])
+    assert report.lines == [
+        f"  carol@example.com (admin): MANAGE on registered model '{MODEL}': unchanged",
+        f"  bob@example.com (data_scientist): EDIT on registered model '{MODEL}': set (its "
+        "earlier level is not readable by carol@example.com)"]
+    assert admin_permission(auth_server, "bob@example.com", "registered_model", MODEL) == "EDIT"
+
+
+def test_a_run_whose_caller_may_not_grant_says_so(auth_server, registered):
+    """The run's grants never fail it: a caller without MANAGE is told to ask an admin."""
+    from types import SimpleNamespace
+
+    import mlflow
+
+    from dbspec.registry.access import grant_after_register
+    from dbspec.spec.sections.roles import RolesSpec
+
+    work, _ = registered
+    assert _grant(auth_server, work).returncode == 0
+    spec = SimpleNamespace(roles=RolesSpec(analyst=["user:dave@example.com"]))
+    with as_user(auth_server, "bob@example.com"):  # EDIT now, not MANAGE
+        tracker = SimpleNamespace(client=mlflow.MlflowClient(auth_server.uri),
+                                  experiment_id=_experiment_id(auth_server),
+                                  experiment_name=EXPERIMENT)
+        lines = grant_after_register(tracker, spec, MODEL)
+    assert len(lines) == 1 and lines[0].startswith(
+        "  roles not applied: bob@example.com may not grant permissions on experiment "
+        f"'{EXPERIMENT}'"), lines
+    assert "needs MANAGE on the experiment" in lines[0] and "dbspec grant SPEC" in lines[0]
+
+
+def test_a_run_on_a_store_without_auth_grants_nothing(tmp_path):
+    from types import SimpleNamespace
+
+    import mlflow
+
+    from dbspec.registry.access import grant_after_register
+    from dbspec.spec.sections.roles import RolesSpec
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = SimpleNamespace(client=client, experiment_id="0", experiment_name="Default")
+    spec = SimpleNamespace(roles=RolesSpec(analyst=["user:dave@example.com"]))
+    assert grant_after_register(tracker, spec, MODEL) == []
+
+
+def test_grant_refuses_a_server_without_auth(mlflow_server, registered):
+    work, _ = registered
+    result = run_in_process("grant", "spec.yaml", "--tracking-uri", mlflow_server.uri, cwd=work)
+    assert result.returncode == 1
+    assert f"the tracking server at {mlflow_server.uri} has no auth" in result.stderr
+
+
+def test_an_analyst_reads_the_model(auth_server, registered):
+    work, _ = registered
+    assert _grant(auth_server, work).returncode == 0
+    result = run_in_process("models", MODEL, cwd=work, env=auth_server.env("alice@example.com"))
+    assert result.returncode == 0, result.stderr
+    assert MODEL in result.stdout
+
+
+def test_an_analyst_may_not_train_into_the_experiment(auth_server, registered, tmp_path):
+    work, _ = registered
+    assert _grant(auth_server, work).returncode == 0
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    result = run_in_process("run", "spec.yaml", cwd=tmp_path,
+                            env=auth_server.env("alice@example.com"), timeout=300)
+    assert result.returncode == 1
+    assert "alice@example.com may not write the train stage's results to the experiment " \
+        f"'{EXPERIMENT}': needs EDIT on the experiment" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
