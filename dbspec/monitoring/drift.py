@@ -239,13 +239,15 @@ def compare_column(name: str, accumulator: ColumnAccumulator,
 
 def _outside_p(outside: int, rows: int, profile: dict[str, Any], discrete: bool) -> float:
     """How likely ``outside`` of ``rows`` new values fall outside the training range (or its
-    categories) when nothing moved: a new value from the same continuous distribution falls
-    outside the range of ``n`` training values with probability 2 / (n + 1)."""
-    from scipy.stats import binom
+    categories) when nothing moved. The share of a continuous distribution outside the range
+    of ``n`` training values is Beta(2, n - 1) distributed (mean 2 / (n + 1)), so the count is
+    beta-binomial: a small reference's range is itself a draw, and a binomial test around the
+    mean would flag the references whose range came out narrow on every window."""
+    from scipy.stats import betabinom
 
     n = profile["count"]
-    expected = (1 if discrete else 2) / (n + 1)
-    return float(binom.sf(outside - 1, rows, expected))
+    a = 1 if discrete else 2
+    return float(betabinom.sf(outside - 1, rows, a, max(n - a + 1, 1)))
 
 
 class WindowAccumulator:
