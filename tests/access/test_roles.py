@@ -294,3 +294,62 @@ def test_an_analyst_may_not_train_into_the_experiment(auth_server, registered, t
     assert "alice@example.com may not write the train stage's results to the experiment " \
         f"'{EXPERIMENT}': needs EDIT on the experiment" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_no_login_is_said_so(auth_server, registered):
+    work, _ = registered
+    env = {**auth_server.env("alice@example.com"), "MLFLOW_TRACKING_USERNAME": "",
+           "MLFLOW_TRACKING_PASSWORD": ""}
+    result = run_in_process("models", MODEL, cwd=work, env=env)
+    assert result.returncode == 1
+    assert "the tracking server requires a login to read registered model " \
+           f"'{MODEL}': set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" \
+        in result.stderr, result.stderr
+
+
+def test_grant_with_a_wrong_password_is_said_so(auth_server, registered):
+    work, _ = registered
+    result = run_in_process("grant", "spec.yaml", cwd=work,
+                            env=auth_server.env("carol@example.com", "not-her-password"))
+    assert result.returncode == 1
+    assert "did not accept the login of carol@example.com to use the tracking server" \
+        in result.stderr, result.stderr
+
+
+def test_grant_before_anything_exists_says_run_first(auth_server, registered):
+    work, _ = registered
+    result = _grant(auth_server, work, ADMIN[0], "--set", "registry.name=not_registered_yet",
+                    "--set", "tracking.experiment=not-created-yet")
+    assert result.returncode == 1
+    assert "neither experiment 'not-created-yet' nor registered model 'not_registered_yet' " \
+           "exists" in result.stderr and "run the spec first" in result.stderr, result.stderr
+
+
+def test_grant_needs_a_tracking_uri(registered):
+    work, _ = registered
+    result = run_in_process("grant", "spec.yaml", cwd=work, env={"MLFLOW_TRACKING_URI": ""})
+    assert result.returncode == 1
+    assert "dbspec grant needs a tracking server" in result.stderr
+
+
+def test_a_registration_the_server_refuses_names_the_permission(auth_server, registered,
+                                                                 tmp_path):
+    """alice may write runs (EDIT on the experiment) but only read the model."""
+    from mlflow.server.auth.client import AuthServiceClient
+
+    work, _ = registered
+    assert _grant(auth_server, work).returncode == 0
+    experiment = _experiment_id(auth_server)
+    with as_user(auth_server, *ADMIN):
+        users = AuthServiceClient(auth_server.uri)
+        users.revoke_user_permission("alice@example.com", "experiment", experiment)
+        users.grant_user_permission("alice@example.com", "experiment", experiment, "EDIT")
+    try:
+        (tmp_path / "spec.yaml").write_text(SPEC)
+        result = run_in_process("run", "spec.yaml", cwd=tmp_path,
+                                env=auth_server.env("alice@example.com"), timeout=300)
+    finally:
+        assert _grant(auth_server, work).returncode == 0  # alice: READ again
+    assert result.returncode == 1
+    assert "stage 'register' failed: alice@example.com may not register a version of " \
+           f"{MODEL}: needs EDIT on the registered model" in result.stderr, result.stderr
