@@ -170,12 +170,15 @@ def _monitor(args: argparse.Namespace, registry, run: _Pass) -> int:
     client, target, settings, table = registry.client, run.target, run.settings, run.table
     section, labels, window = run.section, run.labels, run.window
     version_filter = target.version  # models:/NAME/VERSION: that version only
-    profiles: dict[str, dict] = {}
+    skipped: dict[str, str] = {}  # version -> why it has no profile
 
-    def profile_for(version: str) -> dict:
-        if version not in profiles:
-            profiles[version] = _reference_profile(client, target.name, version)
-        return profiles[version]
+    def profile_for(version: str) -> Optional[dict]:
+        try:
+            return _reference_profile(client, target.name, version)
+        except DbspecError as exc:  # an old version among others must not stop the pass
+            skipped[version] = str(exc)
+            print(f"warning: {exc}; its rows are left out", file=sys.stderr)
+            return None
 
     def progress(rows: int, seconds: float) -> None:
         print(f"  scanned {rows:,} rows ({rows / seconds:,.0f} rows/s)", file=sys.stderr,
@@ -184,6 +187,8 @@ def _monitor(args: argparse.Namespace, registry, run: _Pass) -> int:
     started = time.monotonic()
     scans = scan_table(run.dataset, target.name, profile_for, settings, version=version_filter,
                        labels=labels, progress=progress)
+    if not scans and skipped:
+        raise DbspecError("; ".join(skipped.values()))
     if not scans:
         since = f" since {args.since}" if args.since else ""
         raise DbspecError(f"no rows of {target.name}" + (f" v{version_filter}" if

@@ -214,7 +214,7 @@ class _VersionScan:
         return accumulator
 
 
-def scan_table(dataset, name: str, profile_for: Callable[[str], dict[str, Any]],
+def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[str, Any]]],
                settings: MonitorSettings, *, version: Optional[str] = None,
                labels: Optional[Labels] = None,
                progress: Optional[Callable[[int, float], None]] = None) -> list[_VersionScan]:
@@ -222,7 +222,7 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], dict[str, Any]],
 
     Args:
         dataset: The inference table (:func:`open_inference_table`).
-        profile_for: A version's reference profile (raises DbspecError when it has none).
+        profile_for: A version's reference profile; None: leave that version's rows out.
         version: Only this version's rows; None: every version in the table.
         progress: Called with (rows so far, seconds since the start) every few seconds.
     """
@@ -238,7 +238,7 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], dict[str, Any]],
         condition = condition & (ds.field("timestamp") >= since)
     names = dataset.schema.names
     wanted = [c for c in names if c != "model_name"]
-    scans: dict[str, _VersionScan] = {}
+    scans: dict[str, Optional[_VersionScan]] = {}  # None: a version left out
     window_us = settings.window_s * 1_000_000
     last_id, position = None, 0  # the request running on from the previous batch
     rows, started, told = 0, time.monotonic(), time.monotonic()
@@ -262,9 +262,13 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], dict[str, Any]],
         latency = batch.column("latency_ms").to_numpy(zero_copy_only=False)
         labelled = _label_rows(batch, labels, row_in_request) if labels is not None else None
         for version in _distinct(versions):
-            scan = scans.get(version)
+            if version not in scans:
+                profile = profile_for(version)
+                scans[version] = None if profile is None else \
+                    _VersionScan(name, version, profile, names)
+            scan = scans[version]
             if scan is None:
-                scan = scans[version] = _VersionScan(name, version, profile_for(version), names)
+                continue
             in_version = None if _all_equal(versions) else np.flatnonzero(versions == version)
             values = {c: batch.column(t).to_numpy(zero_copy_only=False)
                       for c, t in scan.columns.items()}
@@ -275,7 +279,7 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], dict[str, Any]],
         if progress is not None and time.monotonic() - told > 5:
             told = time.monotonic()
             progress(rows, told - started)
-    return list(scans.values())
+    return [scan for scan in scans.values() if scan is not None]
 
 
 def _positions(starts: np.ndarray, carried: int) -> np.ndarray:

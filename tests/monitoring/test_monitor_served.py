@@ -232,3 +232,16 @@ def test_a_version_without_a_reference_profile_is_named(traffic, tmp_path):
     result = monitor(traffic, "models:/unprofiled/1", "--table", str(tmp_path / "t"))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "unprofiled v1 has no reference profile" in result.stderr
+    # next to a version that has one, it is left out with a warning, the other is monitored
+    profiled = client.get_model_version(NAME, "2").run_id
+    client.create_model_version("unprofiled", str(tmp_path / "model"), run_id=profiled)
+    table = InferenceTable(tmp_path / "t", flush_seconds=0.05)
+    table.start()
+    table.offer(Record("r2", time.time(), "unprofiled", "2", 1.0, tuple(FEATURES),
+                       np.zeros((1, 10), dtype=np.float32), {"prediction": np.zeros(1)}))
+    table.close()
+    result = monitor(traffic, "models:/unprofiled", "--table", str(tmp_path / "t"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "warning: unprofiled v1 has no reference profile" in result.stderr
+    assert "its rows are left out" in result.stderr
+    assert "unprofiled v2 in" in result.stdout and "too few rows" in result.stdout
