@@ -2,9 +2,13 @@
 
 - :mod:`.client`: :class:`Registry` (register, gate records, guarded alias moves, the lock).
 - :mod:`.aliases`: :func:`alias_holder`, the one lookup of an alias's holder.
-- :mod:`.gates`: :func:`check_gates` and :class:`GateResult`.
+- :mod:`.gates`: :func:`check_gates`, :class:`GateResult` and :class:`Champion` (what a
+  ``better_than`` gate compares with); diagnosis gates.
+- :mod:`.lifecycle`: staged promotion's records (stages, approvals, archived versions) and the
+  lifecycle state read back from them.
 - :mod:`.history`: the alias history kept in tags, read as :class:`RegistrySnapshot`.
-- :mod:`.locks`, :mod:`.errors`, and :mod:`.commands` (``dbspec models/promote/rollback``).
+- :mod:`.locks`, :mod:`.errors`, and :mod:`.commands` (``dbspec models/promote/approve/
+  rollback``).
 
 Importing this package imports no MLflow: each function imports it when it talks to a store.
 """
