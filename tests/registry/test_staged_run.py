@@ -151,3 +151,106 @@ def test_the_staged_promote_stage_fails_closed(flaky_proxy, mlflow_server, tmp_p
     with pytest.raises(RegistryUnavailable, match="did not answer"):
         PromoteStage().run(stage_context(name, version, only_approval))
     assert "dbspec.approval.production" not in real.get_model_version(name, version).tags
+
+
+GATED = """\
+name: staged-stage
+data: {{source: {{kind: sklearn, name: diabetes}}, task: regression}}
+model: {{layers: [{{linear: {{out: 1}}}}]}}
+registry:
+  name: {name}
+  promotion:
+{promotion}"""
+TWO_STAGES = """\
+    - alias: staging
+      gates: [{metric: test_rmse, max: 80}]
+    - alias: production
+      gates: [{metric: test_rmse, max: 80}, {diagnosis: not_overfitting}]
+      approval: required
+"""
+ONE_WITH_APPROVAL = """\
+    alias: production
+    gates: [{metric: test_rmse, max: 80}]
+    approval: required
+"""
+
+
+def _promote_on_sqlite(store, tmp_path, promotion: str, diagnosis: str):
+    """The promote stage of a run on the SQLite ``store`` (gates without better_than: nothing
+    to re-score, so no training is needed)."""
+    from dbspec.spec.loader import load_spec
+    from dbspec.stages.base import Reporter, RunOptions, StageContext
+    from dbspec.stages.lifecycle import PromoteStage
+    from dbspec.stages.outputs import EvaluateOutput, RegisterOutput, TrainOutput
+    from tests.registry.conftest import NAME
+
+    uri, client, _ = store
+    version = str(client.create_model_version(  # as register tags it
+        NAME, str(tmp_path / "model"), tags={"metric.test_rmse": "50"}).version)
+    (tmp_path / "s.yaml").write_text(GATED.format(name=NAME, promotion=promotion))
+    ctx = StageContext(
+        loaded=load_spec(str(tmp_path / "s.yaml")), directory=tmp_path, project_dir=tmp_path,
+        upstream={"register": RegisterOutput(NAME, version).to_json(),
+                  "evaluate": EvaluateOutput({"test_rmse": 50.0},
+                                             diagnosis=diagnosis).to_json(),
+                  "train": TrainOutput("r1", "0", uri, "models:/m-1", None, False, "cpu", 1, 9,
+                                       1, 1, 100.0).to_json()},
+        upstream_dirs={}, options=RunOptions(), reporter=Reporter(enabled=False),
+        _tracker=SimpleNamespace(client=client))
+    return version, PromoteStage().run(ctx), client.get_model_version(NAME, version).tags
+
+
+def test_the_walk_stops_at_approval(store, tmp_path):
+    from dbspec.registry import alias_holder
+    from tests.registry.conftest import NAME
+
+    version, output, tags = _promote_on_sqlite(store, tmp_path, TWO_STAGES, "converged")
+    assert output.decision == "awaiting_approval" and output.passed
+    assert output.aliases_set() == {"staging": version} and output.alias == "production"
+    assert [(s["alias"], s["outcome"], s["moved"]) for s in output.stages] == [
+        ("staging", "promoted", True), ("production", "awaiting_approval", False)]
+    assert output.gates[-1] == "@production: diagnosis=converged not overfitting: pass"
+    assert str(alias_holder(store[1], NAME, "staging").version) == version
+    assert alias_holder(store[1], NAME, "production") is None
+    assert json.loads(tags["dbspec.approval.production"])["state"] == "pending"
+    assert tags["dbspec.decision"] == "promoted"
+    assert [json.loads(tags[f"dbspec.gate.{i}"])["stage"] for i in range(3)] == [
+        "staging", "production", "production"]
+
+
+def test_a_stage_that_fails_stops_the_walk_there(store, tmp_path):
+    from dbspec.registry import alias_holder
+    from tests.registry.conftest import NAME
+
+    version, output, tags = _promote_on_sqlite(store, tmp_path, TWO_STAGES, "overfitting")
+    assert output.decision == "rejected" and not output.passed
+    assert [(s["alias"], s["outcome"]) for s in output.stages] == [
+        ("staging", "promoted"), ("production", "rejected")]
+    assert output.aliases_set() == {"staging": version}
+    assert "dbspec.approval.production" not in tags and tags["dbspec.decision"] == "rejected"
+    assert alias_holder(store[1], NAME, "production") is None
+
+
+def test_one_stage_with_approval_waits_and_is_approved(store, tmp_path):
+    from tests.conftest import run_main
+    from tests.registry.conftest import NAME
+
+    version, output, tags = _promote_on_sqlite(store, tmp_path, ONE_WITH_APPROVAL, "converged")
+    assert output.decision == "awaiting_approval" and output.aliases_set() == {}
+    assert output.gates == ["test_rmse=50 <= 80: pass"]  # a single promotion: no stage prefix
+    assert json.loads(tags["dbspec.stages"])[0]["approval"] == "required"
+    code, out, err = run_main("approve", NAME, version, "--alias", "production",
+                              "--tracking-uri", store[0])
+    assert code == 0 and f"{NAME}@production -> v{version}" in out, err
+
+
+def test_a_single_promotion_records_what_it_always_did(store, tmp_path):
+    version, output, tags = _promote_on_sqlite(
+        store, tmp_path, "    alias: production\n    gates: [{metric: test_rmse, max: 80}]\n",
+        None)
+    assert (output.decision, output.alias, output.aliases_set()) == (
+        "promoted", "production", {"production": version})
+    assert "dbspec.stages" not in tags and not any(k.startswith("dbspec.approval") for k in tags)
+    assert json.loads(tags["dbspec.gate.0"]) == {
+        "metric": "test_rmse", "condition": "<= 80", "value": 50.0, "reference": None,
+        "passed": True, "note": ""}
