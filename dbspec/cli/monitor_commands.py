@@ -125,7 +125,8 @@ def _resolve(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dbspec.monitoring.monitor import open_inference_table, read_labels
+    from dbspec.monitoring.labels import read_labels
+    from dbspec.monitoring.monitor import open_inference_table
     from dbspec.serving.source import tracking_uri_for
 
     spec, section, target, table = _resolve(args)

@@ -19,6 +19,10 @@ import numpy as np
 from dbspec.errors import DbspecError
 from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator, category_key,
                                      compare_column, latency_quantile, quality_drop)
+from dbspec.monitoring.labels import Labels, read_labels
+
+__all__ = ["MonitorSettings", "Labels", "read_labels", "open_inference_table", "scan_table",
+           "evaluate_windows", "VersionReport", "WindowReport"]
 
 #: The inference table's own columns (features are renamed ``feature_<name>`` on a clash).
 BASE_COLUMNS = ("request_id", "timestamp", "model_name", "model_version", "latency_ms")
@@ -35,23 +39,6 @@ class MonitorSettings:
     min_rows: int = 100
     thresholds: Thresholds = Thresholds()
     checks: tuple = CHECKS
-
-
-@dataclass
-class Labels:
-    """Labels by key, read whole (they are few next to served rows).
-
-    Attributes:
-        keys: The key of each label (``key`` or ``key#row`` when a row column is given).
-        values: The labels, in the order of ``keys``.
-        key: The inference-table column they join on.
-        by_row: Whether a key names one row of a request (``row`` column).
-    """
-
-    keys: Any
-    values: np.ndarray
-    key: str
-    by_row: bool
 
 
 @dataclass
@@ -137,57 +124,6 @@ def open_inference_table(path: str):
         raise DbspecError(f"{path} is not an inference table: it has no {', '.join(missing)} "
                           "column(s)")
     return dataset
-
-
-def read_labels(path: str, key: str, column: str) -> Labels:
-    """The labels file (Delta directory, Parquet or CSV) as a :class:`Labels` index.
-
-    Raises:
-        DbspecError: no such file, an unknown format, or missing key/label columns.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    table = _read_table(path)
-    for name in (key, column):
-        if name not in table.column_names:
-            raise DbspecError(f"labels {path}: no column '{name}' (it has "
-                              f"{', '.join(table.column_names)}); set monitoring.labels.key "
-                              "and .column")
-    keys = table.column(key).cast(pa.string())
-    by_row = "row" in table.column_names
-    if by_row:
-        keys = pc.binary_join_element_wise(keys, table.column("row").cast(pa.string()), "#")
-    keys = keys.combine_chunks()
-    if len(pc.unique(keys)) != len(keys):
-        raise DbspecError(f"labels {path}: a key appears more than once in '{key}'"
-                          + (" and 'row'" if by_row else "") + "; give one label per row")
-    values = table.column(column).to_numpy(zero_copy_only=False)
-    return Labels(keys, values, key, by_row)
-
-
-def _read_table(path: str):
-    import pyarrow.csv
-    import pyarrow.parquet
-
-    location = Path(path)
-    if not location.exists():
-        raise DbspecError(f"labels {path} do not exist")
-    try:
-        if (location / "_delta_log").is_dir():
-            from deltalake import DeltaTable
-
-            return DeltaTable(path).to_pyarrow_table()
-        if location.suffix == ".csv":
-            return pyarrow.csv.read_csv(location)
-        if location.is_dir() or location.suffix in (".parquet", ".pq"):
-            return pyarrow.parquet.read_table(location)
-    except DbspecError:
-        raise
-    except Exception as exc:
-        raise DbspecError(f"cannot read the labels {path}: {exc}") from None
-    raise DbspecError(f"labels {path}: expected a Delta table, a Parquet file or directory, or "
-                      "a .csv file")
 
 
 class _VersionScan:
