@@ -33,8 +33,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                         help="the inference table (default: monitoring.table, else "
                              "serving.realtime.inference_table.path)")
     parser.add_argument("--since", metavar="T",
-                        help="only rows from T on: an ISO time (2026-01-31T12:00Z) or a "
-                             "duration ago (90m, 24h, 7d)")
+                        help="only rows from T on: an ISO time (2026-01-31T12:00Z), a "
+                             "duration ago (90m, 24h, 7d) or all (default: "
+                             "monitoring.lookback, else all)")
     parser.add_argument("--window", metavar="W", help="window length, e.g. 15m, 1h, 1d "
                                                       "(default: monitoring.window, 1h)")
     parser.add_argument("--min-rows", type=int, metavar="N",
@@ -89,7 +90,8 @@ def _settings(args: argparse.Namespace, section) -> tuple[Any, str]:
         raise UsageError(f"--window {exc}") from None
     if args.min_rows is not None and args.min_rows < 1:
         raise UsageError(f"--min-rows must be at least 1, not {args.min_rows}")
-    since = parse_since(args.since) if args.since else None
+    since = args.since or section.lookback
+    since = None if since in (None, "all") else parse_since(since)
     thresholds = Thresholds(**section.thresholds.model_dump())
     return MonitorSettings(window_s=window_s, since=since,
                            min_rows=args.min_rows or section.min_rows, thresholds=thresholds,
@@ -191,7 +193,8 @@ def _monitor(args: argparse.Namespace, registry, run: _Pass) -> int:
     if not scans and skipped:
         raise DbspecError("; ".join(skipped.values()))
     if not scans:
-        since = f" since {args.since}" if args.since else ""
+        since = args.since or section.lookback
+        since = f" since {since}" if since and since != "all" else ""
         raise DbspecError(f"no rows of {target.name}" + (f" v{version_filter}" if
                           version_filter else "") + f" in {table}{since}: nothing to monitor")
     rows = sum(w.rows for s in scans for w in s.windows.values())

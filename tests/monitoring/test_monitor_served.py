@@ -185,10 +185,12 @@ serving: {{model_alias: production}}
 monitoring:
   table: {traffic.table}
   window: 1h
+  lookback: 1d
   on_alert: tag
   experiment: monitored-drift
 """)
-    result = monitor(traffic, str(spec))
+    assert monitor(traffic, str(spec), "--since", "all").returncode == 3
+    result = monitor(traffic, str(spec))  # the last day: all of this traffic
     assert result.returncode == 3, result.stdout + result.stderr
     assert f"tagged {NAME} v2 dbspec.monitoring.alert" in result.stdout
     client = _client(traffic)

@@ -31,6 +31,8 @@ def test_a_full_section_validates_and_keeps_its_defaults(write_spec):
 @pytest.mark.parametrize("extra, where, message", [
     (REGISTRY + TABLE + "monitoring: {window: 90 minutes}\n", ":6:22: monitoring.window",
      "'90 minutes' is not a duration"),
+    (REGISTRY + TABLE + "monitoring: {lookback: ever}\n", "monitoring.lookback",
+     "'ever' is not a duration"),
     (REGISTRY + TABLE + "monitoring: {thresholds: {psi: 0}}\n", "monitoring.thresholds.psi",
      "greater than 0"),
     (REGISTRY + TABLE + "monitoring: {tresholds: {}}\n", "monitoring.tresholds", ""),

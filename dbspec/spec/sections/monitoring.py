@@ -66,6 +66,9 @@ class MonitoringSpec(SpecModel):
                              min_length=1)
     window: str = d("Length of one window, such as 15m, 1h or 1d; windows start on multiples "
                     "of it (UTC).", default="1h")
+    lookback: Optional[str] = d("How far back a pass reads when --since is not given, such as "
+                                "2h for an hourly job (a pass then alerts on recent windows "
+                                "only); default: the whole table.", default=None)
     min_rows: int = d("Windows with fewer rows are reported, not checked.", default=100, ge=1)
     checks: list[Literal["features", "predictions", "missing", "out_of_range", "quality"]] = d(
         "Which findings raise an alert: feature drift, prediction drift, missing values, "
@@ -82,10 +85,11 @@ class MonitoringSpec(SpecModel):
     experiment: Optional[str] = d("MLflow experiment of the monitoring runs; default: "
                                   "<registered name>-monitoring.", default=None, min_length=1)
 
-    @field_validator("window")
+    @field_validator("window", "lookback")
     @classmethod
-    def _window_is_a_duration(cls, value: str) -> str:
-        duration_seconds(value)
+    def _a_duration(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            duration_seconds(value)
         return value
 
 
