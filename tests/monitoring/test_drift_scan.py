@@ -201,3 +201,14 @@ def test_a_binary_classifier_gets_accuracy_from_labels(tmp_path):
     assert window.quality["accuracy"]["value"] == pytest.approx(0.75)
     assert any(a.startswith("quality: accuracy 0.75") for a in window.alerts)
     assert not any(c.drifted for c in window.columns)
+
+
+def test_labels_on_a_key_the_table_lacks_are_a_clear_error(tmp_path):
+    rng = np.random.default_rng(8)
+    profile = _profile(rng)
+    _write(tmp_path / "t", rng, [0], requests=2)
+    (tmp_path / "l.csv").write_text("customer,target\na,1\n")
+    labels = read_labels(str(tmp_path / "l.csv"), "customer", "target")
+    with pytest.raises(DbspecError, match="labels join on 'customer', which the inference"):
+        _pass(tmp_path / "t", profile, labels=labels, score=task_metrics,
+              reference_metrics={"rmse": 1.0})
