@@ -91,6 +91,11 @@ def build_monitor_job(spec, where) -> Optional[Any]:
 def granularity(spec) -> str:
     """The Databricks monitor granularity of ``monitoring.window``: the same length when one
     exists, else the nearest (:func:`monitor_warnings` says so)."""
+    if spec.monitoring.lookback is None:
+        found.append("monitoring.lookback is unset: each scheduled pass of the monitor job "
+                     "reads the whole inference table and alerts again on windows that drifted "
+                     "long ago; set it to a little more than the schedule's period (2h for "
+                     "the hourly default)")
     from dbspec.spec.sections.monitoring import duration_seconds
 
     seconds = duration_seconds(spec.monitoring.window)
@@ -135,6 +140,11 @@ def monitor_warnings(spec, mode: Optional[str] = None) -> list[str]:
         found.append(f"monitoring: the monitor job reads the inference table at '{table}', a "
                      "local path; point monitoring.table at the Volume (or cloud path) the "
                      "serving process writes it to")
+    if spec.monitoring.lookback is None:
+        found.append("monitoring.lookback is unset: each scheduled pass of the monitor job "
+                     "reads the whole inference table and alerts again on windows that drifted "
+                     "long ago; set it to a little more than the schedule's period (2h for "
+                     "the hourly default)")
     from dbspec.spec.sections.monitoring import duration_seconds
 
     seconds = duration_seconds(spec.monitoring.window)

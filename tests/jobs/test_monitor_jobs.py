@@ -26,6 +26,7 @@ serving:
   realtime: {inference_table: {path: /Volumes/main/ml_models/serving/inference}}
 monitoring:
   window: 1h
+  lookback: 2h
   on_alert: rollback
 jobs:
   notifications: {on_failure: [oncall@example.com]}
@@ -117,6 +118,7 @@ def test_jobs_json_has_the_monitor_job_with_the_same_access(tmp_path):
 @pytest.mark.parametrize("old, new, warning", [
     ("/Volumes/main/ml_models/serving/inference", ".dbspec/inference_table",
      "a local path; point monitoring.table at the Volume"),
+    ("  lookback: 2h\n", "", "monitoring.lookback is unset: each scheduled pass"),
     ("window: 1h", "window: 2h", "monitoring.window 2h: a Databricks quality monitor "
                                  "aggregates by 5 minutes, 30 minutes, 1 hour, 1 day or 1 week; "
                                  "it uses 1 hour"),
@@ -128,7 +130,8 @@ def test_what_the_monitor_cannot_do_is_a_warning(tmp_path, old, new, warning):
 
 
 def test_without_monitoring_there_is_no_monitor_job(tmp_path):
-    text = MONITORED.replace("monitoring:\n  window: 1h\n  on_alert: rollback\n", "")
+    text = MONITORED.replace("monitoring:\n  window: 1h\n  lookback: 2h\n  on_alert: rollback\n",
+                             "")
     files, _ = generate(tmp_path, text)
     assert set(resources(files, "prod")["jobs"]) == {"watched"}
     assert "quality_monitors" not in resources(files, "prod")
