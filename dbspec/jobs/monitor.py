@@ -91,11 +91,6 @@ def build_monitor_job(spec, where) -> Optional[Any]:
 def granularity(spec) -> str:
     """The Databricks monitor granularity of ``monitoring.window``: the same length when one
     exists, else the nearest (:func:`monitor_warnings` says so)."""
-    if spec.monitoring.lookback is None:
-        found.append("monitoring.lookback is unset: each scheduled pass of the monitor job "
-                     "reads the whole inference table and alerts again on windows that drifted "
-                     "long ago; set it to a little more than the schedule's period (2h for "
-                     "the hourly default)")
     from dbspec.spec.sections.monitoring import duration_seconds
 
     seconds = duration_seconds(spec.monitoring.window)
