@@ -351,6 +351,7 @@ def _print(outputs, *, table: str, window: str, rows: int, seconds: float,
 
     if as_json:
         print(json.dumps({"table": table, "window": window, "rows": rows,
+                          "scan_seconds": round(seconds, 3),
                           "versions": [report_json(r, run_id=run_id, actions=actions)
                                        for r, run_id, actions in outputs]}, indent=1))
         return
