@@ -141,6 +141,9 @@ def _run(args: argparse.Namespace) -> int:
         column = args.label_column or (section.labels.column if section.labels else None) or \
             (spec.data.target if spec is not None else "target")
         labels = read_labels(labels_path, key, column)
+        if labels.pending:
+            print(f"labels {labels_path}: {labels.pending:,} row(s) without a label yet are left "
+                  "out", file=sys.stderr)
     from mlflow.exceptions import MlflowException
 
     from dbspec.registry.commands import open_registry
@@ -178,7 +181,7 @@ def _monitor(args: argparse.Namespace, registry, run: _Pass) -> int:
     def profile_for(version: str) -> Optional[dict]:
         try:
             return _reference_profile(client, target.name, version)
-        except DbspecError as exc:  # an old version among others must not stop the pass
+        except NoProfile as exc:  # an old version among others must not stop the pass
             skipped[version] = str(exc)
             print(f"warning: {exc}; its rows are left out", file=sys.stderr)
             return None
@@ -224,30 +227,46 @@ def _monitor(args: argparse.Namespace, registry, run: _Pass) -> int:
     return 1 if failed else ALERT_EXIT if alerted else 0
 
 
+class NoProfile(DbspecError):
+    """A version the registry confirms has no reference profile (or no longer exists)."""
+
+
 def _reference_profile(client, name: str, version: str) -> dict:
     """The reference profile logged with the version's training run.
 
     Raises:
-        DbspecError: the version, its run or its profile cannot be found.
+        NoProfile: the registry confirms the version, or its profile, is not there.
+        RegistryUnavailable: the registry or the artifact store answered with an error: the
+            version is not skipped then, the pass fails (a drifted version must not pass
+            unseen because the store was down).
     """
     from mlflow.exceptions import MlflowException
 
     from dbspec.monitoring.profile import check_profile
+    from dbspec.registry.errors import is_not_found, unavailable
 
     try:
         run_id = client.get_model_version(name, version).run_id
     except MlflowException as exc:
-        raise DbspecError(f"the inference table has rows of {name} v{version}, which the "
-                          f"registry cannot give: {str(exc).splitlines()[0]}") from None
+        if not is_not_found(exc):
+            raise unavailable(exc, f"{name} v{version}") from None
+        raise NoProfile(f"the inference table has rows of {name} v{version}, which the "
+                        f"registry does not have: {str(exc).splitlines()[0]}") from None
     try:
         with tempfile.TemporaryDirectory() as scratch:
             path = client.download_artifacts(run_id, PROFILE_ARTIFACT, scratch)
             return check_profile(json.loads(Path(path).read_text()))
-    except (MlflowException, OSError, ValueError) as exc:
-        raise DbspecError(f"{name} v{version} has no reference profile ({PROFILE_ARTIFACT} in "
-                          f"run {run_id}: {str(exc).splitlines()[0]}); versions trained before "
-                          "dbspec recorded profiles cannot be monitored: train it again") \
-            from None
+    except MlflowException as exc:
+        if not is_not_found(exc):
+            raise unavailable(exc, f"the reference profile of {name} v{version}") from None
+        missing = exc
+    except (FileNotFoundError, ValueError) as exc:
+        missing = exc
+    except OSError as exc:
+        raise unavailable(exc, f"the reference profile of {name} v{version}") from None
+    raise NoProfile(f"{name} v{version} has no reference profile ({PROFILE_ARTIFACT} in run "
+                    f"{run_id}: {str(missing).splitlines()[0]}); versions trained before dbspec "
+                    "recorded profiles cannot be monitored: train it again")
 
 
 def _test_metrics(client, name: str, version: str) -> dict[str, float]:
@@ -333,10 +352,13 @@ def _act(registry, report, on_alert: str, alias: Optional[str],
         held = "nothing" if holder is None else f"v{holder.version}"
         return actions + [f"rollback: @{alias} holds {held}, not v{version}: left as it is"], \
             True
-    try:
-        moved = rollback(registry, name, alias, None)
+    try:  # under the lock, only while the alerting version still holds it
+        moved = rollback(registry, name, alias, None, expected=version)
     except RegistryError as exc:
         return actions + [f"rollback of @{alias} failed: {exc}"], False
+    if moved.get("moved") is False:
+        return actions + [f"rollback: @{alias} moved to v{moved['previous']} meanwhile, not "
+                          f"v{version}: left as it is"], True
     restored = moved["version"]
     client.set_model_version_tag(name, version, "dbspec.monitoring.rolled_back",
                                  f"@{alias} moved back to v{restored} by {why}"[:4900])

@@ -27,6 +27,7 @@ class Labels:
     values: np.ndarray
     key: str
     by_row: bool
+    pending: int = 0  # rows whose label is empty (not arrived yet): left out of the join
 
 
 def read_labels(path: str, key: str, column: str) -> Labels:
@@ -44,6 +45,11 @@ def read_labels(path: str, key: str, column: str) -> Labels:
             raise DbspecError(f"labels {path}: no column '{name}' (it has "
                               f"{', '.join(table.column_names)}); set monitoring.labels.key "
                               "and .column")
+    labelled = pc.is_valid(table.column(column))
+    if pa.types.is_floating(table.column(column).type):
+        labelled = pc.and_(labelled, pc.invert(pc.is_nan(table.column(column))))
+    pending = len(table) - pc.sum(labelled.cast(pa.int64())).as_py() if len(table) else 0
+    table = table.filter(labelled)
     keys = table.column(key).cast(pa.string())
     by_row = "row" in table.column_names
     if by_row:
@@ -53,7 +59,7 @@ def read_labels(path: str, key: str, column: str) -> Labels:
         raise DbspecError(f"labels {path}: a key appears more than once in '{key}'"
                           + (" and 'row'" if by_row else "") + "; give one label per row")
     values = table.column(column).to_numpy(zero_copy_only=False)
-    return Labels(keys, values, key, by_row)
+    return Labels(keys, values, key, by_row, int(pending))
 
 
 def _read_table(path: str):

@@ -319,7 +319,8 @@ def _logged_champion(registry: Registry, name: str, seen: RegistrySnapshot, vers
     return champion
 
 
-def rollback(registry: Registry, name: str, alias: str, to: Optional[str]) -> dict:
+def rollback(registry: Registry, name: str, alias: str, to: Optional[str], *,
+             expected: Optional[str] = None) -> dict:
     """Point ``alias`` back at ``to``, by default the version that held it before.
 
     "Before" comes from the moves that happened (an entry whose move was killed is skipped),
@@ -329,9 +330,15 @@ def rollback(registry: Registry, name: str, alias: str, to: Optional[str]) -> di
     alias deleted outside dbspec is set again on its last holder. On the last promotion
     stage's alias, the version rolled back from is archived and the one returned to restored.
 
+    ``expected``: roll back only while this version holds the alias (checked under the lock);
+    otherwise nothing moves and the result's ``moved`` is False (``dbspec monitor`` rolls back
+    the version that alerted, never one promoted since).
+
     Raises:
         RegistryError: the alias has no earlier holder (or was set outside dbspec without
-            one), ``to`` is not a version, or the alias already points at it.
+            one), ``to`` is not a version, or the alias already points at it; on the last
+            promotion stage's alias, ``to`` never held it (a rollback returns to a version
+            that was deployed: a new one goes through promote and approve).
     """
     if to is not None:
         registry.version(name, str(to))
@@ -341,7 +348,13 @@ def rollback(registry: Registry, name: str, alias: str, to: Optional[str]) -> di
         stages = model_stages(seen)
         final[:] = [stages[-1] if stages else None]
         current = seen.holder(alias)
+        if expected is not None and current != str(expected):
+            return AliasDecision(None, "rollback")
         target = str(to) if to is not None else seen.replaced(alias, current)
+        if to is not None and stages and stages[-1] == alias and not _held(seen, alias, target):
+            raise RegistryError(f"v{target} of {name} never held @{alias}: a rollback returns "
+                                "to a version that was deployed; a new one goes through "
+                                f"dbspec promote / approve")
         if target is None:
             moves = seen.history(alias)
             if moves and moves[-1].get("outside") and current is not None:
@@ -355,9 +368,18 @@ def rollback(registry: Registry, name: str, alias: str, to: Optional[str]) -> di
         return AliasDecision(target, "rollback")
 
     outcome = registry.guarded_move(name, alias, decide)
+    if expected is not None and not outcome.moved:
+        return {"name": name, "alias": alias, "version": None, "previous": outcome.previous,
+                "moved": False}
     warning = None
     if outcome.moved and final and final[0] == alias:
         warning = record_final_move(registry.client, name, outcome.previous,
                                     str(outcome.decision.version), alias, "rollback")
     return {"name": name, "alias": alias, "version": outcome.decision.version,
             "previous": outcome.previous, "warning": warning}
+
+
+def _held(seen: RegistrySnapshot, alias: str, version: str) -> bool:
+    """Whether ``version`` held ``alias`` at some point of its recorded history."""
+    return any(version in (move.get("version"), move.get("previous"))
+               for move in seen.history(alias))
