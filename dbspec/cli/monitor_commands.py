@@ -202,6 +202,10 @@ def _monitor(args: argparse.Namespace, registry, run: _Pass) -> int:
                           version_filter else "") + f" in {table}{since}: nothing to monitor")
     rows = sum(w.rows for s in scans for w in s.windows.values())
     seconds = time.monotonic() - started
+    for scan in scans:
+        if scan.missing:
+            print(f"warning: the table has no column {', '.join(scan.missing)} of "
+                  f"{scan.name} v{scan.version}: not monitored", file=sys.stderr)
     from dbspec.evaluation.metrics import task_metrics
 
     reports = [evaluate_windows(s, settings, labels=labels, score=task_metrics,

@@ -140,6 +140,13 @@ class _VersionScan:
             if table_name in schema_names:
                 self.columns[feature] = table_name
         self.columns.update({o: o for o in outputs if o in schema_names})
+        #: Profiled columns the table does not have: not monitored (the CLI says so).
+        self.missing = [c for c in (*profile["features"], *outputs) if c not in self.columns]
+        if not any(f in self.columns for f in profile["features"]):
+            raise DbspecError(f"the inference table has none of the features {name} "
+                              f"v{version} was trained on ({', '.join(profile['features'][:5])}"
+                              f"{'...' if len(profile['features']) > 5 else ''}): is it the "
+                              "table this model's server writes?")
         self.windows: dict[int, WindowAccumulator] = {}
 
     def window(self, index: int, window_s: int) -> WindowAccumulator:
@@ -240,7 +247,14 @@ def _label_rows(batch, labels: Labels, row_in_request: np.ndarray) -> np.ndarray
     keys = batch.column(labels.key).cast(pa.string())
     if labels.by_row:
         keys = pc.binary_join_element_wise(keys, pa.array(row_in_request.astype(str)), "#")
-    return pc.index_in(keys, value_set=labels.keys).fill_null(-1).to_numpy()
+    found = pc.index_in(keys, value_set=labels.keys).fill_null(-1).to_numpy()
+    if not labels.by_row and labels.key == "request_id" and \
+            bool(((found >= 0) & (row_in_request > 0)).any()):
+        # one label per request would be given to each of its rows: wrong metrics, silently
+        raise DbspecError("labels join on request_id alone, but requests here carry several "
+                          "rows: add a 'row' column (the 0-based position in the request) to "
+                          "the labels")
+    return found
 
 
 def _distinct(values: np.ndarray) -> list:

@@ -212,3 +212,35 @@ def test_labels_on_a_key_the_table_lacks_are_a_clear_error(tmp_path):
     with pytest.raises(DbspecError, match="labels join on 'customer', which the inference"):
         _pass(tmp_path / "t", profile, labels=labels, score=task_metrics,
               reference_metrics={"rmse": 1.0})
+
+
+def test_one_label_per_multi_row_request_is_refused(tmp_path):
+    """Labels keyed by request_id alone would give each row of a request the same label."""
+    rng = np.random.default_rng(9)
+    profile = _profile(rng)
+    _write(tmp_path / "t", rng, [0], rows_per_request=3, requests=5)
+    ids = open_inference_table(str(tmp_path / "t")).to_table(columns=["request_id"])
+    first = ids.column("request_id")[0].as_py()
+    (tmp_path / "l.csv").write_text(f"request_id,target\n{first},1\n")
+    labels = read_labels(str(tmp_path / "l.csv"), "request_id", "target")
+    with pytest.raises(DbspecError, match="add a 'row' column"):
+        _pass(tmp_path / "t", profile, labels=labels, score=task_metrics,
+              reference_metrics={"rmse": 1.0})
+
+
+def test_a_table_without_the_model_features_is_a_clear_error(tmp_path):
+    rng = np.random.default_rng(10)
+    profile = _profile(rng)
+    other = {**profile, "features": [f"z{j}" for j in range(10)],
+             "columns": {**{f"z{j}": profile["columns"][f"x{j}"] for j in range(10)},
+                         "prediction": profile["columns"]["prediction"]}}
+    _write(tmp_path / "t", rng, [0], requests=2)
+    with pytest.raises(DbspecError, match="has none of the features m v1 was trained on"):
+        _pass(tmp_path / "t", other)
+    # some of them: the others are monitored, the missing ones named
+    some = {**other, "features": ["x0", "z1"],
+            "columns": {"x0": profile["columns"]["x0"], "z1": profile["columns"]["x1"],
+                        "prediction": profile["columns"]["prediction"]}}
+    scans = scan_table(open_inference_table(str(tmp_path / "t")), "m", lambda v: some,
+                       MonitorSettings())
+    assert scans[0].missing == ["z1"] and set(scans[0].columns) == {"x0", "prediction"}
