@@ -244,6 +244,12 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> dict:
         if seen.holder(alias) == version:
             raise RegistryError(f"{name} v{version} already holds @{alias}")
         waiting = (requested or {}).get("state") == PENDING_APPROVAL
+        now_before = seen.holder(before) if before is not None else None
+        if waiting and now_before not in (None, version):
+            raise RegistryError(
+                f"{name} v{version}'s request for @{alias} is superseded: v{now_before} holds "
+                f"@{before} now; approve the version that holds it, or move this one back "
+                f"there first (dbspec promote {name} {version} --alias {before})")
         if not waiting and (before is None or seen.holder(before) != version):
             after = f" and does not hold @{before}, the stage before" if before else ""
             raise RegistryError(f"{name} v{version} is not awaiting approval for @{alias} (no "

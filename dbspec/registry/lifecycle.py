@@ -123,8 +123,12 @@ def lifecycle_state(version: str, tags: dict[str, str], seen: RegistrySnapshot,
     """``{state, aliases, awaiting}`` of ``version``: its lifecycle state, the stage aliases it
     holds and those it awaits approval for."""
     held = [a for a in stages if seen.holder(a) == version]
+    # a request stands until another version takes the stage before (that supersedes it: it
+    # can no longer be approved)
     awaiting = [a for a in stages if a not in held
-                and (approval_of(tags, a) or {}).get("state") == PENDING_APPROVAL]
+                and (approval_of(tags, a) or {}).get("state") == PENDING_APPROVAL
+                and (stages.index(a) == 0
+                     or seen.holder(stages[stages.index(a) - 1]) in (None, version))]
     final = stages[-1] if stages else None
     if final is not None and final in held:
         state = PRODUCTION

@@ -193,6 +193,7 @@ def test_models_shows_each_versions_lifecycle_state_and_history(store, tmp_path,
     assert cli(store, "promote", NAME, second, "--alias", "staging")[0] == 0
     assert cli(store, "approve", NAME, second, "--alias", "production")[0] == 0
     waiting = make_version(store, tmp_path, 49.0, awaiting=True)
+    store[2].move_alias(NAME, "staging", waiting, reason="gates passed")  # as its run does
     fresh = make_version(store, tmp_path, 70.0)
     states = {v: d["lifecycle"]["state"] for v, d in described(store).items()}
     assert states == {first: "Archived", second: "Production", waiting: "Staging",
@@ -204,7 +205,7 @@ def test_models_shows_each_versions_lifecycle_state_and_history(store, tmp_path,
     assert "approved for @production" in events and events[-1] == "archived"
     code, out, _ = cli(store, "models", NAME)
     assert code == 0 and "stages @staging -> @production" in out
-    assert f"  v{waiting:<4} Staging/production" in out
+    assert f"  v{waiting:<4} Staging/staging" in out  # it holds @staging, awaits production
     assert f"awaits approval for @production: dbspec approve {NAME} {waiting} --alias " \
            "production" in out
     assert f"  v{first:<4} Archived" in out and f"  v{second:<4} Production" in out
@@ -213,7 +214,7 @@ def test_models_shows_each_versions_lifecycle_state_and_history(store, tmp_path,
     code, out, _ = cli(store, "rollback", NAME, "--alias", "production")
     assert code == 0 and f"-> v{first} (rolled back from v{second})" in out
     states = {v: d["lifecycle"]["state"] for v, d in described(store).items()}
-    assert states[first] == "Production" and states[second] == "Staging"  # still @staging
+    assert states[first] == "Production" and states[second] == "Archived"
     restored = json.loads(store[1].get_model_version(NAME, first).tags["dbspec.lifecycle"])
     assert restored["state"] == "restored" and "rollback" in restored["why"]
     left = json.loads(store[1].get_model_version(NAME, second).tags["dbspec.lifecycle"])
@@ -267,3 +268,20 @@ def test_records_refused_after_the_move_are_a_warning(flaky_proxy, mlflow_server
     assert f"warning: @production moved to v{version}, but the approval record could not be " \
            "written: the registry did not answer" in err and "Traceback" not in err
     assert str(real.get_model_version_by_alias(name, "production").version) == version
+
+
+def test_a_request_superseded_at_the_stage_before_cannot_be_approved(store, tmp_path):
+    """v1 awaited approval holding @staging; v2's run took @staging and asked too: v1's
+    request no longer stands, and models no longer shows v1 awaiting."""
+    _, _, registry = store
+    first = make_version(store, tmp_path, 55.0, awaiting=True)
+    registry.move_alias(NAME, "staging", first, reason="gates passed")
+    second = make_version(store, tmp_path, 60.0, awaiting=True)
+    registry.move_alias(NAME, "staging", second, reason="gates passed")
+    code, _, err = cli(store, "approve", NAME, first, "--alias", "production")
+    assert code == 1 and f"v{first}'s request for @production is superseded: v{second} holds " \
+        "@staging now" in err
+    assert holder(store, "production") is None
+    states = {v: d["lifecycle"] for v, d in described(store).items()}
+    assert states[first]["awaiting"] == [] and states[first]["state"] == "Development"
+    assert states[second]["state"] == "Staging" and states[second]["awaiting"] == ["production"]
