@@ -30,8 +30,9 @@ def profile_column(values: np.ndarray, *, coarse_bins: int = COARSE_BINS,
                    max_categories: int = MAX_CATEGORIES) -> dict[str, Any]:
     """One column's profile (see the module docstring); NaN and None count as missing.
 
-    Edges are the inner edges of equal-count bins (ties merged): bin ``i`` holds values in
-    ``[edges[i-1], edges[i])``, the first and last bins are open-ended.
+    Edges are the inner edges of equal-count bins (ties merged), each placed halfway between
+    two neighbouring training values: bin ``i`` holds values in ``[edges[i-1], edges[i])``, the
+    first and last bins are open-ended.
     """
     values = np.asarray(values)
     if values.dtype.kind in "fiub":
@@ -48,7 +49,8 @@ def profile_column(values: np.ndarray, *, coarse_bins: int = COARSE_BINS,
                 "counts": [int(c) for c in counts]}
     # the coarse edges are every (fine / coarse)-th fine quantile, so they are fine edges too
     # and a scan finds both bins with one search (see ColumnAccumulator)
-    quantiles = np.quantile(present, np.linspace(0, 1, fine_bins + 1)[1:-1])
+    quantiles = _between_values(np.quantile(present, np.linspace(0, 1, fine_bins + 1)[1:-1]),
+                                found)
     step = max(fine_bins // coarse_bins, 1)
     edges = np.unique(quantiles[step - 1::step][:coarse_bins - 1])
     fine = np.unique(quantiles)
@@ -57,6 +59,22 @@ def profile_column(values: np.ndarray, *, coarse_bins: int = COARSE_BINS,
             "mean": float(present.mean()), "std": float(present.std()),
             "edges": edges.tolist(), "counts": _bin_counts(present, edges),
             "fine_edges": fine.tolist(), "fine_counts": _bin_counts(present, fine)}
+
+
+def _between_values(quantiles: np.ndarray, distinct: np.ndarray) -> np.ndarray:
+    """Each edge moved into the gap below the first training value at or above it, halfway
+    to the value before: the training counts stay the same, and a column with many tied values
+    (a quantile falls *on* a repeated value) no longer has an edge sitting on that value, where
+    the slightest difference in served values (noise, a rounding) would move its whole mass
+    into the next bin and read as drift."""
+    distinct = np.asarray(distinct, dtype=np.float64)
+    above = np.searchsorted(distinct, quantiles, side="left")  # first value >= the edge
+    inside = (above > 0) & (above < len(distinct))
+    moved = quantiles.copy()
+    moved[inside] = (distinct[above[inside] - 1] + distinct[above[inside]]) / 2
+    if len(distinct) > 1:  # an edge on the minimum (tied there): half a gap below it
+        moved[above == 0] = distinct[0] - (distinct[1] - distinct[0]) / 2
+    return moved
 
 
 def _bin_counts(values: np.ndarray, edges: np.ndarray) -> list[int]:
