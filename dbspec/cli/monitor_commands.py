@@ -326,9 +326,10 @@ def _log_run(client, report, experiment: str, state_dir: Path, *, table: str, wi
 def _params(window: str, settings) -> list:
     from mlflow.entities import Param
 
+    from dbspec.monitoring.monitor import iso_utc
+
     values = {"window": window, "min_rows": settings.min_rows,
-              "since": "" if settings.since is None else time.strftime(
-                  "%Y-%m-%dT%H:%M:%SZ", time.gmtime(settings.since)),
+              "since": "" if settings.since is None else iso_utc(settings.since),
               "checks": ",".join(settings.checks),
               **{f"threshold.{k}": v for k, v in settings.thresholds.__dict__.items()}}
     return [Param(k, str(v)) for k, v in values.items()]

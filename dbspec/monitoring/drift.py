@@ -191,13 +191,14 @@ class ColumnDrift:
         return [what for _, what in self.findings]
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: _finite(v) for k, v in self.__dict__.items() if k != "findings"}
+        out = {k: finite_or_none(v) for k, v in self.__dict__.items() if k != "findings"}
         out["drifted"] = self.drifted
         out["reasons"] = self.reasons
         return out
 
 
-def _finite(value: Any) -> Any:
+def finite_or_none(value: Any) -> Any:
+    """``value``, or None for a NaN or infinite float (JSON has neither)."""
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 

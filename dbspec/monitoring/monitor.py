@@ -18,7 +18,8 @@ import numpy as np
 
 from dbspec.errors import DbspecError
 from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator, category_key,
-                                     compare_column, latency_quantile, quality_drop)
+                                     compare_column, finite_or_none, latency_quantile,
+                                     quality_drop)
 from dbspec.monitoring.labels import Labels, read_labels
 
 __all__ = ["MonitorSettings", "Labels", "read_labels", "open_inference_table", "scan_table",
@@ -65,12 +66,12 @@ class WindowReport:
         return "alert" if self.alerts else "ok" if self.checked else "too few rows"
 
     def to_json(self) -> dict[str, Any]:
-        return {"index": self.index, "start": _iso(self.start), "end": _iso(self.end),
+        return {"index": self.index, "start": iso_utc(self.start), "end": iso_utc(self.end),
                 "rows": self.rows, "requests": self.requests,
-                "latency_p50_ms": _finite(self.latency_p50_ms),
-                "latency_p95_ms": _finite(self.latency_p95_ms), "status": self.status,
+                "latency_p50_ms": finite_or_none(self.latency_p50_ms),
+                "latency_p95_ms": finite_or_none(self.latency_p95_ms), "status": self.status,
                 "alerts": self.alerts, "labelled": self.labelled,
-                "quality": {k: {n: _finite(v) for n, v in q.items()}
+                "quality": {k: {n: finite_or_none(v) for n, v in q.items()}
                             for k, q in self.quality.items()},
                 "columns": [c.to_json() for c in self.columns]}
 
@@ -86,7 +87,7 @@ class VersionReport:
 
     @property
     def alerts(self) -> list[str]:
-        return [f"{_iso(w.start)}: {a}" for w in self.windows for a in w.alerts]
+        return [f"{iso_utc(w.start)}: {a}" for w in self.windows for a in w.alerts]
 
     def drifted_columns(self) -> list[str]:
         """Columns named in any alert, in profile order."""
@@ -94,12 +95,9 @@ class VersionReport:
         return [c for c in self.profile["columns"] if c in named]
 
 
-def _iso(seconds: float) -> str:
+def iso_utc(seconds: float) -> str:
+    """Epoch seconds as ``2026-01-31T12:00:00Z``."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-
-
-def _finite(value: Any) -> Any:
-    return None if isinstance(value, float) and not np.isfinite(value) else value
 
 
 def open_inference_table(path: str):

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from dbspec.monitoring.monitor import VersionReport, WindowReport, _iso
+from dbspec.monitoring.monitor import VersionReport, WindowReport, iso_utc
 
 
 def render_version(report: VersionReport, *, table: str, window: str) -> str:
@@ -22,11 +22,11 @@ def render_version(report: VersionReport, *, table: str, window: str) -> str:
              "  status"]
     for window_report in report.windows:
         w = window_report
-        lines.append(f"  {_iso(w.start):<21}{w.rows:>9,}{w.requests:>10,}"
+        lines.append(f"  {iso_utc(w.start):<21}{w.rows:>9,}{w.requests:>10,}"
                      f"{_number(w.latency_p50_ms):>9}{_number(w.latency_p95_ms):>9}  {w.status}")
     shown = _shown_window(report)
     if shown is not None:
-        lines.append(f"  columns of the window from {_iso(shown.start)}:")
+        lines.append(f"  columns of the window from {iso_utc(shown.start)}:")
         lines.append(f"    {'column':<16}{'PSI':>8}{'KS':>8}{'missing':>9}{'outside':>9}  status")
         for column in shown.columns:
             status = ("drifted: " if column.drifted else "") + ", ".join(column.reasons) \
@@ -73,7 +73,7 @@ def write_drift_table(report: VersionReport, directory: Path) -> list[Path]:
                          "ks_p", "missing_rate", "out_of_range_rate", "drifted", "findings"])
         for w in report.windows:
             for c in w.columns:
-                writer.writerow([_iso(w.start), w.rows, c.column, c.kind, c.psi, c.psi_p, c.ks,
+                writer.writerow([iso_utc(w.start), w.rows, c.column, c.kind, c.psi, c.psi_p, c.ks,
                                  c.ks_p, c.missing_rate, c.out_of_range_rate, c.drifted,
                                  "; ".join(c.reasons)])
     full = directory / "report.json"
@@ -160,7 +160,7 @@ def write_drift_plots(report: VersionReport, directory: Path) -> list[Path]:
         for ax in list(axes.flat)[count:]:
             ax.axis("off")
         axes.flat[0].legend(fontsize="x-small")
-        fig.suptitle(f"Shares per training quantile bin, window from {_iso(shown.start)}",
+        fig.suptitle(f"Shares per training quantile bin, window from {iso_utc(shown.start)}",
                      fontsize="small")
         fig.tight_layout()
         written.append(directory / "distributions.png")

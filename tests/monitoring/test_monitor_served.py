@@ -16,6 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
+from dbspec.monitoring.monitor import iso_utc
 from tests.conftest import ROOT, run_in_process
 from tests.serving import conftest as serving
 from tests.serving.conftest import AUTH, FEATURES, NAME, start_server
@@ -78,10 +79,6 @@ def _client(traffic):
     return MlflowClient(traffic.uri)
 
 
-def _iso(seconds: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-
-
 def test_a_shifted_feature_makes_monitor_exit_3_naming_it(traffic):
     result = monitor(traffic, f"models:/{NAME}/2", "--table", traffic.table,
                      "--window", f"{WINDOW_S}s")
@@ -110,7 +107,7 @@ def test_unshifted_requests_do_not_alarm_over_repeated_windows(traffic):
     # each burst starts a window; one slowed past its window's end (a loaded machine) still
     # leaves at least half its 240 rows in one window: --min-rows 60 checks every burst
     result = monitor(traffic, f"models:/{NAME}/2", "--table", traffic.table, "--since",
-                     _iso(traffic.since), "--window", f"{WINDOW_S}s", "--min-rows", "60",
+                     iso_utc(traffic.since), "--window", f"{WINDOW_S}s", "--min-rows", "60",
                      "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     [version] = json.loads(result.stdout)["versions"]
@@ -139,7 +136,7 @@ def _labels(traffic, path: Path, offset: float) -> str:
 def test_labels_give_quality_metrics_and_a_drop_alerts(traffic, tmp_path):
     close = _labels(traffic, tmp_path / "close.csv", 0.0)
     result = monitor(traffic, f"models:/{NAME}/2", "--table", traffic.table, "--since",
-                     _iso(traffic.since), "--window", "1d", "--labels", close, "--json")
+                     iso_utc(traffic.since), "--window", "1d", "--labels", close, "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     windows = json.loads(result.stdout)["versions"][0]["windows"]  # one, unless a day began
     assert sum(w["labelled"] for w in windows) == 720
@@ -149,7 +146,7 @@ def test_labels_give_quality_metrics_and_a_drop_alerts(traffic, tmp_path):
     assert 3.0 < window["quality"]["rmse"]["value"] < 7.0
     far = _labels(traffic, tmp_path / "far.csv", 3 * test_rmse)
     result = monitor(traffic, f"models:/{NAME}/2", "--table", traffic.table, "--since",
-                     _iso(traffic.since), "--window", "1d", "--labels", far)
+                     iso_utc(traffic.since), "--window", "1d", "--labels", far)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "quality: rmse" in result.stdout and "quality drop" in result.stderr
 
