@@ -14,6 +14,7 @@ HTTP (the README shows one as ``curl``, which is not run).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -149,7 +150,9 @@ def test_the_module4_loop_runs_from_the_readme(auth_server, tmp_path):
         assert str(client.get_model_version_by_alias(NAME, "production").version) == "1"
         assert str(client.get_model_version_by_alias(NAME, "staging").version) == "2"
         v1, v2 = (client.get_model_version(NAME, v).tags for v in ("1", "2"))
-    assert "archived" in v1["dbspec.lifecycle"] or "restored" in v1["dbspec.lifecycle"]
+    # archived when v2 was approved, restored by the rollback
+    assert json.loads(v1["dbspec.lifecycle"])["state"] == "restored"
+    assert json.loads(v2["dbspec.lifecycle"])["state"] == "archived"
     assert "bmi" in v1["dbspec.monitoring.restored"] and "v1" in v2["dbspec.monitoring.rolled_back"]
     assert "carol@example.com" in v2["dbspec.approval.production"]
     models = results[7][2].stdout
