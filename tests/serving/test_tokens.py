@@ -18,10 +18,15 @@ ROLES = ["--set", "serving.realtime.auth.tokens.scoring=SCORE_TOKEN",
 BODY = {"inputs": [[0.03, 0.05, 0.06, 0.02, -0.04, -0.03, -0.04, -0.002, 0.02, -0.02]]}
 
 
-def _served(registered, serve, **env):
+def _promoted(registered) -> None:
+    """Version 1 holds @tokens_served (each test sets it: tests run alone and in any order)."""
     assert run_in_process("promote", NAME, "1", "--alias", "tokens_served", "--force",
                           "--tracking-uri", registered.tracking_uri,
                           cwd=registered.workdir).returncode == 0
+
+
+def _served(registered, serve, **env):
+    _promoted(registered)
     return serve(SPEC, "--set", f"registry.name={NAME}", "--alias", "tokens_served", *ROLES,
                  env={"SCORE_TOKEN": SCORING, "OPS_TOKEN": ADMIN, **env})
 
@@ -61,6 +66,7 @@ def test_an_unknown_token_is_refused(registered, serve):
 
 def test_a_role_token_whose_variable_is_unset_is_refused_at_start(registered, monkeypatch):
     monkeypatch.delenv("SCORE_TOKEN", raising=False)
+    _promoted(registered)  # so that the missing variable, not the alias, is what stops it
     result = run_in_process("serve", SPEC, "--set", f"registry.name={NAME}", "--alias",
                             "tokens_served", *ROLES, cwd=registered.workdir,
                             env={"MLFLOW_TRACKING_URI": registered.tracking_uri,
