@@ -146,8 +146,13 @@ def _split(indices, labels, train_fraction, seed, train_test_split):
         return train_test_split(indices, train_size=size, random_state=seed)
 
 
-def fit_preprocessing(data: DataSpec, table: Table, train: np.ndarray) -> list[FittedStep]:
+def fit_preprocessing(data: DataSpec, table: Table, train: np.ndarray, *,
+                      missing: Optional[np.ndarray] = None) -> list[FittedStep]:
     """Fit each step on the training rows, in order, each on the previous step's output.
+
+    Args:
+        missing: Per feature, whether any row of any split lacks a value (the streamed path
+            knows it from the conversion; by default the table's rows are looked at).
 
     Raises:
         DataError: unknown columns, or missing values with no impute step to fill them.
@@ -180,7 +185,8 @@ def fit_preprocessing(data: DataSpec, table: Table, train: np.ndarray) -> list[F
                                                  "scale": scale.tolist()}))
         x[:, cols] = (part - center) / scale
     imputed = {c for step in fitted if step.kind == "impute" for c in step.columns}
-    everywhere = np.isnan(table.features).any(axis=0)  # validation and test rows too
+    everywhere = np.isnan(table.features).any(axis=0) if missing is None \
+        else missing  # validation and test rows too
     unfilled = [names[j] for j in np.flatnonzero(np.isnan(x).any(axis=0) | everywhere)
                 if j not in imputed]
     if unfilled:

@@ -36,6 +36,9 @@ STAGE_READS: dict[str, tuple[str, ...]] = {
     "batch_predict": ("serving",),
 }
 
+#: What ``load_data`` reads besides, when the data streams: shards are split as they are written.
+STREAMED_LOAD_READS = ("data.split", "data.streaming")
+
 
 @dataclass(frozen=True)
 class PlannedStage:
@@ -153,6 +156,8 @@ def compile_plan(spec: Spec, *, data_version: Optional[str] = None,
     stages = []
     for name in order:
         reads = STAGE_READS[name]
+        if name == "load_data" and spec.data.streaming is not None:
+            reads = reads + STREAMED_LOAD_READS  # the split is decided while converting
         config = {path: _lookup(dumped, path) for path in reads}
         payload = {
             "stage": name,

@@ -147,6 +147,26 @@ def _check_data(spec: Spec, found: _Findings) -> None:
                     "leave no rows to train on; keep their sum below 1")
     if split.stratify and data.task == "regression":
         found.error(("data", "split", "stratify"), "stratified splits need a classification task")
+    _check_streaming(spec, found)
+
+
+def _check_streaming(spec: Spec, found: _Findings) -> None:
+    data, streaming = spec.data, spec.data.streaming
+    steps = spec.training.checkpointing.every_n_steps
+    if streaming is None:
+        if steps is not None:
+            found.error(("training", "checkpointing", "every_n_steps"), "mid-epoch checkpoints "
+                        "need data.streaming (in-memory epochs resume from their start)")
+        return
+    if data.split.stratify:
+        found.error(("data", "split", "stratify"), "data.streaming splits rows by a hash of "
+                    "their key or position, which cannot stratify; leave stratify out")
+    if streaming.key is not None and streaming.key == data.target:
+        found.error(("data", "streaming", "key"), f"the key '{streaming.key}' is the target; "
+                    "use a row ID column")
+    if streaming.enabled is not True and streaming.in_memory_limit_mb is not None \
+            and streaming.enabled is False:
+        found.warning(("data", "streaming", "in_memory_limit_mb"), "ignored: enabled is false")
 
 
 def _check_unique(path: tuple, items: list, found: _Findings) -> None:

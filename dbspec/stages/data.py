@@ -16,6 +16,8 @@ class LoadDataStage:
     name = "load_data"
 
     def run(self, ctx: StageContext) -> LoadDataOutput:
+        if ctx.spec.data.streaming is not None:
+            return _load_streaming_spec(ctx)
         if ctx.spark is not None:
             from dbspec.data.spark_sources import read_source_spark
 
@@ -31,6 +33,107 @@ class LoadDataStage:
         return output
 
 
+def _load_streaming_spec(ctx: StageContext) -> LoadDataOutput:
+    """A spec with ``data.streaming``: convert the source into shards (or find them), or,
+    when it fits in memory, read it whole; either way the split is the hash split."""
+    from dbspec.data.convert import convert_source, count_rows, decide, open_source
+    from dbspec.data.shards import check_schema
+
+    data = ctx.spec.data
+    opened = open_source(data, base=Path.cwd(), spark=ctx.spark)
+    features = check_schema(opened.dataset.schema, data)
+    limit = SMOKE_ROWS * STREAMED_SMOKE_FACTOR if ctx.options.smoke else None
+    rows = count_rows(opened)
+    decision = decide(data, min(rows, limit) if rows is not None and limit else rows,
+                      len(features))
+    if decision.stream:
+        ctx.reporter.line(f"  data: streamed from shards ({decision.reason})")
+        shard_set = convert_source(data, opened, shard_location(ctx), limit=limit,
+                                   spark=ctx.spark, say=ctx.reporter.line)
+        output = LoadDataOutput(rows=shard_set.index["rows"], feature_names=features,
+                                classes=shard_set.classes, data_version=opened.version,
+                                uri=opened.uri, shards=str(shard_set.root))
+    else:
+        ctx.reporter.line(f"  data: in memory ({decision.reason})")
+        output = _load_in_memory(ctx, opened, limit)
+    write_json(ctx.directory / "table.json", output.to_json())
+    return output
+
+
+#: A streamed smoke run converts this many times ``SMOKE_ROWS`` of the source's first rows.
+STREAMED_SMOKE_FACTOR = 5
+
+
+def _load_in_memory(ctx: StageContext, opened, limit) -> LoadDataOutput:
+    """The whole source as a table, with each row's hash split (the streamed path's split)."""
+    import numpy as np
+
+    from dbspec.data.shards import hash_split_rows, key_values
+
+    data = ctx.spec.data
+    arrow = opened.dataset.head(limit) if limit else opened.dataset.to_table()
+    table = build_table(arrow.to_pandas(), data)
+    key = data.streaming.key
+    keys = key_values(arrow.column(key).combine_chunks()) if key else None
+    codes = hash_split_rows(data, np.arange(arrow.num_rows), keys)
+    np.save(ctx.directory / "hash_split.npy", codes)
+    store.write_table(ctx.directory, table)
+    return LoadDataOutput(rows=len(table.target), feature_names=table.feature_names,
+                          classes=table.classes, data_version=opened.version, uri=opened.uri)
+
+
+def shard_location(ctx: StageContext) -> Path:
+    """Where shard sets live: ``data.streaming.location``, else ``<shared dir>/shards``, else
+    ``shards/`` in the state dir (``.dbspec/shards``; only where every process runs on this
+    machine). Absolute: ranks and Spark tasks run in other working directories.
+
+    Raises:
+        DbspecError: the source converts, or ranks read, on other machines and neither the
+            location nor a shared dir is set.
+    """
+    import os
+
+    from dbspec.errors import DbspecError
+    from dbspec.spark import master_url
+    from dbspec.spark.placement import ranks_on_executors
+    from dbspec.spec.locations import is_local_master
+
+    location = ctx.spec.data.streaming.location
+    if location is not None:
+        return Path(os.path.expanduser(location)).resolve()
+    if ctx.options.shared_dir:
+        return Path(ctx.options.shared_dir).resolve() / "shards"
+    master = ctx.spark.sparkContext.master if ctx.spark is not None \
+        else master_url(ctx.spec, ctx.options.master)
+    remote = (ctx.spark is not None or ranks_on_executors(ctx.spec)) \
+        and not is_local_master(master)
+    if remote:
+        raise DbspecError(f"data.streaming.location: the shards are written or read on the "
+                          f"executors of {master}, which cannot see this machine's disk; set "
+                          "data.streaming.location or spark.shared_dir to a directory every "
+                          "node mounts")
+    return (ctx.project_dir / "shards").resolve()  # the state dir (.dbspec by default)
+
+
+def shard_set_of(ctx: StageContext):
+    """The shard set ``load_data`` wrote, or None when the rows are in memory."""
+    from dbspec.data.shards import open_shard_set
+
+    shards = ctx.output(LoadDataOutput).shards
+    return open_shard_set(Path(shards)) if shards else None
+
+
+def load_data_access(ctx: StageContext):
+    """The prepared data as later stages read it: streamed from shards or in memory
+    (:mod:`dbspec.data.access`)."""
+    from dbspec.data.access import InMemoryData, StreamedData
+
+    shard_set = shard_set_of(ctx)
+    if shard_set is not None:
+        return StreamedData(shard_set)
+    return InMemoryData(load_table(ctx), load_splits(ctx))
+
+
 def load_table(ctx: StageContext) -> Table:
     """The table written by ``load_data``."""
     return store.read_table(ctx.dir_of("load_data"), ctx.output(LoadDataOutput).to_json())
@@ -42,12 +145,30 @@ class SplitStage:
     name = "split"
 
     def run(self, ctx: StageContext) -> SplitOutput:
+        if ctx.spec.data.streaming is not None:
+            return _hash_split(ctx)
         table = load_table(ctx)
         limit = SMOKE_ROWS if ctx.options.smoke else None
         splits = split_rows(table, ctx.spec.data, limit=limit)
         store.write_splits(ctx.directory, splits)
         return SplitOutput(train=len(splits.train), validation=len(splits.validation),
                            test=len(splits.test))
+
+
+def _hash_split(ctx: StageContext) -> SplitOutput:
+    """The split of a ``data.streaming`` spec: decided by ``load_data`` (shards are written
+    per split; in memory, each row's split code is stored beside the table)."""
+    import numpy as np
+
+    shard_set = shard_set_of(ctx)
+    if shard_set is not None:
+        return SplitOutput(train=shard_set.rows("train"),
+                           validation=shard_set.rows("validation"), test=shard_set.rows("test"))
+    codes = np.load(ctx.dir_of("load_data") / "hash_split.npy")
+    splits = Splits(*(np.flatnonzero(codes == code) for code in range(3)))
+    store.write_splits(ctx.directory, splits)
+    return SplitOutput(train=len(splits.train), validation=len(splits.validation),
+                       test=len(splits.test))
 
 
 def load_splits(ctx: StageContext) -> Splits:
@@ -61,10 +182,28 @@ class PreprocessStage:
     name = "preprocess"
 
     def run(self, ctx: StageContext) -> PreprocessOutput:
+        shard_set = shard_set_of(ctx)
+        if shard_set is not None:
+            from dbspec.data.statistics import fit_streamed
+
+            stats = fit_streamed(ctx.spec.data, shard_set)
+            steps = store.write_preprocessing(ctx.directory, stats.fitted)
+            write_json(ctx.directory / "stats.json", stats.to_json())
+            how = "exact" if stats.exact else f"quantiles from {stats.sampled_rows:,} sampled rows"
+            ctx.reporter.line(f"  fitted on {shard_set.rows('train'):,} streamed training rows "
+                              f"({how})")
+            return PreprocessOutput(steps=[step["kind"] for step in steps])
         table, splits = load_table(ctx), load_splits(ctx)
         steps = store.write_preprocessing(ctx.directory,
                                           fit_preprocessing(ctx.spec.data, table, splits.train))
         return PreprocessOutput(steps=[step["kind"] for step in steps])
+
+
+def load_stream_stats(ctx: StageContext) -> dict:
+    """What ``preprocess`` found in its pass over streamed training shards."""
+    import json
+
+    return json.loads((ctx.dir_of("preprocess") / "stats.json").read_text())
 
 
 def load_preprocessing(ctx: StageContext) -> list[FittedStep]:

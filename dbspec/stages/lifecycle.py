@@ -10,17 +10,23 @@ import numpy as np
 
 from dbspec.spec.sections.lifecycle import DEFAULT_METRICS, DEFAULT_PLOTS
 from dbspec.stages.base import StageContext, registry_name, write_json
-from dbspec.stages.data import load_splits, load_table
+from dbspec.stages.data import load_data_access
 from dbspec.stages.outputs import (EvaluateOutput, LoadDataOutput, PromoteOutput,
                                    RegisterOutput, TrainOutput)
 
 
-def score_split(served, table, rows: np.ndarray) -> np.ndarray:
-    """The served model's predictions on raw rows (values or probabilities)."""
+def score_split(served, data, split: str) -> np.ndarray:
+    """The served model's predictions (values or probabilities) on a split's raw rows, block
+    by block (:mod:`dbspec.data.access`: in memory or streamed)."""
+    return np.concatenate([_score(served, x) for x, _ in data.blocks(split)] or
+                          [np.zeros((0, served.card.out_features), dtype=np.float32)])
+
+
+def _score(served, x: np.ndarray) -> np.ndarray:
     import torch
 
     with torch.inference_mode():
-        return served(torch.from_numpy(table.features[rows])).numpy()
+        return served(torch.from_numpy(np.ascontiguousarray(x))).numpy()
 
 
 class EvaluateStage:
@@ -36,37 +42,38 @@ class EvaluateStage:
                                               diagnose_curves)
 
         spec, task = ctx.spec, ctx.spec.data.task
-        table, splits = load_table(ctx), load_splits(ctx)
+        data = load_data_access(ctx)
         served = load_served_model(ctx.dir_of("train") / "served")
         names = list(spec.evaluation.metrics or DEFAULT_METRICS[task])
         threshold = spec.evaluation.threshold
         metrics: dict[str, float] = {}
         predictions: dict[str, np.ndarray] = {}
-        for split, rows in (("val", splits.validation), ("test", splits.test)):
-            if len(rows) == 0:
+        truth: dict[str, np.ndarray] = {}
+        for split in ("val", "test"):
+            if data.size(split) == 0:
                 continue
-            predictions[split] = score_split(served, table, rows)
-            found = task_metrics(task, table.target[rows], predictions[split], names,
+            predictions[split] = score_split(served, data, split)
+            truth[split] = data.targets(split)
+            found = task_metrics(task, truth[split], predictions[split], names,
                                  threshold=threshold)
             metrics.update({f"{split}_{k}": v for k, v in found.items()})
-            metrics[f"{split}_loss"] = _loss(served, table, rows)
+            metrics[f"{split}_loss"] = _loss(served, data, split)
         history = json.loads((ctx.dir_of("train") / "history.json").read_text())
         plot_split = "test" if "test" in predictions else "val"
         plots = []
         if plot_split in predictions:
-            rows = splits.test if plot_split == "test" else splits.validation
             plots = write_plots(list(spec.evaluation.plots or DEFAULT_PLOTS[task]),
                                 ctx.directory / "plots", task=task, history=history,
-                                y_true=table.target[rows], predictions=predictions[plot_split],
-                                classes=table.classes, threshold=threshold)
+                                y_true=truth[plot_split], predictions=predictions[plot_split],
+                                classes=data.classes, threshold=threshold)
         matrix = None
         if task != "regression" and "test" in predictions:
             labels = predicted_labels(task, predictions["test"], threshold)
-            matrix = confusion(table.target[splits.test], labels, len(table.classes))
+            matrix = confusion(truth["test"], labels, len(data.classes))
         stopping = spec.training.early_stopping
         kept = ctx.output(TrainOutput).best_epoch \
             if stopping is not None and stopping.restore_best else None
-        curve = diagnose_curves(history, _baseline_loss(served, table, splits.train),
+        curve = diagnose_curves(history, _baseline_loss(served, data.targets("train")),
                                 kept_epoch=kept)
         ctx.reporter.line(f"  learning curves: {curve.text()}")
         output = EvaluateOutput(metrics=metrics, plots=[p.name for p in plots],
@@ -74,7 +81,7 @@ class EvaluateStage:
                                 learning_curve=curve.to_json())
         write_json(ctx.directory / "metrics.json",
                    {k: v for k, v in output.to_json().items() if k != "plots"})
-        profile = _reference_profile(served, table, splits.train, ctx.directory)
+        profile = _reference_profile(served, data, ctx.directory, spec.data)
         tracker = ctx.tracker
         with tracker.run(ctx.output(TrainOutput).run_id):
             tracker.log_artifact(profile, "monitoring")  # what `dbspec monitor` compares with
@@ -88,51 +95,61 @@ class EvaluateStage:
         return output
 
 
-def _reference_profile(served, table, rows: np.ndarray, directory):
+def _reference_profile(served, data, directory, data_spec):
     """The training split and the served model's predictions on it, binned for drift
-    monitoring (:mod:`dbspec.monitoring.profile`); the path of the JSON file written."""
+    monitoring (:mod:`dbspec.monitoring.profile`); the path of the JSON file written. A
+    streamed split is profiled from a uniform sample of ``data.streaming.sample_rows`` rows
+    (gathered in one pass); in memory, from every training row."""
     from dbspec.models.card import prediction_columns
     from dbspec.monitoring.profile import build_profile, write_profile
 
     card = served.card
-    profile = build_profile(dict(zip(table.feature_names, table.features[rows].T)),
-                            prediction_columns(card, score_split(served, table, rows)),
+    rows = data_spec.streaming.sample_rows if data.streamed else data.size("train")
+    x = data.sample("train", rows, seed=data_spec.split.seed)
+    profile = build_profile(dict(zip(data.feature_names, x.T)),
+                            prediction_columns(card, _score(served, x)),
                             task=card.task, classes=card.classes, threshold=card.threshold)
     return write_profile(profile, directory / "reference_profile.json")
 
 
-def _loss(served, table, rows) -> float:
-    """The training loss of the final model on ``rows`` (targets in training form)."""
+def _loss(served, data, split: str) -> float:
+    """The training loss of the final model on a split (targets in training form), summed
+    block by block and weighted by rows."""
     import torch
 
     from dbspec.training.components import build_loss
 
     card = served.card
-    x = torch.from_numpy(table.features[rows])
-    y = torch.from_numpy(table.target[rows])
-    with torch.inference_mode():
-        out = served.network(served.transform(x))
-        if card.task == "regression":
-            y = ((y - card.target_mean) / card.target_std).unsqueeze(1)
-        elif card.loss == "bce":
-            y = y.float().unsqueeze(1)
-        else:
-            y = y.long()
-        return float(build_loss(card.loss)(out, y))
+    loss_fn = build_loss(card.loss)
+    total, rows = 0.0, 0
+    for features, target in data.blocks(split):
+        x = torch.from_numpy(np.ascontiguousarray(features))
+        y = torch.from_numpy(np.ascontiguousarray(target))
+        with torch.inference_mode():
+            out = served.network(served.transform(x))
+            if card.task == "regression":
+                y = ((y - card.target_mean) / card.target_std).unsqueeze(1)
+            elif card.loss == "bce":
+                y = y.float().unsqueeze(1)
+            else:
+                y = y.long()
+            total += float(loss_fn(out, y)) * len(x)
+        rows += len(x)
+    return total / rows if rows else float("nan")
 
 
-def _baseline_loss(served, table, rows) -> Optional[float]:
-    """The training loss, on ``rows``, of a model that ignores its inputs: the training mean
-    for a regression (0 on standardised targets), the class frequencies for a classifier.
-    None without rows."""
+def _baseline_loss(served, targets: np.ndarray) -> Optional[float]:
+    """The training loss, on the training ``targets``, of a model that ignores its inputs: the
+    training mean for a regression (0 on standardised targets), the class frequencies for a
+    classifier. None without rows."""
     import torch
 
     from dbspec.training.components import build_loss
 
-    if len(rows) == 0:
+    if len(targets) == 0:
         return None
     card = served.card
-    y = torch.from_numpy(table.target[rows])
+    y = torch.from_numpy(np.ascontiguousarray(targets))
     if card.task == "regression":
         target = ((y.double() - card.target_mean) / card.target_std).float().unsqueeze(1)
         constant = torch.zeros_like(target)
@@ -285,20 +302,19 @@ class PromoteStage:
         from dbspec.registry.errors import unavailable
 
         split, _, base = metric.partition("_")
-        table, splits = load_table(ctx), load_splits(ctx)
-        rows = splits.test if split == "test" else splits.validation
+        data = load_data_access(ctx)
         try:
             model = mlflow.pyfunc.load_model(f"models:/{name}/{holder}")
         except (MlflowException, OSError) as exc:
             raise unavailable(exc, f"the champion {name} v{holder}") from None
         served = model.unwrap_python_model().model
-        if served.card.feature_names != table.feature_names:
+        if served.card.feature_names != data.feature_names:
             logged = (registry.version(name, holder).tags or {}).get(f"metric.{metric}")
             return float(logged) if logged is not None else None  # cannot score this data
         if base == "loss":
-            return _loss(served, table, rows)
-        found = task_metrics(ctx.spec.data.task, table.target[rows],
-                             score_split(served, table, rows), [base],
+            return _loss(served, data, split)
+        found = task_metrics(ctx.spec.data.task, data.targets(split),
+                             score_split(served, data, split), [base],
                              threshold=ctx.spec.evaluation.threshold)
         return found[base]
 

@@ -76,6 +76,8 @@ class LoadDataOutput(StageOutput):
         classes: Original labels (index = encoded class); None for regression.
         data_version: The source's version (``delta-v3``, a file digest...).
         uri: Where the rows were read.
+        shards: The shard set's directory when the data streams (``data.streaming``), else
+            None (the rows are in the stage's ``table.npz``).
     """
 
     stage: ClassVar[str] = "load_data"
@@ -84,6 +86,7 @@ class LoadDataOutput(StageOutput):
     classes: Optional[list[Any]]
     data_version: str
     uri: str
+    shards: Optional[str] = _omitted_when_none()
 
 
 @dataclass(frozen=True)

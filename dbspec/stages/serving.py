@@ -124,7 +124,7 @@ class ServeStage:
         from dbspec.serving.app import ScoringApp
         from dbspec.serving.asgi_client import post_json
         from dbspec.serving.source import load_version
-        from dbspec.stages.data import load_splits, load_table
+        from dbspec.stages.data import load_data_access
 
         command = f"dbspec serve {ctx.loaded.file}" + (f" --target {ctx.loaded.target}"
                                                        if ctx.loaded.target else "")
@@ -135,9 +135,9 @@ class ServeStage:
             return ServeOutput(model_uri=None, model_version=None, command=command,
                                problem=str(exc))
         loaded = load_version(client, target, version)
-        table, splits = load_table(ctx), load_splits(ctx)
-        rows = table.features[splits.test[:8]]
-        if list(loaded.feature_names) != list(table.feature_names):
+        data = load_data_access(ctx)
+        rows = data.head("test", 8)
+        if list(loaded.feature_names) != list(data.feature_names):
             raise DbspecError(f"{target.uri} (v{version}) takes features "
                               f"{', '.join(loaded.feature_names)}, not this spec's")
         status, answer = asyncio.run(post_json(ScoringApp(loaded), "/invocations",

@@ -19,7 +19,7 @@ import numpy as np
 from dbspec.errors import DbspecError
 from dbspec.faults import pause_point
 from dbspec.stages.base import StageContext, write_json
-from dbspec.stages.data import load_preprocessing, load_splits, load_table
+from dbspec.stages.data import load_data_access, load_preprocessing, load_stream_stats
 from dbspec.stages.outputs import LoadDataOutput, TrainOutput, TuneOutput
 
 
@@ -69,8 +69,7 @@ class _TrainingJob:
 
     ctx: StageContext
     spec: Any  # the spec with the search's best parameters applied
-    table: Any
-    splits: Any
+    data: Any  # an InMemoryData or StreamedData (dbspec.data.access)
     fitted: Any
     files: Path  # where ranks read shards and write checkpoints (see _rank_files_dir)
     checkpoints: Any  # a CheckpointStore, or None
@@ -96,7 +95,7 @@ def _prepare(ctx: StageContext) -> _TrainingJob:
     previous_run = json.loads(run_file.read_text())["run_id"] \
         if ctx.options.resume and run_file.exists() else None
     reused = ctx.has_output(TuneOutput) and ctx.output(TuneOutput).final_model == "best_trial"
-    return _TrainingJob(ctx, spec, load_table(ctx), load_splits(ctx), load_preprocessing(ctx),
+    return _TrainingJob(ctx, spec, load_data_access(ctx), load_preprocessing(ctx),
                         files, checkpoints, 1 if ctx.options.smoke else spec.training.epochs,
                         previous_run, reused)
 
@@ -109,7 +108,7 @@ def _run_tags(ctx: StageContext, spec) -> dict[str, str]:
 
 def _fit(job: _TrainingJob, tracker, run_id: str, observer):
     """The trained model: the best trial's, from ranks on Spark, or trained in process."""
-    from dbspec.training.fit import FitOptions, fit_spec
+    from dbspec.training.fit import FitOptions
 
     ctx, spec = job.ctx, job.spec
     if job.reused:
@@ -122,16 +121,26 @@ def _fit(job: _TrainingJob, tracker, run_id: str, observer):
         pause_point(f"train.epoch.{epoch}")
         ctx.reporter.epoch(epoch=epoch, epochs=job.epochs, metrics=metrics)
 
-    return fit_spec(spec, job.table, job.splits, job.fitted, FitOptions(
+    return _fit_data(job, FitOptions(
         epochs=job.epochs, checkpoints=job.checkpoints, resume=ctx.options.resume,
         callbacks=[log_epoch], observer=observer))
+
+
+def _fit_data(job: _TrainingJob, options):
+    """``fit_spec`` on the job's data, in memory or streamed."""
+    from dbspec.training.fit import fit_spec, fit_streamed
+
+    data = job.data
+    if data.streamed:
+        return fit_streamed(job.spec, data, load_stream_stats(job.ctx), job.fitted, options)
+    return fit_spec(job.spec, data.table, data.splits, job.fitted, options)
 
 
 def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
     """Ranks launched on Spark (TorchDistributor, DeepSpeed, Ray); rank 0 logs the epochs."""
     from dbspec.spark import spark_session
     from dbspec.tracking.metrics import TrackingTarget
-    from dbspec.training.fit import FitOptions, fit_spec
+    from dbspec.training.fit import FitOptions
 
     ctx, spec = job.ctx, job.spec
     tracker.flush()
@@ -141,7 +150,7 @@ def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
 
             check_executors(session, spec, shared_dir=ctx.options.shared_dir,
                             executor="local", say=ctx.reporter.line)
-        result = fit_spec(spec, job.table, job.splits, job.fitted, FitOptions(
+        result = _fit_data(job, FitOptions(
             epochs=job.epochs, checkpoints=job.checkpoints, resume=ctx.options.resume,
             work_dir=job.files / "distributed",
             tracking=TrackingTarget(tracker.tracking_uri, run_id),
@@ -166,7 +175,7 @@ def _log_after_fit(job: _TrainingJob, tracker, run_id: str, observer, result) ->
         if events.is_dir():
             tracker.client.log_artifacts(run_id, str(events), "tensorboard")
     if job.previous_run is None:
-        _log_inputs(ctx, job.spec, tracker, job.table, result)
+        _log_inputs(ctx, job.spec, tracker, job.data, result)
     return diagnosis
 
 
@@ -178,7 +187,7 @@ def _log_served_model(job: _TrainingJob, tracker, result) -> str:
     served, outcome = result.served, result.outcome
     served_dir = save_served_model(served, job.ctx.directory / "served")
     write_json(job.ctx.directory / "history.json", outcome.history)
-    example = _example_frame(job.table, job.splits)
+    example = _example_frame(job.data)
     model_uri = tracker.log_model(served_dir, example, served.predict_frame(example))
     tracker.log_metrics(_summary_metrics(outcome))
     return model_uri
@@ -229,11 +238,10 @@ def _placement(spec, session, files: Path) -> str:
     return f"on the executors of {session.sparkContext.master}, files in {files}"
 
 
-def _example_frame(table, splits):
+def _example_frame(data):
     import pandas as pd
 
-    rows = splits.train[:5]
-    return pd.DataFrame(table.features[rows].astype(np.float64), columns=table.feature_names)
+    return pd.DataFrame(data.head("train", 5).astype(np.float64), columns=data.feature_names)
 
 
 def _log_ranks(tracker, extra: dict) -> None:
@@ -274,7 +282,11 @@ def tuned_spec(ctx: StageContext):
     return apply_values(ctx.loaded, ctx.output(TuneOutput).best_params).spec
 
 
-def _log_inputs(ctx: StageContext, spec, tracker, table, result) -> None:
+#: Rows of a streamed training split logged as the run's dataset (MLflow profiles the frame).
+DATASET_ROWS_STREAMED = 10_000
+
+
+def _log_inputs(ctx: StageContext, spec, tracker, data, result) -> None:
     """Params (the flattened resolved spec), the spec files and the dataset of a new run."""
     import pandas as pd
     import yaml
@@ -296,7 +308,13 @@ def _log_inputs(ctx: StageContext, spec, tracker, table, result) -> None:
     tracker.log_artifact(spec_dir / "resolved.yaml", "spec")
     tracker.log_artifact(spec_dir / source.name, "spec")
     load = ctx.output(LoadDataOutput)
-    frame = pd.DataFrame(table.features, columns=table.feature_names)
-    frame[spec.data.target] = table.target
+    if data.streamed:  # the source's first training rows; the version names the rest
+        rows = min(DATASET_ROWS_STREAMED, data.size("train"))
+        frame = pd.DataFrame(data.head("train", rows), columns=data.feature_names)
+        frame[spec.data.target] = data.targets("train")[:rows]
+    else:
+        table = data.table
+        frame = pd.DataFrame(table.features, columns=table.feature_names)
+        frame[spec.data.target] = table.target
     tracker.log_dataset(frame, source=load.uri, target=spec.data.target,
                         version=load.data_version, name=f"{spec.name}-data")

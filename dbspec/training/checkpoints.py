@@ -10,10 +10,14 @@ from typing import Any, Optional
 import torch
 
 _NAME = re.compile(r"^epoch-(\d+)\.pt$")
+_STEP = re.compile(r"^epoch-(\d+)-step-(\d+)\.pt$")
 
 
 class CheckpointStore:
     """``epoch-N.pt`` files in one directory; the newest ``keep`` are kept.
+
+    A mid-epoch checkpoint (streamed data) is ``epoch-N-step-K.pt``: only the newest is kept,
+    and the end of its epoch removes it.
 
     In distributed training every rank reads the store (to resume) and only the one created
     with ``writer=True`` writes to it.
@@ -41,7 +45,34 @@ class CheckpointStore:
         os.replace(partial, final)
         for old in self.epochs()[:-self.keep]:
             (self.directory / f"epoch-{old}.pt").unlink(missing_ok=True)
+        for old_epoch, step in self.steps():
+            if old_epoch <= epoch:
+                (self.directory / f"epoch-{old_epoch}-step-{step}.pt").unlink(missing_ok=True)
         return final
+
+    def save_step(self, epoch: int, step: int, state: dict[str, Any]) -> Path:
+        """Write a checkpoint after ``step`` batches of ``epoch``; older step files go."""
+        final = self.directory / f"epoch-{epoch}-step-{step}.pt"
+        if not self.writer:
+            return final
+        self.directory.mkdir(parents=True, exist_ok=True)
+        partial = final.with_suffix(".pt.partial")
+        with open(partial, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, final)
+        for old in self.steps():
+            if old != (epoch, step):
+                (self.directory / f"epoch-{old[0]}-step-{old[1]}.pt").unlink(missing_ok=True)
+        return final
+
+    def steps(self) -> list[tuple[int, int]]:
+        """``(epoch, step)`` of the mid-epoch checkpoints, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = (_STEP.match(p.name) for p in self.directory.iterdir())
+        return sorted((int(m.group(1)), int(m.group(2))) for m in found if m)
 
     def epochs(self) -> list[int]:
         """Epochs that have a complete checkpoint, oldest first."""
@@ -52,11 +83,13 @@ class CheckpointStore:
 
     def load_latest(self) -> Optional[dict[str, Any]]:
         """The newest checkpoint's state, or None when there is none."""
-        epochs = self.epochs()
-        if not epochs:
+        epochs, steps = self.epochs(), self.steps()
+        newest = [(epoch, float("inf"), f"epoch-{epoch}.pt") for epoch in epochs[-1:]]
+        newest += [(epoch, step, f"epoch-{epoch}-step-{step}.pt") for epoch, step in steps[-1:]]
+        if not newest:
             return None
-        return torch.load(self.directory / f"epoch-{epochs[-1]}.pt", map_location="cpu",
-                          weights_only=False)
+        name = max(newest)[2]
+        return torch.load(self.directory / name, map_location="cpu", weights_only=False)
 
     def clear(self) -> None:
         """Remove every checkpoint (a fresh, non-resumed run)."""
@@ -64,3 +97,5 @@ class CheckpointStore:
             return
         for epoch in self.epochs():
             (self.directory / f"epoch-{epoch}.pt").unlink(missing_ok=True)
+        for epoch, step in self.steps():
+            (self.directory / f"epoch-{epoch}-step-{step}.pt").unlink(missing_ok=True)

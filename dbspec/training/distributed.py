@@ -38,6 +38,8 @@ class DistributedRun:
         tracking: The MLflow run rank 0 logs each epoch to, or None.
         checkpoint_dir: Where the ranks checkpoint, or None.
         say: Progress lines for people (the reporter's ``line``).
+        shards: The shard set every rank streams its part of each epoch from
+            (``data.streaming``); the tensors are then None and no per-rank file is written.
     """
 
     work_dir: Path
@@ -46,6 +48,7 @@ class DistributedRun:
     tracking: Optional[TrackingTarget] = None
     checkpoint_dir: Optional[Path] = None
     say: Callable[[str], None] = _quiet
+    shards: Optional[Path] = None
 
 
 def launch(spec, tensors_cpu, card, run: DistributedRun) -> RankResult:
@@ -67,6 +70,13 @@ def launch(spec, tensors_cpu, card, run: DistributedRun) -> RankResult:
         require_ray()  # before any file is written
     job = rank_job(spec, card, run)
     work_dir = Path(run.work_dir).resolve()  # ranks may run in another working directory
+    if run.shards is not None:
+        from dbspec.data.shards import open_shard_set
+        from dbspec.data.stream import epoch_plan
+        from dbspec.training.streamed import stream_settings
+
+        shards = open_shard_set(run.shards).shards("train")  # enough rows for every rank?
+        epoch_plan(shards, stream_settings(spec), epoch=0, world=world_size(spec.compute))
     _prepare_work_dir(work_dir, tensors_cpu, world_size(spec.compute))
     job.write(work_dir)
     if spec.compute.kind == "ray":
@@ -96,7 +106,8 @@ def rank_job(spec, card, run: DistributedRun) -> RankJob:
     checkpoint_dir = Path(run.checkpoint_dir).resolve() if run.checkpoint_dir else None
     return RankJob(spec=spec, card=card, backend=backend, use_gpu=use_gpu, epochs=run.epochs,
                    resume=run.resume, tracking=run.tracking, deepspeed=ds_config,
-                   checkpoint_dir=checkpoint_dir)
+                   checkpoint_dir=checkpoint_dir,
+                   shards=Path(run.shards).resolve() if run.shards is not None else None)
 
 
 def _prepare_work_dir(work_dir: Path, tensors_cpu, world: int) -> None:
@@ -105,7 +116,8 @@ def _prepare_work_dir(work_dir: Path, tensors_cpu, world: int) -> None:
     for stale in [*work_dir.glob("rank-*"), *work_dir.glob("shard-*.pt"),
                   work_dir / "result.json", work_dir / "weights.pt"]:
         stale.unlink(missing_ok=True)
-    _write_shards(tensors_cpu, work_dir, world)
+    if tensors_cpu is not None:  # streamed data: every rank reads the shard set itself
+        _write_shards(tensors_cpu, work_dir, world)
 
 
 def _run_distributor(compute, job: RankJob, work_dir: Path) -> None:

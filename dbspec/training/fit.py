@@ -130,6 +130,29 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
         TrainingError: the loss became non-finite, or CUDA ran out of memory.
         DistributedError: a rank failed.
     """
+    card = model_card(spec, table, splits, fitted)
+    return _fit_card(spec, card, lambda served, device: _tensors(served, table, splits, device),
+                     options)
+
+
+def fit_streamed(spec: Spec, data, stats: dict[str, Any], fitted: list[FittedStep],
+                 options: FitOptions = FitOptions()) -> Fitted:
+    """:func:`fit_spec` on streamed data: ``data`` is a
+    :class:`~dbspec.data.access.StreamedData`, ``stats`` what the statistics pass found
+    (target scale, feature ranges); every rank streams its own part of each epoch."""
+    from dbspec.training.streamed import streamed_tensors
+
+    card = streamed_card(spec, data, stats, fitted)
+    shard_set = data.shard_set
+
+    def tensors(served, device):
+        return streamed_tensors(spec, served, shard_set)
+
+    return _fit_card(spec, card, tensors, options, shards=shard_set)
+
+
+def _fit_card(spec: Spec, card, make_tensors, options: FitOptions, shards=None) -> Fitted:
+    """Build the network for ``card``, train it, wrap it as a served model (``fit_spec``)."""
     import torch
 
     from dbspec.models.network import build_network
@@ -137,16 +160,16 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
 
     distributed = spec.compute.kind in DISTRIBUTED_KINDS
     device = torch.device("cpu") if distributed else select_device(spec.compute)
-    card = model_card(spec, table, splits, fitted)
     torch.manual_seed(spec.training.seed)
     network = build_network(spec.model, len(card.feature_names), card.out_features)
     parameters = sum(p.numel() for p in network.parameters())
     threads = choose_threads(spec.training.num_threads, parameters)
     served = ServedModel(card, network)
-    tensors = _tensors(served, table, splits, device)
     if distributed:
-        served, outcome = _fit_distributed(spec, served, tensors, options)
+        tensors = None if shards is not None else make_tensors(served, device)
+        served, outcome = _fit_distributed(spec, served, tensors, options, shards)
         return Fitted(served, outcome, device, threads, parameters)
+    tensors = make_tensors(served, device)
     served, outcome, batch_size = _fit_in_process(spec, served, tensors, device, options)
     return Fitted(served, outcome, device, threads, parameters, batch_size)
 
@@ -168,6 +191,21 @@ def model_card(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep
                      feature_ranges=training_ranges(table.features[splits.train]))
 
 
+def streamed_card(spec: Spec, data, stats: dict[str, Any], fitted: list[FittedStep]):
+    """The served model's card from the statistics pass over streamed training shards."""
+    from dataclasses import asdict
+
+    from dbspec.models.served import ModelCard
+
+    task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
+    return ModelCard(task=task, loss=loss, feature_names=data.feature_names,
+                     out_features=output_width(task, loss, data.classes),
+                     model=spec.model.model_dump(mode="json", by_alias=True),
+                     preprocessing=[asdict(step) for step in fitted], classes=data.classes,
+                     target_mean=stats["target_mean"], target_std=stats["target_std"],
+                     threshold=spec.evaluation.threshold, feature_ranges=stats["ranges"])
+
+
 def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
     """Train in this process; on CUDA out-of-memory, again at half the batch size if allowed.
 
@@ -177,6 +215,9 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
     """
     import torch
 
+    from dbspec.training.loop import is_streamed
+    from dbspec.training.streamed import preparer
+
     training, resume = spec.training, options.resume
     while True:
         try:
@@ -185,6 +226,12 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
         except torch.cuda.OutOfMemoryError:
             training = _halved_batch(training, options.observer)
             served = _restarted(spec, served)
+            if is_streamed(tensors):  # the stream cuts the batches: it gets the new size
+                from dataclasses import replace
+
+                stream = tensors.train
+                stream.settings = replace(stream.settings, batch_size=training.batch_size)
+                stream.prepare = preparer(served)
             if options.checkpoints is not None:
                 options.checkpoints.clear()
             resume = False
@@ -194,12 +241,12 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
 
 def _train_once(spec: Spec, served, tensors, training, device, options: FitOptions,
                 resume: bool):
-    from dbspec.training.loop import TrainOptions, train
+    from dbspec.training.loop import TrainOptions, example_rows, train
 
     network = served.network.to(device)
     callbacks = list(options.callbacks)
     if options.observer is not None:
-        options.observer.attach(network, tensors.x_train[:2])
+        options.observer.attach(network, example_rows(tensors).to(device))
         callbacks.insert(0, options.observer.callback)
     return train(network, tensors, training, loss=served.card.loss, device=device,
                  options=TrainOptions(epochs=options.epochs,
@@ -244,7 +291,7 @@ def _restarted(spec: Spec, served):
                                            card.out_features))
 
 
-def _fit_distributed(spec: Spec, served, tensors, options: FitOptions):
+def _fit_distributed(spec: Spec, served, tensors, options: FitOptions, shards=None):
     """Train on the launcher's ranks; the weights and records come back through files.
 
     Returns:
@@ -265,7 +312,7 @@ def _fit_distributed(spec: Spec, served, tensors, options: FitOptions):
     result = launch(spec, tensors, served.card, run=DistributedRun(
         work_dir, epochs=options.epochs, resume=options.resume, tracking=options.tracking,
         checkpoint_dir=checkpoints.directory if checkpoints is not None else None,
-        say=options.say))
+        say=options.say, shards=shards.root if shards is not None else None))
     served.network.load_state_dict(torch.load(work_dir / "weights.pt", weights_only=True))
     outcome = result.outcome
     outcome.extra = {"world_size": result.world_size, "backend": result.backend,

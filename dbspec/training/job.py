@@ -49,6 +49,8 @@ class RankJob:
         deepspeed: The DeepSpeed config (``compute.kind: deepspeed``), else None.
         checkpoint_dir: Where the ranks checkpoint (absolute: ranks may run in another
             working directory); DeepSpeed's own format when ``deepspeed`` is set.
+        shards: The shard set ranks stream from (``data.streaming``), else None (each rank
+            reads its ``shard-<rank>.pt``).
     """
 
     spec: Spec
@@ -60,6 +62,7 @@ class RankJob:
     tracking: Optional[TrackingTarget] = None
     deepspeed: Optional[dict[str, Any]] = None
     checkpoint_dir: Optional[Path] = None
+    shards: Optional[Path] = None
 
     def write(self, work_dir: Path) -> Path:
         """Write the job to ``work_dir/job.json``; returns the file."""
@@ -68,7 +71,8 @@ class RankJob:
                   "epochs": self.epochs, "resume": self.resume,
                   "tracking": asdict(self.tracking) if self.tracking is not None else None,
                   "deepspeed": self.deepspeed,
-                  "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else None}
+                  "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else None,
+                  "shards": str(self.shards) if self.shards else None}
         path = Path(work_dir) / JOB_FILE
         path.write_text(json.dumps(record, default=str))
         return path
@@ -94,7 +98,8 @@ class RankJob:
                        tracking=TrackingTarget(**tracking) if tracking else None,
                        deepspeed=record["deepspeed"],
                        checkpoint_dir=Path(record["checkpoint_dir"])
-                       if record["checkpoint_dir"] else None)
+                       if record["checkpoint_dir"] else None,
+                       shards=Path(record["shards"]) if record.get("shards") else None)
         except FileNotFoundError:
             raise DistributedError(f"{path}: no job file (the driver writes it before the "
                                    "ranks start; is the work directory shared?)") from None

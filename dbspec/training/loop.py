@@ -46,6 +46,43 @@ class Tensors:
 
 
 @dataclass
+class StreamedTensors:
+    """Training batches streamed from shards (``data.streaming``) instead of tensors in memory.
+
+    Attributes:
+        train: The training split (a :class:`~dbspec.data.stream.StreamedSplit`): this rank's
+            shuffled batches of each epoch, from any batch on.
+        validation: Called with no argument, the validation split's ``(x, y)`` batches in
+            stored order; None without a validation split.
+        example: Two prepared training rows (observers trace the model with them).
+    """
+
+    train: Any
+    validation: Optional[Callable[[], Any]] = None
+    example: Any = None
+
+
+def is_streamed(tensors) -> bool:
+    """Whether ``tensors`` streams (:class:`StreamedTensors`) rather than holds the rows."""
+    return isinstance(tensors, StreamedTensors)
+
+
+def example_rows(tensors):
+    """Two prepared training rows, for tracing the model."""
+    return tensors.example if is_streamed(tensors) else tensors.x_train[:2]
+
+
+def _train_rows(tensors, epoch: int) -> int:
+    return tensors.train.rows(epoch) if is_streamed(tensors) else len(tensors.x_train)
+
+
+def _has_validation(tensors) -> bool:
+    if is_streamed(tensors):
+        return tensors.validation is not None
+    return tensors.x_val is not None and len(tensors.x_val) > 0
+
+
+@dataclass
 class TrainOutcome:
     """What a finished training run produced."""
 
@@ -117,10 +154,11 @@ def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss:
     if options.resume and checkpoints is not None:
         state.resume(checkpoints)
     passes = _EpochPass(network, tensors, training, build_loss(loss), device, options)
+    passes.on_update = _step_checkpointer(state, checkpoints, training, tensors)
     samples, seconds = 0, 0.0
     for epoch in state.remaining_epochs():
         metrics, worked = passes.run(state, epoch)
-        samples += len(tensors.x_train)
+        samples += _train_rows(tensors, epoch)
         seconds += worked
         state.step_scheduler(metrics)
         state.history.append(metrics)
@@ -149,7 +187,8 @@ class _RunState:
             self.optimizer, self.scheduler = engine.optimizer, None
         else:
             self.optimizer = build_optimizer(network, training.optimizer)
-            steps_per_epoch = math.ceil(len(tensors.x_train) / training.batch_size)
+            steps_per_epoch = tensors.train.num_batches() if is_streamed(tensors) \
+                else math.ceil(len(tensors.x_train) / training.batch_size)
             updates_per_epoch = math.ceil(steps_per_epoch / training.gradient_accumulation)
             self.scheduler = build_scheduler(self.optimizer, training, epochs, updates_per_epoch)
         self.stopper = _EarlyStopping(training)
@@ -157,6 +196,7 @@ class _RunState:
         self.history: list[dict[str, float]] = []
         self.start_epoch = 0
         self.resumed_from: Optional[int] = None
+        self.in_epoch: Optional[dict[str, Any]] = None  # where a mid-epoch checkpoint stopped
 
     def remaining_epochs(self) -> range:
         """The epochs still to train (none when a resumed run had stopped early)."""
@@ -180,15 +220,21 @@ class _RunState:
         self.stopper.load(state["stopper"])
         self.history = state["history"]
         self.start_epoch = self.resumed_from = state["epoch"] + 1
+        self.in_epoch = state.get("in_epoch")
+        if self.in_epoch is not None:  # a mid-epoch checkpoint: that epoch goes on
+            self.start_epoch = self.resumed_from = self.in_epoch["epoch"]
 
-    def checkpoint(self, epoch: int) -> dict[str, Any]:
-        """Everything :meth:`resume` needs to continue after ``epoch``."""
+    def checkpoint(self, epoch: int, in_epoch: Optional[dict[str, Any]] = None
+                   ) -> dict[str, Any]:
+        """Everything :meth:`resume` needs to continue after ``epoch``, or, with
+        ``in_epoch`` (``{"epoch", "step", "loss_total"}``), inside the epoch after it."""
         scheduler = self.scheduler
         return {"epoch": epoch, "network": self.network.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
                 "generator": self.generator.get_state(), "stopper": self.stopper.state(),
-                "torch_rng": torch.get_rng_state(), "history": self.history}
+                "torch_rng": torch.get_rng_state(), "history": self.history,
+                "in_epoch": in_epoch}
 
     def step_scheduler(self, metrics: dict[str, float]) -> None:
         """The per-epoch schedulers step (``onecycle`` steps per update, in the epoch)."""
@@ -214,19 +260,23 @@ class _EpochPass:
         precision = training.precision_on(cuda, cuda and torch.cuda.is_bf16_supported())
         self.autocast = _autocast("fp32" if self.engine is not None else precision, device)
         self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" and cuda else None
+        self.device = device
+        self.on_update: Optional[_UpdateHook] = None
 
     def run(self, state: _RunState, epoch: int) -> tuple[dict[str, float], float]:
         """Train one epoch; returns its metrics and this process's own training seconds."""
-        tensors, rows = self.tensors, len(self.tensors.x_train)
+        tensors, rows = self.tensors, _train_rows(self.tensors, epoch)
         started = time.perf_counter()
         self.network.train()
+        batches = _Batches.of(tensors, self.training.batch_size, state, epoch)
         if self.engine is not None:
-            total, timing = _run_engine_epoch(self.network, tensors, self.training, self.loss_fn,
-                                              self.engine, state.generator)
+            total, timing = _run_engine_epoch(self.network, batches, self.loss_fn, self.engine,
+                                              self.training.gradient_accumulation,
+                                              self.on_update)
         else:
-            total, timing = _run_epoch(self.network, tensors, self.training, self.loss_fn,
-                                       state.optimizer, state.scheduler, state.generator,
-                                       self.autocast, self.scaler)
+            total, timing = _run_epoch(self.network, batches, self.training, self.loss_fn,
+                                       state.optimizer, state.scheduler, self.autocast,
+                                       self.scaler, self.on_update)
         metrics = {"train_loss": total / rows, **timing.metrics()}
         # this process's own training pass: not the epoch-end reduction, where a rank waits
         # for the slowest one, nor validation
@@ -237,9 +287,9 @@ class _EpochPass:
             raise TrainingError(f"training.loss: the loss became {metrics['train_loss']} at "
                                 f"epoch {epoch + 1}; lower training.optimizer.lr or add "
                                 "gradient_clipping")
-        if tensors.x_val is not None and len(tensors.x_val):
+        if _has_validation(tensors):
             metrics.update(_validate(self.network, tensors, self.loss_fn, self.autocast,
-                                     self.score))
+                                     self.score, device=self.device))
         metrics["lr"] = float(state.optimizer.param_groups[0]["lr"])
         metrics["epoch_seconds"] = time.perf_counter() - started
         metrics["samples_per_second"] = rows / worked if worked else 0.0
@@ -269,26 +319,62 @@ class StepTiming:
                 "step_time_ms": mean * 1000, "step_time_cv": spread / mean if mean else 0.0}
 
 
-def _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler, generator, autocast,
-               scaler) -> tuple[float, StepTiming]:
+#: Called after an optimizer step with (epoch, batches done, the epoch's summed loss so far).
+_UpdateHook = Callable[[int, int, torch.Tensor], None]
+
+
+class _Batches:
+    """One epoch's training batches, from memory (index slicing) or streamed from shards.
+
+    Attributes:
+        epoch: The epoch.
+        steps: Batches in the whole epoch.
+        start: The first batch this pass trains (after a mid-epoch resume, else 0).
+        rows: Rows in the whole epoch.
+        total: The summed loss of the batches before ``start``.
+    """
+
+    def __init__(self, epoch: int, steps: int, start: int, rows: int, total: float, iterator):
+        self.epoch, self.steps, self.start, self.rows = epoch, steps, start, rows
+        self.total, self.iterator = total, iterator
+
+    @classmethod
+    def of(cls, tensors, batch: int, state: _RunState, epoch: int) -> "_Batches":
+        resumed = state.in_epoch if state.in_epoch and state.in_epoch["epoch"] == epoch else None
+        state.in_epoch = None
+        if not is_streamed(tensors):
+            x, y = tensors.x_train, tensors.y_train
+            n = len(x)
+            order = torch.randperm(n, generator=state.generator).to(x.device)
+            iterator = ((x[index], y[index]) for index in
+                        (order[start:start + batch] for start in range(0, n, batch)))
+            return cls(epoch, math.ceil(n / batch), 0, n, 0.0, iterator)
+        start = resumed["step"] if resumed else 0
+        stream = tensors.train
+        return cls(epoch, stream.num_batches(epoch), start, stream.rows(epoch),
+                   resumed["loss_total"] if resumed else 0.0, stream.batches(epoch, start))
+
+
+def _run_epoch(network, batches: _Batches, training, loss_fn, optimizer, scheduler, autocast,
+               scaler, on_update: Optional[_UpdateHook] = None) -> tuple[float, StepTiming]:
     """One pass over the training rows; returns the summed loss and the step timing."""
-    x, y = tensors.x_train, tensors.y_train
-    n, batch = len(x), training.batch_size
-    order = torch.randperm(n, generator=generator).to(x.device)
+    n, steps, device = batches.rows, batches.steps, _device_of(network)
     accumulate = training.gradient_accumulation
     clipping = training.gradient_clipping
     per_batch_scheduler = scheduler is not None and training.scheduler.name == "onecycle"
     # batch norm cannot train on one row: a last batch of one is dropped (one row, one epoch)
     has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in network.modules())
-    total = torch.zeros((), device=x.device)
+    total = torch.full((), batches.total, device=device)
     timing, clock = StepTiming(), time.perf_counter
     optimizer.zero_grad(set_to_none=True)
-    for step, start in enumerate(range(0, n, batch)):
+    iterator = batches.iterator
+    for step in range(batches.start, steps):
         began = clock()
-        index = order[start:start + batch]
-        if has_batch_norm and len(index) == 1 and n > 1:
+        xb, yb = next(iterator)
+        if xb.device != device:
+            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+        if has_batch_norm and len(xb) == 1 and n > 1:
             continue
-        xb, yb = x[index], y[index]
         gathered = clock()
         with autocast():
             loss = loss_fn(network(xb), yb)
@@ -297,8 +383,8 @@ def _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler, genera
             scaler.scale(scaled).backward()
         else:
             scaled.backward()
-        total += loss.detach() * len(index)
-        if (step + 1) % accumulate == 0 or start + batch >= n:
+        total += loss.detach() * len(xb)
+        if (step + 1) % accumulate == 0 or step + 1 == steps:
             if clipping is not None:
                 if scaler is not None:
                     scaler.unscale_(optimizer)
@@ -312,40 +398,88 @@ def _run_epoch(network, tensors, training, loss_fn, optimizer, scheduler, genera
             optimizer.zero_grad(set_to_none=True)
             if per_batch_scheduler:
                 scheduler.step()
+            if on_update is not None:
+                on_update(batches.epoch, step + 1, total)
         timing.data += gathered - began
         timing.steps.append(clock() - began)
     return float(total), timing
 
 
-def _run_engine_epoch(network, tensors, training, loss_fn, engine, generator
-                      ) -> tuple[float, StepTiming]:
+def _run_engine_epoch(network, batches: _Batches, loss_fn, engine, accumulate: int,
+                      on_update: Optional[_UpdateHook] = None) -> tuple[float, StepTiming]:
     """One pass where DeepSpeed's engine does backward and step (it counts accumulation)."""
-    x, y = tensors.x_train, tensors.y_train
-    n, batch = len(x), training.batch_size
-    order = torch.randperm(n, generator=generator).to(x.device)
-    total = torch.zeros((), device=x.device)
+    device = _device_of(network)
+    total = torch.full((), batches.total, device=device)
     timing, clock = StepTiming(), time.perf_counter
-    for start in range(0, n, batch):
+    iterator = batches.iterator
+    for step in range(batches.start, batches.steps):
         began = clock()
-        index = order[start:start + batch]
-        xb, yb = x[index], y[index]
+        xb, yb = next(iterator)
+        if xb.device != device:
+            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
         gathered = clock()
         loss = loss_fn(network(xb), yb)
         engine.backward(loss)
         engine.step()
-        total += loss.detach().float() * len(index)
+        total += loss.detach().float() * len(xb)
+        if on_update is not None and (step + 1) % accumulate == 0:
+            on_update(batches.epoch, step + 1, total)
         timing.data += gathered - began
         timing.steps.append(clock() - began)
     return float(total), timing
 
 
-def _validate(network, tensors, loss_fn, autocast, score) -> dict[str, float]:
+def _device_of(network) -> torch.device:
+    """Where the network's parameters are (the batches go there)."""
+    return next(network.parameters()).device
+
+
+def _step_checkpointer(state: _RunState, checkpoints, training: TrainingSpec,
+                       tensors) -> Optional[_UpdateHook]:
+    """The hook that writes a mid-epoch checkpoint every
+    ``training.checkpointing.every_n_steps`` batches (streamed data only), with the loader's
+    position and the epoch's loss so far."""
+    every = training.checkpointing.every_n_steps
+    if checkpoints is None or not every or not is_streamed(tensors):
+        return None
+
+    def save(epoch: int, step: int, total: torch.Tensor) -> None:
+        if step % every or step >= tensors.train.num_batches(epoch):
+            return  # the epoch's own checkpoint follows at its end
+        in_epoch = {"epoch": epoch, "step": step, "loss_total": float(total)}
+        checkpoints.save_step(epoch, step, state.checkpoint(epoch - 1, in_epoch))
+
+    return save
+
+
+def _validate(network, tensors, loss_fn, autocast, score, *, device=None) -> dict[str, float]:
     network.eval()
+    if is_streamed(tensors):
+        return _validate_streamed(network, tensors, loss_fn, autocast, score, device)
     with torch.inference_mode(), autocast():
         out = network(tensors.x_val)
         metrics = {"val_loss": float(loss_fn(out, tensors.y_val))}
     if score is not None:
         metrics.update(score(out.float(), tensors.y_val))
+    return metrics
+
+
+def _validate_streamed(network, tensors, loss_fn, autocast, score, device) -> dict[str, float]:
+    """The validation split batch by batch: the loss weighted by rows; the outputs (one small
+    column per row) kept for the scorer."""
+    outputs, targets, loss_sum, rows = [], [], 0.0, 0
+    with torch.inference_mode(), autocast():
+        for xb, yb in tensors.validation():
+            xb, yb = xb.to(device), yb.to(device)
+            out = network(xb)
+            loss_sum += float(loss_fn(out, yb)) * len(xb)
+            rows += len(xb)
+            if score is not None:
+                outputs.append(out.float())
+                targets.append(yb)
+    metrics = {"val_loss": loss_sum / max(rows, 1)}
+    if score is not None and outputs:
+        metrics.update(score(torch.cat(outputs), torch.cat(targets)))
     return metrics
 
 

@@ -74,7 +74,7 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     import torch.distributed as dist
 
     from dbspec.models.served import ServedModel
-    from dbspec.training.loop import TrainOptions, train
+    from dbspec.training.loop import TrainOptions, is_streamed, train
     from dbspec.training.scoring import validation_scorer
 
     job = RankJob.read(work_dir)
@@ -82,7 +82,8 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     torch.manual_seed(spec.training.seed)  # identical initial weights on every rank
     served = ServedModel(job.card)
     network = served.network.to(device)
-    tensors = _read_shard(work_dir, rank, device)
+    tensors = _read_shard(work_dir, rank, device) if job.shards is None \
+        else _streamed(job, served, rank)
     model, engine = _parallel_model(network, job, device)
     checkpoints = _checkpoints(job, engine, rank)
     logger = _rank_zero_logger(job, rank)
@@ -107,7 +108,8 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
         logger.flush()  # every epoch is in MLflow before the result says the training ended
     seconds = time.perf_counter() - started
     weights = _full_state(network, engine, spec)
-    RankReport(rank, len(tensors.x_train), outcome.samples_per_second, seconds,
+    rows = tensors.train.rows(0) if is_streamed(tensors) else len(tensors.x_train)
+    RankReport(rank, rows, outcome.samples_per_second, seconds,
                float(sum(v.double().sum() for v in weights.values()))).write(work_dir)
     if rank == 0:
         torch.save(weights, work_dir / "weights.pt")
@@ -134,6 +136,17 @@ def _read_shard(work_dir: Path, rank: int, device):
     data = torch.load(work_dir / f"shard-{rank}.pt", weights_only=True)
     return Tensors(data["x_train"].to(device), data["y_train"].to(device),
                    _to(data["x_val"], device), _to(data["y_val"], device))
+
+
+def _streamed(job: RankJob, served, rank: int):
+    """This rank's part of each epoch, streamed from the shard set (``data.streaming``)."""
+    import torch.distributed as dist
+
+    from dbspec.data.shards import open_shard_set
+    from dbspec.training.streamed import streamed_tensors
+
+    return streamed_tensors(job.spec, served, open_shard_set(job.shards), rank=rank,
+                            world=dist.get_world_size())
 
 
 def _parallel_model(network, job: RankJob, device):
@@ -188,7 +201,9 @@ def _rank_zero_observer(job: RankJob, rank: int, work_dir: Path, network, tensor
     observer = TrainingObserver(job.spec, log_dir=work_dir / "tensorboard",
                                 say=lambda text: None)
     observer.__enter__()
-    observer.attach(network, tensors.x_train[:2])
+    from dbspec.training.loop import example_rows
+
+    observer.attach(network, example_rows(tensors).to(next(network.parameters()).device))
     return observer
 
 
@@ -248,32 +263,52 @@ class DeepspeedCheckpoints:
     def due(self, epoch: int, *, last: bool) -> bool:
         return last or (epoch + 1) % self.every == 0
 
-    def epochs(self) -> list[int]:
+    def _complete(self) -> list[tuple[int, float, str]]:
+        """``(epoch, step or inf, tag)`` of every complete checkpoint, oldest first."""
+        import re
+
         if not self.directory.is_dir():
             return []
-        return sorted(int(p.name.split("-")[1]) for p in self.directory.glob("epoch-*")
-                      if p.is_dir() and (p / ".complete").exists())
+        found = []
+        for path in self.directory.glob("epoch-*"):
+            match = re.match(r"^epoch-(\d+)(?:-step-(\d+))?$", path.name)
+            if match and path.is_dir() and (path / ".complete").exists():
+                step = float(match.group(2)) if match.group(2) else float("inf")
+                found.append((int(match.group(1)), step, path.name))
+        return sorted(found)
+
+    def epochs(self) -> list[int]:
+        return [epoch for epoch, step, _ in self._complete() if step == float("inf")]
 
     def save(self, epoch: int, state: dict[str, Any]) -> Path:
+        return self._save(f"epoch-{epoch}", state, keep_epochs=True)
+
+    def save_step(self, epoch: int, step: int, state: dict[str, Any]) -> Path:
+        """A mid-epoch checkpoint (streamed data); the one before it goes."""
+        return self._save(f"epoch-{epoch}-step-{step}", state, keep_epochs=False)
+
+    def _save(self, tag: str, state: dict[str, Any], *, keep_epochs: bool) -> Path:
         import shutil
 
         import torch.distributed as dist
 
         client = {k: v for k, v in state.items() if k not in ("network", "optimizer")}
-        tag = f"epoch-{epoch}"
         self.engine.save_checkpoint(str(self.directory), tag=tag, client_state=client)
         dist.barrier()  # every partition is on disk before the checkpoint counts as complete
         if self.writer:
             (self.directory / tag / ".complete").touch()
-            for old in self.epochs()[:-self.keep]:
-                shutil.rmtree(self.directory / f"epoch-{old}", ignore_errors=True)
+            done = self._complete()
+            steps = [name for _, step, name in done if step != float("inf") and name != tag]
+            epochs = [name for _, step, name in done if step == float("inf")]
+            for old in steps + (epochs[:-self.keep] if keep_epochs else []):
+                shutil.rmtree(self.directory / old, ignore_errors=True)
         return self.directory / tag
 
     def load_latest(self) -> Optional[dict[str, Any]]:
-        epochs = self.epochs()
-        if not epochs:
+        done = self._complete()
+        if not done:
             return None
-        _, client = self.engine.load_checkpoint(str(self.directory), tag=f"epoch-{epochs[-1]}")
+        _, client = self.engine.load_checkpoint(str(self.directory), tag=done[-1][2])
         return client
 
     def clear(self) -> None:

@@ -50,8 +50,17 @@ class Objective:
         self.setup = setup
         self.report = report
         self.loaded = from_source(setup.source, setup.target)
-        self.table = store.read_table(Path(setup.data_dirs["load_data"]), setup.table_meta)
-        self.splits = store.read_splits(Path(setup.data_dirs["split"]))
+        self.streamed = None  # (StreamedData, stats) when the data streams from shards
+        if setup.table_meta.get("shards"):
+            from dbspec.data.access import StreamedData
+            from dbspec.data.shards import open_shard_set
+
+            stats = json.loads((Path(setup.data_dirs["preprocess"]) / "stats.json").read_text())
+            self.streamed = (StreamedData(open_shard_set(Path(setup.table_meta["shards"]))),
+                             stats)
+        else:
+            self.table = store.read_table(Path(setup.data_dirs["load_data"]), setup.table_meta)
+            self.splits = store.read_splits(Path(setup.data_dirs["split"]))
         self.fitted = store.read_preprocessing(Path(setup.data_dirs["preprocess"]))
         self.runs = TrialRuns(TrialRunSettings(
             tracking_uri=setup.tracking_uri, experiment_id=setup.experiment_id,
@@ -67,7 +76,7 @@ class Objective:
 
         from dbspec.monitoring.observer import TrainingObserver
         from dbspec.spec.loader import apply_values
-        from dbspec.training.fit import FitOptions, fit_spec
+        from dbspec.training.fit import FitOptions, fit_spec, fit_streamed
 
         search = self.loaded.spec.search
         elapsed = timed()
@@ -100,10 +109,13 @@ class Objective:
                     raise optuna.TrialPruned(f"pruned at epoch {epoch + 1}")
 
             observer = TrainingObserver(trial_spec, log_dir=events, say=lambda text: None)
+            options = FitOptions(epochs=self.setup.epochs, callbacks=[on_epoch],
+                                 observer=observer)
             with observer:
-                result = fit_spec(trial_spec, self.table, self.splits, self.fitted,
-                                  FitOptions(epochs=self.setup.epochs, callbacks=[on_epoch],
-                                             observer=observer))
+                if self.streamed is not None:
+                    result = fit_streamed(trial_spec, *self.streamed, self.fitted, options)
+                else:
+                    result = fit_spec(trial_spec, self.table, self.splits, self.fitted, options)
             early = trial_spec.training.early_stopping
             value = best_value_of(result.outcome.history, search.metric,
                                   result.outcome.best_epoch, bool(early and early.restore_best))

@@ -149,6 +149,52 @@ class SplitSpec(SpecModel):
                                  "classification tasks.", default=None)
 
 
+class StreamingSpec(SpecModel):
+    """Train from shards streamed off disk instead of one in-memory array, for data larger than
+    memory.
+
+    The source (a Delta table at its pinned version, Parquet, CSV, a Spark table) is converted
+    once into Arrow shards, one set per split; an unchanged rerun finds them and reuses them.
+    Splits are assigned by a hash of the row key (or of the row's position within the pinned
+    version), preprocessing statistics come from one pass over the training shards, and each
+    rank of a distributed training reads its own shards, shuffled by seed and epoch.
+    """
+
+    enabled: Union[Literal["auto"], bool] = d(
+        "auto: stream when the data would take more than in_memory_limit_mb in memory, else "
+        "train in memory (on the same hash split); true: always stream; false: never.",
+        default="auto")
+    in_memory_limit_mb: Optional[int] = d(
+        "Largest feature matrix (MB) trained in memory under enabled: auto; default: a quarter "
+        "of the memory available when the run starts.", default=None, ge=1)
+    format: Literal["arrow"] = d("Shard format: Arrow IPC files (uncompressed, memory-mapped "
+                                 "when read).", default="arrow")
+    location: Optional[str] = d(
+        "Directory the shard sets are written to (every node must see it: the shared dir, a "
+        "Unity Catalog volume, a mounted bucket); default: <shared dir>/shards, else "
+        ".dbspec/shards in the project.", default=None, min_length=1)
+    cache_dir: Optional[str] = d(
+        "A node-local directory each process copies shards into before reading them (for a "
+        "slow or remote location); default: read the shards where they are.",
+        default=None, min_length=1)
+    shard_size_mb: int = d("Target size of one shard file.", default=32, ge=1, le=4096)
+    shuffle: bool = d("Shuffle every epoch: the shard order, and rows within each window of "
+                      "shuffle_window shards, by training.seed and the epoch.", default=True)
+    shuffle_window: int = d("Shards whose rows are mixed together when shuffling (more mixes "
+                            "better and takes more memory).", default=4, ge=1, le=1024)
+    prefetch: int = d("Windows of shards read ahead in a background thread while the current "
+                      "one trains (0: read on demand).", default=1, ge=0, le=16)
+    key: Optional[str] = d(
+        "Column whose value decides a row's split (a stable ID keeps a row in its split when "
+        "the table changes); default: the row's position within the pinned data version.",
+        default=None, min_length=1)
+    sample_rows: int = d(
+        "Training rows sampled uniformly in the statistics pass, for the quantile-based "
+        "preprocessing steps (median, clip, robust_scale) and the monitoring reference "
+        "profile; means, deviations, minima and maxima are exact.", default=200_000,
+        ge=1_000, le=10_000_000)
+
+
 class DataSpec(SpecModel):
     """Where the rows come from and what to predict."""
 
@@ -161,3 +207,6 @@ class DataSpec(SpecModel):
     preprocessing: list[PreprocessStep] = d(
         "Steps fitted on the training split only and shipped inside the logged model.",
         default=[])
+    streaming: Optional[StreamingSpec] = d(
+        "Stream the data from shards instead of holding it in memory (data larger than "
+        "memory); left out: in memory, with a random (stratified) split.", default=None)

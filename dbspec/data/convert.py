@@ -1,0 +1,267 @@
+"""The source of a ``data.streaming`` spec: stream or not, and its conversion into shards.
+
+:func:`decide` says whether the rows stream (``enabled: auto`` compares the feature matrix's
+size, from the source's metadata, with the in-memory limit); :func:`convert_source` writes the
+shard set once (or finds it), by streaming Arrow batches in this process, or with Spark tasks
+converting the source's files in parallel when the Spark executor runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from dbspec.data.shards import (Layout, ShardSet, Tally, check_schema, convert_batches, finish,
+                                open_shard_set, partial_dir, record_batches, shard_identity,
+                                shard_rows)
+from dbspec.data.sources import DataError, _open_delta, _resolve, check_csv_header, read_source
+from dbspec.spec.sections.data import DataSpec
+
+
+def _quiet(text: str) -> None:
+    """No progress lines."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether the rows stream, and why, in words for the run's output."""
+
+    stream: bool
+    reason: str
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new work (``MemAvailable``), or the physical total."""
+    import os
+
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def decide(data: DataSpec, rows: Optional[int], features: int) -> Decision:
+    """Stream or not, for a spec with ``data.streaming``.
+
+    Args:
+        rows: The source's row count from its metadata (None: unknown, e.g. a CSV file).
+        features: Feature columns.
+    """
+    streaming = data.streaming
+    if streaming.enabled is True:
+        return Decision(True, "data.streaming.enabled: true")
+    if streaming.enabled is False:
+        return Decision(False, "data.streaming.enabled: false")
+    if streaming.in_memory_limit_mb is not None:
+        limit, named = streaming.in_memory_limit_mb * 2**20, "data.streaming.in_memory_limit_mb"
+    else:
+        limit, named = available_memory() // 4, "a quarter of the memory available"
+    if rows is None:
+        return Decision(True, "the source's size is unknown before reading it")
+    size = rows * features * 4
+    shape = f"{rows:,} rows x {features} features = {_size(size)} in memory"
+    if size > limit:
+        return Decision(True, f"{shape} > {_size(limit)} ({named})")
+    return Decision(False, f"{shape} <= {_size(limit)} ({named})")
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.1f} {unit}" if unit != "B" else f"{int(nbytes)} B"
+        nbytes /= 1024
+    return f"{nbytes:.1f} TiB"
+
+
+@dataclass
+class OpenedSource:
+    """An Arrow dataset over the source at its pinned version, and what identifies it."""
+
+    dataset: Any
+    version: str
+    uri: str
+    file_format: Any = None  # the dataset's format, for Spark tasks reading single files
+    spark_files: bool = True  # whether Spark tasks may convert its files one by one
+
+
+def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
+    """The source as an Arrow dataset, without reading its rows.
+
+    Raises:
+        DataError: a missing path or table, an unreadable source.
+    """
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    source = data.source
+    if source.kind in ("sklearn", "synthetic"):
+        read = read_source(data, base=base)  # generated in memory: small by construction
+        table = pa.Table.from_pandas(read.frame, preserve_index=False)
+        return OpenedSource(ds.dataset(table), read.version, read.uri, spark_files=False)
+    if source.kind == "delta":
+        table = _open_delta(source, base)
+        path = _resolve(source.path, base)
+        partitioned = bool(table.metadata().partition_columns)
+        try:
+            dataset = table.to_pyarrow_dataset()
+        except Exception as exc:  # delta-rs refuses table features it cannot read
+            raise DataError(f"data.source: cannot read Delta table {path}: {exc}") from None
+        return OpenedSource(dataset, f"delta-v{table.version()}", str(path), ds.ParquetFileFormat(),
+                            spark_files=not partitioned)
+    if source.kind in ("parquet", "csv"):
+        from dbspec.data.sources import resolve_version
+
+        path = _resolve(source.path, base)
+        if source.kind == "csv":
+            file_format = ds.CsvFileFormat(parse_options=pa.csv.ParseOptions(
+                delimiter=source.delimiter))
+            for file in ([path] if path.is_file() else sorted(path.rglob("*.csv"))):
+                check_csv_header(file, source.delimiter)
+        else:
+            file_format = ds.ParquetFileFormat()
+        try:
+            dataset = ds.dataset(str(path), format=file_format)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"data.source.path: cannot read {path} as {source.kind}: {exc}") \
+                from None
+        return OpenedSource(dataset, resolve_version(data, base=base), str(path), file_format)
+    if spark is None:
+        from dbspec.data.sources import _SPARK_ONLY
+
+        raise DataError(_SPARK_ONLY)
+    from dbspec.data.spark_sources import spark_version
+
+    try:
+        files = spark.table(source.table).inputFiles()
+    except Exception as exc:  # AnalysisException and friends
+        raise DataError(f"data.source.table: cannot read table '{source.table}': "
+                        f"{str(exc).splitlines()[0]}") from None
+    if not files:
+        raise DataError(f"data.source.table: '{source.table}' has no data files to stream")
+    return OpenedSource(ds.dataset(list(files), format="parquet"),
+                        spark_version(spark, data, base=base), f"spark_table:{source.table}",
+                        ds.ParquetFileFormat())
+
+
+def count_rows(opened: OpenedSource) -> Optional[int]:
+    """Rows of the source from its metadata (Parquet footers, Delta's log); None for CSV."""
+    import pyarrow.dataset as ds
+
+    if isinstance(opened.file_format, ds.CsvFileFormat):
+        return None
+    return opened.dataset.count_rows()
+
+
+def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
+                   limit: Optional[int] = None, spark=None,
+                   say: Callable[[str], None] = _quiet) -> ShardSet:
+    """The source's shard set under ``location``: found there, or written now.
+
+    Args:
+        data: The data section (with ``streaming``).
+        opened: The source (:func:`open_source`).
+        location: Where shard sets live (every node must see it).
+        limit: Convert only the first rows (smoke runs).
+        spark: A session whose tasks convert the source's files in parallel, or None.
+        say: Progress lines.
+
+    Raises:
+        DataError: the source does not fit the spec (the set is not left behind).
+    """
+    identity = shard_identity(data, opened.version + (f"-first{limit}" if limit else ""))
+    root = Path(location) / f"shards-{identity}"
+    if (root / "index.json").exists():
+        found = open_shard_set(root)
+        say(f"  reusing the shards of {opened.version} at {root}")
+        return found
+    features = check_schema(opened.dataset.schema, data)
+    layout = Layout(features, data.target, data.streaming.key, data.task == "regression",
+                    shard_rows(len(features), data.streaming.shard_size_mb), data)
+    Path(location).mkdir(parents=True, exist_ok=True)
+    directory = partial_dir(Path(location), identity)
+    started = time.monotonic()
+    try:
+        if spark is not None and opened.spark_files and limit is None:
+            tally = _convert_on_spark(spark, opened, layout, directory, say)
+        else:
+            tally = _convert_here(opened, layout, directory, limit, say)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    shard_set = finish(directory, root, data, features, tally, version=opened.version,
+                       uri=opened.uri, identity=identity)
+    seconds = time.monotonic() - started
+    say(f"  converted {tally.rows:,} rows into {sum(len(v) for v in tally.shards.values())} "
+        f"shards in {seconds:.1f} s ({tally.rows / max(seconds, 1e-9):,.0f} rows/s): {root}")
+    return shard_set
+
+
+def _convert_here(opened: OpenedSource, layout: Layout, directory: Path,
+                  limit: Optional[int], say: Callable[[str], None]) -> Tally:
+    """Stream the source's record batches through this process."""
+    batches = record_batches(opened.dataset, layout.columns)
+    if limit is not None:
+        batches = _first(batches, limit)
+    told = [time.monotonic()]
+
+    def progress(rows: int) -> None:
+        if time.monotonic() - told[0] >= 10:
+            told[0] = time.monotonic()
+            say(f"  converting: {rows:,} rows")
+
+    return convert_batches(batches, layout, directory, part=0, progress=progress)
+
+
+def _first(batches, limit: int):
+    left = limit
+    for batch in batches:
+        if left <= 0:
+            return
+        yield batch.slice(0, left)
+        left -= batch.num_rows
+
+
+def _convert_on_spark(spark, opened: OpenedSource, layout: Layout, directory: Path,
+                      say: Callable[[str], None]) -> Tally:
+    """One Spark task per source file: each converts its file into its own shards (row
+    positions continue from the files before it, as in the single-process conversion)."""
+    fragments = list(opened.dataset.get_fragments())
+    offsets, position = [], 0
+    for fragment in fragments:
+        offsets.append(position)
+        position += fragment.count_rows()
+    jobs = [(part, fragment.path, offsets[part]) for part, fragment in enumerate(fragments)]
+    if not jobs:
+        return Tally()
+    say(f"  converting {len(jobs)} file(s), {position:,} rows, in Spark tasks")
+    file_format, target = opened.file_format, str(directory)
+
+    def convert_file(job):
+        import pyarrow.dataset as pads
+
+        part, path, first_row = job
+        try:
+            dataset = pads.dataset(path, format=file_format)
+            return "ok", convert_batches(record_batches(dataset, layout.columns), layout,
+                                         Path(target), part, first_row)
+        except DataError as exc:
+            return "error", str(exc)
+        except Exception as exc:  # carried back in words: Spark would show a Java stack
+            return "error", f"data.source: converting {path} failed: {type(exc).__name__}: {exc}"
+
+    results = spark.sparkContext.parallelize(jobs, len(jobs)).map(convert_file).collect()
+    errors = [message for status, message in results if status == "error"]
+    if errors:
+        raise DataError(errors[0])
+    tally = Tally()
+    for _, part_tally in results:
+        tally.merge(part_tally)
+    return tally

@@ -1,0 +1,440 @@
+"""Convert a data source once into Arrow shards, one set per split, for streamed training.
+
+A shard set is a directory: ``index.json`` (feature names, classes, the shards of each split and
+their row counts, what the conversion found) and ``<split>/shard-<part>-<n>.arrow`` files, each
+an uncompressed Arrow IPC file with three columns: ``x`` (the features, a fixed-size list of
+float32), ``y`` (the target as read) and ``row`` (the row's position within the pinned source
+version). Every split of a row is decided here, by a hash of its key or of its position, so a
+split never needs the whole table.
+
+The conversion streams Arrow record batches (memory stays a few shards whatever the source's
+size); under the Spark executor the source's files are converted by Spark tasks in parallel,
+each writing its own shards (:func:`convert_on_spark`). A set is written under a temporary
+name and renamed when complete, and its directory name carries its identity (source, data
+version, target, features, split, key, shard size), so an unchanged rerun reuses it and a new
+data version gets new shards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+import numpy as np
+
+from dbspec.data.sources import DataError
+from dbspec.errors import did_you_mean
+from dbspec.spec.sections.data import DataSpec
+
+FORMAT = "dbspec-arrow-shards"
+FORMAT_VERSION = 1
+SPLITS = ("train", "validation", "test")
+#: Rows per record batch read from the source.
+READ_ROWS = 65_536
+_INDEX = "index.json"
+
+
+def shard_rows(features: int, shard_size_mb: int) -> int:
+    """Rows per shard for a target file size (features as float32, plus target and position)."""
+    return max(1024, shard_size_mb * 2**20 // (4 * features + 16))
+
+
+def shard_identity(data: DataSpec, version: str) -> str:
+    """What the shards' content depends on, hashed: the set's directory name carries it."""
+    streaming = data.streaming
+    identity = {"format": [FORMAT, FORMAT_VERSION], "version": version,
+                "source": data.source.model_dump(mode="json"), "target": data.target,
+                "features": data.features, "task": data.task,
+                "split": data.split.model_dump(mode="json", exclude={"stratify"}),
+                "key": streaming.key, "shard_size_mb": streaming.shard_size_mb}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    """A complete shard set, as its index describes it."""
+
+    root: Path
+    index: dict[str, Any]
+
+    @property
+    def feature_names(self) -> list[str]:
+        return list(self.index["feature_names"])
+
+    @property
+    def classes(self) -> Optional[list[Any]]:
+        return self.index["classes"]
+
+    @property
+    def version(self) -> str:
+        return self.index["data_version"]
+
+    def rows(self, split: str) -> int:
+        """Rows in ``split``."""
+        return sum(shard["rows"] for shard in self.index["splits"][split])
+
+    def shards(self, split: str) -> list[tuple[Path, int]]:
+        """``(path, rows)`` of each shard of ``split``, in the order they were written."""
+        return [(self.root / shard["file"], shard["rows"])
+                for shard in self.index["splits"][split]]
+
+
+def open_shard_set(root: Path) -> ShardSet:
+    """The shard set at ``root``.
+
+    Raises:
+        DataError: no complete set there (its index is missing or of another format).
+    """
+    path = Path(root) / _INDEX
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise DataError(f"data.streaming: no complete shard set at {root} (no readable "
+                        f"{_INDEX}); rerun load_data to convert the source") from None
+    if index.get("format") != FORMAT or index.get("format_version") != FORMAT_VERSION:
+        raise DataError(f"data.streaming: {root} holds shards of another format "
+                        f"({index.get('format')} v{index.get('format_version')})")
+    return ShardSet(Path(root), index)
+
+
+# -- split by hash ----------------------------------------------------------------------------
+
+def _mix(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: uniform 64-bit values from any 64-bit input."""
+    with np.errstate(over="ignore"):
+        z = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def split_of(keys: np.ndarray, data: DataSpec) -> np.ndarray:
+    """Each row's split (0 train, 1 validation, 2 test) from its 64-bit key: a hash mixed with
+    ``data.split.seed``, so the same key lands in the same split on every read and node."""
+    split = data.split
+    seed = _mix(np.array([split.seed], dtype=np.uint64))[0]
+    unit = (_mix(keys.astype(np.uint64) ^ seed) >> np.uint64(11)).astype(np.float64) / 2.0**53
+    out = np.zeros(len(keys), dtype=np.int8)
+    train = 1.0 - split.validation - split.test
+    out[unit >= train] = 1
+    out[unit >= train + split.validation] = 2
+    return out
+
+
+def key_values(column) -> np.ndarray:
+    """A key column as 64-bit integers: integers as they are, anything else by its digest.
+
+    Raises:
+        DataError: the key column has missing values.
+    """
+    import pyarrow as pa
+
+    if column.null_count:
+        raise DataError(f"data.streaming.key: {column.null_count} rows have no key value")
+    if pa.types.is_integer(column.type):
+        return column.to_numpy(zero_copy_only=False).astype(np.int64).view(np.uint64)
+    digests = [int.from_bytes(hashlib.blake2b(str(v).encode(), digest_size=8).digest(), "little")
+               for v in column.to_pylist()]
+    return np.array(digests, dtype=np.uint64)
+
+
+def hash_split_rows(data: DataSpec, positions: np.ndarray,
+                    keys: Optional[np.ndarray] = None) -> np.ndarray:
+    """The split of in-memory rows, exactly as the conversion assigns it (the in-memory path
+    of a spec with ``data.streaming`` uses this, so both paths train on the same rows)."""
+    return split_of(keys if keys is not None else positions.astype(np.int64), data)
+
+
+# -- the conversion -------------------------------------------------------------------------
+
+@dataclass
+class Tally:
+    """What one conversion task found and wrote (merged across Spark tasks)."""
+
+    rows: int = 0
+    shards: dict[str, list[dict[str, Any]]] = field(
+        default_factory=lambda: {split: [] for split in SPLITS})
+    classes: set = field(default_factory=set)
+    missing_targets: int = 0
+    nonfinite_targets: int = 0
+    inf_columns: set = field(default_factory=set)
+    nan_columns: dict[str, set] = field(default_factory=lambda: {s: set() for s in SPLITS})
+
+    def merge(self, other: "Tally") -> "Tally":
+        self.rows += other.rows
+        for split in SPLITS:
+            self.shards[split].extend(other.shards[split])
+            self.nan_columns[split] |= other.nan_columns[split]
+        self.classes |= other.classes
+        self.missing_targets += other.missing_targets
+        self.nonfinite_targets += other.nonfinite_targets
+        self.inf_columns |= other.inf_columns
+        return self
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The columns a conversion reads and how it writes them (sent to Spark tasks as is)."""
+
+    features: list[str]
+    target: str
+    key: Optional[str]
+    regression: bool
+    rows_per_shard: int
+    split_spec: Any  # the spec's DataSpec (for split_of)
+
+    @property
+    def columns(self) -> list[str]:
+        extra = [self.key] if self.key and self.key not in self.features + [self.target] else []
+        return self.features + [self.target] + extra
+
+
+def check_schema(schema, data: DataSpec) -> list[str]:
+    """The feature columns, checked against the source's schema as ``build_table`` checks a
+    frame (same messages).
+
+    Raises:
+        DataError: a missing target, feature or key column, or a non-numeric feature.
+    """
+    import pyarrow as pa
+
+    from dbspec.data.prepare import _listing
+
+    columns = list(schema.names)
+    if data.target not in columns:
+        raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
+                        f"; the data has: {_listing(columns)}")
+    features = data.features or [c for c in columns if c != data.target]
+    missing = [c for c in features if c not in columns]
+    if missing:
+        raise DataError(f"data.features: no column {missing[0]!r}"
+                        f"{did_you_mean(missing[0], columns)}; the data has: {_listing(columns)}")
+    if not features:
+        raise DataError("data.features: the data has no column besides the target")
+    key = data.streaming.key if data.streaming is not None else None
+    if key is not None and key not in columns:
+        raise DataError(f"data.streaming.key: no column '{key}'{did_you_mean(key, columns)}; "
+                        f"the data has: {_listing(columns)}")
+    numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean,
+               pa.types.is_decimal)
+    bad = [f"{c} ({schema.field(c).type})" for c in features
+           if not any(test(schema.field(c).type) for test in numeric)]
+    if bad:
+        raise DataError(f"data.features: non-numeric columns {', '.join(bad[:8])}; "
+                        "encode them before training or leave them out with data.features")
+    target_type = schema.field(data.target).type
+    if data.task == "regression" and not any(test(target_type) for test in numeric):
+        raise DataError(f"data.target: a regression target must be numeric, "
+                        f"'{data.target}' is {target_type}")
+    return features
+
+
+def convert_batches(batches: Iterable, layout: Layout, directory: Path, part: int,
+                    first_row: int = 0, progress: Optional[Callable[[int], None]] = None
+                    ) -> Tally:
+    """Write the rows of ``batches`` (Arrow record batches) into ``directory/<split>/``.
+
+    Args:
+        batches: Record batches holding ``layout.columns``, in source order.
+        layout: Columns and shard size.
+        directory: The set being written.
+        part: This task's number (in the shard file names).
+        first_row: The position of the first row within the pinned version.
+        progress: Called with the rows converted so far.
+    """
+    writers = {split: _SplitWriter(directory, split, part, layout) for split in SPLITS}
+    tally, position = Tally(), first_row
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        x = _feature_matrix(batch, layout.features)
+        infinite = np.isinf(x).any(axis=0)
+        if infinite.any():
+            tally.inf_columns.update(layout.features[j] for j in np.flatnonzero(infinite))
+        y = batch.column(layout.target)
+        tally.missing_targets += y.null_count
+        y_values = _target_values(y, layout.regression)
+        if layout.regression:
+            tally.nonfinite_targets += int((~np.isfinite(y_values)).sum())
+        elif y.null_count == 0:
+            tally.classes.update(np.unique(y_values).tolist())
+        positions = np.arange(position, position + n, dtype=np.int64)
+        keys = key_values(batch.column(layout.key)) if layout.key else positions
+        splits = split_of(keys, layout.split_spec)
+        for code, split in enumerate(SPLITS):
+            chosen = np.flatnonzero(splits == code)
+            if len(chosen) == 0:
+                continue
+            part_x = x[chosen]
+            nan = np.isnan(part_x).any(axis=0)
+            if nan.any():
+                tally.nan_columns[split].update(layout.features[j] for j in np.flatnonzero(nan))
+            writers[split].add(part_x, y_values[chosen], positions[chosen])
+        position += n
+        tally.rows += n
+        if progress is not None:
+            progress(tally.rows)
+    for split, writer in writers.items():
+        tally.shards[split] = writer.close()
+    return tally
+
+
+def _feature_matrix(batch, features: list[str]) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    x = np.empty((batch.num_rows, len(features)), dtype=np.float32)
+    for j, name in enumerate(features):
+        column = batch.column(name)
+        if not pa.types.is_float32(column.type):
+            column = pc.cast(column, pa.float32())
+        x[:, j] = column.to_numpy(zero_copy_only=False)
+    return x
+
+
+def _target_values(column, regression: bool) -> np.ndarray:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if regression:
+        return pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
+    return np.asarray(column.to_numpy(zero_copy_only=False))
+
+
+class _SplitWriter:
+    """Buffers one split's rows and writes a shard file each ``rows_per_shard`` rows."""
+
+    def __init__(self, directory: Path, split: str, part: int, layout: Layout):
+        self.directory, self.split, self.part = Path(directory), split, part
+        self.limit, self.width = layout.rows_per_shard, len(layout.features)
+        self.buffered: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.count = 0
+        self.written: list[dict[str, Any]] = []
+
+    def add(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> None:
+        self.buffered.append((x, y, rows))
+        self.count += len(rows)
+        while self.count >= self.limit:
+            self._flush(self.limit)
+
+    def close(self) -> list[dict[str, Any]]:
+        if self.count:
+            self._flush(self.count)
+        return self.written
+
+    def _flush(self, rows: int) -> None:
+        x = np.concatenate([b[0] for b in self.buffered])
+        y = np.concatenate([b[1] for b in self.buffered])
+        positions = np.concatenate([b[2] for b in self.buffered])
+        name = f"{self.split}/shard-{self.part:05d}-{len(self.written):05d}.arrow"
+        write_shard(self.directory / name, x[:rows], y[:rows], positions[:rows])
+        self.written.append({"file": name, "rows": rows})
+        rest = len(positions) - rows
+        self.buffered = [(x[rows:], y[rows:], positions[rows:])] if rest else []
+        self.count = rest
+
+
+def write_shard(path: Path, x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> None:
+    """One shard file (Arrow IPC, uncompressed), written under a temporary name first."""
+    import pyarrow as pa
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    width = x.shape[1]
+    features = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(x).reshape(-1)),
+                                                 width)
+    table = pa.table({"x": features, "y": pa.array(y), "row": pa.array(rows)})
+    partial = path.with_name(path.name + ".partial")
+    with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(partial, path)
+
+
+def read_shard(path: Path, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, y, row)`` of a shard: features (rows, width) float32, the raw target, positions.
+
+    The file is memory-mapped: the arrays are views of the page cache, not copies.
+
+    Raises:
+        DataError: the file is missing or damaged.
+    """
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(str(path)) as source:
+            table = pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise DataError(f"data.streaming: cannot read shard {path}: {exc}") from None
+    x = table.column("x").combine_chunks().values.to_numpy(zero_copy_only=False)
+    y = table.column("y").combine_chunks().to_numpy(zero_copy_only=False)
+    rows = table.column("row").combine_chunks().to_numpy(zero_copy_only=False)
+    return x.reshape(-1, width), y, rows
+
+
+def finish(directory: Path, root: Path, data: DataSpec, features: list[str], tally: Tally, *,
+           version: str, uri: str, identity: str) -> ShardSet:
+    """Check what the conversion found, write the index and move the set into place.
+
+    Raises:
+        DataError: infinite feature values, missing or non-finite targets, a class count that
+            does not fit the task (the partial set is removed).
+    """
+    try:
+        classes = _checked(data, tally)
+        index = {"format": FORMAT, "format_version": FORMAT_VERSION, "identity": identity,
+                 "data_version": version, "uri": uri, "feature_names": features,
+                 "target": data.target, "task": data.task, "classes": classes,
+                 "rows": tally.rows, "key": data.streaming.key,
+                 "splits": {split: sorted(tally.shards[split], key=lambda s: s["file"])
+                            for split in SPLITS},
+                 "nan_columns": {split: sorted(tally.nan_columns[split]) for split in SPLITS}}
+        (directory / _INDEX).write_text(json.dumps(index, indent=1))
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    try:
+        os.rename(directory, root)
+    except OSError:  # another process finished the same set first: use theirs
+        shutil.rmtree(directory, ignore_errors=True)
+    return open_shard_set(root)
+
+
+def _checked(data: DataSpec, tally: Tally) -> Optional[list[Any]]:
+    from dbspec.data.prepare import _listing, _plain
+
+    if tally.inf_columns:
+        raise DataError(f"data: infinite values in {', '.join(sorted(tally.inf_columns)[:8])}")
+    if tally.missing_targets:
+        raise DataError(f"data.target: {tally.missing_targets} rows have no target value")
+    if tally.rows == 0:
+        raise DataError("data.source: the source has no rows")
+    if data.task == "regression":
+        if tally.nonfinite_targets:
+            raise DataError("data.target: infinite target values")
+        return None
+    classes = sorted(_plain(c) for c in tally.classes)
+    if data.task == "binary" and len(classes) != 2:
+        raise DataError(f"data.task: binary needs exactly 2 target classes, found {len(classes)}"
+                        f" ({_listing([str(c) for c in classes])})")
+    if len(classes) < 2:
+        raise DataError("data.target: only one class present")
+    return classes
+
+
+def partial_dir(location: Path, identity: str) -> Path:
+    """A fresh temporary directory beside the set's final place."""
+    path = location / f".partial-{identity}-{uuid.uuid4().hex[:8]}"
+    path.mkdir(parents=True)
+    return path
+
+
+def record_batches(dataset, columns: list[str]) -> Iterator:
+    """A dataset's record batches in order, with little read-ahead (memory stays bounded)."""
+    return dataset.to_batches(columns=columns, batch_size=READ_ROWS, batch_readahead=1,
+                              fragment_readahead=1, use_threads=False)

@@ -1,0 +1,182 @@
+"""Preprocessing fitted on a streamed training split, in one pass over its shards.
+
+The pass sums each feature's count, sum, sum of squares, minimum and maximum (float64), keeps
+the training targets (one float32 column, for the target scale) and gathers a uniform sample
+of ``data.streaming.sample_rows`` rows. The steps are fitted on the sample with the in-memory
+code (:func:`dbspec.data.prepare.fit_preprocessing`), then every statistic that the sums give
+exactly replaces the sample's estimate: an impute's mean, a standard or min-max scale's centre
+and scale, for as long as no clip (which the sums cannot follow) came before on that column.
+Medians, quantile clips and robust scales stay sample estimates. When the split has no more
+rows than the sample, the sample is the split and every statistic is exact, as in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from dbspec.data.prepare import FittedStep, Table, fit_preprocessing
+from dbspec.data.shards import ShardSet, read_shard
+from dbspec.data.sources import DataError
+from dbspec.spec.sections.data import DataSpec
+
+
+@dataclass
+class Moments:
+    """Per-column sums over the present values of the training rows."""
+
+    count: np.ndarray
+    total: np.ndarray
+    squares: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    rows: int
+
+
+@dataclass
+class StreamedStats:
+    """What the pass found: the fitted steps and what the model card needs."""
+
+    fitted: list[FittedStep]
+    target_mean: float
+    target_std: float
+    ranges: dict[str, list[Optional[float]]]
+    sampled_rows: int
+    exact: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target_mean": self.target_mean, "target_std": self.target_std,
+                "ranges": self.ranges, "sampled_rows": self.sampled_rows, "exact": self.exact}
+
+
+def fit_streamed(data: DataSpec, shard_set: ShardSet) -> StreamedStats:
+    """One pass over the training shards: moments, targets and the sample; then the steps.
+
+    Raises:
+        DataError: missing values a step cannot take, unknown columns (as in memory).
+    """
+    names = shard_set.feature_names
+    width = len(names)
+    total = shard_set.rows("train")
+    if total == 0:
+        raise DataError("data.split: the training split is empty")
+    wanted = data.streaming.sample_rows
+    chosen = np.arange(total) if total <= wanted else \
+        np.sort(np.random.default_rng(data.split.seed).choice(total, wanted, replace=False))
+    moments = Moments(np.zeros(width), np.zeros(width), np.zeros(width),
+                      np.full(width, np.inf), np.full(width, -np.inf), total)
+    sample, targets, offset = [], [], 0
+    for path, count in shard_set.shards("train"):
+        x, y, _ = read_shard(path, width)
+        _accumulate(moments, x)
+        if data.task == "regression":
+            targets.append(np.asarray(y, dtype=np.float32))
+        low, high = np.searchsorted(chosen, [offset, offset + count])
+        if high > low:
+            sample.append(np.array(x[chosen[low:high] - offset]))
+        offset += count
+    x_sample = np.concatenate(sample)
+    missing = _missing_anywhere(shard_set)
+    _check_complete(data, names, set(shard_set.index["nan_columns"]["train"]))
+    sample_table = Table(x_sample, np.zeros(len(x_sample), dtype=np.float32), names)
+    fitted = fit_preprocessing(data, sample_table, np.arange(len(x_sample)), missing=missing)
+    exact = len(x_sample) == total
+    if not exact:
+        _exact_moments(data, fitted, moments)
+    mean, std = _target_scale(data.task, targets)
+    ranges = {"low": _finite(moments.low), "high": _finite(moments.high)}
+    return StreamedStats(fitted, mean, std, ranges, len(x_sample), exact)
+
+
+def _accumulate(moments: Moments, x: np.ndarray) -> None:
+    values = x.astype(np.float64)
+    present = ~np.isnan(values)
+    filled = np.where(present, values, 0.0)
+    moments.count += present.sum(axis=0)
+    moments.total += filled.sum(axis=0)
+    moments.squares += (filled * filled).sum(axis=0)
+    with np.errstate(invalid="ignore"):
+        moments.low = np.fmin(moments.low, np.nanmin(np.where(present, values, np.inf), axis=0))
+        moments.high = np.fmax(moments.high, np.nanmax(np.where(present, values, -np.inf),
+                                                       axis=0))
+
+
+def _missing_anywhere(shard_set: ShardSet) -> np.ndarray:
+    missing = set().union(*(set(columns) for columns in shard_set.index["nan_columns"].values()))
+    return np.array([name in missing for name in shard_set.feature_names])
+
+
+def _check_complete(data: DataSpec, names: list[str], train_missing: set) -> None:
+    """A step other than impute on a column with missing training values fails, as in memory
+    (the sample alone may not hold a missing value)."""
+    from dbspec.data.prepare import _columns
+
+    imputed: set = set()
+    for index, step in enumerate(data.preprocessing):
+        where = f"data.preprocessing.{index}.{step.key}"
+        columns = {names[c] for c in _columns(step.args.columns, names, where)}
+        if step.key == "impute":
+            imputed |= columns
+            continue
+        bad = sorted(columns & (train_missing - imputed), key=names.index)
+        if bad:
+            raise DataError(f"{where}: missing values in {', '.join(bad[:8])}; put an impute "
+                            "step before it")
+
+
+def _exact_moments(data: DataSpec, fitted: list[FittedStep], m: Moments) -> None:
+    """Replace sample estimates by exact values where the sums give them (module docstring)."""
+    n = float(m.rows)
+    count, s1, s2 = m.count.copy(), m.total.copy(), m.squares.copy()
+    low, high = m.low.copy(), m.high.copy()
+    exact = np.ones(len(s1), dtype=bool)
+    for step, spec_step in zip(fitted, data.preprocessing):
+        cols = np.array(step.columns, dtype=np.int64)
+        if step.kind == "impute":
+            fill = np.array(step.params["fill"], dtype=np.float64)
+            if spec_step.args.strategy == "mean":
+                mean = np.where(count[cols] > 0, s1[cols] / np.maximum(count[cols], 1), 0.0)
+                fill = np.where(exact[cols], mean, fill)
+                step.params["fill"] = fill.tolist()
+            gap = n - count[cols]
+            s1[cols] += fill * gap
+            s2[cols] += fill * fill * gap
+            low[cols] = np.where(gap > 0, np.fmin(low[cols], fill), low[cols])
+            high[cols] = np.where(gap > 0, np.fmax(high[cols], fill), high[cols])
+            count[cols] = n
+            continue
+        if step.kind == "clip":
+            exact[cols] = False
+            continue
+        center = np.array(step.params["center"], dtype=np.float64)
+        scale = np.array(step.params["scale"], dtype=np.float64)
+        if spec_step.key in ("standard_scale", "minmax_scale"):
+            if spec_step.key == "standard_scale":
+                mean = s1[cols] / n
+                deviation = np.sqrt(np.maximum(s2[cols] / n - mean * mean, 0.0))
+                new_center, new_scale = mean, deviation
+            else:
+                new_center, new_scale = low[cols], high[cols] - low[cols]
+            new_scale = np.where(new_scale > 0, new_scale, 1.0)
+            center = np.where(exact[cols], new_center, center)
+            scale = np.where(exact[cols], new_scale, scale)
+            step.params.update(center=center.tolist(), scale=scale.tolist())
+        s1_old = s1[cols]
+        s1[cols] = (s1_old - n * center) / scale
+        s2[cols] = (s2[cols] - 2 * center * s1_old + n * center * center) / (scale * scale)
+        low[cols], high[cols] = (low[cols] - center) / scale, (high[cols] - center) / scale
+
+
+def _target_scale(task: str, targets: list[np.ndarray]) -> tuple[float, float]:
+    """As the in-memory path: regression targets standardised on the training split."""
+    if task != "regression" or not targets:
+        return 0.0, 1.0
+    y = np.concatenate(targets)
+    std = float(y.std())
+    return float(y.mean()), std if std > 0 else 1.0
+
+
+def _finite(values: np.ndarray) -> list[Optional[float]]:
+    return [float(v) if np.isfinite(v) else None for v in values]

@@ -1,0 +1,309 @@
+"""Batches streamed from a shard set: rank-aware, shuffled by seed and epoch, prefetched, and
+resumable in the middle of an epoch.
+
+An epoch's plan is a pure function of (the set's index, seed, epoch, rank, world size): the
+shard order is a permutation drawn from the seed and the epoch; rank ``r`` of ``w`` takes every
+``w``-th shard of it; its rows are read a window of ``shuffle_window`` shards at a time and
+permuted within the window (a torch generator seeded from the seed, epoch and rank); batches are
+cut from that stream of rows. So two ranks see disjoint rows that together cover the split
+once, and a run resumed at batch ``k`` (the loader's whole state is ``(epoch, k)``) sees exactly
+the rows the uninterrupted run would have seen from there.
+
+Every rank runs the same number of steps, as DDP needs: when ranks hold different row counts
+(shards are not all the same size), each splits its rows into the steps of the largest rank,
+so a step's batch differs by a few rows between ranks and no row is repeated or left out.
+
+On one rank with the whole split in one window, an epoch-0 order equals the in-memory loop's
+(``torch.randperm`` of the training rows from a generator seeded with the seed), so the two paths
+give the same first epoch on small data.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+import numpy as np
+
+from dbspec.data.shards import ShardSet, read_shard
+from dbspec.data.sources import DataError
+
+#: The epoch/rank strides of the generator seeds (primes: (seed, epoch, rank) never collide in
+#: practice, and epoch 0 of rank 0 is the seed itself).
+_EPOCH_STRIDE, _RANK_STRIDE = 1_000_003, 7_919
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """How a split streams (the spec's ``data.streaming`` and the batch size)."""
+
+    batch_size: int
+    seed: int
+    shuffle: bool = True
+    window: int = 4
+    prefetch: int = 1
+    cache_dir: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """One rank's epoch: its pieces of shards in reading order and its batch sizes.
+
+    Attributes:
+        pieces: ``(path, first row, end row)`` of each shard part this rank reads.
+        batch_sizes: Rows of each of its batches (every rank has as many).
+    """
+
+    pieces: list[tuple[Path, int, int]]
+    batch_sizes: list[int]
+
+    @property
+    def rows(self) -> int:
+        return sum(stop - start for _, start, stop in self.pieces)
+
+
+def epoch_plan(shards: list[tuple[Path, int]], settings: StreamSettings, *, epoch: int,
+               rank: int = 0, world: int = 1) -> EpochPlan:
+    """The pieces and batch sizes of ``rank`` in ``epoch`` (see the module docstring).
+
+    The epoch's shards, in their shuffled order, form one sequence of rows; rank ``r`` reads
+    the ``r``-th of ``world`` equal ranges of it (rows differ by at most one between ranks),
+    so it opens only the shards its range touches.
+
+    Raises:
+        DataError: the split has fewer rows than there are ranks.
+    """
+    order = list(range(len(shards)))
+    if settings.shuffle:
+        order = [int(i) for i in np.random.default_rng([settings.seed, epoch])
+                 .permutation(len(shards))]
+    total = sum(rows for _, rows in shards)
+    if total < world:
+        raise DataError(f"data.streaming: {total} rows to share between {world} ranks; every "
+                        "rank needs at least one")
+    bounds = [total * r // world for r in range(world + 1)]
+    low, high = bounds[rank], bounds[rank + 1]
+    pieces, offset = [], 0
+    for index in order:
+        path, rows = shards[index]
+        start, stop = max(low, offset), min(high, offset + rows)
+        if start < stop:
+            pieces.append((path, start - offset, stop - offset))
+        offset += rows
+    widest = bounds[1] - bounds[0] if world == 1 else max(
+        bounds[r + 1] - bounds[r] for r in range(world))
+    steps = math.ceil(widest / settings.batch_size)
+    return EpochPlan(pieces, _batch_sizes(high - low, steps, settings.batch_size))
+
+
+def _batch_sizes(rows: int, steps: int, batch: int) -> list[int]:
+    """``rows`` cut into ``steps`` batches: full batches and a remainder when that makes
+    ``steps``, else as even as can be (a rank with fewer rows than the largest)."""
+    if steps == 0:
+        return []
+    if math.ceil(rows / batch) == steps:
+        return [batch] * (rows // batch) + ([rows % batch] if rows % batch else [])
+    base, extra = divmod(rows, steps)
+    return [base + (1 if i < extra else 0) for i in range(steps)]
+
+
+class StreamedSplit:
+    """A split of a shard set as training batches (or, unshuffled, as scoring batches).
+
+    Args:
+        shard_set: The set.
+        split: ``train``, ``validation`` or ``test``.
+        settings: Batch size, seed, shuffling, prefetch and cache.
+        prepare: Turns a window's ``(x, y)`` numpy arrays into what batches are cut from
+            (the served model's transform and the training form of the target, as tensors);
+            runs in the prefetch thread.
+        rank, world: This process's rank and the world size.
+    """
+
+    def __init__(self, shard_set: ShardSet, split: str, settings: StreamSettings,
+                 prepare: Callable[[np.ndarray, np.ndarray], tuple[Any, Any]],
+                 *, rank: int = 0, world: int = 1):
+        self.shard_set, self.split, self.settings = shard_set, split, settings
+        self.prepare, self.rank, self.world = prepare, rank, world
+        self.width = len(shard_set.feature_names)
+        self.stall_seconds = 0.0  # time the consumer waited for data, summed over epochs
+        self.rows_seen: Optional[list[np.ndarray]] = None  # row positions, when recording
+
+    def plan(self, epoch: int) -> EpochPlan:
+        return epoch_plan(self.shard_set.shards(self.split), self.settings, epoch=epoch,
+                          rank=self.rank, world=self.world)
+
+    def num_batches(self, epoch: int = 0) -> int:
+        return len(self.plan(epoch).batch_sizes)
+
+    def rows(self, epoch: int = 0) -> int:
+        """This rank's rows in ``epoch``."""
+        return self.plan(epoch).rows
+
+    def example(self, rows: int = 2):
+        """The first rows of the split, prepared (for shape checks and model graphs)."""
+        path, _ = self.shard_set.shards(self.split)[0]
+        x, y, _ = read_shard(self._local(path), self.width)
+        return self.prepare(np.array(x[:rows]), _labels(self.shard_set, y[:rows]))
+
+    def batches(self, epoch: int, start: int = 0) -> Iterator[tuple[Any, Any]]:
+        """``(x, y)`` batches of ``epoch`` from batch ``start`` on (a mid-epoch resume)."""
+        plan = self.plan(epoch)
+        sizes = plan.batch_sizes
+        skip = sum(sizes[:start])
+        generator = self._generator(epoch)
+        windows = [plan.pieces[i:i + self.settings.window]
+                   for i in range(0, len(plan.pieces), self.settings.window)]
+        sizes_of = [sum(stop - begin for _, begin, stop in window) for window in windows]
+        # each window's permutation, drawn in order (skipped windows too)
+        orders = [self._permutation(rows, generator) for rows in sizes_of]
+        first = 0
+        while first < len(windows) and skip >= sizes_of[first]:
+            skip -= sizes_of[first]
+            first += 1
+        loaded = self._windows(windows[first:], orders[first:])
+        yield from self._cut(loaded, sizes[start:], skip)
+
+    def _generator(self, epoch: int):
+        import torch
+
+        seed = self.settings.seed + _EPOCH_STRIDE * epoch + _RANK_STRIDE * self.rank
+        return torch.Generator().manual_seed(seed)
+
+    def _permutation(self, rows: int, generator):
+        import torch
+
+        if not self.settings.shuffle:
+            return None
+        return torch.randperm(rows, generator=generator)
+
+    def _cut(self, loaded: Iterator, sizes: list[int], skip: int) -> Iterator[tuple[Any, Any]]:
+        """Batches of ``sizes`` rows from the stream of windows (a batch may span two); the
+        first ``skip`` rows of the first window were consumed before a resume."""
+        import torch
+
+        window_x = window_y = None
+        position, first = 0, True
+        for want in sizes:
+            parts_x, parts_y, held = [], [], 0
+            while held < want:
+                if window_x is None or position >= len(window_x):
+                    waited = time.perf_counter()
+                    item = next(loaded, None)
+                    self.stall_seconds += time.perf_counter() - waited
+                    if item is None:  # the index promised more rows than the shards hold
+                        raise DataError(f"data.streaming: the {self.split} shards of "
+                                        f"{self.shard_set.root} hold fewer rows than their "
+                                        "index says; convert the source again")
+                    window_x, window_y = item
+                    position, first = (skip if first else 0), False
+                take = min(want - held, len(window_x) - position)
+                parts_x.append(window_x[position:position + take])
+                parts_y.append(window_y[position:position + take])
+                position += take
+                held += take
+            if len(parts_x) == 1:
+                yield parts_x[0], parts_y[0]
+            else:
+                yield torch.cat(parts_x), torch.cat(parts_y)
+
+    def _windows(self, windows: list, orders: list) -> Iterator[tuple[Any, Any]]:
+        """Prepared windows in order, read ahead by a background thread."""
+        ahead = self.settings.prefetch
+        if ahead == 0:
+            for window, order in zip(windows, orders):
+                yield self._load(window, order)
+            return
+        box: queue.Queue = queue.Queue(maxsize=ahead)
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for window, order in zip(windows, orders):
+                    item = ("ok", self._load(window, order))
+                    while not stop.is_set():
+                        try:
+                            box.put(item, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                box.put(("end", None))
+            except BaseException as exc:  # carried to the consumer, raised there
+                box.put(("error", exc))
+
+        thread = threading.Thread(target=produce, name="dbspec-prefetch", daemon=True)
+        thread.start()
+        try:
+            while True:
+                status, item = box.get()
+                if status == "end":
+                    return
+                if status == "error":
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            while thread.is_alive():
+                try:
+                    box.get_nowait()
+                except queue.Empty:
+                    pass
+                thread.join(timeout=0.05)
+
+    def _load(self, window: list[tuple[Path, int, int]], order) -> tuple[Any, Any]:
+        """One window's rows, prepared and in the window's shuffled order."""
+        import torch
+
+        parts = []
+        for path, start, stop in window:
+            x, y, positions = read_shard(self._local(path), self.width)
+            parts.append((x[start:stop], y[start:stop], positions[start:stop]))
+        x = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
+        y = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+        if self.rows_seen is not None:
+            positions = np.concatenate([p[2] for p in parts])
+            self.rows_seen.append(positions if order is None else positions[order.numpy()])
+        xt, yt = self.prepare(np.asarray(x), _labels(self.shard_set, y))
+        if order is not None:
+            xt, yt = xt[order], yt[order]
+        return xt, yt if isinstance(yt, torch.Tensor) else torch.as_tensor(yt)
+
+    def _local(self, path: Path) -> Path:
+        """The shard itself, or its copy in the node-local cache (copied on first use)."""
+        cache = self.settings.cache_dir
+        if cache is None:
+            return path
+        local = Path(cache) / self.shard_set.root.name / path.relative_to(self.shard_set.root)
+        if not local.exists():
+            local.parent.mkdir(parents=True, exist_ok=True)
+            partial = local.with_name(f"{local.name}.{threading.get_ident()}.partial")
+            shutil.copyfile(path, partial)
+            partial.replace(local)
+        return local
+
+
+def _labels(shard_set: ShardSet, y: np.ndarray) -> np.ndarray:
+    """Targets as trained: regression values as float32, class labels as their index."""
+    classes = shard_set.classes
+    if classes is None:
+        return np.asarray(y, dtype=np.float32)
+    return np.searchsorted(np.asarray(classes), y).astype(np.int64)
+
+
+def split_arrays(shard_set: ShardSet, split: str, *, rows: int = 262_144
+                 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(x, y)`` numpy blocks of a split in stored order (scoring and statistics passes):
+    raw features float32, targets encoded as trained (class index, regression value)."""
+    width = len(shard_set.feature_names)
+    for path, _ in shard_set.shards(split):
+        x, y, _ = read_shard(path, width)
+        for start in range(0, len(x), rows):
+            yield x[start:start + rows], _labels(shard_set, y[start:start + rows])
