@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from dbspec.errors import DbspecError
+from dbspec.faults import pause_point
 from dbspec.spec.sections.training import TrainingSpec
 from dbspec.spec.semantics import lower_is_better
 from dbspec.training.checkpoints import CheckpointStore
@@ -444,6 +445,7 @@ def _step_checkpointer(state: _RunState, checkpoints, training: TrainingSpec,
         return None
 
     def save(epoch: int, step: int, total: torch.Tensor) -> None:
+        pause_point(f"train.step.{epoch}.{step}")  # a test seam: kill here, between checkpoints
         if step % every or step >= tensors.train.num_batches(epoch):
             return  # the epoch's own checkpoint follows at its end
         in_epoch = {"epoch": epoch, "step": step, "loss_total": float(total)}
