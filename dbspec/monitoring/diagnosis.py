@@ -67,6 +67,9 @@ GPU_COMPUTE_BOUND_PERCENT = 90.0  # over this: compute-bound, as it should be
 HOST_THREAD_BUSY_CORES = 0.9
 
 # --- variability ---------------------------------------------------------------------------
+# Streamed data (data.streaming): training waited for the next window of shards longer than
+# this share of its epochs' time: an input stall.
+INPUT_STALL_SHARE = 0.1
 UNEVEN_BETWEEN_EPOCHS = 0.25  # coefficient of variation of samples/s between epochs
 UNEVEN_WITHIN_EPOCHS = 1.0  # mean coefficient of variation of step times within epochs
 
@@ -141,6 +144,9 @@ def diagnose(samples: Sequence[Sample], history: Sequence[dict], facts: RunFacts
     if facts.device == "cuda" and facts.gpu_unavailable:
         findings.append(Finding("gpu_unmeasured", f"GPU use was not measured: "
                                                   f"{facts.gpu_unavailable}"))
+    stall = _input_stall(history)
+    if stall is not None:
+        findings.append(stall)
     uneven = _variability(history, busy=load.finding is not None)
     if uneven is not None:
         findings.append(uneven)
@@ -278,6 +284,25 @@ def _cpu(quiet: Sequence[Sample], history: Sequence[dict], facts: RunFacts) -> l
         findings.append(Finding("cpu_saturated", f"the run kept {who} busy: compute-bound on "
                                                  "the CPU", advice))
     return findings
+
+
+def _input_stall(history: Sequence[dict]) -> Optional[Finding]:
+    """How long a streamed run waited for its shards (None for in-memory data): a finding
+    with advice over :data:`INPUT_STALL_SHARE` of the epochs' time, else the figure alone."""
+    stalls = [e["input_stall_seconds"] for e in history if "input_stall_seconds" in e]
+    if not stalls:
+        return None
+    waited = sum(stalls)
+    spent = sum(e.get("epoch_seconds", 0.0) for e in history if "input_stall_seconds" in e)
+    share = waited / spent if spent > 0 else 0.0
+    if share > INPUT_STALL_SHARE:
+        return Finding("input_stalled", f"training waited for streamed shards {share:.0%} of "
+                                        f"its time ({waited:.1f} s): an input stall",
+                       "raise data.streaming.prefetch (windows read ahead), set "
+                       "data.streaming.cache_dir to a local disk when the shards' location is "
+                       "remote or slow, or use larger shards (shard_size_mb)")
+    return Finding("input_kept_up", f"the shard stream kept up: training waited for data "
+                                    f"{share:.1%} of its time ({waited:.2f} s)")
 
 
 def _variability(history: Sequence[dict], *, busy: bool) -> Optional[Finding]:

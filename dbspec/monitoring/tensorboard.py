@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 _GROUPS = (("train_loss", "loss/train"), ("val_loss", "loss/val"), ("lr", "optim/lr"))
 _SPEED = ("samples_per_second", "epoch_seconds", "step_time_ms", "data_seconds",
-          "compute_seconds")
+          "compute_seconds", "input_stall_seconds")
 
 
 def settings_of(tracking) -> Optional[Any]:

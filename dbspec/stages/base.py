@@ -55,6 +55,8 @@ class Reporter:
             shown += "  gpu " + "/".join(f"{v:.0f}%" for v in gpus)
         if "samples_per_second" in metrics:
             shown += f"  {metrics['samples_per_second']:,.0f} samples/s"
+        if metrics.get("input_stall_seconds", 0.0) >= 0.05:  # streamed data waited for
+            shown += f"  stalled {metrics['input_stall_seconds']:.1f} s"
         self.progress("epoch", epoch + 1, epochs, shown)
 
     def progress(self, unit: str, done: int, total: int, detail: str = "") -> None:

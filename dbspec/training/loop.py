@@ -270,6 +270,7 @@ class _EpochPass:
         started = time.perf_counter()
         self.network.train()
         batches = _Batches.of(tensors, self.training.batch_size, state, epoch)
+        stalled = tensors.train.stall_seconds if is_streamed(tensors) else 0.0
         if self.engine is not None:
             total, timing = _run_engine_epoch(self.network, batches, self.loss_fn, self.engine,
                                               self.training.gradient_accumulation,
@@ -279,6 +280,8 @@ class _EpochPass:
                                        state.optimizer, state.scheduler, self.autocast,
                                        self.scaler, self.on_update)
         metrics = {"train_loss": total / rows, **timing.metrics()}
+        if is_streamed(tensors):  # waiting for the next window of shards: an input stall
+            metrics["input_stall_seconds"] = tensors.train.stall_seconds - stalled
         # this process's own training pass: not the epoch-end reduction, where a rank waits
         # for the slowest one, nor validation
         worked = time.perf_counter() - started
