@@ -161,13 +161,16 @@ class StreamedSplit:
         windows = [plan.pieces[i:i + self.settings.window]
                    for i in range(0, len(plan.pieces), self.settings.window)]
         sizes_of = [sum(stop - begin for _, begin, stop in window) for window in windows]
-        # each window's permutation, drawn in order (skipped windows too)
-        orders = [self._permutation(rows, generator) for rows in sizes_of]
         first = 0
         while first < len(windows) and skip >= sizes_of[first]:
             skip -= sizes_of[first]
             first += 1
-        loaded = self._windows(windows[first:], orders[first:])
+        # each window's permutation is drawn in order, one window at a time; those of the
+        # windows a resume skips are drawn and dropped, so the rest come out the same
+        for rows in sizes_of[:first]:
+            self._permutation(rows, generator)
+        orders = (self._permutation(rows, generator) for rows in sizes_of[first:])
+        loaded = self._windows(windows[first:], orders)
         yield from self._cut(loaded, sizes[start:], skip)
 
     def _generator(self, epoch: int):
@@ -213,7 +216,7 @@ class StreamedSplit:
             else:
                 yield torch.cat(parts_x), torch.cat(parts_y)
 
-    def _windows(self, windows: list, orders: list) -> Iterator[tuple[Any, Any]]:
+    def _windows(self, windows: list, orders: Iterator) -> Iterator[tuple[Any, Any]]:
         """Prepared windows in order, read ahead by a background thread."""
         ahead = self.settings.prefetch
         if ahead == 0:
