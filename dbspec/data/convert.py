@@ -97,6 +97,7 @@ def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
         DataError: a missing path or table, an unreadable source.
     """
     import pyarrow as pa
+    import pyarrow.csv  # noqa: F401 - pa.csv is a submodule: not there until imported
     import pyarrow.dataset as ds
 
     source = data.source

@@ -48,8 +48,11 @@ def shard_rows(features: int, shard_size_mb: int) -> int:
 def shard_identity(data: DataSpec, version: str) -> str:
     """What the shards' content depends on, hashed: the set's directory name carries it."""
     streaming = data.streaming
+    # how the version was asked for (latest, a version number, a timestamp) does not change
+    # the rows: the resolved version does, so a pinned rerun reuses the latest's shards
+    source = data.source.model_dump(mode="json", exclude={"version", "timestamp"})
     identity = {"format": [FORMAT, FORMAT_VERSION], "version": version,
-                "source": data.source.model_dump(mode="json"), "target": data.target,
+                "source": source, "target": data.target,
                 "features": data.features, "task": data.task,
                 "split": data.split.model_dump(mode="json", exclude={"stratify"}),
                 "key": streaming.key, "shard_size_mb": streaming.shard_size_mb}

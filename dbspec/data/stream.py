@@ -2,16 +2,17 @@
 resumable in the middle of an epoch.
 
 An epoch's plan is a pure function of (the set's index, seed, epoch, rank, world size): the
-shard order is a permutation drawn from the seed and the epoch; rank ``r`` of ``w`` takes every
-``w``-th shard of it; its rows are read a window of ``shuffle_window`` shards at a time and
-permuted within the window (a torch generator seeded from the seed, epoch and rank); batches are
-cut from that stream of rows. So two ranks see disjoint rows that together cover the split
-once, and a run resumed at batch ``k`` (the loader's whole state is ``(epoch, k)``) sees exactly
-the rows the uninterrupted run would have seen from there.
+shard order is a permutation drawn from the seed and the epoch; those shards, in that order, are
+one sequence of rows, and rank ``r`` of ``w`` takes the ``r``-th of ``w`` equal ranges of it;
+its rows are read a window of ``shuffle_window`` shard pieces at a time and permuted within the
+window (a torch generator seeded from the seed, epoch and rank); batches are cut from that
+stream of rows. So ranks see disjoint rows that together cover the split once, and a run
+resumed at batch ``k`` (the loader's whole state is ``(epoch, k)``) sees exactly the rows the
+uninterrupted run would have seen from there.
 
-Every rank runs the same number of steps, as DDP needs: when ranks hold different row counts
-(shards are not all the same size), each splits its rows into the steps of the largest rank,
-so a step's batch differs by a few rows between ranks and no row is repeated or left out.
+Every rank runs the same number of steps, as DDP needs: ranges differ by at most one row, and
+the step count is the smallest rank's; a rank with one row more spreads it over its batches,
+so no row is repeated or left out and no batch is empty.
 
 On one rank with the whole split in one window, an epoch-0 order equals the in-memory loop's
 (``torch.randperm`` of the training rows from a generator seeded with the seed), so the two paths
@@ -96,15 +97,14 @@ def epoch_plan(shards: list[tuple[Path, int]], settings: StreamSettings, *, epoc
         if start < stop:
             pieces.append((path, start - offset, stop - offset))
         offset += rows
-    widest = bounds[1] - bounds[0] if world == 1 else max(
-        bounds[r + 1] - bounds[r] for r in range(world))
-    steps = math.ceil(widest / settings.batch_size)
+    narrowest = min(bounds[r + 1] - bounds[r] for r in range(world))
+    steps = math.ceil(narrowest / settings.batch_size)
     return EpochPlan(pieces, _batch_sizes(high - low, steps, settings.batch_size))
 
 
 def _batch_sizes(rows: int, steps: int, batch: int) -> list[int]:
     """``rows`` cut into ``steps`` batches: full batches and a remainder when that makes
-    ``steps``, else as even as can be (a rank with fewer rows than the largest)."""
+    ``steps``, else as even as can be (a rank with a row more than the smallest)."""
     if steps == 0:
         return []
     if math.ceil(rows / batch) == steps:
@@ -204,11 +204,13 @@ class StreamedSplit:
                         raise DataError(f"data.streaming: the {self.split} shards of "
                                         f"{self.shard_set.root} hold fewer rows than their "
                                         "index says; convert the source again")
-                    window_x, window_y = item
+                    window_x, window_y, window_rows = item
                     position, first = (skip if first else 0), False
                 take = min(want - held, len(window_x) - position)
                 parts_x.append(window_x[position:position + take])
                 parts_y.append(window_y[position:position + take])
+                if self.rows_seen is not None:
+                    self.rows_seen.append(window_rows[position:position + take])
                 position += take
                 held += take
             if len(parts_x) == 1:
@@ -261,8 +263,9 @@ class StreamedSplit:
                     pass
                 thread.join(timeout=0.05)
 
-    def _load(self, window: list[tuple[Path, int, int]], order) -> tuple[Any, Any]:
-        """One window's rows, prepared and in the window's shuffled order."""
+    def _load(self, window: list[tuple[Path, int, int]], order) -> tuple[Any, Any, Any]:
+        """One window's rows, prepared and in the window's shuffled order, with their
+        positions when they are being recorded (else None)."""
         import torch
 
         parts = []
@@ -271,13 +274,14 @@ class StreamedSplit:
             parts.append((x[start:stop], y[start:stop], positions[start:stop]))
         x = parts[0][0] if len(parts) == 1 else np.concatenate([p[0] for p in parts])
         y = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
-        if self.rows_seen is not None:
+        positions = None
+        if self.rows_seen is not None:  # the rows' positions, recorded as batches are cut
             positions = np.concatenate([p[2] for p in parts])
-            self.rows_seen.append(positions if order is None else positions[order.numpy()])
+            positions = positions if order is None else positions[order.numpy()]
         xt, yt = self.prepare(np.asarray(x), _labels(self.shard_set, y))
         if order is not None:
             xt, yt = xt[order], yt[order]
-        return xt, yt if isinstance(yt, torch.Tensor) else torch.as_tensor(yt)
+        return xt, yt if isinstance(yt, torch.Tensor) else torch.as_tensor(yt), positions
 
     def _local(self, path: Path) -> Path:
         """The shard itself, or its copy in the node-local cache (copied on first use)."""
@@ -286,10 +290,15 @@ class StreamedSplit:
             return path
         local = Path(cache) / self.shard_set.root.name / path.relative_to(self.shard_set.root)
         if not local.exists():
-            local.parent.mkdir(parents=True, exist_ok=True)
             partial = local.with_name(f"{local.name}.{threading.get_ident()}.partial")
-            shutil.copyfile(path, partial)
-            partial.replace(local)
+            try:
+                local.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, partial)
+                partial.replace(local)
+            except OSError as exc:
+                partial.unlink(missing_ok=True)
+                raise DataError(f"data.streaming.cache_dir: cannot copy shard {path} into "
+                                f"{local.parent}: {exc.strerror or exc}") from None
         return local
 
 
