@@ -88,6 +88,13 @@ class OpenedSource:
     uri: str
     file_format: Any = None  # the dataset's format, for Spark tasks reading single files
     spark_files: bool = True  # whether Spark tasks may convert its files one by one
+    root: Optional[str] = None  # what the dataset's file paths are relative to (Delta)
+
+    def file_path(self, fragment) -> str:
+        """A fragment's file as a Spark task opens it: Delta's are relative to the table."""
+        if self.root is None or fragment.path.startswith("/") or "://" in fragment.path:
+            return fragment.path
+        return f"{self.root.rstrip('/')}/{fragment.path}"
 
 
 def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
@@ -114,7 +121,7 @@ def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
         except Exception as exc:  # delta-rs refuses table features it cannot read
             raise DataError(f"data.source: cannot read Delta table {path}: {exc}") from None
         return OpenedSource(dataset, f"delta-v{table.version()}", str(path), ds.ParquetFileFormat(),
-                            spark_files=not partitioned)
+                            spark_files=not partitioned, root=str(path))
     if source.kind in ("parquet", "csv"):
         from dbspec.data.sources import resolve_version
 
@@ -239,7 +246,8 @@ def _convert_on_spark(spark, opened: OpenedSource, layout: Layout, directory: Pa
     for fragment in fragments:
         offsets.append(position)
         position += fragment.count_rows()
-    jobs = [(part, fragment.path, offsets[part]) for part, fragment in enumerate(fragments)]
+    jobs = [(part, opened.file_path(fragment), offsets[part])
+            for part, fragment in enumerate(fragments)]
     if not jobs:
         return Tally()
     say(f"  converting {len(jobs)} file(s), {position:,} rows, in Spark tasks")

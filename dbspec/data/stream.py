@@ -319,3 +319,16 @@ def split_arrays(shard_set: ShardSet, split: str, *, rows: int = 262_144
         x, y, _ = read_shard(path, width)
         for start in range(0, len(x), rows):
             yield x[start:start + rows], _labels(shard_set, y[start:start + rows])
+
+
+def tensor_of(array: np.ndarray):
+    """A CPU tensor over ``array`` without a copy. Shards are read-only memory maps, which
+    torch warns about because a tensor could write into them; nothing here does (inputs are
+    only read), so the warning is silenced rather than every block copied."""
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.ascontiguousarray(array))

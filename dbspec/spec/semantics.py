@@ -166,12 +166,6 @@ def _check_streaming(spec: Spec, found: _Findings) -> None:
                     "use a row ID column")
     if streaming.enabled is False and streaming.in_memory_limit_mb is not None:
         found.warning(("data", "streaming", "in_memory_limit_mb"), "ignored: enabled is false")
-    from dbspec.spark.placement import ranks_on_executors
-
-    if ranks_on_executors(spec) and streaming.location is None and spec.spark.shared_dir is None:
-        found.warning(("data", "streaming", "location"), "the training ranks run on executors, "
-                      "which read the shards: set location or spark.shared_dir to a directory "
-                      "every node mounts (or give DBSPEC_SHARED_DIR / --shared-dir at run time)")
 
 
 def _check_unique(path: tuple, items: list, found: _Findings) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from dbspec.spec.sections.lifecycle import DEFAULT_METRICS, DEFAULT_PLOTS
 from dbspec.stages.base import StageContext, registry_name, write_json
+from dbspec.data.stream import tensor_of
 from dbspec.stages.data import load_data_access
 from dbspec.stages.outputs import (EvaluateOutput, LoadDataOutput, PromoteOutput,
                                    RegisterOutput, TrainOutput)
@@ -26,7 +27,7 @@ def _score(served, x: np.ndarray) -> np.ndarray:
     import torch
 
     with torch.inference_mode():
-        return served(torch.from_numpy(np.ascontiguousarray(x))).numpy()
+        return served(tensor_of(x)).numpy()
 
 
 class EvaluateStage:
@@ -123,8 +124,7 @@ def _loss(served, data, split: str) -> float:
     loss_fn = build_loss(card.loss)
     total, rows = 0.0, 0
     for features, target in data.blocks(split):
-        x = torch.from_numpy(np.ascontiguousarray(features))
-        y = torch.from_numpy(np.ascontiguousarray(target))
+        x, y = tensor_of(features), tensor_of(target)
         with torch.inference_mode():
             out = served.network(served.transform(x))
             if card.task == "regression":
@@ -149,7 +149,7 @@ def _baseline_loss(served, targets: np.ndarray) -> Optional[float]:
     if len(targets) == 0:
         return None
     card = served.card
-    y = torch.from_numpy(np.ascontiguousarray(targets))
+    y = tensor_of(targets)
     if card.task == "regression":
         target = ((y.double() - card.target_mean) / card.target_std).float().unsqueeze(1)
         constant = torch.zeros_like(target)

@@ -3,14 +3,13 @@ search trial read instead of in-memory tensors."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from dbspec.data.shards import ShardSet
-from dbspec.data.stream import StreamedSplit, StreamSettings
+from dbspec.data.stream import StreamedSplit, StreamSettings, tensor_of
 from dbspec.training.loop import StreamedTensors
 
 #: Rows per validation batch (scoring only: no gradient, so large batches are cheap).
@@ -34,10 +33,7 @@ def preparer(served):
     card = served.card
 
     def prepare(x: np.ndarray, y: np.ndarray) -> tuple[Any, Any]:
-        with warnings.catch_warnings():  # shards are read-only memory maps; nothing writes
-            warnings.simplefilter("ignore", UserWarning)
-            xt = torch.from_numpy(np.ascontiguousarray(x))
-            yt = torch.from_numpy(np.ascontiguousarray(y))
+        xt, yt = tensor_of(x), tensor_of(y)
         with torch.no_grad():
             xt = served.transform(xt)
         if card.task == "regression":

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dbspec.plan import compile_plan
 from dbspec.spec import load_spec
-from tests.conftest import run_main
-
 PLAIN = """\
 name: streamed
 data:
@@ -36,11 +34,3 @@ def test_without_streaming_the_split_does_not_rerun_load_data(write_spec):
     reseeded = _fingerprints(write_spec, PLAIN.replace("  task:", "  split: {seed: 7}\n  task:"))
     assert reseeded["load_data"] == base["load_data"]
     assert reseeded["split"] != base["split"]
-
-
-def test_ranks_on_executors_without_a_shared_place_for_shards_warn(write_spec):
-    path = write_spec(STREAMED + "compute: {kind: torch_distributor, num_processes: 2, "
-                      "local_mode: false}\n")
-    code, out, err = run_main("validate", path)
-    assert code == 0
-    assert "data.streaming.location" in out + err and "every node mounts" in out + err
