@@ -217,7 +217,7 @@ def _convert_here(opened: OpenedSource, layout: Layout, directory: Path,
     """Stream the source's record batches through this process."""
     batches = record_batches(opened.dataset, layout.columns)
     if limit is not None:
-        batches = _first(batches, limit)
+        batches = first_rows(batches, limit)
     told = [time.monotonic()]
 
     def progress(rows: int) -> None:
@@ -228,7 +228,8 @@ def _convert_here(opened: OpenedSource, layout: Layout, directory: Path,
     return convert_batches(batches, layout, directory, part=0, progress=progress)
 
 
-def _first(batches, limit: int):
+def first_rows(batches, limit: int):
+    """The first ``limit`` rows of a stream of record batches."""
     left = limit
     for batch in batches:
         if left <= 0:

@@ -2,17 +2,20 @@
 
 A shard set is a directory: ``index.json`` (feature names, classes, the shards of each split and
 their row counts, what the conversion found) and ``<split>/shard-<part>-<n>.arrow`` files, each
-an uncompressed Arrow IPC file with three columns: ``x`` (the features, a fixed-size list of
-float32), ``y`` (the target as read) and ``row`` (the row's position within the pinned source
-version). Every split of a row is decided here, by a hash of its key or of its position, so a
-split never needs the whole table.
+an uncompressed Arrow IPC file with the features as float32 columns ``f0``, ``f1``... (nulls for
+missing values), ``y`` (the target as read) and ``row`` (the row's position within the pinned
+source version). Every split of a row is decided here, by a hash of its key or of its position,
+so a split never needs the whole table.
 
-The conversion streams Arrow record batches (memory stays a few shards whatever the source's
-size); under the Spark executor the source's files are converted by Spark tasks in parallel,
-each writing its own shards (:func:`convert_on_spark`). A set is written under a temporary
-name and renamed when complete, and its directory name carries its identity (source, data
-version, target, features, split, key, shard size), so an unchanged rerun reuses it and a new
-data version gets new shards.
+The conversion streams Arrow record batches, reading the next batch in a background thread
+while the current one is split and written (memory stays a few batches whatever the source's
+size); each batch's rows of a split are taken and appended to that split's open shard as they
+are, column by column, so nothing is transposed or concatenated on the way. Readers build the
+row-major feature matrix one shard at a time. Under the Spark executor the source's files are
+converted by Spark tasks in parallel, each writing its own shards. A set is written under a
+temporary name and renamed when complete, and its directory name carries its identity (source,
+data version, target, features, split, key, shard size), so an unchanged rerun reuses it and a
+new data version gets new shards.
 """
 
 from __future__ import annotations
@@ -251,35 +254,39 @@ def convert_batches(batches: Iterable, layout: Layout, directory: Path, part: in
         first_row: The position of the first row within the pinned version.
         progress: Called with the rows converted so far.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     writers = {split: _SplitWriter(directory, split, part, layout) for split in SPLITS}
     tally, position = Tally(), first_row
-    for batch in batches:
+    for batch in read_ahead(batches):
         n = batch.num_rows
         if n == 0:
             continue
-        x = _feature_matrix(batch, layout.features)
-        infinite = np.isinf(x).any(axis=0)
-        if infinite.any():
-            tally.inf_columns.update(layout.features[j] for j in np.flatnonzero(infinite))
+        columns = _feature_columns(batch, layout.features, tally)
         y = batch.column(layout.target)
         tally.missing_targets += y.null_count
-        y_values = _target_values(y, layout.regression)
         if layout.regression:
-            tally.nonfinite_targets += int((~np.isfinite(y_values)).sum())
-        elif y.null_count == 0:
-            tally.classes.update(np.unique(y_values).tolist())
+            y = pc.cast(y, pa.float32())
+            finite = pc.is_finite(y)
+            tally.nonfinite_targets += n - y.null_count - pc.sum(finite).as_py() \
+                if y.null_count < n else 0
+        elif y.null_count < n:
+            tally.classes.update(pc.unique(y.drop_null() if y.null_count else y).to_pylist())
         positions = np.arange(position, position + n, dtype=np.int64)
         keys = key_values(batch.column(layout.key)) if layout.key else positions
         splits = split_of(keys, layout.split_spec)
+        names = [f"f{j}" for j in range(len(columns))] + ["y", "row"]
+        whole = pa.RecordBatch.from_arrays(columns + [y, pa.array(positions)], names=names)
         for code, split in enumerate(SPLITS):
             chosen = np.flatnonzero(splits == code)
             if len(chosen) == 0:
                 continue
-            part_x = x[chosen]
-            nan = np.isnan(part_x).any(axis=0)
-            if nan.any():
-                tally.nan_columns[split].update(layout.features[j] for j in np.flatnonzero(nan))
-            writers[split].add(part_x, y_values[chosen], positions[chosen])
+            rows = whole.take(pa.array(chosen))
+            for j in range(len(columns)):
+                if rows.column(j).null_count:
+                    tally.nan_columns[split].add(layout.features[j])
+            writers[split].add(rows)
         position += n
         tally.rows += n
         if progress is not None:
@@ -289,70 +296,128 @@ def convert_batches(batches: Iterable, layout: Layout, directory: Path, part: in
     return tally
 
 
-def _feature_matrix(batch, features: list[str]) -> np.ndarray:
+def _feature_columns(batch, features: list[str], tally: Tally) -> list:
+    """The feature columns as float32 Arrow arrays (NaN read as missing, like a null);
+    columns holding an infinite value are noted in ``tally``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    x = np.empty((batch.num_rows, len(features)), dtype=np.float32)
-    for j, name in enumerate(features):
+    out = []
+    for name in features:
         column = batch.column(name)
         if not pa.types.is_float32(column.type):
             column = pc.cast(column, pa.float32())
-        x[:, j] = column.to_numpy(zero_copy_only=False)
-    return x
+        values = column.to_numpy(zero_copy_only=False)  # no copy without nulls
+        if not np.isfinite(values).all():  # rare: look closer only then
+            if np.isinf(values).any():
+                tally.inf_columns.add(name)
+            if column.null_count < np.isnan(values).sum():  # NaN besides nulls: make them nulls
+                column = pa.array(values, mask=np.isnan(values))
+        out.append(column)
+    return out
 
 
-def _target_values(column, regression: bool) -> np.ndarray:
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def read_ahead(batches: Iterable, depth: int = 2) -> Iterator:
+    """``batches`` read by a background thread, ``depth`` ahead (the reader decodes the next
+    batch while the caller converts this one; Arrow releases the GIL while decoding)."""
+    import queue
+    import threading
 
-    if regression:
-        return pc.cast(column, pa.float32()).to_numpy(zero_copy_only=False)
-    return np.asarray(column.to_numpy(zero_copy_only=False))
+    box: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                while not stop.is_set():
+                    try:
+                        box.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            box.put(end)
+        except BaseException as exc:  # raised in the caller
+            box.put(exc)
+
+    thread = threading.Thread(target=produce, name="dbspec-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = box.get()
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            try:
+                box.get_nowait()
+            except queue.Empty:
+                pass
+            thread.join(timeout=0.05)
 
 
 class _SplitWriter:
-    """Buffers one split's rows and writes a shard file each ``rows_per_shard`` rows."""
+    """One split's open shard: record batches are appended until it holds ``rows_per_shard``
+    rows, then the file is closed (renamed into place) and the next one opened."""
 
     def __init__(self, directory: Path, split: str, part: int, layout: Layout):
         self.directory, self.split, self.part = Path(directory), split, part
-        self.limit, self.width = layout.rows_per_shard, len(layout.features)
-        self.buffered: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self.count = 0
+        self.limit = layout.rows_per_shard
         self.written: list[dict[str, Any]] = []
+        self.writer = self.sink = self.name = None
+        self.count = 0
 
-    def add(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> None:
-        self.buffered.append((x, y, rows))
-        self.count += len(rows)
-        while self.count >= self.limit:
-            self._flush(self.limit)
+    def add(self, rows) -> None:
+        offset = 0
+        while offset < rows.num_rows:
+            if self.writer is None:
+                self._open(rows.schema)
+            take = min(self.limit - self.count, rows.num_rows - offset)
+            self.writer.write_batch(rows.slice(offset, take))
+            self.count += take
+            offset += take
+            if self.count == self.limit:
+                self._close()
 
     def close(self) -> list[dict[str, Any]]:
-        if self.count:
-            self._flush(self.count)
+        if self.writer is not None:
+            self._close()
         return self.written
 
-    def _flush(self, rows: int) -> None:
-        x = np.concatenate([b[0] for b in self.buffered])
-        y = np.concatenate([b[1] for b in self.buffered])
-        positions = np.concatenate([b[2] for b in self.buffered])
-        name = f"{self.split}/shard-{self.part:05d}-{len(self.written):05d}.arrow"
-        write_shard(self.directory / name, x[:rows], y[:rows], positions[:rows])
-        self.written.append({"file": name, "rows": rows})
-        rest = len(positions) - rows
-        self.buffered = [(x[rows:], y[rows:], positions[rows:])] if rest else []
-        self.count = rest
+    def _open(self, schema) -> None:
+        import pyarrow as pa
+
+        self.name = f"{self.split}/shard-{self.part:05d}-{len(self.written):05d}.arrow"
+        path = self.directory / self.name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.sink = pa.OSFile(str(path) + ".partial", "wb")
+        self.writer = pa.ipc.new_file(self.sink, schema)
+        self.count = 0
+
+    def _close(self) -> None:
+        self.writer.close()
+        self.sink.close()
+        path = self.directory / self.name
+        os.replace(str(path) + ".partial", path)
+        self.written.append({"file": self.name, "rows": self.count})
+        self.writer = self.sink = None
 
 
 def write_shard(path: Path, x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> None:
-    """One shard file (Arrow IPC, uncompressed), written under a temporary name first."""
+    """One shard file from arrays (the conversion streams batches instead; tests and tools
+    build small sets with this), written under a temporary name first."""
     import pyarrow as pa
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    width = x.shape[1]
-    features = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(x).reshape(-1)),
-                                                 width)
-    table = pa.table({"x": features, "y": pa.array(y), "row": pa.array(rows)})
+    arrays = [pa.array(x[:, j], mask=np.isnan(x[:, j])) for j in range(x.shape[1])]
+    names = [f"f{j}" for j in range(x.shape[1])] + ["y", "row"]
+    table = pa.table(arrays + [pa.array(y), pa.array(rows)], names=names)
     partial = path.with_name(path.name + ".partial")
     with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
@@ -360,9 +425,8 @@ def write_shard(path: Path, x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> N
 
 
 def read_shard(path: Path, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(x, y, row)`` of a shard: features (rows, width) float32, the raw target, positions.
-
-    The file is memory-mapped: the arrays are views of the page cache, not copies.
+    """``(x, y, row)`` of a shard: features (rows, width) float32 with NaN for missing values,
+    the raw target, the rows' positions.
 
     Raises:
         DataError: the file is missing or damaged.
@@ -374,10 +438,19 @@ def read_shard(path: Path, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
             table = pa.ipc.open_file(source).read_all()
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"data.streaming: cannot read shard {path}: {exc}") from None
-    x = table.column("x").combine_chunks().values.to_numpy(zero_copy_only=False)
-    y = table.column("y").combine_chunks().to_numpy(zero_copy_only=False)
-    rows = table.column("row").combine_chunks().to_numpy(zero_copy_only=False)
-    return x.reshape(-1, width), y, rows
+    columns = [_floats(table.column(j)) for j in range(width)]
+    x = np.ascontiguousarray(np.stack(columns).T) if columns else \
+        np.zeros((table.num_rows, 0), dtype=np.float32)
+    y = table.column("y").to_numpy()
+    rows = table.column("row").to_numpy()
+    return x, y, rows
+
+
+def _floats(column) -> np.ndarray:
+    """A float32 column as numpy, nulls as NaN (one copy per chunk at most)."""
+    if column.num_chunks == 1 and column.null_count == 0:
+        return column.chunk(0).to_numpy()
+    return column.to_numpy()
 
 
 def finish(directory: Path, root: Path, data: DataSpec, features: list[str], tally: Tally, *,

@@ -70,8 +70,17 @@ def _load_in_memory(ctx: StageContext, opened, limit) -> LoadDataOutput:
 
     from dbspec.data.shards import hash_split_rows, key_values
 
+    import pyarrow as pa
+
+    from dbspec.data.convert import first_rows
+    from dbspec.data.shards import record_batches
+
     data = ctx.spec.data
-    arrow = opened.dataset.head(limit) if limit else opened.dataset.to_table()
+    # batch by batch on this thread: Dataset.to_table()'s thread pool aborted the process at
+    # exit now and then here ("terminate called without an active exception")
+    batches = record_batches(opened.dataset, opened.dataset.schema.names)
+    arrow = pa.Table.from_batches(list(first_rows(batches, limit) if limit else batches),
+                                  schema=opened.dataset.schema)
     table = build_table(arrow.to_pandas(), data)
     key = data.streaming.key
     keys = key_values(arrow.column(key).combine_chunks()) if key else None

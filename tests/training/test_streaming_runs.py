@@ -234,7 +234,9 @@ def shard_rows_of(shard_root: Path) -> dict[str, dict[int, tuple]]:
         for shard in shards:
             with pa.memory_map(str(shard_root / shard["file"])) as source:
                 table = pa.ipc.open_file(source).read_all()
-            for x, y, row in zip(table.column("x").to_pylist(), table.column("y").to_pylist(),
+            features = [table.column(f"f{j}").to_pylist()
+                        for j in range(len(index["feature_names"]))]
+            for x, y, row in zip(zip(*features), table.column("y").to_pylist(),
                                  table.column("row").to_pylist()):
                 found[split][row] = (tuple(x), y)
     return found
