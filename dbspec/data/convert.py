@@ -46,6 +46,14 @@ def available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+#: The in-memory path's peak memory over its feature matrix, measured with
+#: benchmarks/streaming_scale.py (1-2 M rows x 100 float32: 4.1 GB and 8.1 GB peak for 0.4 and
+#: 0.8 GB matrices): the table, its pandas frame, the float64 copy preprocessing fits on, the
+#: transformed training tensors. ``enabled: auto`` keeps a matrix in memory only while this
+#: many times it stays under half the memory available.
+IN_MEMORY_PEAK_FACTOR = 10
+
+
 def decide(data: DataSpec, rows: Optional[int], features: int) -> Decision:
     """Stream or not, for a spec with ``data.streaming``.
 
@@ -61,7 +69,9 @@ def decide(data: DataSpec, rows: Optional[int], features: int) -> Decision:
     if streaming.in_memory_limit_mb is not None:
         limit, named = streaming.in_memory_limit_mb * 2**20, "data.streaming.in_memory_limit_mb"
     else:
-        limit, named = available_memory() // 4, "a quarter of the memory available"
+        limit = available_memory() // (2 * IN_MEMORY_PEAK_FACTOR)
+        named = (f"1/{2 * IN_MEMORY_PEAK_FACTOR} of the memory available: the in-memory path "
+                 f"peaks near {IN_MEMORY_PEAK_FACTOR}x the feature matrix")
     if rows is None:
         return Decision(True, "the source's size is unknown before reading it")
     size = rows * features * 4

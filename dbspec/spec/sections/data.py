@@ -165,8 +165,9 @@ class StreamingSpec(SpecModel):
         "train in memory (on the same hash split); true: always stream; false: never.",
         default="auto")
     in_memory_limit_mb: Optional[int] = d(
-        "Largest feature matrix (MB) trained in memory under enabled: auto; default: a quarter "
-        "of the memory available when the run starts.", default=None, ge=1)
+        "Largest feature matrix (rows x features x 4 bytes, in MB) trained in memory under "
+        "enabled: auto; default: 1/20 of the memory available when the run starts (the "
+        "in-memory path peaks near 10x its feature matrix).", default=None, ge=1)
     format: Literal["arrow"] = d("Shard format: Arrow IPC files (uncompressed, memory-mapped "
                                  "when read).", default="arrow")
     location: Optional[str] = d(
