@@ -14,7 +14,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from dbspec.data.prepare import Splits, Table
-from dbspec.data.shards import ShardSet, read_shard
+from dbspec.data.shards import ShardSet, read_shard, read_targets
 from dbspec.data.stream import _labels, split_arrays
 
 #: Rows per block when a split is scored block by block.
@@ -86,7 +86,9 @@ class StreamedData:
         return self.shard_set.rows(SPLIT_NAMES[split])
 
     def targets(self, split: str) -> np.ndarray:
-        parts = [y for _, y in split_arrays(self.shard_set, SPLIT_NAMES[split])]
+        """The split's targets, encoded as trained, read from the shards' target column alone."""
+        parts = [_labels(self.shard_set, read_targets(path))
+                 for path, _ in self.shard_set.shards(SPLIT_NAMES[split])]
         if not parts:
             return np.zeros(0, dtype=np.float32 if self.classes is None else np.int64)
         return np.concatenate(parts)

@@ -99,6 +99,7 @@ class OpenedSource:
     file_format: Any = None  # the dataset's format, for Spark tasks reading single files
     spark_files: bool = True  # whether Spark tasks may convert its files one by one
     root: Optional[str] = None  # what the dataset's file paths are relative to (Delta)
+    pins: str = ""  # besides the version, what pins the rows (a Delta table's id)
 
     def file_path(self, fragment) -> str:
         """A fragment's file as a Spark task opens it: Delta's are relative to the table."""
@@ -131,30 +132,50 @@ def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
         except Exception as exc:  # delta-rs refuses table features it cannot read
             raise DataError(f"data.source: cannot read Delta table {path}: {exc}") from None
         return OpenedSource(dataset, f"delta-v{table.version()}", str(path), ds.ParquetFileFormat(),
-                            spark_files=not partitioned, root=str(path))
+                            spark_files=not partitioned, root=str(path),
+                            pins=str(table.metadata().id))
     if source.kind in ("parquet", "csv"):
         from dbspec.data.sources import resolve_version
 
         path = _resolve(source.path, base)
         if source.kind == "csv":
-            file_format = ds.CsvFileFormat(parse_options=pa.csv.ParseOptions(
-                delimiter=source.delimiter))
             for file in ([path] if path.is_file() else sorted(path.rglob("*.csv"))):
                 check_csv_header(file, source.delimiter)
+            file_format = _csv_format(data, path)
         else:
             file_format = ds.ParquetFileFormat()
         try:
-            dataset = ds.dataset(str(path), format=file_format)
+            dataset = ds.dataset(str(path), format=file_format, partitioning="hive")
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"data.source.path: cannot read {path} as {source.kind}: {exc}") \
                 from None
-        return OpenedSource(dataset, resolve_version(data, base=base), str(path), file_format)
+        # a column from the directory names (region=eu/...) is not in the files themselves
+        return OpenedSource(dataset, resolve_version(data, base=base), str(path), file_format,
+                            spark_files=len(dataset.partitioning.schema) == 0
+                            if dataset.partitioning is not None else True)
     if spark is None:
         from dbspec.data.sources import _SPARK_ONLY
 
         raise DataError(_SPARK_ONLY)
+    return _spark_table(spark, data, base)
+
+
+def _spark_table(spark, data: DataSpec, base: Path) -> OpenedSource:
+    """A Spark catalog table's current data files, where this process can open them.
+
+    Raises:
+        DataError: a version is asked for (its files are not what ``inputFiles`` lists), or
+            the files lie in object storage rather than on a mounted path.
+    """
+    import pyarrow.dataset as ds
+
     from dbspec.data.spark_sources import spark_version
 
+    source = data.source
+    if source.version is not None:
+        raise DataError("data.source.version: a Spark table streams at its current version; "
+                        "to stream an earlier one, give the Delta table's path instead (kind: "
+                        "delta, path: ..., version: N)")
     try:
         files = spark.table(source.table).inputFiles()
     except Exception as exc:  # AnalysisException and friends
@@ -162,9 +183,52 @@ def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
                         f"{str(exc).splitlines()[0]}") from None
     if not files:
         raise DataError(f"data.source.table: '{source.table}' has no data files to stream")
-    return OpenedSource(ds.dataset(list(files), format="parquet"),
+    local = [_mounted(uri) for uri in files]
+    if None in local:
+        raise DataError(f"data.source.table: '{source.table}' keeps its files in object storage "
+                        f"({files[0].split('://')[0]}://...), which streaming reads through a "
+                        "mounted path: give the table's path as kind: delta (a /Volumes or "
+                        "/dbfs path) instead")
+    return OpenedSource(ds.dataset(local, format="parquet"),
                         spark_version(spark, data, base=base), f"spark_table:{source.table}",
                         ds.ParquetFileFormat())
+
+
+def _mounted(uri: str) -> Optional[str]:
+    """A data file's path on this machine: ``file:`` as is, ``dbfs:`` through the /dbfs
+    mount; None for object storage (s3, abfss, gs...)."""
+    if uri.startswith("file:"):
+        return uri[len("file:"):].replace("///", "/", 1) if uri.startswith("file:///") \
+            else uri[len("file:"):]
+    if uri.startswith("dbfs:/"):
+        return "/dbfs/" + uri[len("dbfs:/"):].lstrip("/")
+    return uri if uri.startswith("/") else None
+
+
+def _csv_format(data: DataSpec, path: Path):
+    """CSV read with feature (and a regression target's) columns as float64: Arrow infers a
+    type from the first block, and a column of integers that later holds 0.5 would fail."""
+    import pyarrow.csv as pacsv
+    import pyarrow.dataset as ds
+
+    source = data.source
+    first = path if path.is_file() else next(iter(sorted(path.rglob("*.csv"))), None)
+    header: list[str] = []
+    if first is not None:
+        import csv
+
+        with open(first, newline="", encoding="utf-8", errors="replace") as handle:
+            header = next(csv.reader(handle, delimiter=source.delimiter), [])
+    key = data.streaming.key if data.streaming is not None else None
+    numeric = list(data.features or [c for c in header if c not in (data.target, key)])
+    if data.task == "regression":
+        numeric.append(data.target)
+    import pyarrow as pa
+
+    return ds.CsvFileFormat(
+        parse_options=pacsv.ParseOptions(delimiter=source.delimiter),
+        convert_options=pacsv.ConvertOptions(
+            column_types={name: pa.float64() for name in numeric if name in header}))
 
 
 def count_rows(opened: OpenedSource) -> Optional[int]:
@@ -192,7 +256,10 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
     Raises:
         DataError: the source does not fit the spec (the set is not left behind).
     """
-    identity = shard_identity(data, opened.version + (f"-first{limit}" if limit else ""))
+    spark_tasks = spark is not None and opened.spark_files and limit is None
+    identity = shard_identity(data, opened.version + (f"-first{limit}" if limit else ""),
+                              where=f"{opened.uri}|{opened.pins}",
+                              made_by="spark" if spark_tasks else "arrow")
     root = Path(location) / f"shards-{identity}"
     if (root / "index.json").exists():
         found = open_shard_set(root)
@@ -201,18 +268,21 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
     features = check_schema(opened.dataset.schema, data)
     layout = Layout(features, data.target, data.streaming.key, data.task == "regression",
                     shard_rows(len(features), data.streaming.shard_size_mb), data)
-    Path(location).mkdir(parents=True, exist_ok=True)
     directory = partial_dir(Path(location), identity)
     started = time.monotonic()
     try:
-        if spark is not None and opened.spark_files and limit is None:
+        if spark_tasks:
             tally = _convert_on_spark(spark, opened, layout, directory, say)
         else:
             tally = _convert_here(opened, layout, directory, limit, say)
-    except BaseException:
+    except BaseException as exc:
         import shutil
 
+        import pyarrow as pa
+
         shutil.rmtree(directory, ignore_errors=True)
+        if isinstance(exc, (pa.ArrowException, OSError)) and not isinstance(exc, DataError):
+            raise DataError(f"data.source: cannot convert {opened.uri}: {exc}") from None
         raise
     shard_set = finish(directory, root, data, features, tally, version=opened.version,
                        uri=opened.uri, identity=identity)
@@ -263,13 +333,14 @@ def _convert_on_spark(spark, opened: OpenedSource, layout: Layout, directory: Pa
         return Tally()
     say(f"  converting {len(jobs)} file(s), {position:,} rows, in Spark tasks")
     file_format, target = opened.file_format, str(directory)
+    schema = opened.dataset.schema  # the table's, also for files written before a column came
 
     def convert_file(job):
         import pyarrow.dataset as pads
 
         part, path, first_row = job
         try:
-            dataset = pads.dataset(path, format=file_format)
+            dataset = pads.dataset(path, format=file_format, schema=schema)
             return "ok", convert_batches(record_batches(dataset, layout.columns), layout,
                                          Path(target), part, first_row)
         except DataError as exc:

@@ -36,7 +36,8 @@ from dbspec.errors import did_you_mean
 from dbspec.spec.sections.data import DataSpec
 
 FORMAT = "dbspec-arrow-shards"
-FORMAT_VERSION = 1
+#: 2: one float32 column per feature (1 held them in one fixed-size list column).
+FORMAT_VERSION = 2
 SPLITS = ("train", "validation", "test")
 #: Rows per record batch read from the source.
 READ_ROWS = 65_536
@@ -48,14 +49,24 @@ def shard_rows(features: int, shard_size_mb: int) -> int:
     return max(1024, shard_size_mb * 2**20 // (4 * features + 16))
 
 
-def shard_identity(data: DataSpec, version: str) -> str:
-    """What the shards' content depends on, hashed: the set's directory name carries it."""
+def shard_identity(data: DataSpec, version: str, *, where: str = "",
+                   made_by: str = "arrow") -> str:
+    """What the shards' content depends on, hashed: the set's directory name carries it.
+
+    Args:
+        data: The data section.
+        version: The resolved data version, with whatever else pins the rows (a Delta
+            table's id: a table recreated at the same path is another table).
+        where: The source's resolved location (two projects' ``data/events`` differ).
+        made_by: ``arrow`` (one process) or ``spark`` (tasks per file): the shard boundaries
+            differ, so the epochs' orders would.
+    """
     streaming = data.streaming
     # how the version was asked for (latest, a version number, a timestamp) does not change
     # the rows: the resolved version does, so a pinned rerun reuses the latest's shards
     source = data.source.model_dump(mode="json", exclude={"version", "timestamp"})
-    identity = {"format": [FORMAT, FORMAT_VERSION], "version": version,
-                "source": source, "target": data.target,
+    identity = {"format": [FORMAT, FORMAT_VERSION], "version": version, "where": where,
+                "made_by": made_by, "source": source, "target": data.target,
                 "features": data.features, "task": data.task,
                 "split": data.split.model_dump(mode="json", exclude={"stratify"}),
                 "key": streaming.key, "shard_size_mb": streaming.shard_size_mb}
@@ -216,14 +227,14 @@ def check_schema(schema, data: DataSpec) -> list[str]:
     if data.target not in columns:
         raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
                         f"; the data has: {_listing(columns)}")
-    features = data.features or [c for c in columns if c != data.target]
+    key = data.streaming.key if data.streaming is not None else None
+    features = data.features or [c for c in columns if c not in (data.target, key)]
     missing = [c for c in features if c not in columns]
     if missing:
         raise DataError(f"data.features: no column {missing[0]!r}"
                         f"{did_you_mean(missing[0], columns)}; the data has: {_listing(columns)}")
     if not features:
         raise DataError("data.features: the data has no column besides the target")
-    key = data.streaming.key if data.streaming is not None else None
     if key is not None and key not in columns:
         raise DataError(f"data.streaming.key: no column '{key}'{did_you_mean(key, columns)}; "
                         f"the data has: {_listing(columns)}")
@@ -264,13 +275,11 @@ def convert_batches(batches: Iterable, layout: Layout, directory: Path, part: in
         if n == 0:
             continue
         columns = _feature_columns(batch, layout.features, tally)
-        y = batch.column(layout.target)
+        y = _target_column(batch.column(layout.target), layout.regression)
         tally.missing_targets += y.null_count
         if layout.regression:
-            y = pc.cast(y, pa.float32())
-            finite = pc.is_finite(y)
-            tally.nonfinite_targets += n - y.null_count - pc.sum(finite).as_py() \
-                if y.null_count < n else 0
+            values = y.to_numpy(zero_copy_only=False)
+            tally.nonfinite_targets += int(np.isinf(values).sum())
         elif y.null_count < n:
             tally.classes.update(pc.unique(y.drop_null() if y.null_count else y).to_pylist())
         positions = np.arange(position, position + n, dtype=np.int64)
@@ -294,6 +303,27 @@ def convert_batches(batches: Iterable, layout: Layout, directory: Path, part: in
     for split, writer in writers.items():
         tally.shards[split] = writer.close()
     return tally
+
+
+def _target_column(column, regression: bool):
+    """The target as shards store it: regression values as float32 and class labels as
+    plain values (a dictionary-encoded column decoded, decimals as float64); NaN, like a
+    null, is a missing target."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if regression:
+        column = pc.cast(column, pa.float32())
+    elif pa.types.is_decimal(column.type):
+        column = pc.cast(column, pa.float64())
+    if pa.types.is_floating(column.type):
+        values = column.to_numpy(zero_copy_only=False)
+        nan = np.isnan(values)
+        if nan.sum() > column.null_count:
+            column = pa.array(values, mask=nan)
+    return column
 
 
 def _feature_columns(batch, features: list[str], tally: Tally) -> list:
@@ -438,12 +468,33 @@ def read_shard(path: Path, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
             table = pa.ipc.open_file(source).read_all()
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"data.streaming: cannot read shard {path}: {exc}") from None
+    if table.schema.names[:width] != [f"f{j}" for j in range(width)]:
+        raise DataError(f"data.streaming: {path} is not a shard of this format (columns "
+                        f"{', '.join(table.schema.names[:4])}...); convert the source again")
     columns = [_floats(table.column(j)) for j in range(width)]
     x = np.ascontiguousarray(np.stack(columns).T) if columns else \
         np.zeros((table.num_rows, 0), dtype=np.float32)
     y = table.column("y").to_numpy()
     rows = table.column("row").to_numpy()
     return x, y, rows
+
+
+def read_targets(path: Path) -> np.ndarray:
+    """The raw target column of a shard alone (the features are not read).
+
+    Raises:
+        DataError: the file is missing or damaged.
+    """
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(str(path)) as source:
+            reader = pa.ipc.open_file(source)
+            index = reader.schema.get_field_index("y")
+            parts = [reader.get_batch(i).column(index) for i in range(reader.num_record_batches)]
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise DataError(f"data.streaming: cannot read shard {path}: {exc}") from None
+    return pa.chunked_array(parts, type=reader.schema.field("y").type).to_numpy()
 
 
 def _floats(column) -> np.ndarray:
@@ -503,10 +554,28 @@ def _checked(data: DataSpec, tally: Tally) -> Optional[list[Any]]:
     return classes
 
 
+#: A conversion's temporary directory untouched this long was left by a killed conversion.
+STALE_PARTIAL_SECONDS = 24 * 3600
+
+
 def partial_dir(location: Path, identity: str) -> Path:
-    """A fresh temporary directory beside the set's final place."""
-    path = location / f".partial-{identity}-{uuid.uuid4().hex[:8]}"
-    path.mkdir(parents=True)
+    """A fresh temporary directory beside the set's final place; those a killed conversion
+    left (untouched for :data:`STALE_PARTIAL_SECONDS`) are removed first.
+
+    Raises:
+        DataError: the location cannot be written.
+    """
+    import time
+
+    try:
+        for stale in location.glob(".partial-*"):
+            if time.time() - stale.stat().st_mtime > STALE_PARTIAL_SECONDS:
+                shutil.rmtree(stale, ignore_errors=True)
+        path = location / f".partial-{identity}-{uuid.uuid4().hex[:8]}"
+        path.mkdir(parents=True)
+    except OSError as exc:
+        raise DataError(f"data.streaming.location: cannot write shards under {location}: "
+                        f"{exc.strerror or exc}") from None
     return path
 
 

@@ -22,6 +22,7 @@ give the same first epoch on small data.
 from __future__ import annotations
 
 import math
+import os
 import queue
 import shutil
 import threading
@@ -99,6 +100,10 @@ def epoch_plan(shards: list[tuple[Path, int]], settings: StreamSettings, *, epoc
         offset += rows
     narrowest = min(bounds[r + 1] - bounds[r] for r in range(world))
     steps = math.ceil(narrowest / settings.batch_size)
+    if world > 1 and steps > 1 and narrowest % settings.batch_size == 1:
+        # no rank gets a one-row last batch: the loop skips those under batch norm, and a step
+        # one rank skips while another runs leaves DDP's all-reduce waiting forever
+        steps -= 1
     return EpochPlan(pieces, _batch_sizes(high - low, steps, settings.batch_size))
 
 
@@ -290,7 +295,8 @@ class StreamedSplit:
             return path
         local = Path(cache) / self.shard_set.root.name / path.relative_to(self.shard_set.root)
         if not local.exists():
-            partial = local.with_name(f"{local.name}.{threading.get_ident()}.partial")
+            partial = local.with_name(f"{local.name}.{os.getpid()}-{threading.get_ident()}"
+                                      ".partial")  # ranks on one node share the cache
             try:
                 local.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, partial)

@@ -81,8 +81,11 @@ def _load_in_memory(ctx: StageContext, opened, limit) -> LoadDataOutput:
     batches = record_batches(opened.dataset, opened.dataset.schema.names)
     arrow = pa.Table.from_batches(list(first_rows(batches, limit) if limit else batches),
                                   schema=opened.dataset.schema)
-    table = build_table(arrow.to_pandas(), data)
     key = data.streaming.key
+    frame = arrow.to_pandas()
+    if key is not None and key not in (data.features or ()):
+        frame = frame.drop(columns=[key])  # a row ID decides the split; it is no feature
+    table = build_table(frame, data)
     keys = key_values(arrow.column(key).combine_chunks()) if key else None
     codes = hash_split_rows(data, np.arange(arrow.num_rows), keys)
     np.save(ctx.directory / "hash_split.npy", codes)

@@ -162,8 +162,16 @@ def _baseline_loss(served, targets: np.ndarray) -> Optional[float]:
         counts = torch.bincount(target, minlength=len(card.classes or [])).double()
         logits = torch.log((counts / counts.sum()).clamp_min(1e-12)).float()
         constant = logits.expand(len(target), -1)
-    with torch.inference_mode():
-        return float(build_loss(card.loss)(constant, target))
+    loss_fn, total = build_loss(card.loss), 0.0
+    with torch.inference_mode():  # in blocks: a streamed split's rows x classes would not fit
+        for start in range(0, len(target), BASELINE_BLOCK):
+            block = slice(start, start + BASELINE_BLOCK)
+            total += float(loss_fn(constant[block], target[block])) * len(target[block])
+    return total / len(target)
+
+
+#: Rows per block of the baseline loss.
+BASELINE_BLOCK = 1_000_000
 
 
 class RegisterStage:

@@ -99,3 +99,10 @@ class CheckpointStore:
             (self.directory / f"epoch-{epoch}.pt").unlink(missing_ok=True)
         for epoch, step in self.steps():
             (self.directory / f"epoch-{epoch}-step-{step}.pt").unlink(missing_ok=True)
+        if self.directory.is_dir():  # DeepSpeed's checkpoints: a directory per tag
+            import shutil
+
+            for tag in self.directory.glob("epoch-*"):
+                if tag.is_dir() and re.match(r"^epoch-\d+(-step-\d+)?$", tag.name):
+                    shutil.rmtree(tag, ignore_errors=True)
+            (self.directory / "latest").unlink(missing_ok=True)

@@ -228,7 +228,8 @@ class _RunState:
     def checkpoint(self, epoch: int, in_epoch: Optional[dict[str, Any]] = None
                    ) -> dict[str, Any]:
         """Everything :meth:`resume` needs to continue after ``epoch``, or, with
-        ``in_epoch`` (``{"epoch", "step", "loss_total"}``), inside the epoch after it."""
+        ``in_epoch`` (``{"epoch", "step", "loss_totals"}``: the batches done and every rank's
+        summed loss so far), inside the epoch after it."""
         scheduler = self.scheduler
         return {"epoch": epoch, "network": self.network.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
@@ -271,14 +272,18 @@ class _EpochPass:
         self.network.train()
         batches = _Batches.of(tensors, self.training.batch_size, state, epoch)
         stalled = tensors.train.stall_seconds if is_streamed(tensors) else 0.0
-        if self.engine is not None:
-            total, timing = _run_engine_epoch(self.network, batches, self.loss_fn, self.engine,
-                                              self.training.gradient_accumulation,
-                                              self.on_update)
-        else:
-            total, timing = _run_epoch(self.network, batches, self.training, self.loss_fn,
-                                       state.optimizer, state.scheduler, self.autocast,
-                                       self.scaler, self.on_update)
+        try:
+            if self.engine is not None:
+                total, timing = _run_engine_epoch(self.network, batches, self.loss_fn,
+                                                  self.engine,
+                                                  self.training.gradient_accumulation,
+                                                  self.on_update)
+            else:
+                total, timing = _run_epoch(self.network, batches, self.training, self.loss_fn,
+                                           state.optimizer, state.scheduler, self.autocast,
+                                           self.scaler, self.on_update)
+        finally:
+            batches.close()
         metrics = {"train_loss": total / rows, **timing.metrics()}
         if is_streamed(tensors):  # waiting for the next window of shards: an input stall
             metrics["input_stall_seconds"] = tensors.train.stall_seconds - stalled
@@ -355,8 +360,33 @@ class _Batches:
             return cls(epoch, math.ceil(n / batch), 0, n, 0.0, iterator)
         start = resumed["step"] if resumed else 0
         stream = tensors.train
-        return cls(epoch, stream.num_batches(epoch), start, stream.rows(epoch),
-                   resumed["loss_total"] if resumed else 0.0, stream.batches(epoch, start))
+        total = resumed["loss_totals"][_rank()] if resumed else 0.0  # this rank's own sum
+        return cls(epoch, stream.num_batches(epoch), start, stream.rows(epoch), total,
+                   stream.batches(epoch, start))
+
+    def close(self) -> None:
+        """Stop a stream's prefetch thread now (an error left the epoch early)."""
+        close = getattr(self.iterator, "close", None)
+        if close is not None:
+            close()
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _gathered(total: torch.Tensor) -> list[float]:
+    """Every rank's summed loss so far (a collective: every rank calls it at the same step)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return [float(total)]
+    mine = total.detach().double().reshape(1)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return [float(value) for value in every]
 
 
 def _run_epoch(network, batches: _Batches, training, loss_fn, optimizer, scheduler, autocast,
@@ -426,7 +456,9 @@ def _run_engine_epoch(network, batches: _Batches, loss_fn, engine, accumulate: i
         engine.backward(loss)
         engine.step()
         total += loss.detach().float() * len(xb)
-        if on_update is not None and (step + 1) % accumulate == 0:
+        # DeepSpeed counts micro-steps over the whole run, across epochs: a checkpoint is
+        # only taken where its own count closes an accumulation, so no partial gradient is lost
+        if on_update is not None and engine.micro_steps % accumulate == 0:
             on_update(batches.epoch, step + 1, total)
         timing.data += gathered - began
         timing.steps.append(clock() - began)
@@ -446,12 +478,15 @@ def _step_checkpointer(state: _RunState, checkpoints, training: TrainingSpec,
     every = training.checkpointing.every_n_steps
     if checkpoints is None or not every or not is_streamed(tensors):
         return None
+    accumulate = training.gradient_accumulation  # batches between optimizer steps
 
     def save(epoch: int, step: int, total: torch.Tensor) -> None:
         pause_point(f"train.step.{epoch}.{step}")  # a test seam: kill here, between checkpoints
-        if step % every or step >= tensors.train.num_batches(epoch):
+        if step // every == (step - accumulate) // every:
+            return  # no multiple of every_n_steps since the last optimizer step
+        if step >= tensors.train.num_batches(epoch):
             return  # the epoch's own checkpoint follows at its end
-        in_epoch = {"epoch": epoch, "step": step, "loss_total": float(total)}
+        in_epoch = {"epoch": epoch, "step": step, "loss_totals": _gathered(total)}
         checkpoints.save_step(epoch, step, state.checkpoint(epoch - 1, in_epoch))
 
     return save

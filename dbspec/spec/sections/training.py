@@ -130,8 +130,9 @@ class Checkpointing(SpecModel):
     enabled: bool = d("Write checkpoints.", default=True)
     every_n_epochs: int = d("Epochs between checkpoints.", default=1, ge=1)
     every_n_steps: Optional[int] = d(
-        "Also checkpoint every this many optimizer steps inside an epoch, with the data "
-        "loader's position, so a killed run resumes mid-epoch (data.streaming runs only).",
+        "Also checkpoint inside an epoch every this many batches (at the first optimizer "
+        "step on or after it, with gradient accumulation), with the data loader's position, "
+        "so a killed run resumes mid-epoch (streamed data only; ignored in memory).",
         default=None, ge=1)
     keep_last: int = d("How many checkpoints to keep.", default=2, ge=1)
 
