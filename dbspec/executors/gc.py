@@ -60,7 +60,41 @@ def collect_garbage(state_dir: Path, *, spec_name: Optional[str] = None, keep: i
             report.removed += StageCache(run_dir).evict(state, keep, dry_run=dry_run)
         finally:
             lock.release()
+    if not report.skipped:  # a live run may be about to record a set it just converted
+        report.removed += _unused_shard_sets(Path(state_dir), dry_run=dry_run)
     return report
+
+
+def _unused_shard_sets(state_dir: Path, *, dry_run: bool) -> list[Removal]:
+    """The streamed-data shard sets under ``<state dir>/shards`` that no kept ``load_data``
+    entry of any run names (``data.streaming``; sets elsewhere, in a shared location other
+    projects may use, are left alone), and conversions a kill left half-written."""
+    import json
+    import shutil
+
+    folder = state_dir / "shards"
+    if not folder.is_dir():
+        return []
+    named = set()
+    for entry in (state_dir / "runs").glob("*/cache/load_data/*.json"):
+        try:
+            shards = json.loads(entry.read_text()).get("output", {}).get("shards")
+        except (OSError, ValueError, AttributeError):
+            return []  # an entry this gc cannot read might name any set: keep them all
+        if shards:
+            named.add(Path(shards).name)
+    removed = []
+    for path in sorted(folder.iterdir()):
+        if not path.is_dir() or path.name in named or not path.name.startswith(
+                ("shards-", ".partial-")):
+            continue
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        removed.append(Removal(state_dir, "shards", path.name, size,
+                               "incomplete" if path.name.startswith(".partial-")
+                               else "unreferenced"))
+        if not dry_run:
+            shutil.rmtree(path, ignore_errors=True)
+    return removed
 
 
 def gc_command(state_dir: Path, *, spec_file: Optional[str], keep: Optional[str],

@@ -26,3 +26,23 @@ def test_the_streaming_example_runs_in_smoke_mode(workdir):
     code, _, err = run("run", "specs/sensor_streaming.yaml", "--smoke", "--from", "load_data")
     assert code == 0, err
     assert "reusing the shards of delta-v1" in err
+
+
+def test_gc_removes_shard_sets_no_run_names(workdir):
+    (workdir / "specs").symlink_to(ROOT / "specs")
+    code, _, err = run("run", "specs/sensor_streaming.yaml", "--smoke", "--only", "load_data")
+    assert code == 0, err
+    folder = workdir / ".dbspec" / "shards"
+    (kept,) = folder.glob("shards-*")
+    for leftover in ("shards-0123456789abcdef", ".partial-0123456789abcdef-00000000"):
+        (folder / leftover / "train").mkdir(parents=True)
+        (folder / leftover / "train" / "shard-00000-00000.arrow").write_bytes(b"x" * 1000)
+    code, out, _ = run("gc", "--dry-run")
+    assert code == 0 and "would remove .dbspec/shards/shards-0123456789abcdef" in out
+    assert (folder / "shards-0123456789abcdef").exists()  # a dry run deletes nothing
+    code, out, _ = run("gc")
+    assert code == 0
+    assert re.search(r"removed \.dbspec/shards/shards-0123456789abcdef \(1000 B, unreferenced\)",
+                     out)
+    assert "removed .dbspec/shards/.partial-0123456789abcdef-00000000" in out
+    assert sorted(p.name for p in folder.iterdir()) == [kept.name]  # the run's own set stays
