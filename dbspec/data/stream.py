@@ -209,13 +209,18 @@ class StreamedSplit:
                         raise DataError(f"data.streaming: the {self.split} shards of "
                                         f"{self.shard_set.root} hold fewer rows than their "
                                         "index says; convert the source again")
-                    window_x, window_y, window_rows = item
+                    window_x, window_y, window_rows, order = item
                     position, first = (skip if first else 0), False
                 take = min(want - held, len(window_x) - position)
-                parts_x.append(window_x[position:position + take])
-                parts_y.append(window_y[position:position + take])
+                # the batch's rows gathered through the window's permutation on this thread
+                # (as the in-memory loop gathers its batches), not a permuted copy of the
+                # window made beforehand: one copy of each row less for the reading thread
+                rows = slice(position, position + take) if order is None \
+                    else order[position:position + take]
+                parts_x.append(window_x[rows])
+                parts_y.append(window_y[rows])
                 if self.rows_seen is not None:
-                    self.rows_seen.append(window_rows[position:position + take])
+                    self.rows_seen.append(window_rows[rows if order is None else rows.numpy()])
                 position += take
                 held += take
             if len(parts_x) == 1:
@@ -268,9 +273,9 @@ class StreamedSplit:
                     pass
                 thread.join(timeout=0.05)
 
-    def _load(self, window: list[tuple[Path, int, int]], order) -> tuple[Any, Any, Any]:
-        """One window's rows, prepared and in the window's shuffled order, with their
-        positions when they are being recorded (else None)."""
+    def _load(self, window: list[tuple[Path, int, int]], order) -> tuple[Any, Any, Any, Any]:
+        """One window's rows prepared, in stored order, with their positions when they are
+        being recorded (else None) and the window's permutation (None: no shuffling)."""
         import torch
 
         parts = []
@@ -282,11 +287,9 @@ class StreamedSplit:
         positions = None
         if self.rows_seen is not None:  # the rows' positions, recorded as batches are cut
             positions = np.concatenate([p[2] for p in parts])
-            positions = positions if order is None else positions[order.numpy()]
         xt, yt = self.prepare(np.asarray(x), _labels(self.shard_set, y))
-        if order is not None:
-            xt, yt = xt[order], yt[order]
-        return xt, yt if isinstance(yt, torch.Tensor) else torch.as_tensor(yt), positions
+        yt = yt if isinstance(yt, torch.Tensor) else torch.as_tensor(yt)
+        return xt, yt, positions, order
 
     def _local(self, path: Path) -> Path:
         """The shard itself, or its copy in the node-local cache (copied on first use)."""
