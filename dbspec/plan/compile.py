@@ -36,8 +36,14 @@ STAGE_READS: dict[str, tuple[str, ...]] = {
     "batch_predict": ("serving",),
 }
 
-#: What ``load_data`` reads besides, when the data streams: shards are split as they are written.
-STREAMED_LOAD_READS = ("data.split", "data.streaming")
+#: What ``load_data`` reads besides, when the data streams: shards are split as they are
+#: written, and the streaming settings that change what is trained on or in what order.
+#: ``prefetch``, ``cache_dir`` and ``location`` change where and when shards are read, not the
+#: result: moving the shards or reading further ahead does not retrain.
+STREAMED_LOAD_READS = ("data.split",) + tuple(
+    f"data.streaming.{name}" for name in ("enabled", "in_memory_limit_mb", "format",
+                                          "shard_size_mb", "shuffle", "shuffle_window", "key",
+                                          "sample_rows"))
 
 
 @dataclass(frozen=True)

@@ -34,3 +34,10 @@ def test_without_streaming_the_split_does_not_rerun_load_data(write_spec):
     reseeded = _fingerprints(write_spec, PLAIN.replace("  task:", "  split: {seed: 7}\n  task:"))
     assert reseeded["load_data"] == base["load_data"]
     assert reseeded["split"] != base["split"]
+
+
+def test_where_and_when_shards_are_read_does_not_retrain(write_spec):
+    base = _fingerprints(write_spec, STREAMED)
+    moved = _fingerprints(write_spec, STREAMED.replace(
+        "{enabled: true}", "{enabled: true, prefetch: 3, cache_dir: /tmp/c, location: /tmp/l}"))
+    assert moved == base
