@@ -99,6 +99,11 @@ def _is_numeric(dtype) -> bool:
 
 
 def _plain(value: Any) -> Any:
+    """A label as a plain JSON value: numpy scalars as Python numbers, decimals as floats."""
+    from decimal import Decimal
+
+    if isinstance(value, Decimal):
+        return float(value)
     return value.item() if hasattr(value, "item") else value
 
 

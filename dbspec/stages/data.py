@@ -39,11 +39,18 @@ def _load_streaming_spec(ctx: StageContext) -> LoadDataOutput:
     from dbspec.data.convert import convert_source, count_rows, decide, open_source
     from dbspec.data.shards import check_schema
 
+    import pyarrow as pa
+
+    from dbspec.data.sources import DataError
+
     data = ctx.spec.data
     opened = open_source(data, base=Path.cwd(), spark=ctx.spark)
     features = check_schema(opened.dataset.schema, data)
     limit = SMOKE_ROWS * STREAMED_SMOKE_FACTOR if ctx.options.smoke else None
-    rows = count_rows(opened)
+    try:
+        rows = count_rows(opened)  # reads every file's footer
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"data.source: cannot read {opened.uri}: {exc}") from None
     decision = decide(data, min(rows, limit) if rows is not None and limit else rows,
                       len(features))
     if decision.stream:
@@ -55,7 +62,10 @@ def _load_streaming_spec(ctx: StageContext) -> LoadDataOutput:
                                 uri=opened.uri, shards=str(shard_set.root))
     else:
         ctx.reporter.line(f"  data: in memory ({decision.reason})")
-        output = _load_in_memory(ctx, opened, limit)
+        try:
+            output = _load_in_memory(ctx, opened, limit)
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(f"data.source: cannot read {opened.uri}: {exc}") from None
     write_json(ctx.directory / "table.json", output.to_json())
     return output
 

@@ -452,13 +452,18 @@ def _run_engine_epoch(network, batches: _Batches, loss_fn, engine, accumulate: i
         if xb.device != device:
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
         gathered = clock()
+        # the boundaries follow the epoch, as in the loop without DeepSpeed: every
+        # ``accumulate`` batches and at the epoch's last. Left to DeepSpeed's own micro-step
+        # count they ran across epochs, so a checkpoint (at an epoch's end, or mid-epoch)
+        # could fall inside an accumulation and a resumed run lost its partial gradient
+        boundary = (step + 1) % accumulate == 0 or step + 1 == batches.steps
+        if accumulate > 1:
+            engine.set_gradient_accumulation_boundary(boundary)
         loss = loss_fn(network(xb), yb)
         engine.backward(loss)
         engine.step()
         total += loss.detach().float() * len(xb)
-        # DeepSpeed counts micro-steps over the whole run, across epochs: a checkpoint is
-        # only taken where its own count closes an accumulation, so no partial gradient is lost
-        if on_update is not None and engine.micro_steps % accumulate == 0:
+        if on_update is not None and boundary:
             on_update(batches.epoch, step + 1, total)
         timing.data += gathered - began
         timing.steps.append(clock() - began)
