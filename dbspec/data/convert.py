@@ -149,10 +149,12 @@ def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataError(f"data.source.path: cannot read {path} as {source.kind}: {exc}") \
                 from None
-        # a column from the directory names (region=eu/...) is not in the files themselves
+        # a column from the directory names (bucket=1/...) is not in the files themselves:
+        # such a directory converts here, not file by file in Spark tasks
+        partitioned = any(str(fragment.partition_expression) != "true"
+                          for fragment in dataset.get_fragments())
         return OpenedSource(dataset, resolve_version(data, base=base), str(path), file_format,
-                            spark_files=len(dataset.partitioning.schema) == 0
-                            if dataset.partitioning is not None else True)
+                            spark_files=not partitioned)
     if spark is None:
         from dbspec.data.sources import _SPARK_ONLY
 

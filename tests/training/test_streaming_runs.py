@@ -282,7 +282,8 @@ def test_enabled_auto_streams_a_table_over_the_limit_and_keeps_a_small_one_in_me
     done = run_in_process("run", "spec.yaml", "--only", "load_data", cwd=small, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "data: in memory (8,000 rows x 8 features = 250.0 KiB in memory <= " in done.stderr
-    assert "(a quarter of the memory available))" in done.stderr
+    assert "(1/20 of the memory available: the in-memory path peaks near 10x the feature " \
+        "matrix))" in done.stderr
     assert "shards" not in state_of(small, "auto")["load_data"]["output"]
     assert not (small / ".dbspec/shards").exists()
 
