@@ -33,17 +33,54 @@ class Decision:
 
 
 def available_memory() -> int:
-    """Bytes of memory available to new work (``MemAvailable``), or the physical total."""
+    """Bytes of memory available to new work: the machine's ``MemAvailable`` (or its physical
+    total), or less when this process's memory cgroup (a container, a job's slot) leaves less
+    room under its limit."""
     import os
 
+    machine = None
     try:
         with open("/proc/meminfo") as handle:
             for line in handle:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    machine = int(line.split()[1]) * 1024
+                    break
     except OSError:
         pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if machine is None:
+        machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    room = cgroup_room()
+    return machine if room is None else min(machine, room)
+
+
+def cgroup_room() -> Optional[int]:
+    """Bytes left under this process's memory cgroup limit (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``), or None without a limit. Page cache counts in the usage, as
+    the kernel counts it; it is reclaimable, so this errs on the side of streaming."""
+    try:
+        with open("/proc/self/cgroup") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            base, limit_file, usage_file = Path("/sys/fs/cgroup") / path.lstrip("/"), \
+                "memory.max", "memory.current"
+        elif "memory" in controllers.split(","):
+            base, limit_file, usage_file = Path("/sys/fs/cgroup/memory") / path.lstrip("/"), \
+                "memory.limit_in_bytes", "memory.usage_in_bytes"
+        else:
+            continue
+        try:
+            limit = (base / limit_file).read_text().strip()
+            usage = int((base / usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or int(limit) >= 2**60:  # no limit set
+            continue
+        return max(int(limit) - usage, 0)
+    return None
 
 
 #: The in-memory path's peak memory over its feature matrix, measured with

@@ -541,3 +541,47 @@ def test_step_checkpoints_land_on_the_first_optimizer_step_after_each_multiple(t
     assert expected[:6] == [(0, 6), (0, 12), (0, 15), (0, 21), (0, 27), (0, 30)]
     assert store.saved == expected
     assert store.on_disk == [[f"epoch-{e}-step-{s}.pt"] for e, s in expected]
+
+
+def _memory_cgroup(name: str):
+    """A fresh memory cgroup (v1 here, v2 elsewhere) this test may put a process in, or None
+    where it cannot be made (not root, no memory controller)."""
+    import os
+
+    for base, limit in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+                        (Path("/sys/fs/cgroup"), "memory.max")):
+        if not (base / limit).exists() and not (base / "cgroup.procs").exists():
+            continue
+        path = base / f"{name}-{os.getpid()}"
+        try:
+            path.mkdir()
+        except OSError:
+            continue
+        if (path / limit).exists():
+            return path, limit
+        path.rmdir()
+    return None
+
+
+def test_a_memory_cgroup_limit_bounds_the_available_memory():
+    """In a container or a memory cgroup the machine's MemAvailable overstates the room:
+    ``enabled: auto`` then keeps too much in memory. A real cgroup of 512 MiB, as root."""
+    import subprocess
+    import sys
+
+    made = _memory_cgroup("dbspec-test-room")
+    if made is None:
+        pytest.skip("no memory cgroup can be made here (needs root and a memory controller)")
+    path, limit = made
+    try:
+        (path / limit).write_text(str(512 * 2**20))
+        code = ("import os, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+                "from dbspec.data.convert import available_memory, cgroup_room; "
+                "print(available_memory(), cgroup_room())")
+        done = subprocess.run([sys.executable, "-c", code, str(path / "cgroup.procs")],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        available, room = (int(v) for v in done.stdout.split())
+        assert 0 < room <= 512 * 2**20 and available == room
+    finally:
+        path.rmdir()
