@@ -347,9 +347,11 @@ def _feature_columns(batch, features: list[str], tally: Tally) -> list:
     return out
 
 
-def read_ahead(batches: Iterable, depth: int = 2) -> Iterator:
-    """``batches`` read by a background thread, ``depth`` ahead (the reader decodes the next
-    batch while the caller converts this one; Arrow releases the GIL while decoding)."""
+def read_ahead(batches: Iterable, depth: int = 2, name: str = "dbspec-read-ahead") -> Iterator:
+    """``batches`` produced by a background thread, ``depth`` ahead (the conversion's reader
+    decodes the next batch while this one is converted; the stream's prefetch prepares the next
+    window while this one trains); an error there is raised here, and closing this iterator
+    stops the thread."""
     import queue
     import threading
 
@@ -372,7 +374,7 @@ def read_ahead(batches: Iterable, depth: int = 2) -> Iterator:
         except BaseException as exc:  # raised in the caller
             box.put(exc)
 
-    thread = threading.Thread(target=produce, name="dbspec-read-ahead", daemon=True)
+    thread = threading.Thread(target=produce, name=name, daemon=True)
     thread.start()
     try:
         while True:

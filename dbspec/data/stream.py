@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 import os
-import queue
 import shutil
 import threading
 import time
@@ -33,7 +32,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from dbspec.data.shards import ShardSet, read_shard
+from dbspec.data.shards import ShardSet, read_ahead, read_shard
 from dbspec.data.sources import DataError
 
 #: The epoch/rank strides of the generator seeds (primes: (seed, epoch, rank) never collide in
@@ -230,48 +229,10 @@ class StreamedSplit:
 
     def _windows(self, windows: list, orders: Iterator) -> Iterator[tuple[Any, Any]]:
         """Prepared windows in order, read ahead by a background thread."""
-        ahead = self.settings.prefetch
-        if ahead == 0:
-            for window, order in zip(windows, orders):
-                yield self._load(window, order)
-            return
-        box: queue.Queue = queue.Queue(maxsize=ahead)
-        stop = threading.Event()
-
-        def produce() -> None:
-            try:
-                for window, order in zip(windows, orders):
-                    item = ("ok", self._load(window, order))
-                    while not stop.is_set():
-                        try:
-                            box.put(item, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
-                        return
-                box.put(("end", None))
-            except BaseException as exc:  # carried to the consumer, raised there
-                box.put(("error", exc))
-
-        thread = threading.Thread(target=produce, name="dbspec-prefetch", daemon=True)
-        thread.start()
-        try:
-            while True:
-                status, item = box.get()
-                if status == "end":
-                    return
-                if status == "error":
-                    raise item
-                yield item
-        finally:
-            stop.set()
-            while thread.is_alive():
-                try:
-                    box.get_nowait()
-                except queue.Empty:
-                    pass
-                thread.join(timeout=0.05)
+        loaded = (self._load(window, order) for window, order in zip(windows, orders))
+        if self.settings.prefetch == 0:
+            return loaded
+        return read_ahead(loaded, self.settings.prefetch, name="dbspec-prefetch")
 
     def _load(self, window: list[tuple[Path, int, int]], order) -> tuple[Any, Any, Any, Any]:
         """One window's rows prepared, in stored order, with their positions when they are

@@ -54,6 +54,14 @@ def prediction_columns(card: ModelCard, out) -> dict[str, Any]:
     return columns
 
 
+def training_targets(card: ModelCard, y):
+    """Targets (a tensor, as stored) in the form the loss trains on: a regression standardised
+    with the card's scale, a column of floats for ``bce``, class indices otherwise."""
+    if card.task == "regression":
+        return ((y - card.target_mean) / card.target_std).unsqueeze(1)
+    return y.float().unsqueeze(1) if card.loss == "bce" else y.long()
+
+
 def read_card(directory: Path) -> ModelCard:
     """The :class:`ModelCard` in ``directory/model.json``."""
     return ModelCard(**json.loads((Path(directory) / "model.json").read_text()))

@@ -118,6 +118,7 @@ def _loss(served, data, split: str) -> float:
     block by block and weighted by rows."""
     import torch
 
+    from dbspec.models.card import training_targets
     from dbspec.training.components import build_loss
 
     card = served.card
@@ -127,13 +128,7 @@ def _loss(served, data, split: str) -> float:
         x, y = tensor_of(features), tensor_of(target)
         with torch.inference_mode():
             out = served.network(served.transform(x))
-            if card.task == "regression":
-                y = ((y - card.target_mean) / card.target_std).unsqueeze(1)
-            elif card.loss == "bce":
-                y = y.float().unsqueeze(1)
-            else:
-                y = y.long()
-            total += float(loss_fn(out, y)) * len(x)
+            total += float(loss_fn(out, training_targets(card, y))) * len(x)
         rows += len(x)
     return total / rows if rows else float("nan")
 

@@ -36,13 +36,7 @@ class CheckpointStore:
         final = self.directory / f"epoch-{epoch}.pt"
         if not self.writer:
             return final
-        self.directory.mkdir(parents=True, exist_ok=True)
-        partial = final.with_suffix(".pt.partial")
-        with open(partial, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, final)
+        self._write(final, state)
         for old in self.epochs()[:-self.keep]:
             (self.directory / f"epoch-{old}.pt").unlink(missing_ok=True)
         for old_epoch, step in self.steps():
@@ -55,6 +49,14 @@ class CheckpointStore:
         final = self.directory / f"epoch-{epoch}-step-{step}.pt"
         if not self.writer:
             return final
+        self._write(final, state)
+        for old in self.steps():
+            if old != (epoch, step):
+                (self.directory / f"epoch-{old[0]}-step-{old[1]}.pt").unlink(missing_ok=True)
+        return final
+
+    def _write(self, final: Path, state: dict[str, Any]) -> None:
+        """To a temporary name, fsync, then rename: a crash leaves the old file or the new."""
         self.directory.mkdir(parents=True, exist_ok=True)
         partial = final.with_suffix(".pt.partial")
         with open(partial, "wb") as handle:
@@ -62,10 +64,6 @@ class CheckpointStore:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(partial, final)
-        for old in self.steps():
-            if old != (epoch, step):
-                (self.directory / f"epoch-{old[0]}-step-{old[1]}.pt").unlink(missing_ok=True)
-        return final
 
     def steps(self) -> list[tuple[int, int]]:
         """``(epoch, step)`` of the mid-epoch checkpoints, oldest first."""

@@ -334,17 +334,14 @@ def _tensors(served, table, splits, device):
     """Preprocess once with the served model's own transform; targets in training form."""
     import torch
 
+    from dbspec.models.card import training_targets
     from dbspec.training.loop import Tensors
 
-    task, loss = served.card.task, served.card.loss
     with torch.no_grad():
         x = served.transform(torch.from_numpy(table.features))
 
     def target(rows):
-        y = torch.from_numpy(table.target[rows])
-        if task == "regression":
-            return ((y - served.card.target_mean) / served.card.target_std).unsqueeze(1)
-        return y.float().unsqueeze(1) if loss == "bce" else y.long()
+        return training_targets(served.card, torch.from_numpy(table.target[rows]))
 
     def rows(index):
         return x[torch.from_numpy(index)].to(device), target(index).to(device)

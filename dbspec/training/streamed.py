@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from dbspec.data.shards import ShardSet
+from dbspec.models.card import training_targets
 from dbspec.data.stream import StreamedSplit, StreamSettings, tensor_of
 from dbspec.training.loop import StreamedTensors
 
@@ -36,13 +37,7 @@ def preparer(served):
         xt, yt = tensor_of(x), tensor_of(y)
         with torch.no_grad():
             xt = served.transform(xt)
-        if card.task == "regression":
-            yt = ((yt - card.target_mean) / card.target_std).unsqueeze(1)
-        elif card.loss == "bce":
-            yt = yt.float().unsqueeze(1)
-        else:
-            yt = yt.long()
-        return xt, yt
+        return xt, training_targets(card, yt)
 
     return prepare
 
