@@ -259,7 +259,7 @@ def _csv_format(data: DataSpec, path: Path):
         with open(first, newline="", encoding="utf-8", errors="replace") as handle:
             header = next(csv.reader(handle, delimiter=source.delimiter), [])
     key = data.streaming.key if data.streaming is not None else None
-    numeric = list(data.features or [c for c in header if c not in (data.target, key)])
+    numeric = list(data.feature_names or [c for c in header if c not in (data.target, key)])
     if data.task == "regression":
         numeric.append(data.target)
     import pyarrow as pa

@@ -58,7 +58,7 @@ def build_table(frame, data: DataSpec) -> Table:
     if data.target not in columns:
         raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
                         f"; the data has: {_listing(columns)}")
-    features = data.features or [c for c in columns if c != data.target]
+    features = data.feature_names or [c for c in columns if c != data.target]
     missing = [c for c in features if c not in columns]
     if missing:
         raise DataError(f"data.features: no column {missing[0]!r}"

@@ -67,7 +67,7 @@ def shard_identity(data: DataSpec, version: str, *, where: str = "",
     source = data.source.model_dump(mode="json", exclude={"version", "timestamp"})
     identity = {"format": [FORMAT, FORMAT_VERSION], "version": version, "where": where,
                 "made_by": made_by, "source": source, "target": data.target,
-                "features": data.features, "task": data.task,
+                "features": data.feature_names, "task": data.task,
                 "split": data.split.model_dump(mode="json", exclude={"stratify"}),
                 "key": streaming.key, "shard_size_mb": streaming.shard_size_mb}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
@@ -228,7 +228,7 @@ def check_schema(schema, data: DataSpec) -> list[str]:
         raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
                         f"; the data has: {_listing(columns)}")
     key = data.streaming.key if data.streaming is not None else None
-    features = data.features or [c for c in columns if c not in (data.target, key)]
+    features = data.feature_names or [c for c in columns if c not in (data.target, key)]
     missing = [c for c in features if c not in columns]
     if missing:
         raise DataError(f"data.features: no column {missing[0]!r}"

@@ -12,7 +12,7 @@ from typing import Union
 
 
 Shape = tuple[int, ...]
-_SAME_SHAPE = {"dropout", "layernorm", "relu", "leaky_relu", "gelu", "elu", "selu", "silu", "mish",
+_SAME_SHAPE = {"dropout", "layernorm", "layer_norm", "relu", "leaky_relu", "gelu", "elu", "selu", "silu", "mish",
                "softplus", "tanh", "sigmoid", "softmax", "log_softmax", "identity"}
 
 
@@ -89,7 +89,63 @@ def _output_shape(name: str, args, shape: Shape) -> Shape:
     if name == "batchnorm2d":
         _require(name, shape, 3, "(channels, height, width)")
         return shape
+    if name in _SEQUENCE_RULES:
+        return _SEQUENCE_RULES[name](name, args, shape)
     raise ValueError(f"no shape rule for layer '{name}'")  # a new layer without a rule is a bug
+
+
+def _embedding(name: str, args, shape: Shape) -> Shape:
+    if len(shape) != 1:
+        raise ValueError(f"embedding expects a vector of indices (length,) per sample, got "
+                         f"{_fmt(shape)}")
+    return (shape[0], args.dim)
+
+
+def _recurrent(name: str, args, shape: Shape) -> Shape:
+    _require_sequence(name, shape)
+    return (shape[0], args.hidden * (2 if args.bidirectional else 1))
+
+
+def _attention(name: str, args, shape: Shape) -> Shape:
+    _require_sequence(name, shape)
+    if shape[1] % args.heads:
+        raise ValueError(f"{name}: {args.heads} heads do not divide the width {shape[1]}; "
+                         f"use a head count that divides it ({_divisors(shape[1])})")
+    return shape
+
+
+def _global_pool(name: str, args, shape: Shape) -> Shape:
+    if len(shape) == 2:
+        return (shape[1],)
+    if len(shape) == 3 and args.op in ("mean", "max", "sum"):
+        return (shape[0],)
+    if len(shape) == 3:
+        raise ValueError(f"global_pool {args.op} takes a sequence (length, width); pool an "
+                         "image with mean, max or sum")
+    raise ValueError(f"global_pool expects a sequence (length, width) or an image (channels, "
+                     f"h, w) per sample, got {_fmt(shape)}")
+
+
+def _resnet(name: str, args, shape: Shape) -> Shape:
+    _require(name, shape, 3, "an image (channels, height, width)")
+    return (512,)
+
+
+def _require_sequence(name: str, shape: Shape) -> None:
+    if len(shape) != 2:
+        raise ValueError(f"{name} expects a sequence (length, width) per sample, got "
+                         f"{_fmt(shape)}"
+                         + ("; embed indices first ('- embedding: {dim: 64}') or reshape"
+                            if len(shape) == 1 else ""))
+
+
+def _divisors(width: int) -> str:
+    return ", ".join(str(h) for h in range(1, min(width, 64) + 1) if width % h == 0)
+
+
+_SEQUENCE_RULES = {"embedding": _embedding, "lstm": _recurrent, "gru": _recurrent,
+                   "transformer_encoder": _attention, "multihead_attention": _attention,
+                   "global_pool": _global_pool, "resnet": _resnet}
 
 
 def _reshape(target: list[int], shape: Shape) -> Shape:

@@ -93,7 +93,7 @@ def _load_in_memory(ctx: StageContext, opened, limit) -> LoadDataOutput:
                                   schema=opened.dataset.schema)
     key = data.streaming.key
     frame = arrow.to_pandas()
-    if key is not None and key not in (data.features or ()):
+    if key is not None and key not in (data.feature_names or ()):
         frame = frame.drop(columns=[key])  # a row ID decides the split; it is no feature
     table = build_table(frame, data)
     keys = key_values(arrow.column(key).combine_chunks()) if key else None

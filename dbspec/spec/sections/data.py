@@ -1,9 +1,10 @@
 """``data``: where rows come from, the task, the split and the preprocessing."""
 
-from typing import Annotated, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import AfterValidator, Field
 
+from dbspec.spec.sections.features import FeatureEntry
 from dbspec.spec.sections.base import (
     OneKeyModel,
     SpecModel,
@@ -72,6 +73,12 @@ class SyntheticSource(SpecModel):
                       le=100_000)
     informative: Optional[int] = d("How many features carry signal; default: all, up to 10.",
                                    default=None, ge=1)
+    generator: Literal["tabular", "text", "mixed"] = d(
+        "tabular: numeric columns f0..fN; text: a 'text' column of generated sentences whose "
+        "class depends on words and their order; mixed: numeric columns plus high-cardinality "
+        "categorical ID columns whose effect only an embedding can learn.", default="tabular")
+    cardinality: int = d("Distinct IDs per categorical column (generator: mixed).",
+                         default=2_000, ge=2, le=10_000_000)
     classes: int = d("Classes for binary/multiclass tasks.", default=2, ge=2, le=10_000)
     noise: float = d("Noise level added to the signal.", default=0.1, ge=0)
     seed: int = d("Random seed of the generator.", default=0, ge=0)
@@ -202,8 +209,11 @@ class DataSpec(SpecModel):
     source: Source = d("The data source, selected by 'kind'.")
     task: Task = d("What the model predicts: regression, binary or multiclass classification.")
     target: str = d("Name of the target column.", default="target", min_length=1)
-    features: Optional[list[str]] = d("Feature columns; default: every column but the target.",
-                                      default=None, min_length=1)
+    features: Optional[list[FeatureEntry]] = d(
+        "Feature columns: a name (numeric, or the type its column's values make unambiguous) "
+        "or a typed feature {name, type: numeric | categorical | text | sequence | image, ...}; "
+        "default: every column but the target, each typed by its values.",
+        default=None, min_length=1)
     split: SplitSpec = section("How rows are split.")
     preprocessing: list[PreprocessStep] = d(
         "Steps fitted on the training split only and shipped inside the logged model.",
@@ -211,3 +221,15 @@ class DataSpec(SpecModel):
     streaming: Optional[StreamingSpec] = d(
         "Stream the data from shards instead of holding it in memory (data larger than "
         "memory); left out: in memory, with a random (stratified) split.", default=None)
+
+    @property
+    def feature_names(self) -> Optional[list[str]]:
+        """The names in ``features`` (typed entries by their name), or None when unset."""
+        if self.features is None:
+            return None
+        return [f if isinstance(f, str) else f.name for f in self.features]
+
+    @property
+    def declared_types(self) -> dict[str, Any]:
+        """The typed entries of ``features``, by name (plain names are typed by their data)."""
+        return {f.name: f for f in self.features or () if not isinstance(f, str)}

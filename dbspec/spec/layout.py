@@ -1,0 +1,215 @@
+"""The network of a spec with typed features, as shapes: each feature's encoded input, its
+encoder compiled to a layer list, the combiner and the head. Without torch and without data.
+
+``dbspec validate`` checks these shapes; the torch builder (:mod:`dbspec.models.typed`)
+builds exactly these layer lists, so what validates is what runs.
+
+Encoded inputs per sample (what :mod:`dbspec.models.encoding` writes into the feature matrix):
+
+- categorical: ``(1,)``, the value's index (0: unknown or missing);
+- text, and sequences of tokens: ``(max_length,)`` token ids (0: padding);
+- sequences of numbers: ``(max_length, 1)``, padding masked;
+- image: ``(channels, height, width)``, normalised pixels.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from dbspec.spec.sections.features import (CategoricalFeature, ImageFeature, NumericFeature,
+                                           SequenceFeature, TextFeature)
+from dbspec.spec.sections.network import (ENCODERS_FOR, BagEncoder, CnnEncoder,
+                                          EmbeddingEncoder, LayerSpec, ModelSpec,
+                                          RecurrentEncoder, ResNetEncoder, TransformerEncoderSpec)
+from dbspec.spec.shapes import Shape, ShapeError, format_shape, infer_shapes
+
+_DEFAULTS = {"categorical": "embedding", "text": "bag", "sequence": "bag", "image": "cnn"}
+
+
+@dataclass(frozen=True)
+class EncodedInput:
+    """One non-numeric feature as the network sees it.
+
+    Attributes:
+        name: The feature (column) name.
+        type: categorical, text, sequence or image.
+        shape: Its encoded input per sample.
+        tokens: Whether the input holds indices (an embedding's input; 0 is padding).
+        width: Matrix columns it takes (the product of ``shape``).
+        encoder: The encoder spec (the type's default when the spec gives none).
+        layers: The encoder as a layer list.
+    """
+
+    name: str
+    type: str
+    shape: Shape
+    tokens: bool
+    encoder: Any
+    layers: list
+
+    @property
+    def width(self) -> int:
+        return math.prod(self.shape)
+
+
+class LayoutError(Exception):
+    """A part of the typed network cannot take its input; ``path`` locates it in the spec."""
+
+    def __init__(self, path: tuple, message: str):
+        super().__init__(message)
+        self.path, self.message = path, message
+
+
+def is_encoded(feature: Any) -> bool:
+    """Whether a ``data.features`` entry is a typed, non-numeric feature."""
+    return not isinstance(feature, (str, NumericFeature))
+
+
+def input_shape(feature: Any) -> Shape:
+    """The encoded input of one sample of ``feature``."""
+    if isinstance(feature, CategoricalFeature):
+        return (1,)
+    if isinstance(feature, TextFeature):
+        return (feature.max_length,)
+    if isinstance(feature, SequenceFeature):
+        return (feature.max_length,) if feature.values == "tokens" else (feature.max_length, 1)
+    if isinstance(feature, ImageFeature):
+        return (feature.channels, feature.height, feature.width)
+    raise TypeError(f"no encoded shape for {type(feature).__name__}")
+
+
+def holds_tokens(feature: Any) -> bool:
+    return isinstance(feature, (CategoricalFeature, TextFeature)) or (
+        isinstance(feature, SequenceFeature) and feature.values == "tokens")
+
+
+def encoder_of(feature: Any, model: ModelSpec) -> Any:
+    """The encoder the spec gives ``feature``, or its type's default."""
+    given = model.encoders.get(feature.name)
+    if given is not None:
+        return given
+    kind = _DEFAULTS[feature.type]
+    return {"embedding": EmbeddingEncoder, "bag": BagEncoder, "cnn": CnnEncoder}[kind](kind=kind)
+
+
+def encoder_layers(feature: Any, encoder: Any) -> list:
+    """``encoder`` (a preset kind or a layer list) as layer entries over the encoded input."""
+    if encoder.kind == "layers":
+        return list(encoder.layers)
+    entries: list[Any] = []
+    tokens = holds_tokens(feature)
+    if isinstance(encoder, EmbeddingEncoder):
+        entries = [{"embedding": {"dim": encoder.dim}}]
+        entries += [{"dropout": {"p": encoder.dropout}}] if encoder.dropout else []
+        entries.append("flatten")
+    elif isinstance(encoder, (BagEncoder, RecurrentEncoder, TransformerEncoderSpec)):
+        entries = [{"embedding": {"dim": encoder.dim}} if tokens
+                   else {"linear": {"out": encoder.dim}}]
+        if encoder.dropout and not isinstance(encoder, TransformerEncoderSpec):
+            entries.append({"dropout": {"p": encoder.dropout}})
+        if isinstance(encoder, RecurrentEncoder):
+            entries.append({encoder.kind: {"hidden": encoder.hidden, "layers": encoder.layers,
+                                           "bidirectional": encoder.bidirectional,
+                                           "dropout": encoder.dropout}})
+        elif isinstance(encoder, TransformerEncoderSpec):
+            entries.append({"transformer_encoder": {
+                "heads": encoder.heads, "layers": encoder.layers,
+                "feedforward": encoder.feedforward, "dropout": encoder.dropout}})
+        entries.append({"global_pool": {"op": encoder.pool}})
+    elif isinstance(encoder, CnnEncoder):
+        for channels in encoder.channels:
+            entries += [{"conv2d": {"out": channels, "kernel": encoder.kernel,
+                                    "padding": encoder.kernel // 2}},
+                        "batchnorm2d", "relu", {"maxpool2d": {"kernel": 2}}]
+        entries.append({"global_pool": {"op": "mean"}})
+        entries += [{"dropout": {"p": encoder.dropout}}] if encoder.dropout else []
+    elif isinstance(encoder, ResNetEncoder):
+        entries = [{"resnet": {"depth": int(encoder.kind[len("resnet"):]),
+                               "weights": encoder.weights, "freeze": encoder.freeze}}]
+    return [LayerSpec.model_validate(_bare(entry)) for entry in entries]
+
+
+def _bare(entry: Any) -> Any:
+    return {entry: {}} if isinstance(entry, str) else entry
+
+
+def encoded_inputs(features: list, model: ModelSpec) -> list[EncodedInput]:
+    """The non-numeric features of ``features`` (``data.features`` entries), in order, with
+    their encoders compiled.
+
+    Raises:
+        LayoutError: an encoder kind the feature's type does not take.
+    """
+    out = []
+    for feature in features:
+        if not is_encoded(feature):
+            continue
+        encoder = encoder_of(feature, model)
+        allowed = ENCODERS_FOR[feature.type]
+        if encoder.kind not in allowed:
+            raise LayoutError(("model", "encoders", feature.name, "kind"),
+                              f"a {feature.type} feature takes the encoders "
+                              f"{', '.join(allowed)}, not {encoder.kind}")
+        out.append(EncodedInput(feature.name, feature.type, input_shape(feature),
+                                holds_tokens(feature), encoder,
+                                encoder_layers(feature, encoder)))
+    return out
+
+
+def encoder_width(encoded: EncodedInput) -> int:
+    """The width of the vector ``encoded``'s encoder outputs.
+
+    Raises:
+        LayoutError: a layer of the encoder cannot take its input, or it does not end flat.
+    """
+    where = ("model", "encoders", encoded.name)
+    own = encoded.encoder.kind == "layers"
+    try:
+        shapes = infer_shapes(encoded.layers, encoded.shape)
+    except ShapeError as exc:
+        if own:
+            raise LayoutError(where + ("layers", exc.index), exc.message) from None
+        layer = encoded.layers[exc.index].key
+        hint = ("; use fewer blocks in channels or a larger height and width"
+                if encoded.encoder.kind == "cnn" and "empty shape" in exc.message else "")
+        raise LayoutError(where + (("heads",) if "heads do not divide" in exc.message else ()),
+                          f"the {encoded.encoder.kind} encoder of the {encoded.type} "
+                          f"feature '{encoded.name}' (input {format_shape(encoded.shape)}) "
+                          f"fails at its {layer} layer: {exc.message}{hint}") from None
+    if len(shapes[-1]) != 1:
+        raise LayoutError(where + (("layers", len(encoded.layers) - 1) if own else ()),
+                          f"the encoder ends with shape {format_shape(shapes[-1])}; it must "
+                          "end in a vector: add '- global_pool' or '- flatten'")
+    return shapes[-1][0]
+
+
+def combined_width(numeric: int, widths: list[int], combiner: Any) -> int:
+    """Width of the combiner's output for ``numeric`` numeric features and encoder outputs of
+    ``widths``.
+
+    Raises:
+        LayoutError: attention heads that do not divide the width.
+    """
+    if combiner.kind == "concat":
+        return numeric + sum(widths)
+    if combiner.width % combiner.heads:
+        raise LayoutError(("model", "combiner", "heads"),
+                          f"{combiner.heads} heads do not divide the width {combiner.width}")
+    return (len(widths) + (1 if numeric else 0)) * combiner.width
+
+
+def head_input(features: list, model: ModelSpec, numeric: Optional[int]) -> Optional[int]:
+    """The width the head (``model.layers``) takes, checking every encoder on the way; None
+    when the numeric width is unknown and the combiner needs it.
+
+    Raises:
+        LayoutError: the first encoder or combiner setting that cannot work.
+    """
+    widths = [encoder_width(encoded) for encoded in encoded_inputs(features, model)]
+    if numeric is None:
+        return None
+    if not widths and not numeric:
+        raise LayoutError(("data", "features"), "no feature to train on")
+    return combined_width(numeric, widths, model.combiner)
