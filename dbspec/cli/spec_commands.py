@@ -110,6 +110,12 @@ def _plan(args: argparse.Namespace) -> int:
     if note:
         print(f"warning: {note}", file=sys.stderr)
     print(RENDERERS[args.format](plan, statuses))
+    if args.format == "text":
+        from dbspec.spec.layout import describe_inputs
+
+        lines = describe_inputs(loaded.spec)
+        if lines:
+            print("\n".join(lines))
     return 0
 
 

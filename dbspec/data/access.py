@@ -28,8 +28,20 @@ class InMemoryData:
 
     streamed = False
 
-    def __init__(self, table: Table, splits: Splits):
-        self.table, self.splits = table, splits
+    def __init__(self, table: Table, splits: Splits, raw: Optional[Any] = None):
+        """``raw``: with typed features, the Parquet file of the feature columns as they were
+        read (strings, image bytes), row for row with the table's encoded matrix."""
+        self.table, self.splits, self.raw = table, splits, raw
+
+    def raw_head(self, split: str, rows: int) -> Optional[Any]:
+        """The split's first ``rows`` rows as read from the source (a DataFrame), for a model
+        with typed features; None when every feature is numeric (``head`` is raw then)."""
+        if self.raw is None:
+            return None
+        import pyarrow.parquet as pq
+
+        index = self._rows(split)[:rows]
+        return pq.read_table(self.raw).take(index).to_pandas()
 
     @property
     def feature_names(self) -> list[str]:
@@ -73,6 +85,10 @@ class StreamedData:
 
     def __init__(self, shard_set: ShardSet):
         self.shard_set = shard_set
+
+    def raw_head(self, split: str, rows: int) -> None:
+        """Streamed features are numeric: :meth:`head` is what the model takes."""
+        return None
 
     @property
     def feature_names(self) -> list[str]:

@@ -26,6 +26,9 @@ class Table:
     target: np.ndarray  # float32 for regression, int64 class index otherwise
     feature_names: list[str]
     classes: Optional[list[Any]] = None  # original labels, index = encoded class
+    #: With typed features: the fitted inputs (``dbspec.models.encoding``) that encoded
+    #: ``features``, whose columns ``feature_names`` then names; None when all are numeric
+    inputs: Optional[list[dict[str, Any]]] = None
 
 
 @dataclass
@@ -69,11 +72,52 @@ def build_table(frame, data: DataSpec) -> Table:
                    if not _is_numeric(frame[c].dtype)]
     if non_numeric:
         raise DataError(f"data.features: non-numeric columns {', '.join(non_numeric[:8])}; "
-                        "encode them before training or leave them out with data.features")
+                        "declare their type in data.features (e.g. '- {name: city, type: "
+                        "categorical}', or text, sequence, image) or leave them out")
     x = frame[features].to_numpy(dtype=np.float32, na_value=np.nan)
+    _check_finite(x, features)
+    y, classes = _target(frame, data)
+    return Table(x, y, list(features), classes)
+
+
+def has_typed_features(data: DataSpec) -> bool:
+    """Whether ``data.features`` declares a non-numeric feature (text, image...)."""
+    return any(f.type != "numeric" for f in data.declared_types.values())
+
+
+def build_typed_table(frame, data: DataSpec, features: list) -> tuple[Table, Any]:
+    """The target of a spec with typed features, and its feature columns as they are.
+
+    Returns:
+        A :class:`Table` with the target, the feature names and no feature matrix (the
+        features are encoded by ``preprocess``, once their vocabularies are fitted on the
+        training split), and the raw feature columns as a frame.
+
+    Raises:
+        DataError: as :func:`build_table`, for the target and infinite numeric values.
+    """
+    frame = frame.rename(columns={c: str(c) for c in frame.columns})
+    if data.target not in frame.columns:
+        columns = list(frame.columns)
+        raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
+                        f"; the data has: {_listing(columns)}")
+    names = [f.name for f in features]
+    numeric = [f.name for f in features if f.type == "numeric"]
+    if numeric:
+        _check_finite(frame[numeric].to_numpy(dtype=np.float32, na_value=np.nan), numeric)
+    y, classes = _target(frame, data)
+    table = Table(np.zeros((len(frame), 0), dtype=np.float32), y, names, classes)
+    return table, frame[names].reset_index(drop=True)
+
+
+def _check_finite(x: np.ndarray, features: list[str]) -> None:
     inf_columns = [features[j] for j in np.flatnonzero(np.isinf(x).any(axis=0))]
     if inf_columns:
         raise DataError(f"data: infinite values in {', '.join(inf_columns[:8])}")
+
+
+def _target(frame, data: DataSpec) -> tuple[np.ndarray, Optional[list[Any]]]:
+    """The target column, checked: floats for regression, class indices and labels else."""
     y_raw = frame[data.target]
     if y_raw.isna().any():
         raise DataError(f"data.target: {int(y_raw.isna().sum())} rows have no target value")
@@ -84,14 +128,14 @@ def build_table(frame, data: DataSpec) -> Table:
         y = y_raw.to_numpy(dtype=np.float32)
         if not np.isfinite(y).all():
             raise DataError("data.target: infinite target values")
-        return Table(x, y, list(features))
+        return y, None
     classes, y = np.unique(y_raw.to_numpy(), return_inverse=True)
     if data.task == "binary" and len(classes) != 2:
         raise DataError(f"data.task: binary needs exactly 2 target classes, found {len(classes)}"
                         f" ({_listing([str(c) for c in classes])})")
     if len(classes) < 2:
         raise DataError("data.target: only one class present")
-    return Table(x, y.astype(np.int64), list(features), [_plain(c) for c in classes])
+    return y.astype(np.int64), [_plain(c) for c in classes]
 
 
 def _is_numeric(dtype) -> bool:
@@ -152,16 +196,22 @@ def _split(indices, labels, train_fraction, seed, train_test_split):
 
 
 def fit_preprocessing(data: DataSpec, table: Table, train: np.ndarray, *,
-                      missing: Optional[np.ndarray] = None) -> list[FittedStep]:
+                      missing: Optional[np.ndarray] = None,
+                      numeric: Optional[list[int]] = None) -> list[FittedStep]:
     """Fit each step on the training rows, in order, each on the previous step's output.
 
     Args:
         missing: Per feature, whether any row of any split lacks a value (the streamed path
             knows it from the conversion; by default the table's rows are looked at).
+        numeric: The matrix columns of numeric features when the table also holds encoded
+            typed features (token ids, pixels); steps apply to those columns only. Default:
+            every column.
 
     Raises:
         DataError: unknown columns, or missing values with no impute step to fill them.
     """
+    if numeric is not None:
+        return _fit_numeric_part(data, table, train, numeric)
     x = table.features[train].astype(np.float64)
     names = table.feature_names
     fitted: list[FittedStep] = []
@@ -198,6 +248,30 @@ def fit_preprocessing(data: DataSpec, table: Table, train: np.ndarray, *,
         raise DataError(f"data: missing values in {', '.join(unfilled[:8])}; add "
                         "'- impute: {strategy: median}' to data.preprocessing")
     return fitted
+
+
+def _fit_numeric_part(data: DataSpec, table: Table, train: np.ndarray,
+                      numeric: list[int]) -> list[FittedStep]:
+    """:func:`fit_preprocessing` on the numeric columns of a table with typed features; the
+    fitted steps index the whole matrix."""
+    names = [table.feature_names[j] for j in numeric]
+    encoded = [n for j, n in enumerate(table.feature_names) if j not in set(numeric)]
+    for index, step in enumerate(data.preprocessing):
+        if step.args.columns != "all":
+            for name in step.args.columns:
+                if name not in names and any(n.split("[")[0] == name for n in encoded) \
+                        or name in encoded:
+                    raise DataError(f"data.preprocessing.{index}.{step.key}: '{name}' is not a "
+                                    "numeric feature; preprocessing steps apply to numeric "
+                                    "features (typed features are encoded by their type)")
+    if not numeric:
+        if data.preprocessing:
+            raise DataError("data.preprocessing: there is no numeric feature to preprocess")
+        return []
+    part = Table(table.features[:, numeric], table.target, names, table.classes)
+    fitted = fit_preprocessing(data, part, train)
+    return [FittedStep(step.kind, [numeric[c] for c in step.columns], step.params)
+            for step in fitted]
 
 
 def _require_complete(part: np.ndarray, names: list[str], where: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -16,8 +16,18 @@ def write_table(directory: Path, table: Table) -> None:
     np.savez(directory / "table.npz", features=table.features, target=table.target)
 
 
-def read_table(directory: Path, meta: dict[str, Any]) -> Table:
+def read_table(directory: Path, meta: dict[str, Any],
+               preprocess: Optional[Path] = None) -> Table:
+    """The table ``load_data`` wrote in ``directory`` (``meta``: its output). With typed
+    features and the ``preprocess`` stage's directory, its features are the encoded matrix
+    ``preprocess`` wrote, with the fitted inputs."""
     arrays = np.load(Path(directory) / "table.npz")
+    if meta.get("features") is not None and preprocess is not None:
+        from dbspec.models.encoding import matrix_names
+
+        inputs = json.loads((Path(preprocess) / "inputs.json").read_text())
+        features = np.load(Path(preprocess) / "encoded.npz")["features"]
+        return Table(features, arrays["target"], matrix_names(inputs), meta["classes"], inputs)
     return Table(arrays["features"], arrays["target"], meta["feature_names"], meta["classes"])
 
 

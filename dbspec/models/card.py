@@ -30,6 +30,10 @@ class ModelCard:
     #: ``{"low": [...], "high": [...]}`` per feature of the training split (raw units);
     #: ``None`` in models logged before dbspec recorded it (:mod:`dbspec.models.inputs`)
     feature_ranges: Optional[dict[str, list]] = None
+    #: Typed features (text, images, categorical values...) fitted on the training split, in
+    #: order (:mod:`dbspec.models.encoding`): raw rows are encoded with them into the matrix
+    #: whose columns ``feature_names`` names. ``None``: every feature is numeric
+    inputs: Optional[list[dict[str, Any]]] = None
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -66,9 +66,19 @@ class DbspecPyfuncModel(mlflow.pyfunc.PythonModel):
         """Predictions for ``model_input``: a DataFrame with the columns of
         :func:`~dbspec.models.served.prediction_columns`, or, answering a scoring server, the
         same rows as records (``DataFrame.to_dict(orient="records")``)."""
-        from dbspec.models.inputs import feature_matrix
+        from dbspec.models.inputs import InputError, model_matrix
 
-        x = feature_matrix(self.model.card.feature_names, model_input)
+        try:
+            x = model_matrix(self.model.card, model_input)
+        except InputError as exc:
+            if not answering_a_server():
+                raise
+            # MLflow's scoring server answers an MlflowException with its own status (400
+            # here) and message; any other exception becomes a generic "unexpected error"
+            from mlflow.exceptions import MlflowException
+            from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+            raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from None
         outside = self.ranges.outside(x) if self.ranges is not None else None
         if outside:
             _LOG.warning("%d of %d row(s) lie far outside the model's training range (are the "

@@ -69,7 +69,7 @@ class ServedModel(nn.Module):
         steps = [FittedStep(**s) for s in card.preprocessing]
         self.transform = FeatureTransform(steps, width)
         self.network = network if network is not None else build_network(
-            ModelSpec.model_validate(card.model), width, card.out_features)
+            ModelSpec.model_validate(card.model), width, card.out_features, inputs=card.inputs)
         self.register_buffer("target_mean", torch.tensor(card.target_mean))
         self.register_buffer("target_std", torch.tensor(card.target_std))
 
@@ -90,15 +90,17 @@ class ServedModel(nn.Module):
         """Score a frame (or array, or list of rows) of raw features; returns a DataFrame.
 
         Named columns are taken by name, unnamed ones by position
-        (:func:`dbspec.models.inputs.feature_matrix`). Columns: those of
+        (:func:`dbspec.models.inputs.feature_matrix`); a model with typed features takes its
+        raw columns by name (strings, image bytes...). Columns: those of
         :func:`prediction_columns`.
 
         Raises:
-            InputError: missing columns, or positional input of another width.
+            InputError: missing columns, positional input of another width, or a value a
+                typed feature cannot encode.
         """
-        from dbspec.models.inputs import feature_matrix
+        from dbspec.models.inputs import model_matrix
 
-        return self.predict_matrix(feature_matrix(self.card.feature_names, features))
+        return self.predict_matrix(model_matrix(self.card, features))
 
     def predict_matrix(self, x) -> "Any":
         """Score a writable float32 matrix already in training column order (what

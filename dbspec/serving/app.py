@@ -29,7 +29,8 @@ from dbspec.models.card import prediction_columns
 from dbspec.serving.inference_table import InferenceTable, Record
 from dbspec.serving.metrics import ServerMetrics
 from dbspec.serving.protocol import (RequestError, check_content_type, check_finite_predictions,
-                                     dumps, error_body, parse_body, predictions_body)
+                                     dumps, error_body, parse_body, parse_typed_body,
+                                     predictions_body)
 
 _JSON = [(b"content-type", b"application/json")]
 _SLOW_FORWARD_S = 0.002
@@ -46,6 +47,12 @@ class LoadedModel(NamedTuple):
     @property
     def feature_names(self) -> tuple:
         return tuple(self.model.card.feature_names)
+
+    @property
+    def typed(self) -> bool:
+        """Whether the model takes typed features (raw strings, images...), not a matrix."""
+        inputs = self.model.card.inputs
+        return bool(inputs) and any(i["type"] != "numeric" for i in inputs)
 
 
 class ServingConfig(NamedTuple):
@@ -313,7 +320,8 @@ class ScoringApp:
         self.arriving += 1
         try:
             body = await _read_body(receive, limit)
-            x = parse_body(body, model.feature_names)
+            x = parse_typed_body(body, model.model.card) if model.typed \
+                else parse_body(body, model.feature_names)
         finally:
             self.arriving -= 1
             self.batcher.poke()

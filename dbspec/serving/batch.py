@@ -200,6 +200,56 @@ def check_features(schema_types: dict[str, Any], feature_names: list[str], sourc
         raise DataError(f"input {source}: feature column(s) {', '.join(bad)} are not numeric")
 
 
+def is_typed(card: Any) -> bool:
+    """Whether the model takes typed features (text, images...): raw columns it encodes."""
+    return bool(card.inputs) and any(i["type"] != "numeric" for i in card.inputs)
+
+
+def model_columns(card: Any) -> list[str]:
+    """The input columns the model reads: its typed features' raw columns, else its numeric
+    feature columns."""
+    if is_typed(card):
+        from dbspec.models.encoding import raw_columns
+
+        return raw_columns(card.inputs)
+    return list(card.feature_names)
+
+
+def check_model_columns(schema_types: dict[str, Any], card: Any, source: str,
+                        is_numeric: Callable[[Any], bool]) -> None:
+    """:func:`check_features` for any model: a typed feature's column must be present; only
+    numeric features must be numeric (its encoding checks the others' values).
+
+    Raises:
+        DataError: a missing column, or a numeric feature's column that is not numeric.
+    """
+    if not is_typed(card):
+        check_features(schema_types, list(card.feature_names), source, is_numeric)
+        return
+    check_features(schema_types, model_columns(card), source, lambda _: True)
+    numeric = [i["name"] for i in card.inputs if i["type"] == "numeric"]
+    check_features(schema_types, numeric, source, is_numeric)
+
+
+def batch_matrix(card: Any, columns: Sequence[Any], source: str, first_row: int = 0
+                 ) -> np.ndarray:
+    """The model's feature matrix of one batch of its :func:`model_columns` (Arrow arrays).
+
+    Raises:
+        DataError: a value a typed feature cannot encode (its column and row named).
+    """
+    if not is_typed(card):
+        return feature_matrix(columns)
+    from dbspec.models.encoding import encode_columns
+    from dbspec.models.inputs import InputError
+
+    try:
+        return encode_columns(card.inputs, dict(zip(model_columns(card), columns)))
+    except InputError as exc:
+        where = f" (in the batch from row {first_row})" if first_row else ""
+        raise DataError(f"input {source}{where}: {exc}") from None
+
+
 def check_new_columns(columns: list[str], predicted: list[str], source: str) -> None:
     """The columns scoring adds (``predicted``, the model's name and version) are not already
     among the input's ``columns``.

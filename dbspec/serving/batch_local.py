@@ -21,8 +21,9 @@ from dbspec.atomic import is_alive
 from dbspec.data.sources import DataError
 from dbspec.serving.app import LoadedModel
 from dbspec.serving.batch import (BATCH_ROWS, OUT_OF_RANGE_COLUMN, BatchResult, RangeCheck,
-                                  check_features, check_new_columns, check_paths, feature_matrix,
-                                  open_input, score_matrix, unscorable_rows)
+                                  batch_matrix, check_model_columns, check_new_columns,
+                                  check_paths, model_columns, open_input, score_matrix,
+                                  unscorable_rows)
 
 _PART = "part-dbspec-"  # the only Parquet files a rerun replaces
 
@@ -43,11 +44,12 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
     started = time.perf_counter()
     check_paths(source, output)
     dataset, version = open_input(source, input_version)
-    names = list(loaded.model.card.feature_names)
+    card = loaded.model.card
+    names = model_columns(card)
     types = {field.name: field.type for field in dataset.schema}
-    check_features(types, names, source,
-                   lambda t: pat.is_integer(t) or pat.is_floating(t) or pat.is_decimal(t))
-    empty = score_matrix(loaded.model, np.zeros((0, len(names)), dtype=np.float32))
+    check_model_columns(types, card, source,
+                        lambda t: pat.is_integer(t) or pat.is_floating(t) or pat.is_decimal(t))
+    empty = score_matrix(loaded.model, np.zeros((0, len(card.feature_names)), dtype=np.float32))
     check = RangeCheck(loaded.model.card, *out_of_range)
     added = list(empty) + ([OUT_OF_RANGE_COLUMN] if check.adds_column else [])
     check_new_columns(list(types), added, source)
@@ -64,14 +66,18 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
         for batch in dataset.to_batches(batch_size=batch_rows):
             if batch.num_rows == 0:
                 continue
-            x = feature_matrix([batch.column(name) for name in names])
+            try:
+                x = batch_matrix(card, [batch.column(name) for name in names], source, done[0])
+            except DataError as refused:
+                failure.append(refused)
+                raise
             try:
                 ranged, count = check.column(x, source, done[0])
             except DataError as refused:
                 failure.append(refused)
                 raise
             columns = score_matrix(loaded.model, x)
-            problem = unscorable_rows(x, columns, names)
+            problem = unscorable_rows(x, columns, card.feature_names)
             if problem:
                 failure.append(DataError(f"input {source}: {problem}"))
                 raise failure[-1]

@@ -25,8 +25,8 @@ import pyarrow as pa
 from dbspec.data.sources import DataError
 from dbspec.serving.app import LoadedModel
 from dbspec.serving.batch import (BATCH_ROWS, OUT_OF_RANGE_COLUMN, BatchResult, RangeCheck,
-                                  check_features, check_new_columns, check_paths,
-                                  feature_matrix, is_csv_input, is_delta_table,
+                                  batch_matrix, check_model_columns, check_new_columns,
+                                  check_paths, is_csv_input, is_delta_table, model_columns,
                                   open_delta_version, score_matrix, unscorable_rows)
 
 _WORKER_MODELS: dict[str, Any] = {}
@@ -137,10 +137,12 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
     check_paths(source, output)
     check_reachable(spark, source, output)
     frame, version = read_spark_input(spark, source, input_version)
-    names = list(loaded.model.card.feature_names)
+    card = loaded.model.card
+    names = model_columns(card)
     types = dict(frame.dtypes)
-    check_features(types, names, source, lambda t: t in _SPARK_NUMERIC or t.startswith("decimal"))
-    empty = score_matrix(loaded.model, np.zeros((0, len(names)), dtype=np.float32))
+    numeric = lambda t: t in _SPARK_NUMERIC or t.startswith("decimal")  # noqa: E731
+    check_model_columns(types, card, source, numeric)
+    empty = score_matrix(loaded.model, np.zeros((0, len(card.feature_names)), dtype=np.float32))
     adds_column = RangeCheck(loaded.model.card, *out_of_range).adds_column
     check_new_columns(list(types), list(empty) + ([OUT_OF_RANGE_COLUMN] if adds_column else []),
                       source)
@@ -151,8 +153,9 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
     payload = spark.sparkContext.broadcast(_model_payload(loaded))
     counts = _Counts(spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0))
     score = F.arrow_udf(_scorer(payload, counts, source, out_of_range), T.StructType(fields))
-    features = [F.col(f"`{n}`") if types[n] in ("float", "double") else
-                F.col(f"`{n}`").cast("double") for n in names]  # the UDF makes float32 itself
+    # the UDF makes float32 itself; a typed feature's column (text, image bytes) goes as it is
+    features = [F.col(f"`{n}`") if types[n] in ("float", "double") or not numeric(types[n])
+                else F.col(f"`{n}`").cast("double") for n in names]
     rows = batch_rows or arrow_batch_rows(frame.schema)
     try:
         with batch_settings(spark, rows):
@@ -189,7 +192,10 @@ def _scorer(payload, counts: _Counts, source: str, out_of_range: tuple[str, floa
         names = list(model.card.feature_names)
         check = RangeCheck(model.card, *out_of_range)
         for arrays in batches:
-            x = feature_matrix(arrays)
+            try:
+                x = batch_matrix(model.card, arrays, source)
+            except DataError as refused:  # the message after the marker is the user's error
+                raise ValueError(_UNSCORABLE + str(refused).split(": ", 1)[1]) from None
             counts.scored.add(len(x))
             try:
                 ranged, flagged = check.column(x, source)

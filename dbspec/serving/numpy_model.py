@@ -91,8 +91,9 @@ def load_numpy_model(directory: Path) -> Optional[NumpyServedModel]:
     is outside what this module scores."""
     try:
         card = read_card(directory)
-        if card.model.get("custom"):
-            return None
+        if card.model.get("custom") or card.model.get("encoders") or any(
+                i["type"] != "numeric" for i in card.inputs or ()):
+            return None  # a custom class, or typed features' encoders: torch scores them
         model = NumpyServedModel(card, read_state_dict(Path(directory) / "weights.pt"))
         # weights that fit the card, found now rather than as a 500 on every request
         model(np.zeros((2, len(card.feature_names)), dtype=np.float32))

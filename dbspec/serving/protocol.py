@@ -52,6 +52,40 @@ def check_content_type(content_type: Optional[str]) -> None:
 
 def parse_body(body: bytes, feature_names: Sequence[str]) -> np.ndarray:
     """A JSON request body -> a float32 matrix with one column per feature, in model order."""
+    rows, key, strict = _rows_of(body, feature_names)
+    return _matrix(rows, len(feature_names), key, strict=strict)
+
+
+def parse_typed_body(body: bytes, card: Any) -> np.ndarray:
+    """A JSON request body for a model with typed features -> its encoded feature matrix.
+
+    The same formats as :func:`parse_body`, with raw values: strings for text and categorical
+    values, base64 strings for image bytes, lists for sequences. A value a feature cannot
+    encode is a 400 that names the column and the row.
+    """
+    from dbspec.models.encoding import encode_columns, raw_columns
+    from dbspec.models.inputs import InputError
+
+    names = raw_columns(card.inputs)
+    rows, key, _ = _rows_of(body, names)
+    if not isinstance(rows, (list, tuple)):
+        raise RequestError(400, f"{key} must be a list of rows")
+    if not rows:
+        raise RequestError(400, f"{key} is empty: send at least one row")
+    for i, row in enumerate(rows):
+        if not isinstance(row, (list, tuple)) or len(row) != len(names):
+            raise RequestError(400, f"{key}: row {i} must have {len(names)} values, one per "
+                                    f"column ({', '.join(names)})")
+    columns = {name: [row[j] for row in rows] for j, name in enumerate(names)}
+    try:
+        return encode_columns(card.inputs, columns)
+    except InputError as exc:
+        raise RequestError(400, f"{key}: {exc}") from None
+
+
+def _rows_of(body: bytes, feature_names: Sequence[str]) -> tuple[Any, str, bool]:
+    """The rows of a request body in ``feature_names`` order, its format key, and whether the
+    body holds JSON booleans."""
     if not body:
         raise RequestError(400, "empty request body: send a JSON object with one of "
                                 + ", ".join(FORMATS))
@@ -79,7 +113,7 @@ def parse_body(body: bytes, feature_names: Sequence[str]) -> np.ndarray:
         rows = _columns(value, feature_names, key)
     else:
         rows = value
-    return _matrix(rows, len(feature_names), key, strict=b"true" in body or b"false" in body)
+    return rows, key, b"true" in body or b"false" in body
 
 
 def _json_problem(body: bytes, exc: ValueError) -> str:

@@ -166,6 +166,13 @@ def encoder_width(encoded: EncodedInput) -> int:
     """
     where = ("model", "encoders", encoded.name)
     own = encoded.encoder.kind == "layers"
+    for index, layer in enumerate(encoded.layers if own else ()):
+        if layer.key == "embedding" and (index > 0 or not encoded.tokens):
+            raise LayoutError(where + ("layers", index, "embedding"),
+                              "an embedding takes indices: only as the first layer of a "
+                              "categorical, text or token-sequence feature's encoder"
+                              + ("" if encoded.tokens else f"; '{encoded.name}' holds numbers"
+                                 " (use a linear layer to project them)"))
     try:
         shapes = infer_shapes(encoded.layers, encoded.shape)
     except ShapeError as exc:
@@ -213,3 +220,70 @@ def head_input(features: list, model: ModelSpec, numeric: Optional[int]) -> Opti
     if not widths and not numeric:
         raise LayoutError(("data", "features"), "no feature to train on")
     return combined_width(numeric, widths, model.combiner)
+
+
+def describe_inputs(spec: Any) -> list[str]:
+    """What ``dbspec plan`` says about the features of a spec with typed features: each one's
+    type, encoding and encoder with its output width, and how the rest are typed. Empty for a
+    spec whose features are all numeric."""
+    data, model = spec.data, spec.model
+    features = data.features or []
+    if not any(is_encoded(f) for f in features):
+        return []
+    rows = []
+    numeric = 0
+    for feature in features:
+        if not is_encoded(feature):
+            numeric += 1
+            how = "numeric" if not isinstance(feature, str) else "numeric (a plain name: its " \
+                "column must hold numbers)"
+            rows.append((feature if isinstance(feature, str) else feature.name, how, "-",
+                         "1, to the combiner as is"))
+            continue
+        encoded = next(e for e in encoded_inputs([feature], model))
+        try:
+            width = str(encoder_width(encoded))
+        except LayoutError as exc:
+            width = f"error: {exc.message}"
+        rows.append((feature.name, _encoding(feature), _encoder(encoded.encoder)
+                     + ("" if feature.name in model.encoders else " (default)"), width))
+    try:
+        head = head_input(features, model, numeric)
+    except LayoutError:
+        head = None
+    combiner = model.combiner.kind + (f" (width {model.combiner.width}, "
+                                      f"{model.combiner.heads} heads)"
+                                      if model.combiner.kind == "attention" else "")
+    lines = [f"inputs: {len(features)} features, combined by {combiner}"
+             + (f"; the head (model.layers) takes {head}" if head is not None else "")]
+    header = ("feature", "type and encoding", "encoder", "output width")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(3)]
+    for row in [header] + rows:
+        lines.append("  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:3]))
+                     + "  " + row[3])
+    return lines
+
+
+def _encoding(feature: Any) -> str:
+    if isinstance(feature, CategoricalFeature):
+        cut = f", min_frequency {feature.min_frequency}" if feature.min_frequency > 1 else ""
+        return f"categorical (vocabulary from the training split{cut})"
+    if isinstance(feature, TextFeature):
+        return f"text ({feature.tokenizer} tokenizer, {feature.max_length} tokens)"
+    if isinstance(feature, SequenceFeature):
+        return f"sequence of {feature.values} ({feature.max_length} items)"
+    norm = feature.normalize if isinstance(feature.normalize, str) else "mean/std"
+    return (f"image {feature.channels}x{feature.height}x{feature.width} ({feature.format}, "
+            f"{norm}" + (", augmented in training" if feature.augment else "") + ")")
+
+
+def _encoder(encoder: Any) -> str:
+    if isinstance(encoder, CnnEncoder):
+        return f"cnn {list(encoder.channels)}"
+    if isinstance(encoder, ResNetEncoder):
+        return encoder.kind + (" from " + encoder.weights if encoder.weights else "")
+    if isinstance(encoder, (RecurrentEncoder, TransformerEncoderSpec, BagEncoder)):
+        return f"{encoder.kind} (dim {encoder.dim})"
+    if isinstance(encoder, EmbeddingEncoder):
+        return f"embedding (dim {encoder.dim})"
+    return f"layers ({len(encoder.layers)})"

@@ -20,6 +20,7 @@ from dbspec.spec.sections.lifecycle import (
     REGRESSION_PLOTS,
 )
 from dbspec.spec.sections.training import TASK_LOSSES
+from dbspec.spec.layout import LayoutError, head_input, is_encoded
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
 
 _LOWER_IS_BETTER = ("loss", "rmse", "mae", "mse", "mape", "log_loss")
@@ -63,7 +64,7 @@ def input_width(spec: Spec) -> Optional[int]:
     """Features per row when known without reading data, else None."""
     source, data = spec.data.source, spec.data
     if data.features is not None:
-        return len(data.features)
+        return sum(1 for f in data.features if isinstance(f, str) or f.type == "numeric")
     if source.kind == "sklearn":
         return len(BUILTIN_DATASETS[source.name].features)
     if source.kind == "synthetic":
@@ -121,7 +122,7 @@ def _check_data(spec: Spec, found: _Findings) -> None:
         if data.target != "target":
             found.error(("data", "target"), f"built-in data sets name their target 'target', "
                         f"not '{data.target}'")
-        _check_columns(("data", "features"), data.features, info.features, found)
+        _check_columns(("data", "features"), data.feature_names, info.features, found)
         for index, step in enumerate(data.preprocessing):
             kind = step.key
             columns = step.args.columns
@@ -138,8 +139,8 @@ def _check_data(spec: Spec, found: _Findings) -> None:
         if step.key == "clip" and step.args.lower_quantile >= step.args.upper_quantile:
             found.error(("data", "preprocessing", index, "clip"), "lower_quantile must be below "
                         "upper_quantile")
-    _check_unique(("data", "features"), data.features or [], found)
-    if data.target in (data.features or ()):
+    _check_unique(("data", "features"), data.feature_names or [], found)
+    if data.target in (data.feature_names or ()):
         found.error(("data", "features"), f"the target '{data.target}' is also a feature")
     split = data.split
     if split.validation + split.test >= 1:
@@ -148,6 +149,30 @@ def _check_data(spec: Spec, found: _Findings) -> None:
     if split.stratify and data.task == "regression":
         found.error(("data", "split", "stratify"), "stratified splits need a classification task")
     _check_streaming(spec, found)
+    _check_typed(spec, found)
+
+
+def _check_typed(spec: Spec, found: _Findings) -> None:
+    """Typed features: where they can go, and encoders only for them."""
+    data, model = spec.data, spec.model
+    typed = {name: f for name, f in data.declared_types.items() if f.type != "numeric"}
+    if typed and data.streaming is not None:
+        found.error(("data", "streaming"), "typed features ("
+                    + ", ".join(f"{n}: {f.type}" for n, f in list(typed.items())[:4])
+                    + ") are encoded in memory; data.streaming takes numeric features only")
+    if typed and model.custom is not None:
+        found.error(("model", "custom"), "a custom class takes numeric features only; use "
+                    "model.encoders and model.layers for typed features ("
+                    + ", ".join(typed) + ")")
+    for name in model.encoders:
+        if name not in typed:
+            declared = data.declared_types.get(name)
+            reason = (f"'{name}' is a numeric feature (numeric features go to the combiner as "
+                      "they are)" if declared is not None or name in (data.feature_names or ())
+                      else f"no typed feature '{name}'{did_you_mean(name, list(typed))}")
+            found.error(("model", "encoders", name), reason + "; encoders are for the "
+                        "categorical, text, sequence and image features of data.features"
+                        + (f" ({', '.join(typed)})" if typed else ""))
 
 
 def _check_streaming(spec: Spec, found: _Findings) -> None:
@@ -203,6 +228,12 @@ def _check_model(spec: Spec, found: _Findings) -> None:
         return
     layers = model.layers or []
     width = input_width(spec) if _check_layer_settings(layers, found) else None
+    if any(is_encoded(f) for f in spec.data.features or ()):
+        try:
+            width = head_input(spec.data.features, model, width)
+        except LayoutError as exc:
+            found.error(exc.path, exc.message)
+            return
     if width is None:
         return  # the data decides; checked when the run loads it
     shape: tuple[int, ...] = (width,)
@@ -243,6 +274,11 @@ def _check_layer_settings(layers, found: _Findings) -> bool:
     """1-d layers take single numbers; a pair would be silently half-ignored."""
     clean = True
     for index, layer in enumerate(layers):
+        if layer.key == "embedding" and layer.args.vocabulary is None:
+            found.error(("model", "layers", index, "embedding"), "an embedding in model.layers "
+                        "needs 'vocabulary' (the number of indices its input holds); a typed "
+                        "feature's encoder (model.encoders) gets it from the fitted vocabulary")
+            clean = False
         if layer.key not in _ONE_D:
             continue
         for name, value in layer.args:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
+
 from dbspec.data import store
-from dbspec.data.prepare import FittedStep, Splits, Table, build_table, fit_preprocessing, split_rows
+from dbspec.data.prepare import (FittedStep, Splits, Table, build_table, build_typed_table,
+                                  fit_preprocessing, has_typed_features, split_rows)
 from dbspec.data.sources import read_source
 from dbspec.stages.base import SMOKE_ROWS, StageContext, write_json
 from dbspec.stages.outputs import LoadDataOutput, PreprocessOutput, SplitOutput
@@ -24,13 +27,45 @@ class LoadDataStage:
             source = read_source_spark(ctx.spark, ctx.spec.data, base=Path.cwd())
         else:
             source = read_source(ctx.spec.data, base=Path.cwd())
-        table = build_table(source.frame, ctx.spec.data)
+        typed = None
+        if has_typed_features(ctx.spec.data):
+            typed = _load_typed(ctx, source.frame)
+            table = typed.table
+        else:
+            table = build_table(source.frame, ctx.spec.data)
         store.write_table(ctx.directory, table)
         output = LoadDataOutput(rows=len(table.target), feature_names=table.feature_names,
                                 classes=table.classes, data_version=source.version,
-                                uri=source.uri)
+                                uri=source.uri, features=typed and typed.features)
         write_json(ctx.directory / "table.json", output.to_json())
         return output
+
+
+class _Typed:
+    def __init__(self, table: Table, features: list[dict]):
+        self.table, self.features = table, features
+
+
+def _load_typed(ctx: StageContext, frame) -> _Typed:
+    """A spec with typed features: the target checked, the feature columns kept as they are
+    in ``raw.parquet`` (``preprocess`` fits vocabularies on the training rows, then encodes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dbspec.data.sources import DataError
+    from dbspec.models.encoding import resolve_features
+
+    features = resolve_features(ctx.spec.data, frame)
+    table, raw = build_typed_table(frame, ctx.spec.data, features)
+    try:
+        arrow = pa.Table.from_pandas(raw, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise DataError(f"data.features: the feature columns cannot be stored: {exc}") from None
+    pq.write_table(arrow, ctx.directory / "raw.parquet")
+    kinds = ", ".join(f"{f.name} ({f.type})" for f in features[:12]) \
+        + (f", ... ({len(features)} in all)" if len(features) > 12 else "")
+    ctx.reporter.line(f"  features: {kinds}")
+    return _Typed(table, [f.model_dump(mode="json") for f in features])
 
 
 def _load_streaming_spec(ctx: StageContext) -> LoadDataOutput:
@@ -153,6 +188,9 @@ def load_data_access(ctx: StageContext):
     shard_set = shard_set_of(ctx)
     if shard_set is not None:
         return StreamedData(shard_set)
+    if ctx.output(LoadDataOutput).features is not None:
+        return InMemoryData(load_encoded_table(ctx), load_splits(ctx),
+                            raw=ctx.dir_of("load_data") / "raw.parquet")
     return InMemoryData(load_table(ctx), load_splits(ctx))
 
 
@@ -216,9 +254,68 @@ class PreprocessStage:
                               f"({how})")
             return PreprocessOutput(steps=[step["kind"] for step in steps])
         table, splits = load_table(ctx), load_splits(ctx)
+        if ctx.output(LoadDataOutput).features is not None:
+            return _preprocess_typed(ctx, table, splits)
         steps = store.write_preprocessing(ctx.directory,
                                           fit_preprocessing(ctx.spec.data, table, splits.train))
         return PreprocessOutput(steps=[step["kind"] for step in steps])
+
+
+def _preprocess_typed(ctx: StageContext, table: Table, splits: Splits) -> PreprocessOutput:
+    """Fit every typed feature on the training rows (vocabularies, tokenizers), encode all rows
+    into one matrix (``encoded.npz``, the fitted inputs in ``inputs.json``), then fit the
+    numeric preprocessing steps on its numeric columns."""
+    import json
+    import time
+
+    import numpy as np
+    import pyarrow.parquet as pq
+    from pydantic import TypeAdapter
+
+    from dbspec.models.encoding import encode_columns, fit_inputs, matrix_names
+    from dbspec.models.inputs import InputError
+    from dbspec.data.sources import DataError
+    from dbspec.spec.sections.features import TypedFeature
+
+    started = time.perf_counter()
+    adapter = TypeAdapter(TypedFeature)
+    features = [adapter.validate_python(f) for f in ctx.output(LoadDataOutput).features]
+    raw = pq.read_table(ctx.dir_of("load_data") / "raw.parquet").to_pandas()
+    inputs = fit_inputs(features, raw.iloc[splits.train].reset_index(drop=True))
+    try:
+        x = encode_columns(inputs, raw)
+    except InputError as exc:
+        raise DataError(f"data.features: {exc}") from None
+    names = matrix_names(inputs)
+    np.savez(ctx.directory / "encoded.npz", features=x)
+    (ctx.directory / "inputs.json").write_text(json.dumps(inputs))
+    numeric = [j for j, name in enumerate(names) if name in
+               {i["name"] for i in inputs if i["type"] == "numeric"}]
+    encoded = Table(x, table.target, names, table.classes)
+    steps = store.write_preprocessing(ctx.directory, fit_preprocessing(
+        ctx.spec.data, encoded, splits.train, numeric=numeric))
+    for item in inputs:
+        if "indices" in item:
+            ctx.reporter.line(f"  {item['name']} ({item['type']}): {item['indices']:,} indices "
+                              "fitted on the training rows")
+    ctx.reporter.line(f"  encoded {len(x):,} rows into {x.shape[1]:,} columns in "
+                      f"{time.perf_counter() - started:.1f}s")
+    return PreprocessOutput(steps=[step["kind"] for step in steps])
+
+
+def load_inputs(ctx: StageContext) -> Optional[list[dict]]:
+    """The fitted typed inputs ``preprocess`` wrote; None when every feature is numeric."""
+    import json
+
+    if ctx.output(LoadDataOutput).features is None:
+        return None
+    return json.loads((ctx.dir_of("preprocess") / "inputs.json").read_text())
+
+
+def load_encoded_table(ctx: StageContext) -> Table:
+    """The table of a spec with typed features: its encoded matrix from ``preprocess``."""
+    return store.read_table(ctx.dir_of("load_data"), ctx.output(LoadDataOutput).to_json(),
+                            ctx.dir_of("preprocess"))
 
 
 def load_stream_stats(ctx: StageContext) -> dict:

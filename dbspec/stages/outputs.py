@@ -78,6 +78,9 @@ class LoadDataOutput(StageOutput):
         uri: Where the rows were read.
         shards: The shard set's directory when the data streams (``data.streaming``), else
             None (the rows are in the stage's ``table.npz``).
+        features: With typed features (text, images...): every feature's spec, its type
+            resolved (``raw.parquet`` holds their columns; ``preprocess`` encodes them); None
+            when every feature is numeric.
     """
 
     stage: ClassVar[str] = "load_data"
@@ -87,6 +90,7 @@ class LoadDataOutput(StageOutput):
     data_version: str
     uri: str
     shards: Optional[str] = _omitted_when_none()
+    features: Optional[list[dict[str, Any]]] = _omitted_when_none()
 
 
 @dataclass(frozen=True)

@@ -239,8 +239,13 @@ def _placement(spec, session, files: Path) -> str:
 
 
 def _example_frame(data):
+    """The input example: the first training rows as the model takes them (raw columns for a
+    model with typed features)."""
     import pandas as pd
 
+    raw = data.raw_head("train", 5)
+    if raw is not None:
+        return raw
     return pd.DataFrame(data.head("train", 5).astype(np.float64), columns=data.feature_names)
 
 
@@ -312,6 +317,10 @@ def _log_inputs(ctx: StageContext, spec, tracker, data, result) -> None:
         rows = min(DATASET_ROWS_STREAMED, data.size("train"))
         frame = pd.DataFrame(data.head("train", rows), columns=data.feature_names)
         frame[spec.data.target] = data.targets("train")[:rows]
+    elif data.raw is not None:  # typed features: the columns as read, not their encoding
+        frame = data.raw_head("train", DATASET_ROWS_STREAMED).drop(
+            columns=[i["name"] for i in data.table.inputs if i["type"] == "image"])
+        frame[spec.data.target] = data.targets("train")[:len(frame)]
     else:
         table = data.table
         frame = pd.DataFrame(table.features, columns=table.feature_names)

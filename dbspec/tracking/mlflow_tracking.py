@@ -245,7 +245,6 @@ class Tracker:
 
         import mlflow
         from mlflow.models import ModelSignature, infer_signature
-        from mlflow.types import ColSpec, Schema
         from packaging.utils import canonicalize_name
 
         from dbspec.models import pyfunc
@@ -258,6 +257,8 @@ class Tracker:
         known = {canonicalize_name(r.split("==")[0]) for r in requirements}
         requirements += [r for r in custom.requirements
                          if canonicalize_name(r.split("==")[0]) not in known]
+        inputs_schema, features = _input_schema(card)
+        requirements += [pin(dist) for dist in _encoding_packages(card)]
         with tempfile.TemporaryDirectory(prefix="dbspec-code-") as staging, \
                 warnings.catch_warnings():
             # class labels are integers by design; MLflow's hint about missing values in
@@ -270,11 +271,46 @@ class Tracker:
                 artifacts={"served_model": str(served_dir)},
                 code_paths=[dbspec_code, *custom.code_paths],
                 signature=ModelSignature(
-                    inputs=Schema([ColSpec("double") for _ in card["feature_names"]]),
+                    inputs=inputs_schema,
                     outputs=infer_signature(example, prediction).outputs),
-                input_example=example, metadata={"dbspec_features": card["feature_names"]},
+                input_example=example, metadata={"dbspec_features": features},
                 pip_requirements=requirements)
         return info.model_uri
+
+
+def _input_schema(card: dict):
+    """The signature's inputs and the feature names for the metadata: unnamed doubles for a
+    numeric model (see :meth:`MlflowTracker.log_model`); for a model with typed features, one
+    named column per feature with its type (``string`` for text and categorical values,
+    ``binary`` for image bytes, arrays for sequences), since such a model takes its columns
+    by name only."""
+    from mlflow.types import ColSpec, DataType, Schema
+    from mlflow.types.schema import Array
+
+    inputs = card.get("inputs")
+    if inputs:
+        from dbspec.models.encoding import has_encoded, raw_columns, signature_types
+
+        if has_encoded(inputs):
+            specs = []
+            for name, kind in signature_types(inputs):
+                if kind.startswith("array<"):
+                    specs.append(ColSpec(Array(DataType[kind[len("array<"):-1]]), name))
+                else:
+                    specs.append(ColSpec(kind, name))
+            return Schema(specs), raw_columns(inputs)
+    return Schema([ColSpec("double") for _ in card["feature_names"]]), card["feature_names"]
+
+
+def _encoding_packages(card: dict) -> list[str]:
+    """What scoring a model with typed features needs besides torch and pandas (Pillow for
+    images, tokenizers for subword text)."""
+    inputs = card.get("inputs")
+    if not inputs:
+        return []
+    from dbspec.models.encoding import required_packages
+
+    return required_packages(inputs)
 
 
 class _QuietDownloads:  # what overlapping artifact_progress_bars_off blocks share

@@ -161,7 +161,8 @@ def _fit_card(spec: Spec, card, make_tensors, options: FitOptions, shards=None) 
     distributed = spec.compute.kind in DISTRIBUTED_KINDS
     device = torch.device("cpu") if distributed else select_device(spec.compute)
     torch.manual_seed(spec.training.seed)
-    network = build_network(spec.model, len(card.feature_names), card.out_features)
+    network = build_network(spec.model, len(card.feature_names), card.out_features,
+                            inputs=card.inputs, load_weights=True)
     parameters = sum(p.numel() for p in network.parameters())
     threads = choose_threads(spec.training.num_threads, parameters)
     served = ServedModel(card, network)
@@ -188,7 +189,24 @@ def model_card(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep
                      model=spec.model.model_dump(mode="json", by_alias=True),
                      preprocessing=[asdict(step) for step in fitted], classes=table.classes,
                      target_mean=mean, target_std=std, threshold=spec.evaluation.threshold,
-                     feature_ranges=training_ranges(table.features[splits.train]))
+                     feature_ranges=_ranges(table, splits.train, training_ranges),
+                     inputs=table.inputs)
+
+
+def _ranges(table: Table, train, training_ranges) -> dict[str, list]:
+    """The training range of each feature column; with typed features only numeric features
+    have one (a token id or a pixel has no 'unit' to get wrong)."""
+    if table.inputs is None:
+        return training_ranges(table.features[train])
+    numeric = {i["name"] for i in table.inputs if i["type"] == "numeric"}
+    columns = [j for j, name in enumerate(table.feature_names) if name in numeric]
+    found = training_ranges(table.features[np.ix_(train, columns)]) if columns \
+        else {"low": [], "high": []}
+    ranges: dict[str, list] = {"low": [None] * len(table.feature_names),
+                               "high": [None] * len(table.feature_names)}
+    for k, j in enumerate(columns):
+        ranges["low"][j], ranges["high"][j] = found["low"][k], found["high"][k]
+    return ranges
 
 
 def streamed_card(spec: Spec, data, stats: dict[str, Any], fitted: list[FittedStep]):
@@ -288,7 +306,8 @@ def _restarted(spec: Spec, served):
     torch.manual_seed(spec.training.seed)  # the same start, with a smaller batch
     card = served.card
     return ServedModel(card, build_network(spec.model, len(card.feature_names),
-                                           card.out_features))
+                                           card.out_features, inputs=card.inputs,
+                                           load_weights=True))
 
 
 def _fit_distributed(spec: Spec, served, tensors, options: FitOptions, shards=None):

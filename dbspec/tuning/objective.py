@@ -59,7 +59,8 @@ class Objective:
             self.streamed = (StreamedData(open_shard_set(Path(setup.table_meta["shards"]))),
                              stats)
         else:
-            self.table = store.read_table(Path(setup.data_dirs["load_data"]), setup.table_meta)
+            self.table = store.read_table(Path(setup.data_dirs["load_data"]), setup.table_meta,
+                                          Path(setup.data_dirs["preprocess"]))
             self.splits = store.read_splits(Path(setup.data_dirs["split"]))
         self.fitted = store.read_preprocessing(Path(setup.data_dirs["preprocess"]))
         self.runs = TrialRuns(TrialRunSettings(
