@@ -51,6 +51,11 @@ class InMemoryData:
     def classes(self) -> Optional[list[Any]]:
         return self.table.classes
 
+    @property
+    def inputs(self) -> Optional[list[dict[str, Any]]]:
+        """The fitted typed features that encoded the table; None when all are numeric."""
+        return self.table.inputs
+
     def _rows(self, split: str) -> np.ndarray:
         return getattr(self.splits, SPLIT_NAMES[split])
 
@@ -85,6 +90,8 @@ class StreamedData:
 
     def __init__(self, shard_set: ShardSet):
         self.shard_set = shard_set
+
+    inputs = None  # streamed features are numeric
 
     def raw_head(self, split: str, rows: int) -> None:
         """Streamed features are numeric: :meth:`head` is what the model takes."""

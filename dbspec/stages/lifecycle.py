@@ -311,7 +311,9 @@ class PromoteStage:
         except (MlflowException, OSError) as exc:
             raise unavailable(exc, f"the champion {name} v{holder}") from None
         served = model.unwrap_python_model().model
-        if served.card.feature_names != data.feature_names:
+        if served.card.feature_names != data.feature_names or served.card.inputs != data.inputs:
+            # other columns, or typed features encoded with another vocabulary: the champion
+            # cannot score this encoding; its own logged figure stands
             logged = (registry.version(name, holder).tags or {}).get(f"metric.{metric}")
             return float(logged) if logged is not None else None  # cannot score this data
         if base == "loss":

@@ -140,12 +140,15 @@ class ServeStage:
         if list(loaded.feature_names) != list(data.feature_names):
             raise DbspecError(f"{target.uri} (v{version}) takes features "
                               f"{', '.join(loaded.feature_names)}, not this spec's")
-        status, answer = asyncio.run(post_json(ScoringApp(loaded), "/invocations",
-                                               {"inputs": rows.tolist()}))
+        raw = data.raw_head("test", 8)  # a model with typed features takes raw columns
+        body = {"inputs": rows.tolist()} if raw is None else {"dataframe_split": {
+            "columns": list(raw.columns),
+            "data": [[json_value(v) for v in row] for row in raw.itertuples(index=False)]}}
+        status, answer = asyncio.run(post_json(ScoringApp(loaded), "/invocations", body))
         if status != 200:
             raise DbspecError(f"{target.uri} (v{version}) refused a request of test rows: "
                               f"{answer}")
-        want = loaded.model.predict_frame(rows)["prediction"].tolist()
+        want = loaded.model.predict_frame(rows if raw is None else raw)["prediction"].tolist()
         got = [p["prediction"] for p in answer["predictions"]]
         same = np.allclose(np.asarray(got, dtype=float), np.asarray(want, dtype=float),
                            rtol=1e-5) if loaded.model.card.task == "regression" else got == want
@@ -156,3 +159,18 @@ class ServeStage:
                           f"{command}")
         return ServeOutput(model_uri=target.uri, model_version=version, command=command,
                            checked_rows=len(rows))
+
+
+def json_value(value):
+    """A raw cell as a JSON request carries it: image bytes as base64, arrays as lists,
+    missing values as null."""
+    import base64
+    import math
+
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        value = value.tolist()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
