@@ -1,0 +1,554 @@
+"""Typed features as one float32 matrix: fitted on the training split, applied to any rows.
+
+Every feature becomes fixed-width float32 columns of one feature matrix, so training,
+distributed training and evaluation keep working on a matrix (the widths are those of
+:mod:`dbspec.spec.layout`):
+
+- numeric: the number (NaN when missing);
+- categorical: the value's index in the training vocabulary (0: unknown, rare or missing);
+- text, and sequences of tokens: ``max_length`` token ids (0: padding, 1: unknown);
+- sequences of numbers: ``max_length`` values, NaN-padded (the network masks the padding);
+- image: ``channels * height * width`` normalised pixels, channel first (:mod:`.images`).
+
+:func:`fit_inputs` learns vocabularies and tokenizers from the training rows and returns them
+as JSON-able dicts ("inputs") that travel inside the logged model. The served model takes raw
+rows and encodes them with :class:`InputEncoder` over the same inputs before the network, so
+training and serving run one encoding and cannot disagree.
+
+NumPy and pandas only; Pillow and ``tokenizers`` are imported when an image or a subword text
+is met (:func:`required_packages` names what a model needs to score).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter, OrderedDict
+from functools import partial
+from itertools import chain
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from dbspec.data.sources import DataError
+from dbspec.errors import did_you_mean
+from dbspec.models.images import describe, encode_images, is_missing
+from dbspec.models.inputs import InputError
+from dbspec.spec.sections.data import DataSpec
+from dbspec.spec.sections.features import CategoricalFeature, NumericFeature
+
+_WORD = re.compile(r"\w+|[^\w\s]")  # words and single punctuation marks
+_ITEMS = re.compile(r"[\s,]+")  # items of a sequence given as one string
+_SUBWORD = ("bpe", "wordpiece")
+_PAD, _UNKNOWN = "[PAD]", "[UNK]"  # ids 0 and 1 of every token vocabulary
+_NUMERIC_KINDS = "biuf"
+
+
+# --- which features -------------------------------------------------------------------------
+
+def resolve_features(data: DataSpec, frame: pd.DataFrame) -> list:
+    """The typed spec of every feature column, in the order of ``data.features`` (or of the
+    frame's columns, the target left out, when it is unset).
+
+    Declared typed entries are returned as they are; a plain name is typed by its column:
+    numbers and booleans are numeric, a pandas ``category`` column is categorical.
+
+    Raises:
+        DataError: a missing column, or one whose values leave its type open (strings, bytes,
+            lists): the message says which entry to write.
+    """
+    labels = {str(c): c for c in frame.columns}
+    names = data.feature_names or [c for c in labels if c != data.target]
+    declared = data.declared_types
+    features = []
+    for name in names:
+        if name not in labels:
+            raise DataError(f"data.features: no column '{name}'{did_you_mean(name, labels)}; "
+                            f"the data has: {_listing(list(labels))}")
+        features.append(declared.get(name) or _typed_by_column(name, frame[labels[name]]))
+    return features
+
+
+def _typed_by_column(name: str, column: pd.Series) -> Any:
+    if column.dtype.kind in _NUMERIC_KINDS:
+        return NumericFeature(name=name, type="numeric")
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return CategoricalFeature(name=name, type="categorical")
+    held = pd.api.types.infer_dtype(column, skipna=True)
+    if held in ("integer", "floating", "mixed-integer-float", "boolean", "decimal"):
+        return NumericFeature(name=name, type="numeric")  # numbers with None among them
+    where = f"data.features: column '{name}'"
+    first = next(iter(column.dropna()), None)
+    if held == "string" or (held.startswith("mixed") and isinstance(first, str)):
+        raise DataError(f"{where} holds strings: declare its type, '- {{name: {name}, type: "
+                        f"text}}' or '- {{name: {name}, type: categorical}}'")
+    if held == "bytes":
+        raise DataError(f"{where} holds bytes: declare it an image with the size to resize "
+                        f"to, '- {{name: {name}, type: image, height: 64, width: 64}}'")
+    if isinstance(first, (list, tuple, np.ndarray)):
+        values = "numeric" if all(isinstance(v, (int, float, np.number)) and
+                                  not isinstance(v, bool) for v in first) else "tokens"
+        raise DataError(f"{where} holds lists: declare a sequence, '- {{name: {name}, type: "
+                        f"sequence, values: {values}}}'")
+    if first is None:
+        raise DataError(f"{where} has no values to tell its type by: declare it, e.g. "
+                        f"'- {{name: {name}, type: numeric}}', or leave it out")
+    raise DataError(f"{where} holds {held} values ({column.dtype}): convert it to numbers, "
+                    "or declare its type (numeric, categorical, text, sequence or image)")
+
+
+# --- fitting --------------------------------------------------------------------------------
+
+def fit_inputs(features: list, train: pd.DataFrame) -> list[dict]:
+    """Fit each feature on the training rows: one JSON-able dict per feature, in order.
+
+    Each dict holds ``name``, ``type``, ``spec`` (the feature as JSON), ``columns`` (its
+    matrix column names), ``indices`` for inputs that hold indices (the embedding table's
+    size, reserved indices included) and the fitted state: ``vocabulary`` (categorical, word
+    and char text, token sequences), ``tokenizer`` (bpe and wordpiece text: the trained
+    ``tokenizers`` JSON) and ``raw_dtype`` (categorical and sequences: the MLflow type of the
+    training column, for :func:`signature_types`).
+
+    Raises:
+        DataError: ``data.features.<name>: ...``: no usable value in the training rows, or a
+            value of the wrong kind.
+    """
+    labels = {str(c): c for c in train.columns}
+    fitted = []
+    for feature in features:
+        if isinstance(feature, str):
+            feature = NumericFeature(name=feature, type="numeric")
+        if feature.name not in labels:
+            raise DataError(f"data.features.{feature.name}: no such column in the training "
+                            f"rows{did_you_mean(feature.name, labels)}")
+        try:
+            fitted.append(_fit(feature, _series(train[labels[feature.name]])))
+        except InputError as exc:
+            raise DataError(f"data.features.{feature.name}: {exc} (in the training rows)") \
+                from None
+    return fitted
+
+
+def _fit(feature: Any, column: pd.Series) -> dict:
+    spec = feature.model_dump(mode="json")
+    entry: dict[str, Any] = {"name": feature.name, "type": feature.type, "spec": spec}
+    width = {"text": spec.get("max_length"), "sequence": spec.get("max_length"),
+             "image": spec.get("channels", 0) * spec.get("height", 0) * spec.get("width", 0)}
+    entry["columns"] = ([f"{feature.name}[{i}]" for i in range(width[feature.type])]
+                        if feature.type in width else [feature.name])
+    where = f"data.features.{feature.name}"
+    if feature.type == "categorical":
+        counts = pd.Series(_keys(column)).value_counts()
+        entry["vocabulary"] = _vocabulary(counts, spec["min_frequency"], spec["max_vocabulary"])
+        if not entry["vocabulary"]:
+            raise DataError(f"{where}: no value occurs {spec['min_frequency']} time(s) in the "
+                            f"{len(column)} training rows; lower min_frequency")
+        entry["indices"] = len(entry["vocabulary"]) + 1
+        entry["raw_dtype"] = {"b": "boolean", "i": "long", "u": "long", "f": "double"}.get(
+            column.dtype.kind, "string")
+    elif feature.type == "text" and spec["tokenizer"] in _SUBWORD:
+        texts = [t for t in _texts(column.tolist(), feature.name) if t]
+        tokenizer = _train_subword(texts, spec, where)
+        entry["tokenizer"] = tokenizer.to_str()
+        entry["indices"] = tokenizer.get_vocab_size()
+    elif feature.type == "text" or (feature.type == "sequence" and spec["values"] == "tokens"):
+        if feature.type == "text":
+            split = _text_splitter(spec)
+            rows = [split(t) for t in _texts(column.tolist(), feature.name) if t]
+        else:
+            rows = [[key for key in map(_key, items) if key is not None]
+                    for items in _sequences(column.tolist(), feature.name)]
+        counts = pd.Series(Counter(chain.from_iterable(rows)), dtype="int64")
+        entry["vocabulary"] = _vocabulary(counts, spec["min_frequency"],
+                                          spec["vocabulary_size"] - 2)
+        if not entry["vocabulary"]:
+            raise DataError(f"{where}: no " + (
+                ("text" if feature.type == "text" else "items") + " in the training rows"
+                if counts.empty else f"token occurs {spec['min_frequency']} time(s) in the "
+                "training rows; lower min_frequency"))
+        entry["indices"] = len(entry["vocabulary"]) + 2
+    if feature.type == "sequence":
+        entry["raw_dtype"] = _sequence_dtype(column, spec["values"])
+    return entry
+
+
+def _vocabulary(counts: pd.Series, min_frequency: int, most: Any) -> list[str]:
+    """Keys counted at least ``min_frequency`` times, most frequent first, ties by key."""
+    kept = counts[counts >= min_frequency]
+    order = pd.DataFrame({"key": kept.index.astype(str), "n": kept.to_numpy()}).sort_values(
+        ["n", "key"], ascending=[False, True], kind="stable")
+    return order["key"].tolist()[:most]
+
+
+def _train_subword(texts: list[str], spec: dict, where: str) -> Any:
+    if not texts:
+        raise DataError(f"{where}: no text in the training rows")
+    try:
+        from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+    except ImportError:
+        raise DataError(f"{where}: the {spec['tokenizer']} tokenizer needs the tokenizers "
+                        "package: pip install tokenizers") from None
+    options = {"vocab_size": spec["vocabulary_size"], "min_frequency": spec["min_frequency"],
+               "special_tokens": [_PAD, _UNKNOWN], "show_progress": False}
+    if spec["tokenizer"] == "bpe":
+        tokenizer = Tokenizer(models.BPE(unk_token=_UNKNOWN))
+        trainer = trainers.BpeTrainer(**options)
+    else:
+        tokenizer = Tokenizer(models.WordPiece(unk_token=_UNKNOWN))
+        trainer = trainers.WordPieceTrainer(**options)
+    if spec["lowercase"]:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()  # words and punctuation, as 'word'
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer
+
+
+def _sequence_dtype(column: pd.Series, values: str) -> str:
+    sample = column.dropna().head(100).tolist()
+    if sample and all(isinstance(v, str) for v in sample):
+        return "string"  # items in one string per row
+    if values == "numeric":
+        return "array<double>"
+    items = [item for row in sample for item in row]
+    whole = items and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                          for v in items)
+    return "array<long>" if whole else "array<string>"
+
+
+# --- encoding -------------------------------------------------------------------------------
+
+class InputEncoder:
+    """Encodes raw columns into the feature matrix of ``inputs`` (what :func:`fit_inputs`
+    returned, or its JSON round trip); vocabularies and tokenizers are compiled once, here."""
+
+    def __init__(self, inputs: list[dict]):
+        self.inputs = inputs
+        self.names = raw_columns(inputs)
+        self.widths = [len(entry["columns"]) for entry in inputs]
+        self._encoders = [_compiled(entry) for entry in inputs]
+
+    def encode(self, columns: Any) -> np.ndarray:
+        """``columns`` as a float32 matrix (rows, sum of widths), inputs in order.
+
+        Args:
+            columns: A pandas DataFrame, a pyarrow Table, or a mapping of each input's name to
+                its raw values (a Series, a NumPy array, a pyarrow Array, a list).
+
+        Raises:
+            InputError: a missing column or a value the feature cannot take, by column and row.
+        """
+        column = _column_getter(columns, self.names)
+        raw = [_series(column(name)) for name in self.names]
+        rows = {len(values) for values in raw}
+        if len(rows) > 1:
+            raise InputError("the input columns have different lengths: " + ", ".join(
+                f"{name} {len(values)}" for name, values in zip(self.names, raw)))
+        out = np.empty((rows.pop() if rows else 0, sum(self.widths)), dtype=np.float32)
+        start = 0
+        for encode, name, width, values in zip(self._encoders, self.names, self.widths, raw):
+            out[:, start:start + width] = encode(values, name)
+            start += width
+        return out
+
+
+_CACHE: OrderedDict[int, InputEncoder] = OrderedDict()
+_CACHED = 8
+_CACHE_LOCK = threading.Lock()  # a scoring server may answer requests on several threads
+
+
+def encode_columns(inputs: list[dict], columns: Any) -> np.ndarray:
+    """``columns`` encoded as :meth:`InputEncoder.encode` does; the encoder of the last few
+    ``inputs`` lists is kept (by identity: a list changed in place is not noticed)."""
+    encoder = _CACHE.get(id(inputs))
+    if encoder is None or encoder.inputs is not inputs:  # held there, so an id is not reused
+        encoder = InputEncoder(inputs)
+        with _CACHE_LOCK:
+            _CACHE[id(inputs)] = encoder
+            while len(_CACHE) > _CACHED:
+                _CACHE.popitem(last=False)
+    return encoder.encode(columns)
+
+
+def _column_getter(columns: Any, names: list[str]) -> Callable[[str], Any]:
+    """A function from an input's name to its values in ``columns``.
+
+    Raises (when called):
+        InputError: no such column, naming the columns the model takes."""
+    if isinstance(columns, pd.DataFrame):
+        labels = {str(c): c for c in columns.columns}
+        available, get = list(labels), lambda name: columns[labels[name]]
+    elif hasattr(columns, "column_names"):  # a pyarrow Table
+        available, get = list(columns.column_names), columns.column
+    else:
+        available, get = [str(c) for c in columns], columns.__getitem__
+
+    present = set(available)
+
+    def column(name: str) -> Any:
+        if name not in present:
+            raise InputError(f"the input has no column '{name}'"
+                             f"{did_you_mean(name, available)}: the model takes the columns "
+                             f"{_listing(names)}")
+        values = get(name)
+        if isinstance(values, pd.DataFrame):
+            raise InputError(f"the input has {values.shape[1]} columns named '{name}'")
+        return values
+    return column
+
+
+def _series(values: Any) -> pd.Series:
+    """Raw values as a Series: NumPy rows of a 2-D array and pyarrow lists become objects."""
+    if isinstance(values, pd.Series):
+        return values
+    if isinstance(values, np.ndarray) and values.ndim > 1:
+        rows = np.empty(len(values), dtype=object)
+        for i, row in enumerate(values):
+            rows[i] = row
+        return pd.Series(rows)
+    if hasattr(values, "to_pandas"):  # a pyarrow Array or ChunkedArray
+        return values.to_pandas()
+    return pd.Series(values if isinstance(values, np.ndarray) else list(values))
+
+
+def _compiled(entry: dict) -> Callable[[pd.Series, str], np.ndarray]:
+    """The encoding of one input: ``(values, column name) -> (rows, width)``."""
+    kind, spec = entry["type"], entry["spec"]
+    if kind == "numeric":
+        return _numbers
+    if kind == "categorical":
+        return partial(_indices, index=pd.Index(entry["vocabulary"], dtype=object))
+    if kind == "image":
+        return lambda values, name: encode_images(values.tolist(), spec, name)
+    if kind == "sequence" and spec["values"] == "numeric":
+        return partial(_numeric_sequences, length=spec["max_length"])
+    if kind == "text" and spec["tokenizer"] in _SUBWORD:
+        return partial(_subword_ids, tokenizer=_loaded_tokenizer(entry))
+    ids = {token: i for i, token in enumerate(entry["vocabulary"], start=2)}
+    if kind == "text":
+        return partial(_text_ids, split=_text_splitter(spec), ids=ids, length=spec["max_length"])
+    return partial(_item_ids, ids=ids, length=spec["max_length"])
+
+
+def _numbers(values: pd.Series, name: str) -> np.ndarray:
+    try:
+        return values.to_numpy(dtype=np.float32, na_value=np.nan).reshape(-1, 1)
+    except (TypeError, ValueError):
+        pass  # objects: one at a time, to accept numbers as text and to name a bad row
+    numbers = np.empty((len(values), 1), dtype=np.float32)
+    for row, value in enumerate(values.tolist()):
+        try:
+            numbers[row] = np.nan if is_missing(value) else float(value)
+        except (TypeError, ValueError):
+            raise InputError(f"column '{name}', row {row}: expected a number, got "
+                             f"{describe(value)}") from None
+    return numbers
+
+
+def _indices(values: pd.Series, name: str, index: pd.Index) -> np.ndarray:
+    return (index.get_indexer(_keys(values)) + 1).astype(np.float32).reshape(-1, 1)
+
+
+def _keys(values: pd.Series) -> Any:
+    """Categorical keys, alike whatever the column's dtype: strings as they are, whole numbers
+    as integers ('5' for 5 and 5.0: pandas makes an int column with NaN a float one),
+    booleans as 'True' / 'False'; None for a missing value."""
+    kind = values.dtype.kind
+    if kind in _NUMERIC_KINDS:
+        missing = values.isna().to_numpy()
+        if kind == "b":
+            keys = np.where(values.to_numpy(dtype=bool, na_value=False), "True", "False")
+        elif kind in "iu":
+            keys = values.to_numpy(dtype=np.int64, na_value=0).astype(str)
+        else:
+            x = values.to_numpy(dtype=np.float64, na_value=np.nan)
+            whole = np.isfinite(x) & (np.floor(x) == x) & (np.abs(x) < 2.0 ** 63)
+            keys = np.empty(len(x), dtype=object)
+            keys[whole] = x[whole].astype(np.int64).astype(str)
+            for i in np.flatnonzero(~whole & ~missing):
+                keys[i] = str(float(x[i]))
+        keys = keys.astype(object)
+        keys[missing] = None
+        return keys
+    if isinstance(values.dtype, pd.StringDtype) or \
+            pd.api.types.infer_dtype(values, skipna=True) == "string":
+        return values  # strings, and NaN or None, which no vocabulary holds
+    return np.array([_key(v) for v in values.tolist()] or [], dtype=object)
+
+
+def _key(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return "True" if value else "False"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        if value != value:
+            return None
+        return str(int(value)) if float(value).is_integer() else str(float(value))
+    return None if is_missing(value) else str(value)
+
+
+def _text_splitter(spec: dict) -> Callable[[str], list]:
+    split = _WORD.findall if spec["tokenizer"] == "word" else list
+    return (lambda text: split(text.lower())) if spec["lowercase"] else split
+
+
+def _texts(values: list, name: str) -> list:
+    """The rows as text, "" for a missing one.
+
+    Raises:
+        InputError: a value that is not a string."""
+    out = []
+    for row, value in enumerate(values):
+        if isinstance(value, str):
+            out.append(value)
+        elif is_missing(value):
+            out.append("")
+        else:
+            raise InputError(f"column '{name}', row {row}: expected text (a string), got "
+                             f"{describe(value)}")
+    return out
+
+
+def _text_ids(values: pd.Series, name: str, split: Callable, ids: dict,
+              length: int) -> np.ndarray:
+    get = ids.get
+    rows = [[get(token, 1) for token in split(text)[:length]]
+            for text in _texts(values.tolist(), name)]
+    return _padded(rows, length, 0.0)
+
+
+def _subword_ids(values: pd.Series, name: str, tokenizer: Any) -> np.ndarray:
+    # encode_batch_fast (tokenizers 0.21+) leaves out the character offsets, unused here
+    batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+    encoded = batch(_texts(values.tolist(), name))
+    return np.array([e.ids for e in encoded], dtype=np.float32).reshape(
+        len(encoded), tokenizer.padding["length"])
+
+
+def _loaded_tokenizer(entry: dict) -> Any:
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise InputError(f"the text feature '{entry['name']}' needs the tokenizers package: "
+                         "pip install tokenizers") from None
+    tokenizer = Tokenizer.from_str(entry["tokenizer"])
+    length = entry["spec"]["max_length"]
+    tokenizer.enable_truncation(max_length=length)
+    tokenizer.enable_padding(pad_id=0, pad_token=_PAD, length=length)
+    return tokenizer
+
+
+def _sequences(values: list, name: str) -> list[list]:
+    """Each row's items: a list, tuple or 1-D array, or a string split on spaces and commas;
+    a missing row has none.
+
+    Raises:
+        InputError: a row that is neither."""
+    out = []
+    for row, value in enumerate(values):
+        if isinstance(value, str):
+            out.append([item for item in _ITEMS.split(value) if item])
+        elif isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and
+                                                  value.ndim == 1):
+            out.append(value)
+        elif is_missing(value):
+            out.append([])
+        else:
+            raise InputError(f"column '{name}', row {row}: expected a list (or a string of "
+                             f"items separated by spaces or commas), got {describe(value)}")
+    return out
+
+
+def _item_ids(values: pd.Series, name: str, ids: dict, length: int) -> np.ndarray:
+    rows = [[ids.get(_key(item), 1) for item in items[:length]]
+            for items in _sequences(values.tolist(), name)]
+    return _padded(rows, length, 0.0)
+
+
+def _numeric_sequences(values: pd.Series, name: str, length: int) -> np.ndarray:
+    rows = []
+    for row, items in enumerate(_sequences(values.tolist(), name)):
+        try:
+            numbers = np.asarray(items[:length], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise InputError(f"column '{name}', row {row}: the sequence holds an item that is "
+                             "not a number") from None
+        if not np.isfinite(numbers).all():
+            raise InputError(f"column '{name}', row {row}: a missing (NaN) or infinite value "
+                             "inside the sequence; NaN only pads sequences: fill or drop it")
+        rows.append(numbers)
+    return _padded(rows, length, np.nan)
+
+
+def _padded(rows: list, length: int, fill: float) -> np.ndarray:
+    """Rows of at most ``length`` values as a (rows, length) matrix, the rest ``fill``."""
+    out = np.full((len(rows), length), fill, dtype=np.float32)
+    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    total = int(sizes.sum())
+    if total:
+        flat = (np.concatenate(rows).astype(np.float32) if isinstance(rows[0], np.ndarray)
+                else np.fromiter(chain.from_iterable(rows), dtype=np.float32, count=total))
+        starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+        out[np.repeat(np.arange(len(rows)), sizes), np.arange(total) - starts] = flat
+    return out
+
+
+def _listing(names: list[str], most: int = 20) -> str:
+    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most
+                                      else "")
+
+
+# --- what the inputs need -------------------------------------------------------------------
+
+def matrix_names(inputs: list[dict]) -> list[str]:
+    """Every matrix column name, inputs in order."""
+    return [column for entry in inputs for column in entry["columns"]]
+
+
+def raw_columns(inputs: list[dict]) -> list[str]:
+    """The input columns the model takes, one per feature."""
+    return [entry["name"] for entry in inputs]
+
+
+def has_encoded(inputs: list) -> bool:
+    """Whether any input is not numeric (fitted dicts or ``data.features`` entries)."""
+    return any(_type_of(entry) != "numeric" for entry in inputs)
+
+
+def _type_of(entry: Any) -> str:
+    if isinstance(entry, dict):
+        return entry["type"]
+    return "numeric" if isinstance(entry, str) else entry.type
+
+
+def required_packages(inputs: list[dict]) -> list[str]:
+    """Distributions scoring needs beyond NumPy and pandas: pillow, tokenizers."""
+    needed = []
+    if any(entry["type"] == "image" for entry in inputs):
+        needed.append("pillow")
+    if any(entry["type"] == "text" and entry["spec"]["tokenizer"] in _SUBWORD
+           for entry in inputs):
+        needed.append("tokenizers")
+    return needed
+
+
+def signature_types(inputs: list[dict]) -> list[tuple[str, str]]:
+    """``(column, MLflow type)`` per raw column, for the model signature."""
+    types = []
+    for entry in inputs:
+        kind, spec = entry["type"], entry["spec"]
+        if kind == "categorical":
+            mlflow_type = entry.get("raw_dtype", "string")
+        elif kind == "sequence":
+            mlflow_type = entry.get("raw_dtype") or (
+                "array<double>" if spec["values"] == "numeric" else "array<string>")
+        elif kind == "image":
+            mlflow_type = {"bytes": "binary", "path": "string"}.get(spec["format"],
+                                                                    "array<double>")
+        else:
+            mlflow_type = {"numeric": "double", "text": "string"}[kind]
+        types.append((entry["name"], mlflow_type))
+    return types
