@@ -23,11 +23,10 @@ def read_table(directory: Path, meta: dict[str, Any],
     ``preprocess`` wrote, with the fitted inputs."""
     arrays = np.load(Path(directory) / "table.npz")
     if meta.get("features") is not None and preprocess is not None:
-        from dbspec.models.encoding import matrix_names
-
         inputs = json.loads((Path(preprocess) / "inputs.json").read_text())
         features = np.load(Path(preprocess) / "encoded.npz")["features"]
-        return Table(features, arrays["target"], matrix_names(inputs), meta["classes"], inputs)
+        names = [column for item in inputs for column in item["columns"]]
+        return Table(features, arrays["target"], names, meta["classes"], inputs)
     return Table(arrays["features"], arrays["target"], meta["feature_names"], meta["classes"])
 
 

@@ -552,3 +552,20 @@ def signature_types(inputs: list[dict]) -> list[tuple[str, str]]:
             mlflow_type = {"numeric": "double", "text": "string"}[kind]
         types.append((entry["name"], mlflow_type))
     return types
+
+
+def model_matrix(card: Any, features: Any) -> np.ndarray:
+    """What :func:`dbspec.models.inputs.feature_matrix` returns, for any model: a model with typed features (text,
+    images, categorical values; ``card.inputs``) encodes its raw named columns with the
+    vocabularies and tokenizers it was trained with (:mod:`dbspec.models.encoding`).
+
+    Raises:
+        InputError: missing columns, or a value the model cannot encode (the column and the
+            row named).
+    """
+    inputs = getattr(card, "inputs", None)
+    if inputs and has_encoded(inputs):
+        return encode_columns(inputs, features)
+    from dbspec.models.inputs import feature_matrix
+
+    return feature_matrix(card.feature_names, features)

@@ -75,24 +75,6 @@ def feature_matrix(names: Sequence[str], features: Any) -> np.ndarray:
     return x
 
 
-def model_matrix(card: Any, features: Any) -> np.ndarray:
-    """What :func:`feature_matrix` returns, for any model: a model with typed features (text,
-    images, categorical values; ``card.inputs``) encodes its raw named columns with the
-    vocabularies and tokenizers it was trained with (:mod:`dbspec.models.encoding`).
-
-    Raises:
-        InputError: missing columns, or a value the model cannot encode (the column and the
-            row named).
-    """
-    inputs = getattr(card, "inputs", None)
-    if inputs:
-        from dbspec.models.encoding import encode_columns, has_encoded
-
-        if has_encoded(inputs):
-            return encode_columns(inputs, features)
-    return feature_matrix(card.feature_names, features)
-
-
 def _columns_in_order(names: list[str], frame: Any) -> Any:
     """``frame`` with the model's columns in training order, or as it is when it is positional.
 

@@ -66,7 +66,8 @@ class DbspecPyfuncModel(mlflow.pyfunc.PythonModel):
         """Predictions for ``model_input``: a DataFrame with the columns of
         :func:`~dbspec.models.served.prediction_columns`, or, answering a scoring server, the
         same rows as records (``DataFrame.to_dict(orient="records")``)."""
-        from dbspec.models.inputs import InputError, model_matrix
+        from dbspec.models.encoding import model_matrix
+        from dbspec.models.inputs import InputError
 
         try:
             x = model_matrix(self.model.card, model_input)

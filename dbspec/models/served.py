@@ -98,7 +98,7 @@ class ServedModel(nn.Module):
             InputError: missing columns, positional input of another width, or a value a
                 typed feature cannot encode.
         """
-        from dbspec.models.inputs import model_matrix
+        from dbspec.models.encoding import model_matrix
 
         return self.predict_matrix(model_matrix(self.card, features))
 
