@@ -1,21 +1,47 @@
-"""Build the ``nn.Module`` a spec describes, with input sizes inferred."""
+"""Build the ``nn.Module`` a spec describes, with input sizes inferred.
+
+Without typed features the network is ``nn.Sequential`` over the feature vector. With typed
+features (fitted ``inputs``) it is a :class:`~dbspec.models.typed.TypedNetwork`: each
+non-numeric feature's encoder, compiled by :mod:`dbspec.spec.layout` to a layer list, is
+built here layer by layer as the head is, and a combiner joins their vectors.
+
+:func:`_layer` maps every entry of the layer vocabulary to a module; the sequence layers'
+modules live in :mod:`dbspec.models.typed` (which imports nothing from here), the ResNet in
+:mod:`dbspec.models.resnet`.
+"""
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 from torch import nn
 
 from dbspec.errors import DbspecError
+from dbspec.models.resnet import ResNetBody, WeightsError, freeze, load_weights as load_resnet
+from dbspec.models.typed import (AttentionCombiner, ConcatCombiner, FeatureEncoder,
+                                 GlobalPool, ImageAugment, MaskedSequential, Recurrent,
+                                 SelfAttention, SequenceTransformer, TokenEmbedding,
+                                 TypedNetwork)
+from dbspec.spec.layout import LayoutError, combined_width, encoded_inputs, encoder_width
 from dbspec.spec.sections.network import ModelSpec
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
+
+#: Layers whose output keeps the input's sequence axis item for item: the mask still holds
+_KEEPS_MASK = {"embedding", "linear", "dropout", "layernorm", "layer_norm", "batchnorm1d",
+               "lstm", "gru", "transformer_encoder", "multihead_attention", "identity", "relu",
+               "leaky_relu", "gelu", "elu", "selu", "silu", "mish", "softplus", "tanh",
+               "sigmoid", "softmax", "log_softmax"}
 
 
 class ModelError(DbspecError):
     """The network cannot be built for the data it is given."""
+
+
+class _Unbuildable(Exception):
+    """A layer whose settings cannot be built; the caller adds where it is in the spec."""
 
 
 class Reshape(nn.Module):
@@ -36,8 +62,18 @@ def _pool_stride(args) -> Any:
     return args.stride if args.stride is not None else args.kernel
 
 
-def _layer(name: str, args, shape: tuple[int, ...]) -> nn.Module:
-    """One torch layer for a vocabulary entry whose input has ``shape`` (no batch dim)."""
+def _layer(name: str, args, shape: tuple[int, ...], *, vocabulary: Optional[int] = None,
+           load_weights: bool = False) -> nn.Module:
+    """One torch layer for a vocabulary entry whose input has ``shape`` (no batch dim).
+
+    Args:
+        vocabulary: The indices an embedding's input holds (the fitted feature's), when known.
+        load_weights: Read a resnet's ``weights`` file (at training time; a served model gets
+            every weight from its own state dict instead).
+
+    Raises:
+        _Unbuildable: settings that cannot be built (the caller locates them).
+    """
     simple = {"relu": nn.ReLU, "gelu": nn.GELU, "selu": nn.SELU, "silu": nn.SiLU,
               "mish": nn.Mish, "softplus": nn.Softplus, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
               "identity": nn.Identity, "flatten": nn.Flatten}
@@ -64,7 +100,7 @@ def _layer(name: str, args, shape: tuple[int, ...]) -> nn.Module:
     if name in ("batchnorm1d", "batchnorm2d"):
         cls = nn.BatchNorm1d if name == "batchnorm1d" else nn.BatchNorm2d
         return cls(shape[0], eps=args.eps, momentum=args.momentum, affine=args.affine)
-    if name == "layernorm":
+    if name in ("layernorm", "layer_norm"):
         return nn.LayerNorm(shape[-1], eps=args.eps, elementwise_affine=args.affine)
     if name == "leaky_relu":
         return nn.LeakyReLU(args.negative_slope)
@@ -74,29 +110,169 @@ def _layer(name: str, args, shape: tuple[int, ...]) -> nn.Module:
         return nn.Softmax(dim=args.dim)
     if name == "log_softmax":
         return nn.LogSoftmax(dim=args.dim)
+    if name == "embedding":
+        return TokenEmbedding(_vocabulary(args, vocabulary), args.dim, padding_idx=0)
+    if name in ("lstm", "gru"):
+        return Recurrent(name, shape[-1], args)
+    if name == "transformer_encoder":
+        return SequenceTransformer(shape[0], shape[1], args)
+    if name == "multihead_attention":
+        return SelfAttention(shape[1], args)
+    if name == "global_pool":
+        return GlobalPool(args.op)
+    if name == "resnet":
+        return _resnet(args, shape, load_weights)
     raise ModelError(f"no torch layer for '{name}'")  # a vocabulary entry without a builder
 
 
-def build_network(model: ModelSpec, in_features: int, out_features: int) -> nn.Module:
-    """The network for ``in_features`` inputs; its output width must be ``out_features``.
+def _vocabulary(args, fitted: Optional[int]) -> int:
+    if args.vocabulary is None and fitted is None:
+        raise _Unbuildable(
+            "embedding needs 'vocabulary' (the number of indices, 0 being padding), e.g. "
+            "'- embedding: {dim: 16, vocabulary: 1000}'; only the encoder of a categorical, "
+            "text or token sequence feature takes the size of its fitted vocabulary")
+    if args.vocabulary is not None and fitted is not None and args.vocabulary < fitted:
+        raise _Unbuildable(f"embedding: vocabulary {args.vocabulary} is smaller than the "
+                           f"feature's {fitted} fitted indices; raise it or leave it out")
+    return args.vocabulary if args.vocabulary is not None else fitted
+
+
+def _resnet(args, shape: tuple[int, ...], load_weights: bool) -> ResNetBody:
+    body = ResNetBody(args.depth, in_channels=shape[0])
+    if load_weights and args.weights:
+        try:
+            load_resnet(body, args.weights)
+        except WeightsError as exc:
+            raise _Unbuildable(str(exc)) from None
+    if args.freeze:
+        freeze(body)  # batch norm stays in train mode: see resnet.freeze
+    return body
+
+
+def _build_layers(layers: list, shapes: list, where: Callable[[int], str], *, masked: bool,
+                  vocabulary: Optional[int] = None, load_weights: bool = False) -> nn.Module:
+    """``layers`` whose inputs have ``shapes``: MaskedSequential (an encoder) or
+    nn.Sequential (a layer list over a vector, without masks)."""
+    modules = []
+    for index, (layer, shape) in enumerate(zip(layers, shapes)):
+        try:
+            modules.append(_layer(layer.key, layer.args, shape, vocabulary=vocabulary,
+                                  load_weights=load_weights))
+        except _Unbuildable as exc:
+            raise ModelError(f"{where(index)}: {exc}") from None
+    if not masked:
+        return nn.Sequential(*modules)
+    return MaskedSequential(*modules, keeps_mask=[layer.key in _KEEPS_MASK for layer in layers])
+
+
+def build_network(model: ModelSpec, in_features: int, out_features: int,
+                  inputs: Optional[list[dict]] = None, load_weights: bool = False) -> nn.Module:
+    """The network for ``in_features`` matrix columns; its output width must be
+    ``out_features``.
+
+    Args:
+        inputs: The fitted inputs (the model card's, in feature order: name, type, spec,
+            columns, indices); with any non-numeric one, the network is a
+            :class:`~dbspec.models.typed.TypedNetwork`. A custom class gets the matrix as is.
+        load_weights: Read weights files the spec names (resnet ``weights``): True when a run
+            trains; a served model is rebuilt without them and loads its own state dict.
 
     Raises:
         ModelError: the layers do not fit the data, the custom class cannot be imported or
-            built, or the output width is wrong.
+            built, a weights file cannot be loaded, or the output width is wrong.
     """
+    if inputs is not None:
+        taken = sum(len(entry["columns"]) for entry in inputs)
+        if taken != in_features:
+            raise ModelError(f"model: the fitted inputs take {taken} matrix columns, the data "
+                             f"has {in_features}")
     if model.custom is not None:
         network = _custom(model.custom, in_features, out_features)
+    elif inputs is not None and any(entry["type"] != "numeric" for entry in inputs):
+        network = _typed(model, inputs, load_weights)
     else:
         try:
             shapes = infer_shapes(model.layers, (in_features,))
         except ShapeError as exc:
             raise ModelError(f"model.layers.{exc.index}: {exc.message} (the data has "
                              f"{in_features} features)") from None
-        inputs = [(in_features,)] + shapes[:-1]
-        network = nn.Sequential(*(_layer(layer.key, layer.args, shape)
-                                  for layer, shape in zip(model.layers, inputs)))
-    _check_output(network, in_features, out_features)
+        network = _build_layers(model.layers, [(in_features,)] + shapes[:-1],
+                                lambda i: f"model.layers.{i}", masked=False,
+                                load_weights=load_weights)
+    _check_output(network, in_features, out_features, finite=model.custom is None)
     return network
+
+
+def _located(exc: LayoutError) -> ModelError:
+    return ModelError(f"{'.'.join(map(str, exc.path))}: {exc.message}")
+
+
+_KIND_OF = {"categorical": "index", "text": "tokens", "image": "image"}
+
+
+def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNetwork:
+    """The :class:`TypedNetwork` for the fitted ``inputs`` (see :func:`build_network`)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from dbspec.spec.sections.features import TypedFeature
+
+    adapter = TypeAdapter(TypedFeature)
+    numeric, features, fitted, start = [], [], {}, 0
+    for entry in inputs:
+        stop = start + len(entry["columns"])
+        if entry["type"] == "numeric":
+            numeric += range(start, stop)
+        else:
+            try:
+                features.append(adapter.validate_python(entry["spec"]))
+            except ValidationError as exc:
+                raise ModelError(f"model: the fitted input '{entry['name']}' has an invalid "
+                                 f"feature spec: {exc.errors()[0]['msg']}") from None
+            if features[-1].type != entry["type"]:
+                raise ModelError(f"model: the fitted input '{entry['name']}' is a "
+                                 f"{entry['type']} with a {features[-1].type} spec")
+            fitted[entry["name"]] = (entry, start, stop)
+        start = stop
+    for name in model.encoders:
+        if name not in fitted:
+            raise ModelError(f"model.encoders.{name}: no non-numeric feature '{name}'; the "
+                             f"encoded features are: {', '.join(fitted)}")
+    try:
+        encoded = encoded_inputs(features, model)
+        widths = [encoder_width(item) for item in encoded]
+        width = combined_width(len(numeric), widths, model.combiner)
+    except LayoutError as exc:
+        raise _located(exc) from None
+    encoders, columns = [], []
+    for item, feature in zip(encoded, features):
+        entry, first, last = fitted[item.name]
+        if last - first != item.width:
+            raise ModelError(f"model: the fitted input '{item.name}' takes {last - first} "
+                             f"columns; its shape {format_shape(item.shape)} needs {item.width}")
+        own = item.encoder.kind == "layers"
+        place = f"model.encoders.{item.name}"
+        layers = _build_layers(item.layers, [item.shape] + infer_shapes(item.layers,
+                                                                         item.shape)[:-1],
+                               (lambda i, p=place: f"{p}.layers.{i}") if own
+                               else (lambda i, p=place: p),
+                               masked=True, vocabulary=entry.get("indices"),
+                               load_weights=load_weights)
+        kind = _KIND_OF.get(item.type) or ("tokens" if item.tokens else "values")
+        augment = (ImageAugment(feature.augment, feature)
+                   if item.type == "image" and feature.augment is not None else None)
+        encoders.append(FeatureEncoder(item.name, kind, item.shape, layers, augment))
+        columns.append((first, last))
+    combiner = ConcatCombiner() if model.combiner.kind == "concat" else AttentionCombiner(
+        ([len(numeric)] if numeric else []) + widths, model.combiner.width,
+        model.combiner.heads, model.combiner.layers, model.combiner.dropout)
+    try:
+        shapes = infer_shapes(model.layers, (width,))
+    except ShapeError as exc:
+        raise ModelError(f"model.layers.{exc.index}: {exc.message} (the combined features "
+                         f"have {width} values)") from None
+    head = _build_layers(model.layers, [(width,)] + shapes[:-1], lambda i: f"model.layers.{i}",
+                         masked=False, load_weights=load_weights)
+    return TypedNetwork(numeric, encoders, columns, combiner, head)
 
 
 def _custom(custom, in_features: int, out_features: int) -> nn.Module:
@@ -126,7 +302,10 @@ def _custom(custom, in_features: int, out_features: int) -> nn.Module:
     return network
 
 
-def _check_output(network: nn.Module, in_features: int, out_features: int) -> None:
+def _check_output(network: nn.Module, in_features: int, out_features: int,
+                  finite: bool = False) -> None:
+    """A forward pass on zeros (for typed features: unknown values, texts of padding alone)
+    gives ``out_features`` per row, and, with ``finite``, no NaN or infinity."""
     was_training = network.training
     network.eval()
     try:
@@ -139,3 +318,6 @@ def _check_output(network: nn.Module, in_features: int, out_features: int) -> No
     if out.dim() != 2 or out.shape[1] != out_features:
         raise ModelError(f"model: the network outputs {format_shape(tuple(out.shape[1:]))} per "
                          f"row; the task needs {out_features}")
+    if finite and not torch.isfinite(out).all():
+        raise ModelError("model: the network outputs NaN or infinite values for rows of zeros "
+                         "(for typed features: unknown values and empty texts)")

@@ -42,6 +42,36 @@ def test_layers_that_do_not_fit_the_data():
                             {"linear": {"out": 1}}), 10, 1)
 
 
+def test_sequence_layers_build_in_a_plain_list():
+    spec = model({"reshape": {"shape": [4, 4]}},
+                 {"transformer_encoder": {"heads": 2, "feedforward": 8}},
+                 {"multihead_attention": {"heads": 4}}, "layer_norm",
+                 {"gru": {"hidden": 3, "bidirectional": True}}, {"global_pool": {"op": "max"}},
+                 {"linear": {"out": 2}})
+    network = build_network(spec, 16, 2)
+    assert network(torch.randn(5, 16)).shape == (5, 2)
+    assert network[1].positions.shape == (1, 4, 4)
+    assert network[1].encoder.layers[0].linear1.out_features == 8
+    assert network[4].rnn.hidden_size == 3 and network[4].rnn.bidirectional
+
+
+def test_global_pool_over_an_image():
+    spec = model({"reshape": {"shape": [2, 4, 4]}}, {"global_pool": {"op": "sum"}},
+                 {"linear": {"out": 1}})
+    network = build_network(spec, 32, 1)
+    x = torch.randn(3, 32)
+    torch.testing.assert_close(network[1](network[0](x)), x.reshape(3, 2, 16).sum(2))
+
+
+def test_numeric_inputs_keep_the_plain_network():
+    inputs = [{"name": n, "type": "numeric", "spec": {"name": n, "type": "numeric"},
+               "columns": [n]} for n in ("a", "b")]
+    network = build_network(model({"linear": {"out": 1}}), 2, 1, inputs)
+    assert isinstance(network, torch.nn.Sequential) and network[0].in_features == 2
+    with pytest.raises(ModelError, match="the fitted inputs take 2 matrix columns"):
+        build_network(model({"linear": {"out": 1}}), 3, 1, inputs)
+
+
 def test_custom_class_gets_sizes_it_asks_for():
     network = build_network(model(**{"class": "torch.nn:Linear", "kwargs": {"bias": False}}),
                             7, 1)

@@ -1,0 +1,338 @@
+"""The torch modules of typed features: sequence layers that honour a padding mask, the
+feature encoders, the combiners and :class:`TypedNetwork`, the network over one feature
+matrix.
+
+One float32 matrix carries every feature (:mod:`dbspec.models.encoding` writes it), so the
+served model, the training loops and the data loaders handle one tensor as for numeric data.
+Per input, in feature order: a numeric feature is one column; a categorical its index (0:
+unknown); a text or token sequence ``max_length`` token ids (0: padding); a numeric sequence
+``max_length`` values (NaN: padding); an image its normalised pixels, channel first.
+
+Sequence layers (lstm, gru, transformer_encoder, multihead_attention, global_pool) take
+``(x, mask)``, ``mask`` (B, L) True at real items; without a mask (a plain layer list) every
+item is read. Inside an encoder a :class:`MaskedSequential` hands the mask on until a layer
+changes the sequence axis (flatten, reshape, a pooling...). Padding is assumed to be trailing:
+recurrent layers read each row up to its last real item.
+
+:func:`dbspec.models.network.build_network` builds these modules from the spec and the fitted
+inputs; nothing here reads the spec's layer lists or raises user errors.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from dbspec.models.images import IMAGENET_MEAN, IMAGENET_STD
+from dbspec.spec.sections.features import AugmentSpec, ImageFeature
+
+#: How a feature's columns become its encoder's input
+INPUT_KINDS = ("index", "tokens", "values", "image")
+
+
+class TokenEmbedding(nn.Embedding):
+    """``nn.Embedding`` over indices stored as floats (the feature matrix is float32); index 0
+    (padding, or a categorical's unknown value) is a fixed zero vector."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.long())
+
+
+def _lengths(mask: torch.Tensor) -> torch.Tensor:
+    """Items up to and including each row's last real one; at least 1, so a row of padding
+    alone still has one (padding) item to read."""
+    positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+    return (mask.long() * positions).amax(dim=1).clamp(min=1)
+
+
+def _key_padding(mask: torch.Tensor) -> torch.Tensor:
+    """Attention's key padding mask (True: ignore). A row of padding alone would attend to
+    nothing and give NaN: its first item is left visible."""
+    ignore = ~mask
+    empty = ignore.all(dim=1)
+    if empty.any():
+        ignore = ignore.clone()
+        ignore[empty, 0] = False
+    return ignore
+
+
+class Recurrent(nn.Module):
+    """LSTM or GRU over (B, L, E) -> (B, L, hidden x directions); with a mask, each row is
+    read up to its last real item (packed), the rest of the output is zeros."""
+
+    takes_mask = True
+
+    def __init__(self, kind: str, width: int, args):
+        super().__init__()
+        cls = nn.LSTM if kind == "lstm" else nn.GRU
+        self.rnn = cls(width, args.hidden, num_layers=args.layers, batch_first=True,
+                       bidirectional=args.bidirectional,
+                       dropout=args.dropout if args.layers > 1 else 0.0)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if mask is None:
+            return self.rnn(x)[0]
+        packed = pack_padded_sequence(x, _lengths(mask).cpu(), batch_first=True,
+                                      enforce_sorted=False)
+        return pad_packed_sequence(self.rnn(packed)[0], batch_first=True,
+                                   total_length=x.shape[1])[0]
+
+
+class SequenceTransformer(nn.Module):
+    """Learned positions (optional), then transformer encoder layers over (B, L, E)."""
+
+    takes_mask = True
+
+    def __init__(self, length: int, width: int, args):
+        super().__init__()
+        self.positions = None
+        if args.positions:
+            self.positions = nn.Parameter(torch.empty(1, length, width))
+            nn.init.normal_(self.positions, std=0.02)
+        layer = nn.TransformerEncoderLayer(width, args.heads,
+                                           dim_feedforward=args.feedforward or 4 * width,
+                                           dropout=args.dropout, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, args.layers, enable_nested_tensor=False)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.positions is not None:
+            x = x + self.positions[:, : x.shape[1]]
+        return self.encoder(x, src_key_padding_mask=None if mask is None else _key_padding(mask))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention over (B, L, E), padding keys ignored."""
+
+    takes_mask = True
+
+    def __init__(self, width: int, args):
+        super().__init__()
+        self.attention = nn.MultiheadAttention(width, args.heads, dropout=args.dropout,
+                                               batch_first=True)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        padding = None if mask is None else _key_padding(mask)
+        return self.attention(x, x, x, key_padding_mask=padding, need_weights=False)[0]
+
+
+class GlobalPool(nn.Module):
+    """(B, L, E) -> (B, E) over the real items (mean, max, sum, first, last), or (B, C, H, W)
+    -> (B, C) over the positions. A row of padding alone pools to zeros."""
+
+    takes_mask = True
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if x.dim() == 4:
+            x, mask = x.flatten(2).transpose(1, 2), None
+        if mask is None:
+            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        if self.op in ("first", "last"):
+            index = (mask.long().argmax(dim=1) if self.op == "first"
+                     else _lengths(mask) - 1)
+            return x[torch.arange(x.shape[0], device=x.device), index]
+        keep = mask.unsqueeze(-1)
+        if self.op == "max":
+            pooled = x.masked_fill(~keep, float("-inf")).amax(dim=1)
+            return pooled.masked_fill(~keep.any(dim=1), 0.0)
+        total = x.masked_fill(~keep, 0).sum(dim=1)
+        if self.op == "sum":
+            return total
+        return total / keep.sum(dim=1).clamp(min=1).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"op={self.op}"
+
+
+class MaskedSequential(nn.Sequential):
+    """Layers in order, called as ``(x, mask)``: the mask goes to the layers that take it and
+    is dropped after the first layer that changes the sequence axis."""
+
+    def __init__(self, *layers: nn.Module, keeps_mask: Optional[list[bool]] = None):
+        super().__init__(*layers)
+        self.keeps_mask = list(keeps_mask) if keeps_mask is not None else [True] * len(self)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        for layer, keeps in zip(self, self.keeps_mask):
+            x = layer(x, mask) if getattr(layer, "takes_mask", False) else layer(x)
+            mask = mask if keeps else None
+        return x
+
+
+class ImageAugment(nn.Module):
+    """Random flips, rotations, shifts, zooms and brightness changes, drawn per image; only in
+    training mode (identity in eval mode, so evaluation and serving see the images as given).
+
+    The geometry is one affine resampling per image (bilinear; what comes in from outside the
+    image is 0, the mean colour of normalised pixels). Brightness scales the raw intensities,
+    so the normalisation is undone and redone around it.
+    """
+
+    def __init__(self, augment: AugmentSpec, image: ImageFeature):
+        super().__init__()
+        self.augment = augment
+        mean, std = _normalization(image)
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return x
+        a = self.augment
+        if a.flip or a.rotate or a.translate or a.scale:
+            grid = F.affine_grid(self._affine(x), list(x.shape), align_corners=False)
+            x = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros",
+                              align_corners=False)
+        if a.brightness:
+            factor = _uniform(x.shape[0], a.brightness, x).view(-1, 1, 1, 1) + 1
+            # raw = x * std + mean; (raw * factor - mean) / std, in normalised units
+            x = x * factor + self.mean * (factor - 1) / self.std
+        return x
+
+    def _affine(self, x: torch.Tensor) -> torch.Tensor:
+        """Per image, the map from output to input positions in affine_grid's [-1, 1] units."""
+        a, batch = self.augment, x.shape[0]
+        height, width = x.shape[-2:]
+        angle = _uniform(batch, math.radians(a.rotate), x)
+        zoom = 1 + _uniform(batch, a.scale, x)
+        mirror = torch.ones(batch, dtype=x.dtype, device=x.device)
+        if a.flip:
+            mirror = torch.where(torch.rand(batch, device=x.device) < 0.5, -mirror, mirror)
+        cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
+        # a rotation in pixels is not one in [-1, 1] units unless the image is square
+        theta = torch.stack([
+            torch.stack([cos * mirror, -sin * height / width,
+                         2 * _uniform(batch, a.translate, x)], dim=1),
+            torch.stack([sin * mirror * width / height, cos,
+                         2 * _uniform(batch, a.translate, x)], dim=1)], dim=1)
+        return theta
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.augment.model_dump().items() if v)
+
+
+def _uniform(n: int, bound: float, like: torch.Tensor) -> torch.Tensor:
+    """``n`` values drawn uniformly from [-bound, bound]."""
+    return (torch.rand(n, dtype=like.dtype, device=like.device) * 2 - 1) * bound
+
+
+def _normalization(image: ImageFeature) -> tuple[list[float], list[float]]:
+    """Per-channel (mean, std) that map raw pixel values to the encoded ones."""
+    channels, norm = image.channels, image.normalize
+    if norm == "none":
+        return [0.0] * channels, [1.0] * channels
+    if norm == "unit":
+        return [0.0] * channels, [255.0] * channels
+    mean, std = ((IMAGENET_MEAN, IMAGENET_STD) if norm == "imagenet" else (norm.mean, norm.std))
+    return [m * 255.0 for m in mean], [s * 255.0 for s in std]
+
+
+class FeatureEncoder(nn.Module):
+    """One non-numeric feature: its matrix columns -> its encoded input (and padding mask)
+    -> its encoder's layers -> one vector per row.
+
+    ``kind``: ``index`` (a categorical: (B, 1) indices, no mask, index 0 is a value, the
+    unknown one), ``tokens`` ((B, L) ids, mask ``ids != 0``), ``values`` ((B, L, 1) numbers,
+    mask ``~isnan``, NaN read as 0) or ``image`` ((B, C, H, W)). The layers take ``(x, mask)``.
+    """
+
+    def __init__(self, name: str, kind: str, shape: tuple[int, ...], layers: nn.Module,
+                 augment: Optional[ImageAugment] = None):
+        super().__init__()
+        if kind not in INPUT_KINDS:
+            raise ValueError(f"unknown input kind {kind!r}")
+        self.name, self.kind, self.shape = name, kind, tuple(shape)
+        self.augment = augment
+        self.layers = layers
+
+    def forward(self, part: torch.Tensor) -> torch.Tensor:
+        """``part``: the feature's columns (B, width). Sequences may come with fewer or more
+        columns than ``max_length`` (the layers take any length the encoder allows)."""
+        batch, mask = part.shape[0], None
+        if self.kind == "index":
+            x = part.reshape(batch, 1)
+        elif self.kind == "tokens":
+            x = part.reshape(batch, -1)
+            mask = x != 0
+        elif self.kind == "values":
+            x = part.reshape(batch, -1, 1)
+            mask = ~torch.isnan(x[..., 0])
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+        else:
+            x = part.reshape(batch, *self.shape)
+            if self.augment is not None:
+                x = self.augment(x)
+        return self.layers(x, mask)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, kind={self.kind}, shape={self.shape}"
+
+
+class ConcatCombiner(nn.Module):
+    """The vectors side by side, in the order given (numeric first, then features)."""
+
+    def forward(self, vectors: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(vectors, dim=1)
+
+
+class AttentionCombiner(nn.Module):
+    """Each vector projected to ``width`` (one token per feature; the numeric features'
+    vector is one token), then transformer encoder layers across the tokens (self-attention
+    with residuals, layer norm and a 4 x width feed-forward block: nn.TransformerEncoderLayer),
+    flattened to (B, tokens * width).
+
+    No position embedding: each token has a projection of its own, which tells features apart.
+    """
+
+    def __init__(self, widths: list[int], width: int, heads: int, layers: int, dropout: float):
+        super().__init__()
+        self.projections = nn.ModuleList(nn.Linear(w, width) for w in widths)
+        layer = nn.TransformerEncoderLayer(width, heads, dim_feedforward=4 * width,
+                                           dropout=dropout, batch_first=True)
+        self.attention = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+    def forward(self, vectors: list[torch.Tensor]) -> torch.Tensor:
+        tokens = torch.stack([p(v) for p, v in zip(self.projections, vectors)], dim=1)
+        return self.attention(tokens).flatten(1)
+
+
+class TypedNetwork(nn.Module):
+    """Feature matrix (B, columns) -> output (B, out_features).
+
+    Args:
+        numeric_columns: Matrix columns of the numeric features, in order (may be empty).
+        encoders: One per non-numeric feature, in feature order, with the matrix column range
+            ``columns[i] = (start, stop)`` it reads.
+        columns: ``(start, stop)`` per encoder.
+        combiner: Takes the list [numeric vector (if any), encoder outputs...].
+        head: The layers over the combined vector.
+    """
+
+    def __init__(self, numeric_columns: list[int], encoders: list[FeatureEncoder],
+                 columns: list[tuple[int, int]], combiner: nn.Module, head: nn.Module):
+        super().__init__()
+        self.register_buffer("numeric_columns", torch.tensor(numeric_columns, dtype=torch.long),
+                             persistent=False)
+        self.encoders = nn.ModuleList(encoders)
+        self.columns = [tuple(c) for c in columns]
+        self.combiner = combiner
+        self.head = head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        vectors = [x.index_select(1, self.numeric_columns)] if len(self.numeric_columns) else []
+        vectors += [encoder(x[:, start:stop])
+                    for encoder, (start, stop) in zip(self.encoders, self.columns)]
+        return self.head(self.combiner(vectors))
+
+    def encoded(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each encoder's output vectors by feature name (for inspection and tests)."""
+        return {encoder.name: encoder(x[:, start:stop])
+                for encoder, (start, stop) in zip(self.encoders, self.columns)}
