@@ -193,6 +193,26 @@ def _path_digest(path: Path) -> str:
 
 
 def _synthetic(data: DataSpec):
+    """Generated rows; ``generator: text`` and ``mixed`` live in :mod:`dbspec.data.synthetic`.
+
+    The tabular path below must keep producing the same rows for the same settings: runs and
+    their cached stages are keyed on them.
+    """
+    if data.source.generator == "text":
+        from dbspec.data.synthetic import TEXT_MAX_CLASSES, generate_text
+
+        if data.task == "regression":
+            raise DataError("data.source.generator: text makes a classification corpus; use "
+                            "task binary or multiclass")
+        if data.source.classes > TEXT_MAX_CLASSES:
+            raise DataError(f"data.source.classes: the text generator makes 2 to "
+                            f"{TEXT_MAX_CLASSES} classes (every document names an actor of "
+                            f"each class); got {data.source.classes}")
+        return generate_text(data.source)
+    if data.source.generator == "mixed":
+        from dbspec.data.synthetic import generate_mixed
+
+        return generate_mixed(data.source, data.task)
     import numpy as np
     import pandas as pd
     from sklearn.datasets import make_classification, make_regression
