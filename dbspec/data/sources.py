@@ -46,6 +46,8 @@ def resolve_version(data: DataSpec, *, base: Path) -> str:
         return f"sklearn-{version('scikit-learn')}-{source.name}"
     if source.kind == "synthetic":
         params = source.model_dump(mode="json")
+        if source.generator == "tabular":  # the version tabular data had before generators
+            params = {k: v for k, v in params.items() if k not in ("generator", "cardinality")}
         return "synthetic-" + _digest(json.dumps(params, sort_keys=True).encode())
     if source.kind in ("csv", "parquet"):
         return f"{source.kind}-{_path_digest(_resolve(source.path, base))}"
