@@ -123,7 +123,8 @@ def encoder_layers(feature: Any, encoder: Any) -> list:
             entries += [{"conv2d": {"out": channels, "kernel": encoder.kernel,
                                     "padding": encoder.kernel // 2}},
                         "batchnorm2d", "relu", {"maxpool2d": {"kernel": 2}}]
-        entries.append({"global_pool": {"op": "mean"}})
+        entries.append("flatten" if encoder.pool == "flatten"
+                       else {"global_pool": {"op": encoder.pool}})
         entries += [{"dropout": {"p": encoder.dropout}}] if encoder.dropout else []
     elif isinstance(encoder, ResNetEncoder):
         entries = [{"resnet": {"depth": int(encoder.kind[len("resnet"):]),
@@ -279,7 +280,7 @@ def _encoding(feature: Any) -> str:
 
 def _encoder(encoder: Any) -> str:
     if isinstance(encoder, CnnEncoder):
-        return f"cnn {list(encoder.channels)}"
+        return f"cnn {list(encoder.channels)}, {encoder.pool}"
     if isinstance(encoder, ResNetEncoder):
         return encoder.kind + (" from " + encoder.weights if encoder.weights else "")
     if isinstance(encoder, (RecurrentEncoder, TransformerEncoderSpec, BagEncoder)):

@@ -224,13 +224,17 @@ class TransformerEncoderSpec(SpecModel):
 
 
 class CnnEncoder(SpecModel):
-    """Convolution blocks (conv, batch norm, ReLU, 2x2 max pool), then global average
-    pooling: a small image network trained from scratch."""
+    """Convolution blocks (conv, batch norm, ReLU, 2x2 max pool), then global pooling or a
+    flatten: a small image network trained from scratch."""
 
     kind: Literal["cnn"] = d("Encoder kind: a small convolutional network.")
     channels: list[Annotated[int, Field(ge=1, le=8192)]] = d(
         "Output channels of each block.", default=[16, 32], min_length=1, max_length=12)
     kernel: int = d("Kernel size (odd; 'same' padding).", default=3, ge=1, le=15)
+    pool: Literal["mean", "max", "flatten"] = d(
+        "How the last block's feature maps become a vector: mean / max over positions "
+        "(global pooling: any image size), or flatten (keeps where things are: small images "
+        "such as digits).", default="mean")
     dropout: float = d("Dropout on the pooled output.", default=0.0, ge=0, lt=1)
 
 
