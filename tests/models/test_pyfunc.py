@@ -81,11 +81,19 @@ def test_out_of_range_rows_are_logged_when_serving_too(pyfunc_of, monkeypatch, c
 
 
 def test_bad_input_is_refused_the_same_way_when_serving(pyfunc_of, monkeypatch):
+    from mlflow.exceptions import MlflowException
+
     from dbspec.models.inputs import InputError
 
-    monkeypatch.setenv(SERVING_FLAG, "true")
     with pytest.raises(InputError, match="the input has 3 columns; the model takes 2"):
         pyfunc_of(served()).predict(None, np.zeros((1, 3)))
+    # answering MLflow's scoring server, the same message as an MlflowException: the server
+    # answers it with a 400 and that message, any other exception with a generic one
+    monkeypatch.setenv(SERVING_FLAG, "true")
+    with pytest.raises(MlflowException, match="the input has 3 columns; the model takes 2") \
+            as raised:
+        pyfunc_of(served()).predict(None, np.zeros((1, 3)))
+    assert raised.value.get_http_status_code() == 400
 
 
 _LOAD_AND_COUNT = """
