@@ -93,14 +93,88 @@ def apply_values(loaded: LoadedSpec, values: dict[str, Any], *,
     root = loaded.source.root.copy()
     if defaults is None:
         defaults = loaded.spec.model_dump(mode="json", by_alias=True)
+        _default_encoders(loaded.spec, defaults)
     for dotted, value in values.items():
         path = tuple(int(p) if p.isdigit() else p for p in dotted.split("."))
         origin = f"search value {dotted}={value!r}"
         _materialize(root, path, defaults, origin)
+        _switch_kind(root, path, value)
         set_path(root, path, value, origin=origin)
     document = Document(loaded.source.file, root, loaded.source.text)
     spec, warnings = _validate(document, check_search=False)
     return LoadedSpec(spec, document, loaded.target, tuple(warnings))
+
+
+def _default_encoders(spec: Spec, defaults: dict[str, Any]) -> None:
+    """The encoders typed features get by default, written into ``defaults``: a search over
+    ``model.encoders.text.dim`` works when the file leaves the encoder to its default."""
+    from dbspec.spec.layout import encoder_of, is_encoded
+
+    encoders = defaults.get("model", {}).setdefault("encoders", {})
+    for feature in spec.data.features or ():
+        if is_encoded(feature) and feature.name not in encoders:
+            encoders[feature.name] = encoder_of(feature, spec.model).model_dump(mode="json")
+
+
+def _switch_kind(root: Node, path: tuple, value: Any) -> None:
+    """Before a search sets a section's selector (``kind``, or an optimizer's ``name``) to
+    another value, drop the settings the new kind does not take: ``hidden`` belongs to a
+    ``gru`` encoder, not to the ``bag`` a trial switches it to."""
+    if path[-1] not in ("kind", "name") or len(path) < 2:
+        return
+    node = root
+    for element in path[:-1]:
+        children = node.value
+        if isinstance(children, dict) and element in children:
+            node = children[element]
+        elif isinstance(children, list) and isinstance(element, int) \
+                and element < len(children):
+            node = children[element]
+        else:
+            return
+    if not isinstance(node.value, dict) or path[-1] not in node.value \
+            or node.value[path[-1]].value == value:
+        return
+    accepted = _kind_settings(path[:-1], path[-1], value)
+    if accepted is not None:
+        for key in [k for k in node.value if k not in accepted]:
+            del node.value[key]
+
+
+def _kind_settings(path: tuple, selector: str, value: Any) -> Optional[set[str]]:
+    """The keys the section at ``path`` takes when its ``selector`` is ``value`` (read from
+    the spec's models), or None when the path does not lead to a union of kinds."""
+    import typing
+
+    def classes(annotation: Any) -> list[Any]:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            return classes(typing.get_args(annotation)[0])
+        if origin is typing.Union:
+            return [c for arg in typing.get_args(annotation) for c in classes(arg)]
+        return [annotation]
+
+    current = [Spec]
+    for element in path:
+        found = []
+        for kind in current:
+            origin = typing.get_origin(kind)
+            if origin in (list, tuple) and isinstance(element, int):
+                found += classes(typing.get_args(kind)[0])
+            elif origin is dict:
+                found += classes(typing.get_args(kind)[1])
+            elif isinstance(kind, type) and issubclass(kind, BaseModel):
+                for name, field in kind.model_fields.items():
+                    if element in (name, field.alias):
+                        found += classes(field.annotation)
+        current = found
+    for kind in current:
+        if isinstance(kind, type) and issubclass(kind, BaseModel) and selector in kind.model_fields:
+            allowed = typing.get_args(kind.model_fields[selector].annotation)
+            if value in allowed:
+                return {field.alias or name for name, field in kind.model_fields.items()} \
+                    | set(kind.model_fields)
+    return None
 
 
 def _materialize(root: Node, path: tuple, defaults: dict[str, Any], origin: str) -> None:
@@ -161,6 +235,7 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
         {k: v for k, v in source.root.value.items() if k != "search"}, source.root.line,
         source.root.column), source.text))
     defaults = spec.model_dump(mode="json", by_alias=True)
+    _default_encoders(spec, defaults)
     named = set(re.findall(r"[A-Za-z_]\w*", " ".join(
         node.value for _, node in source.root.walk() if is_template(node.value))))
     for dotted, dist in spec.search.space.items():
@@ -199,6 +274,14 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
     return out
 
 
+def _typed_feature(spec: Spec, name: str) -> Any:
+    """The typed, non-numeric feature ``name`` of ``data.features``, or None."""
+    from dbspec.spec.layout import is_encoded
+
+    return next((f for f in spec.data.features or () if is_encoded(f) and f.name == name),
+                None)
+
+
 def _lookup(spec: Spec, dotted: str) -> tuple[Any, Optional[str]]:
     """The value at ``dotted`` in ``spec``, or why there is no value to search there."""
     node: Any = spec
@@ -212,10 +295,15 @@ def _lookup(spec: Spec, dotted: str) -> tuple[Any, Optional[str]]:
                               f"{did_you_mean(part, fields)}")
             node = getattr(node, fields[part])
         elif isinstance(node, dict):
-            if part not in node:
+            if part in node:
+                node = node[part]
+            elif walked == ["model", "encoders"] and _typed_feature(spec, part) is not None:
+                from dbspec.spec.layout import encoder_of
+
+                node = encoder_of(_typed_feature(spec, part), spec.model)  # its default
+            else:
                 return None, (f"'{dotted}' is not set: {'.'.join(walked)} has no '{part}'"
                               f"{did_you_mean(part, node)}")
-            node = node[part]
         elif isinstance(node, (list, tuple)):
             if not part.isdigit() or int(part) >= len(node):
                 return None, (f"'{dotted}': {'.'.join(walked)} has {len(node)} entries, "

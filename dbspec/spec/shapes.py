@@ -56,8 +56,17 @@ def _require(name: str, shape: Shape, dims: int, example: str) -> None:
         raise ValueError(f"{name} expects {example} per sample, got {_fmt(shape)}"
                          + ("; add a reshape first, e.g. '- reshape: {shape: [1, "
                             f"{shape[0]}]}}'" if len(shape) == 1 and dims == 2 else "")
-                         + ("; add a reshape first, e.g. '- reshape: {shape: [1, 8, 8]}'"
-                            if len(shape) == 1 and dims == 3 else ""))
+                         + _image_hint(shape, dims))
+
+
+def _image_hint(shape: Shape, dims: int) -> str:
+    """A reshape to (1, side, side) when a flat input is a square image's pixels."""
+    if len(shape) != 1 or dims != 3:
+        return ""
+    side = math.isqrt(shape[0])
+    if side * side == shape[0] and side > 1:
+        return f"; add a reshape first, e.g. '- reshape: {{shape: [1, {side}, {side}]}}'"
+    return "; add a reshape to (channels, height, width) first"
 
 
 def _window(size: int, kernel: int, stride: int, padding: int, dilation: int = 1) -> int:

@@ -58,6 +58,11 @@ def translate(exc: ValidationError, document: Document, root: type[BaseModel]) -
     deeper = {loc[:n] for loc in groups for n in range(len(loc))}
     groups = {loc: errors for loc, errors in groups.items()
               if not (loc in deeper and all(e["type"] in _TYPE_WORDS for e in errors))}
+    # a mapping without its selector key (``{name: city}`` for a typed feature) in a union
+    # that also takes a plain value: the missing key is the news, not "expected a string"
+    for loc, errors in groups.items():
+        if any(e["type"] == "union_tag_not_found" for e in errors):
+            groups[loc] = [e for e in errors if e["type"] not in _TYPE_WORDS]
     out: list[Diagnostic] = []
     for loc, errors in groups.items():
         if len(errors) > 1 and all(_is_simple(e) for e in errors):
@@ -160,8 +165,8 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
     if kind == "union_tag_invalid":
         choices = _QUOTED.findall(ctx.get("expected_tags", ""))
         field = str(ctx.get("discriminator", "")).strip("'")
-        section = str(loc[-2]) if len(loc) >= 2 else "section"
-        what = f"{section} {field}" if field == "kind" else section
+        section = str(loc[-2]) if len(loc) >= 2 and not isinstance(loc[-2], int) else ""
+        what = f"{section} {field}".strip() if field == "kind" or not section else section
         return f"unknown {what} {_show(ctx.get('tag'))}{_suggest(str(ctx.get('tag')), choices)}", \
             False
     if kind == "union_tag_not_found" and not keyed:

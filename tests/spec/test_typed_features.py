@@ -60,23 +60,16 @@ model:
 
 def test_image_normalization_must_fit_the_channels(write_spec):
     path, lines = validated(write_spec, IMAGES)
-    expected = {"gray": "normalize: mean and std need 1 value(s), one per channel",
-                "rgb": "normalize: mean and std need 3 value(s), one per channel",
-                "scan": "normalize: imagenet statistics are for 3 channels"}
+    expected = {"gray": "mean and std need 1 value(s), one per channel",
+                "rgb": "mean and std need 3 value(s), one per channel",
+                "scan": "imagenet statistics are for 3 channels"}
     for index, (name, message) in enumerate(expected.items()):
         line = line_of(IMAGES, f"name: {name},")
-        assert any(re.match(rf"{re.escape(path)}:{line}:\d+: data\.features\.{index}\S*: "
+        assert any(re.match(rf"{re.escape(path)}:{line}:\d+: data\.features\.{index}\.normalize: "
                             + re.escape(message), text) for text in lines), (name, lines)
     assert len(lines) == 3, lines
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dbspec bug: the path of a normalize error keeps pydantic's union tag, "
-    "'data.features.0.image', and points at the start of the entry, not at normalize. "
-    "ImageFeature._normalize_fits (spec/sections/features.py) is a model validator, so the "
-    "error's loc ends with the member's tag 'image', which translate._clean_loc keeps as a "
-    "'missing last key'. Fix: check it in a field_validator('normalize') (channels is "
-    "declared before normalize, so info.data has it), giving data.features.0.normalize."))
 def test_image_normalization_errors_point_at_normalize(write_spec):
     path, lines = validated(write_spec, IMAGES)
     for index, name in enumerate(("gray", "rgb", "scan")):
@@ -109,11 +102,6 @@ def test_an_unknown_feature_type_is_located_and_lists_the_types(write_spec):
     assert "'numeric', 'categorical', 'text', 'sequence' or 'image'" in line
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dbspec bug: the message reads \"unknown 1 'txt'\": translate._message words "
-    "union_tag_invalid as 'unknown {loc[-2]} ...' unless the discriminator is 'kind', and for "
-    "a list entry loc[-2] is its index. Fix (spec/translate.py, the union_tag_invalid branch): "
-    "when loc[-2] is an int, name the field, e.g. \"unknown type 'txt'\" (or 'feature type')."))
 def test_an_unknown_feature_type_is_worded_for_people(write_spec):
     _, (line,) = validated(write_spec, UNKNOWN_TYPE)
     message = line.split("data.features.1.type: ", 1)[1]
@@ -121,12 +109,6 @@ def test_an_unknown_feature_type_is_worded_for_people(write_spec):
     assert re.match(r"unknown (feature )?type 'txt'", message), message
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dbspec bug (noise): an entry {name: city} without a type gets two errors at one place, "
-    "'expected a string, got a mapping' (the plain-name member of FeatureEntry) and "
-    "\"required key 'type' is missing\"; translate() drops a member's wrong-type complaint "
-    "only when another member reports deeper down, and union_tag_not_found sits at the same "
-    "loc. Fix: also drop _TYPE_WORDS errors of a loc that has a union_tag_not_found error."))
 def test_a_feature_without_a_type_gets_one_error(write_spec):
     text = UNKNOWN_TYPE.replace("{name: review, type: txt}", "{name: city}")
     path, lines = validated(write_spec, text)
@@ -269,12 +251,6 @@ def test_resnet_refuses_anything_but_an_image(shape):
                                     f"sample, got {shape}")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dbspec bug (a wrong hint): shapes._require suggests '- reshape: {shape: [1, 8, 8]}' to "
-    "every flat input of a 2-d layer, whatever its width; on 8 values that reshape cannot "
-    "work (it needs 64). Seen with a conv2d in the head of a typed spec (the combined width). "
-    "Fix: build the example from the width (a square side when the width is a square, "
-    "else [1, 1, width]), or leave the numbers out."))
 @pytest.mark.parametrize("layer", [{"conv2d": {"out": 4, "kernel": 1}}, "resnet"])
 def test_a_suggested_reshape_fits_the_input(layer):
     error = shape_error([layer], (8,))

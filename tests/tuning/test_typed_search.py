@@ -124,18 +124,6 @@ def test_trials_build_the_encoder_they_draw_and_the_best_is_promoted(workdir):
     assert again["gates"][0].endswith(": FAIL")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dbspec usability bug: a search over model.encoders.text.kind with choices [bag, gru] is "
-    "refused when the spec's GRU sets 'hidden' (validate: \"search.space.model.encoders.text."
-    "kind: the value 'bag' makes the spec invalid: model.encoders.text.hidden: 'hidden' is not "
-    "a setting of kind 'bag'\"), and a trial drawing bag would fail the same way. "
-    "spec/loader.py apply_values sets the drawn kind with overrides.set_path, which keeps the "
-    "sibling keys of the old kind; targets replace a section whose kind changes "
-    "(overrides._switches_kind) and _materialize writes only selectors for defaulted "
-    "sections, but a section written in the file keeps them. Fix: in apply_values, when the "
-    "last path element is a selector ('kind'; 'name' of training.optimizer/scheduler) and "
-    "the value changes it, keep only the siblings the new member accepts (its model_fields: "
-    "dim and dropout survive gru -> bag, hidden does not)."))
 def test_a_search_can_switch_to_a_kind_without_the_old_kinds_settings(workdir):
     from dbspec.spec import load_spec
     from dbspec.spec.loader import apply_values
@@ -177,15 +165,6 @@ def test_a_search_over_data_feature_settings_is_refused_at_validate(workdir):
            "the data is prepared once per study" in result.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dbspec usability gap: a typed feature without a model.encoders entry has its type's "
-    "default encoder (bag for text), but search.space.model.encoders.text.dim is refused "
-    "(\"'model.encoders.text.dim' is not set: model.encoders has no 'text'\") with no hint "
-    "to write the encoder; training.optimizer.lr works without an optimizer section because "
-    "loader._materialize writes defaulted sections from model_dump, and the default encoders "
-    "are not in it (layout.encoder_of applies them). Fix: let the search lookup "
-    "(loader._lookup/_materialize) see layout.encoder_of's default for a typed feature, or "
-    "at least say 'write model.encoders.text: {kind: bag} to search it'."))
 def test_a_search_can_reach_a_default_encoder(workdir):
     text = spec_text().replace("  encoders:\n    text: {kind: gru, dim: 8}\n", "").replace(
         "    model.encoders.text.kind: {categorical: [bag, gru]}\n", "")

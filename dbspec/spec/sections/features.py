@@ -12,9 +12,9 @@ the layer list (the head). Every shape is known from the spec, so ``dbspec valid
 encoders, combiner and head without torch and without data.
 """
 
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from dbspec.spec.sections.base import SpecModel, d
 
@@ -120,16 +120,18 @@ class ImageFeature(SpecModel):
         default="unit")
     augment: Optional[AugmentSpec] = d("Training-only random augmentation.", default=None)
 
-    @model_validator(mode="after")
-    def _normalize_fits(self) -> "ImageFeature":
-        norm = self.normalize
+    @field_validator("normalize")
+    @classmethod
+    def _normalize_fits(cls, norm: Any, info: ValidationInfo) -> Any:
+        channels = info.data.get("channels", 3)
         if isinstance(norm, NormalizeArgs):
-            if len(norm.mean) != self.channels or len(norm.std) != self.channels:
-                raise ValueError(f"normalize: mean and std need {self.channels} value(s), one "
-                                 "per channel")
-        elif norm == "imagenet" and self.channels != 3:
-            raise ValueError("normalize: imagenet statistics are for 3 channels")
-        return self
+            if len(norm.mean) != channels or len(norm.std) != channels:
+                raise ValueError(f"mean and std need {channels} value(s), one per channel "
+                                 f"(channels: {channels})")
+        elif norm == "imagenet" and channels != 3:
+            raise ValueError("imagenet statistics are for 3 channels; this image has "
+                             f"{channels}: use unit or your own mean and std")
+        return norm
 
 
 TypedFeature = Annotated[
