@@ -254,16 +254,8 @@ def _fit_numeric_part(data: DataSpec, table: Table, train: np.ndarray,
                       numeric: list[int]) -> list[FittedStep]:
     """:func:`fit_preprocessing` on the numeric columns of a table with typed features; the
     fitted steps index the whole matrix."""
-    names = [table.feature_names[j] for j in numeric]
-    encoded = [n for j, n in enumerate(table.feature_names) if j not in set(numeric)]
-    for index, step in enumerate(data.preprocessing):
-        if step.args.columns != "all":
-            for name in step.args.columns:
-                if name not in names and any(n.split("[")[0] == name for n in encoded) \
-                        or name in encoded:
-                    raise DataError(f"data.preprocessing.{index}.{step.key}: '{name}' is not a "
-                                    "numeric feature; preprocessing steps apply to numeric "
-                                    "features (typed features are encoded by their type)")
+    names = [table.feature_names[j] for j in numeric]  # steps naming a typed feature are
+    # refused by validate (semantics._check_typed); others are checked by fit_preprocessing
     if not numeric:
         if data.preprocessing:
             raise DataError("data.preprocessing: there is no numeric feature to preprocess")

@@ -203,8 +203,11 @@ def combined_width(numeric: int, widths: list[int], combiner: Any) -> int:
     if combiner.kind == "concat":
         return numeric + sum(widths)
     if combiner.width % combiner.heads:
+        choices = ", ".join(str(h) for h in range(1, min(combiner.width, 64) + 1)
+                            if combiner.width % h == 0)
         raise LayoutError(("model", "combiner", "heads"),
-                          f"{combiner.heads} heads do not divide the width {combiner.width}")
+                          f"{combiner.heads} heads do not divide the width {combiner.width}; "
+                          f"use a head count that divides it ({choices})")
     return (len(widths) + (1 if numeric else 0)) * combiner.width
 
 

@@ -164,6 +164,14 @@ def _check_typed(spec: Spec, found: _Findings) -> None:
         found.error(("model", "custom"), "a custom class takes numeric features only; use "
                     "model.encoders and model.layers for typed features ("
                     + ", ".join(typed) + ")")
+    for index, step in enumerate(data.preprocessing):
+        named = step.args.columns if step.args.columns != "all" else ()
+        for position, name in enumerate(named):
+            if name in typed:
+                found.error(("data", "preprocessing", index, step.key, "columns", position),
+                            f"'{name}' is a {typed[name].type} feature; preprocessing steps "
+                            "apply to numeric features (typed features are encoded by their "
+                            "type)")
     for name in model.encoders:
         if name not in typed:
             declared = data.declared_types.get(name)
