@@ -93,7 +93,27 @@ def _from_bytes(value: Any, spec: dict, where: str) -> np.ndarray:
     elif not isinstance(value, bytes):
         raise InputError(f"{where}: expected image bytes (or base64 text), got "
                          f"{describe(value)}")
+    elif _base64_text(value):
+        # MLflow's scoring server decodes base64 for a binary column in dataframe_split and
+        # dataframe_records, but hands the text over as bytes for 'inputs' records
+        value = base64.b64decode(value, validate=True)
     return _decoded(io.BytesIO(value), spec, where)
+
+
+#: The first bytes of the image formats Pillow reads (a file is never base64 text with these)
+_MAGIC = (b"\x89PNG", b"\xff\xd8", b"GIF8", b"BM", b"II*\x00", b"MM\x00*", b"RIFF")
+
+
+def _base64_text(value: bytes) -> bool:
+    """Whether ``value`` is base64 text rather than image bytes: strict base64 alphabet and
+    length, and not the start of an image file."""
+    if len(value) < 8 or len(value) % 4 or value.startswith(_MAGIC):
+        return False
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return True
 
 
 def _from_path(value: Any, spec: dict, where: str) -> np.ndarray:

@@ -259,11 +259,11 @@ class FeatureEncoder(nn.Module):
         batch, mask = part.shape[0], None
         if self.kind == "index":
             x = part.reshape(batch, 1)
-        elif self.kind == "tokens":
-            x = part.reshape(batch, -1)
+        elif self.kind == "tokens":  # explicit length: reshape(0, -1) is refused
+            x = part.reshape(batch, part.shape[1])
             mask = x != 0
         elif self.kind == "values":
-            x = part.reshape(batch, -1, 1)
+            x = part.reshape(batch, part.shape[1], 1)
             mask = ~torch.isnan(x[..., 0])
             x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
         else:
@@ -327,6 +327,10 @@ class TypedNetwork(nn.Module):
         self.head = head
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] == 0 and not self.training:
+            # no rows (a batch engine learning the output columns, an empty request): packed
+            # sequences refuse empty batches, so one row of zeros goes through and none back
+            return self.forward(x.new_zeros((1, x.shape[1])))[:0]
         vectors = [x.index_select(1, self.numeric_columns)] if len(self.numeric_columns) else []
         vectors += [encoder(x[:, start:stop])
                     for encoder, (start, stop) in zip(self.encoders, self.columns)]

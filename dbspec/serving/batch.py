@@ -15,6 +15,7 @@ Both are importable from here; this module imports neither engine (nor pyspark) 
 from __future__ import annotations
 
 import importlib
+import re
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
@@ -231,9 +232,11 @@ def check_model_columns(schema_types: dict[str, Any], card: Any, source: str,
     check_features(schema_types, numeric, source, is_numeric)
 
 
-def batch_matrix(card: Any, columns: Sequence[Any], source: str, first_row: int = 0
-                 ) -> np.ndarray:
-    """The model's feature matrix of one batch of its :func:`model_columns` (Arrow arrays).
+def batch_matrix(card: Any, columns: Sequence[Any], source: str,
+                 first_row: Optional[int] = None) -> np.ndarray:
+    """The model's feature matrix of one batch of its :func:`model_columns` (Arrow arrays);
+    ``first_row``: the batch's first row in the table, when known (errors name the table's
+    row; without it, the row within the batch).
 
     Raises:
         DataError: a value a typed feature cannot encode (its column and row named).
@@ -246,8 +249,10 @@ def batch_matrix(card: Any, columns: Sequence[Any], source: str, first_row: int 
     try:
         return encode_columns(card.inputs, dict(zip(model_columns(card), columns)))
     except InputError as exc:
-        where = f" (in the batch from row {first_row})" if first_row else ""
-        raise DataError(f"input {source}{where}: {exc}") from None
+        # the encoder counts rows within the batch; the table's row is the batch's start on
+        message = re.sub(r"\brow (\d+)", lambda m: f"row {int(m.group(1)) + first_row}",
+                         str(exc), count=1) if first_row is not None else str(exc)
+        raise DataError(f"input {source}: {message}") from None
 
 
 def check_new_columns(columns: list[str], predicted: list[str], source: str) -> None:

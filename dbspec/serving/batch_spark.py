@@ -195,7 +195,9 @@ def _scorer(payload, counts: _Counts, source: str, out_of_range: tuple[str, floa
             try:
                 x = batch_matrix(model.card, arrays, source)
             except DataError as refused:  # the message after the marker is the user's error
-                raise ValueError(_UNSCORABLE + str(refused).split(": ", 1)[1]) from None
+                raise ValueError(_UNSCORABLE + str(refused).split(": ", 1)[1]
+                                 + " (the row within a batch of a Spark task: find it with "
+                                   "the local engine, --engine local)") from None
             counts.scored.add(len(x))
             try:
                 ranged, flagged = check.column(x, source)

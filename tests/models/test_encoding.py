@@ -215,6 +215,17 @@ def test_image_bytes_base64_and_paths_decode_to_the_same_pixels(tmp_path):
     np.testing.assert_array_equal(by_path, x[:2])
 
 
+def test_base64_text_handed_over_as_bytes_is_decoded():
+    # MLflow's scoring server passes a binary column sent in 'inputs' on as the base64 text's
+    # bytes; image files are never mistaken for base64 (they start with their magic bytes)
+    data = png(RGB, "RGB")
+    feature = image(height=2, width=3, normalize="none")
+    x = pixels(feature, [base64.b64encode(data), data])
+    np.testing.assert_array_equal(x[0], x[1])
+    with pytest.raises(InputError, match="column 'photo', row 0: not a decodable image"):
+        pixels(feature, [base64.b64encode(b"not an image at all")])
+
+
 def test_grayscale_images_and_conversion_from_rgb():
     x = pixels(image(height=2, width=3, channels=1, normalize="none"),
                [png(GREY, "L"), png(RGB, "RGB")])

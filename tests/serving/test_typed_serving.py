@@ -4,7 +4,7 @@ model, ``dbspec predict`` and the local batch engine on a Delta table with a bin
 column, and the Spark engine on the same table. The model (and, for the batch engines, its
 twin without text) is trained once per session (:mod:`tests.serving.typed_models`); every
 expected prediction is the served model's own ``predict_frame`` on the same raw rows, in this
-process. The ``xfail(strict=True)`` tests name dbspec bugs found here.
+process.
 """
 
 from __future__ import annotations
@@ -305,11 +305,6 @@ def test_mlflow_scoring_server_refuses_a_bad_image_naming_its_column(mlflow_scor
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "dbspec bug: MLflow's scoring server hands a binary column sent in the 'inputs' format to "
-    "the model as the base64 TEXT in bytes (np.bytes_ of the ASCII), not decoded as it does for "
-    "dataframe_split/records; dbspec.models.images._from_bytes takes any bytes as encoded image "
-    "data and answers 'not a decodable image' for every valid image"))
 def test_mlflow_scoring_server_takes_base64_images_as_inputs_records(mlflow_scoring_server,
                                                                      typed_model):
     table = scoring_rows()
@@ -319,8 +314,8 @@ def test_mlflow_scoring_server_takes_base64_images_as_inputs_records(mlflow_scor
 
 
 # --- batch scoring: dbspec predict and the local engine ---------------------------------------
-# The batch engines cannot score a model with a text feature (the bug the xfail tests below
-# name), so the image table is scored with the text-less twin: numeric, categorical, image.
+# The image table's error cases are scored with the text-less twin (numeric, categorical,
+# image): a model that needs no text column, as a table of images alone would be.
 
 def read_output(path) -> pa.Table:
     return DeltaTable(str(path)).to_pyarrow_table().sort_by("id")
@@ -353,16 +348,6 @@ def test_predict_command_scores_a_delta_table_with_a_binary_image_column(image_r
     assert set(written["model_version"].to_pylist()) == {"1"}
 
 
-_NO_TEXT_BATCH = (
-    "dbspec bug: the batch engines probe the model with a 0-row matrix to learn the "
-    "prediction columns (dbspec/serving/batch_local.py:52 and batch_spark.py:145: "
-    "score_matrix(model, np.zeros((0, len(card.feature_names))))); a text or token-sequence "
-    "encoder reshapes it with part.reshape(batch, -1) (dbspec/models/typed.py:263), which "
-    "torch refuses for 0 elements: RuntimeError 'cannot reshape tensor of 0 elements into "
-    "shape [0, -1]'")
-
-
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=_NO_TEXT_BATCH)
 def test_local_batch_scoring_takes_a_model_with_text(typed_model, tmp_path):
     from dbspec.serving.batch import predict_local
 
@@ -386,10 +371,6 @@ def test_a_corrupt_image_in_row_k_is_a_data_error_naming_column_and_row(image_mo
     assert not (tmp_path / "out" / "_delta_log").exists()  # nothing was committed
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "dbspec bug: past the first record batch the row named is the batch's, not the table's: "
-    "'input X (in the batch from row 16): column 'image', row 1' for row 17 "
-    "(dbspec/serving/batch.py batch_matrix: the encoder counts rows from 0 in each batch)"))
 def test_a_corrupt_image_is_named_by_its_row_in_the_table_whatever_the_batch(image_model,
                                                                              tmp_path):
     from dbspec.serving.batch import predict_local
@@ -467,7 +448,6 @@ def test_spark_refuses_a_corrupt_image_or_a_missing_column(image_model, spark, t
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=_NO_TEXT_BATCH)
 def test_spark_batch_scoring_takes_a_model_with_text(typed_model, spark, tmp_path):
     from dbspec.serving.batch import predict_spark
 
