@@ -320,3 +320,28 @@ def test_a_gru_learns_word_order():
     with torch.no_grad():
         accuracy = (network(x).argmax(1) == y).float().mean().item()
     assert accuracy > 0.9
+
+
+def test_a_categorical_embedding_takes_the_direct_lookup_with_the_layers_values():
+    # the direct lookup (embedding + dropout + flatten as one F.embedding) must give what the
+    # layers give, and keep the state dict's one entry per weight
+    inputs = [{"name": "x", "type": "numeric", "spec": {"name": "x", "type": "numeric"},
+               "columns": ["x"]},
+              {"name": "u", "type": "categorical", "columns": ["u"], "indices": 10,
+               "spec": {"name": "u", "type": "categorical"}}]
+    model = ModelSpec.model_validate({"encoders": {"u": {"kind": "embedding", "dim": 4}},
+                                      "layers": [{"linear": {"out": 1}}]})
+    network = build_network(model, 2, 1, inputs=inputs).eval()
+    assert list(network.state_dict()) == ["encoders.0.layers.0.weight", "head.0.weight",
+                                          "head.0.bias"]
+    encoder = network.encoders[0]
+    assert encoder._lookup is not None
+    part = torch.tensor([[3.0], [0.0], [9.0]])
+    direct = encoder(part)
+    lookup, encoder._lookup = encoder._lookup, None
+    try:
+        through_layers = encoder(part)
+    finally:
+        encoder._lookup = lookup
+    assert torch.equal(direct, through_layers)
+    assert torch.equal(direct[1], torch.zeros(4))  # index 0, the unknown value: zeros
