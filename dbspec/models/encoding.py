@@ -21,7 +21,6 @@ is met (:func:`required_packages` names what a model needs to score).
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import Counter, OrderedDict
 from functools import partial
@@ -35,13 +34,10 @@ from dbspec.data.sources import DataError
 from dbspec.errors import did_you_mean
 from dbspec.models.images import describe, encode_images, is_missing
 from dbspec.models.inputs import InputError
+from dbspec.models import tokens
 from dbspec.spec.sections.data import DataSpec
 from dbspec.spec.sections.features import CategoricalFeature, NumericFeature
 
-_WORD = re.compile(r"\w+|[^\w\s]")  # words and single punctuation marks
-_ITEMS = re.compile(r"[\s,]+")  # items of a sequence given as one string
-_SUBWORD = ("bpe", "wordpiece")
-_PAD, _UNKNOWN = "[PAD]", "[UNK]"  # ids 0 and 1 of every token vocabulary
 _NUMERIC_KINDS = "biuf"
 
 
@@ -147,18 +143,18 @@ def _fit(feature: Any, column: pd.Series) -> dict:
         entry["indices"] = len(entry["vocabulary"]) + 1
         entry["raw_dtype"] = {"b": "boolean", "i": "long", "u": "long", "f": "double"}.get(
             column.dtype.kind, "string")
-    elif feature.type == "text" and spec["tokenizer"] in _SUBWORD:
-        texts = [t for t in _texts(column.tolist(), feature.name) if t]
-        tokenizer = _train_subword(texts, spec, where)
+    elif feature.type == "text" and spec["tokenizer"] in tokens.SUBWORD:
+        texts = [t for t in tokens.texts(column.tolist(), feature.name) if t]
+        tokenizer = tokens.train_subword(texts, spec, where)
         entry["tokenizer"] = tokenizer.to_str()
         entry["indices"] = tokenizer.get_vocab_size()
     elif feature.type == "text" or (feature.type == "sequence" and spec["values"] == "tokens"):
         if feature.type == "text":
-            split = _text_splitter(spec)
-            rows = [split(t) for t in _texts(column.tolist(), feature.name) if t]
+            split = tokens.text_splitter(spec)
+            rows = [split(t) for t in tokens.texts(column.tolist(), feature.name) if t]
         else:
-            rows = [[key for key in map(_key, items) if key is not None]
-                    for items in _sequences(column.tolist(), feature.name)]
+            rows = [[key for key in map(tokens.key, items) if key is not None]
+                    for items in tokens.sequences(column.tolist(), feature.name)]
         counts = pd.Series(Counter(chain.from_iterable(rows)), dtype="int64")
         entry["vocabulary"] = _vocabulary(counts, spec["min_frequency"],
                                           spec["vocabulary_size"] - 2)
@@ -179,29 +175,6 @@ def _vocabulary(counts: pd.Series, min_frequency: int, most: Any) -> list[str]:
     order = pd.DataFrame({"key": kept.index.astype(str), "n": kept.to_numpy()}).sort_values(
         ["n", "key"], ascending=[False, True], kind="stable")
     return order["key"].tolist()[:most]
-
-
-def _train_subword(texts: list[str], spec: dict, where: str) -> Any:
-    if not texts:
-        raise DataError(f"{where}: no text in the training rows")
-    try:
-        from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-    except ImportError:
-        raise DataError(f"{where}: the {spec['tokenizer']} tokenizer needs the tokenizers "
-                        "package: pip install tokenizers") from None
-    options = {"vocab_size": spec["vocabulary_size"], "min_frequency": spec["min_frequency"],
-               "special_tokens": [_PAD, _UNKNOWN], "show_progress": False}
-    if spec["tokenizer"] == "bpe":
-        tokenizer = Tokenizer(models.BPE(unk_token=_UNKNOWN))
-        trainer = trainers.BpeTrainer(**options)
-    else:
-        tokenizer = Tokenizer(models.WordPiece(unk_token=_UNKNOWN))
-        trainer = trainers.WordPieceTrainer(**options)
-    if spec["lowercase"]:
-        tokenizer.normalizer = normalizers.Lowercase()
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()  # words and punctuation, as 'word'
-    tokenizer.train_from_iterator(texts, trainer=trainer)
-    return tokenizer
 
 
 def _sequence_dtype(column: pd.Series, values: str) -> str:
@@ -321,13 +294,13 @@ def _compiled(entry: dict) -> Callable[[pd.Series, str], np.ndarray]:
     if kind == "image":
         return lambda values, name: encode_images(values.tolist(), spec, name)
     if kind == "sequence" and spec["values"] == "numeric":
-        return partial(_numeric_sequences, length=spec["max_length"])
-    if kind == "text" and spec["tokenizer"] in _SUBWORD:
-        return partial(_subword_ids, tokenizer=_loaded_tokenizer(entry))
+        return partial(tokens.numeric_sequences, length=spec["max_length"])
+    if kind == "text" and spec["tokenizer"] in tokens.SUBWORD:
+        return partial(tokens.subword_ids, tokenizer=tokens.loaded_tokenizer(entry))
     ids = {token: i for i, token in enumerate(entry["vocabulary"], start=2)}
     if kind == "text":
-        return partial(_text_ids, split=_text_splitter(spec), ids=ids, length=spec["max_length"])
-    return partial(_item_ids, ids=ids, length=spec["max_length"])
+        return partial(tokens.text_ids, split=tokens.text_splitter(spec), ids=ids, length=spec["max_length"])
+    return partial(tokens.item_ids, ids=ids, length=spec["max_length"])
 
 
 def _numbers(values: pd.Series, name: str) -> np.ndarray:
@@ -373,127 +346,7 @@ def _keys(values: pd.Series) -> Any:
     if isinstance(values.dtype, pd.StringDtype) or \
             pd.api.types.infer_dtype(values, skipna=True) == "string":
         return values  # strings, and NaN or None, which no vocabulary holds
-    return np.array([_key(v) for v in values.tolist()] or [], dtype=object)
-
-
-def _key(value: Any) -> Any:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (bool, np.bool_)):
-        return "True" if value else "False"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        if value != value:
-            return None
-        return str(int(value)) if float(value).is_integer() else str(float(value))
-    return None if is_missing(value) else str(value)
-
-
-def _text_splitter(spec: dict) -> Callable[[str], list]:
-    split = _WORD.findall if spec["tokenizer"] == "word" else list
-    return (lambda text: split(text.lower())) if spec["lowercase"] else split
-
-
-def _texts(values: list, name: str) -> list:
-    """The rows as text, "" for a missing one.
-
-    Raises:
-        InputError: a value that is not a string."""
-    out = []
-    for row, value in enumerate(values):
-        if isinstance(value, str):
-            out.append(value)
-        elif is_missing(value):
-            out.append("")
-        else:
-            raise InputError(f"column '{name}', row {row}: expected text (a string), got "
-                             f"{describe(value)}")
-    return out
-
-
-def _text_ids(values: pd.Series, name: str, split: Callable, ids: dict,
-              length: int) -> np.ndarray:
-    get = ids.get
-    rows = [[get(token, 1) for token in split(text)[:length]]
-            for text in _texts(values.tolist(), name)]
-    return _padded(rows, length, 0.0)
-
-
-def _subword_ids(values: pd.Series, name: str, tokenizer: Any) -> np.ndarray:
-    # encode_batch_fast (tokenizers 0.21+) leaves out the character offsets, unused here
-    batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
-    encoded = batch(_texts(values.tolist(), name))
-    return np.array([e.ids for e in encoded], dtype=np.float32).reshape(
-        len(encoded), tokenizer.padding["length"])
-
-
-def _loaded_tokenizer(entry: dict) -> Any:
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise InputError(f"the text feature '{entry['name']}' needs the tokenizers package: "
-                         "pip install tokenizers") from None
-    tokenizer = Tokenizer.from_str(entry["tokenizer"])
-    length = entry["spec"]["max_length"]
-    tokenizer.enable_truncation(max_length=length)
-    tokenizer.enable_padding(pad_id=0, pad_token=_PAD, length=length)
-    return tokenizer
-
-
-def _sequences(values: list, name: str) -> list[list]:
-    """Each row's items: a list, tuple or 1-D array, or a string split on spaces and commas;
-    a missing row has none.
-
-    Raises:
-        InputError: a row that is neither."""
-    out = []
-    for row, value in enumerate(values):
-        if isinstance(value, str):
-            out.append([item for item in _ITEMS.split(value) if item])
-        elif isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and
-                                                  value.ndim == 1):
-            out.append(value)
-        elif is_missing(value):
-            out.append([])
-        else:
-            raise InputError(f"column '{name}', row {row}: expected a list (or a string of "
-                             f"items separated by spaces or commas), got {describe(value)}")
-    return out
-
-
-def _item_ids(values: pd.Series, name: str, ids: dict, length: int) -> np.ndarray:
-    rows = [[ids.get(_key(item), 1) for item in items[:length]]
-            for items in _sequences(values.tolist(), name)]
-    return _padded(rows, length, 0.0)
-
-
-def _numeric_sequences(values: pd.Series, name: str, length: int) -> np.ndarray:
-    rows = []
-    for row, items in enumerate(_sequences(values.tolist(), name)):
-        try:
-            numbers = np.asarray(items[:length], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise InputError(f"column '{name}', row {row}: the sequence holds an item that is "
-                             "not a number") from None
-        if not np.isfinite(numbers).all():
-            raise InputError(f"column '{name}', row {row}: a missing (NaN) or infinite value "
-                             "inside the sequence; NaN only pads sequences: fill or drop it")
-        rows.append(numbers)
-    return _padded(rows, length, np.nan)
-
-
-def _padded(rows: list, length: int, fill: float) -> np.ndarray:
-    """Rows of at most ``length`` values as a (rows, length) matrix, the rest ``fill``."""
-    out = np.full((len(rows), length), fill, dtype=np.float32)
-    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    total = int(sizes.sum())
-    if total:
-        flat = (np.concatenate(rows).astype(np.float32) if isinstance(rows[0], np.ndarray)
-                else np.fromiter(chain.from_iterable(rows), dtype=np.float32, count=total))
-        starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
-        out[np.repeat(np.arange(len(rows)), sizes), np.arange(total) - starts] = flat
-    return out
+    return np.array([tokens.key(v) for v in values.tolist()] or [], dtype=object)
 
 
 def _listing(names: list[str], most: int = 20) -> str:
@@ -529,7 +382,7 @@ def required_packages(inputs: list[dict]) -> list[str]:
     needed = []
     if any(entry["type"] == "image" for entry in inputs):
         needed.append("pillow")
-    if any(entry["type"] == "text" and entry["spec"]["tokenizer"] in _SUBWORD
+    if any(entry["type"] == "text" and entry["spec"]["tokenizer"] in tokens.SUBWORD
            for entry in inputs):
         needed.append("tokenizers")
     return needed
