@@ -258,7 +258,8 @@ def describe_inputs(spec: Any) -> list[str]:
     combiner = model.combiner.kind + (f" (width {model.combiner.width}, "
                                       f"{model.combiner.heads} heads)"
                                       if model.combiner.kind == "attention" else "")
-    lines = [f"inputs: {len(features)} features, combined by {combiner}"
+    lines = [f"inputs: {len(features)} feature{'s' * (len(features) != 1)}, combined by "
+             f"{combiner}"
              + (f"; the head (model.layers) takes {head}" if head is not None else "")]
     header = ("feature", "type and encoding", "encoder", "output width")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(3)]
