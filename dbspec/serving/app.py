@@ -51,7 +51,7 @@ class LoadedModel(NamedTuple):
     @property
     def typed(self) -> bool:
         """Whether the model takes typed features (raw strings, images...), not a matrix."""
-        inputs = self.model.card.inputs
+        inputs = getattr(self.model.card, "inputs", None)
         return bool(inputs) and any(i["type"] != "numeric" for i in inputs)
 
 

@@ -203,7 +203,8 @@ def check_features(schema_types: dict[str, Any], feature_names: list[str], sourc
 
 def is_typed(card: Any) -> bool:
     """Whether the model takes typed features (text, images...): raw columns it encodes."""
-    return bool(card.inputs) and any(i["type"] != "numeric" for i in card.inputs)
+    inputs = getattr(card, "inputs", None)  # cards logged before typed features have none
+    return bool(inputs) and any(i["type"] != "numeric" for i in inputs)
 
 
 def model_columns(card: Any) -> list[str]:
