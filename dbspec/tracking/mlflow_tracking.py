@@ -13,6 +13,7 @@ resumed training then logs the lost epochs from its checkpoint's history
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -213,7 +214,8 @@ class Tracker:
             # integer class labels are by design; MLflow's hint about missing values in
             # integer columns does not apply to them
             warnings.filterwarnings("ignore", message=".*Inferred schema contains integer")
-            dataset = mlflow.data.from_pandas(frame, source=located, targets=target, name=name)
+            dataset = mlflow.data.from_pandas(frame, source=located, targets=target, name=name,
+                                              digest=dataset_digest(frame, version))
             dataset.__dict__["schema"] = dataset_schema(frame)  # the cached_property's slot
             mlflow.log_input(dataset, context="training", tags={"data_version": version})
 
@@ -338,6 +340,17 @@ def artifact_progress_bars_off() -> Iterator[None]:
             if shared.depth == 0 and shared.owns_variable:
                 os.environ.pop(name, None)
                 shared.owns_variable = False
+
+
+def dataset_digest(frame, version: str) -> str:
+    """The logged dataset's digest: the data version (which already names the source's
+    content) with the frame's rows and columns. MLflow's own digest hashes the values of every
+    column, 29 s for 70,000 rows x 2,508 columns (a one-hot frame) and 6 s for 500 here, each
+    run, for a fact the version already states."""
+    import hashlib
+
+    key = json.dumps([version, len(frame), [str(c) for c in frame.columns]])
+    return hashlib.sha256(key.encode()).hexdigest()[:8]
 
 
 def dataset_schema(frame, sample_rows: int = 1000):

@@ -24,3 +24,32 @@ def test_the_schema_is_what_mlflow_infers_from_all_rows():
         expected, found = _infer_schema(frame), dataset_schema(frame, sample_rows=100)
     assert found.to_json() == expected.to_json()
     assert [spec.required for spec in found.inputs] == [True, True, False, True, True, True]
+
+
+def test_the_logged_dataset_digest_follows_the_version_and_the_frame_not_every_value():
+    from dbspec.tracking.mlflow_tracking import dataset_digest
+
+    frame = pd.DataFrame(np.zeros((100, 3)), columns=["a", "b", "target"])
+    digest = dataset_digest(frame, "delta-v3")
+    assert len(digest) == 8 and digest == dataset_digest(frame.copy(), "delta-v3")
+    assert dataset_digest(frame, "delta-v4") != digest  # a new version of the source
+    assert dataset_digest(frame.head(50), "delta-v3") != digest  # a smoke run's rows
+    assert dataset_digest(frame.drop(columns="b"), "delta-v3") != digest  # other features
+
+
+def test_a_run_logs_its_dataset_with_that_digest(workdir):
+    import mlflow
+
+    from dbspec.spec.loader import load_spec
+    from dbspec.tracking.mlflow_tracking import Tracker, dataset_digest
+    from tests.conftest import MINIMAL
+
+    (workdir / "spec.yaml").write_text(MINIMAL)
+    tracker = Tracker(load_spec("spec.yaml").spec, workdir / ".dbspec")
+    frame = pd.DataFrame({"x": [1.0, 2.0, 3.0], "target": [0, 1, 0]})
+    with tracker.run() as run_id:
+        tracker.log_dataset(frame, source="synthetic", target="target", version="v1",
+                            name="tiny")
+    (logged,) = mlflow.MlflowClient(tracker.tracking_uri).get_run(run_id).inputs.dataset_inputs
+    assert logged.dataset.digest == dataset_digest(frame, "v1")
+    assert logged.dataset.name == "tiny"
