@@ -32,16 +32,18 @@ class InMemoryData:
         """``raw``: with typed features, the Parquet file of the feature columns as they were
         read (strings, image bytes), row for row with the table's encoded matrix."""
         self.table, self.splits, self.raw = table, splits, raw
+        self._raw_rows: Any = None  # the file, read once (the example, the dataset, the check)
 
     def raw_head(self, split: str, rows: int) -> Optional[Any]:
         """The split's first ``rows`` rows as read from the source (a DataFrame), for a model
         with typed features; None when every feature is numeric (``head`` is raw then)."""
         if self.raw is None:
             return None
-        import pyarrow.parquet as pq
+        if self._raw_rows is None:
+            import pyarrow.parquet as pq
 
-        index = self._rows(split)[:rows]
-        return pq.read_table(self.raw).take(index).to_pandas()
+            self._raw_rows = pq.read_table(self.raw)
+        return self._raw_rows.take(self._rows(split)[:rows]).to_pandas()
 
     @property
     def feature_names(self) -> list[str]:

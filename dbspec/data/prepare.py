@@ -58,9 +58,7 @@ def build_table(frame, data: DataSpec) -> Table:
     """
     columns = [str(c) for c in frame.columns]
     frame = frame.rename(columns={c: str(c) for c in frame.columns})
-    if data.target not in columns:
-        raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
-                        f"; the data has: {_listing(columns)}")
+    _require_target(columns, data)
     features = data.feature_names or [c for c in columns if c != data.target]
     missing = [c for c in features if c not in columns]
     if missing:
@@ -80,11 +78,6 @@ def build_table(frame, data: DataSpec) -> Table:
     return Table(x, y, list(features), classes)
 
 
-def has_typed_features(data: DataSpec) -> bool:
-    """Whether ``data.features`` declares a non-numeric feature (text, image...)."""
-    return any(f.type != "numeric" for f in data.declared_types.values())
-
-
 def build_typed_table(frame, data: DataSpec, features: list) -> tuple[Table, Any]:
     """The target of a spec with typed features, and its feature columns as they are.
 
@@ -97,10 +90,7 @@ def build_typed_table(frame, data: DataSpec, features: list) -> tuple[Table, Any
         DataError: as :func:`build_table`, for the target and infinite numeric values.
     """
     frame = frame.rename(columns={c: str(c) for c in frame.columns})
-    if data.target not in frame.columns:
-        columns = list(frame.columns)
-        raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
-                        f"; the data has: {_listing(columns)}")
+    _require_target(list(frame.columns), data)
     names = [f.name for f in features]
     numeric = [f.name for f in features if f.type == "numeric"]
     if numeric:
@@ -108,6 +98,12 @@ def build_typed_table(frame, data: DataSpec, features: list) -> tuple[Table, Any
     y, classes = _target(frame, data)
     table = Table(np.zeros((len(frame), 0), dtype=np.float32), y, names, classes)
     return table, frame[names].reset_index(drop=True)
+
+
+def _require_target(columns: list[str], data: DataSpec) -> None:
+    if data.target not in columns:
+        raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
+                        f"; the data has: {_listing(columns)}")
 
 
 def _check_finite(x: np.ndarray, features: list[str]) -> None:

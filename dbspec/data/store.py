@@ -16,6 +16,25 @@ def write_table(directory: Path, table: Table) -> None:
     np.savez(directory / "table.npz", features=table.features, target=table.target)
 
 
+def write_raw_features(directory: Path, frame: Any) -> None:
+    """The typed features' columns as read (strings, image bytes, lists), for ``preprocess``
+    to fit and encode: ``raw.parquet``.
+
+    Raises:
+        DataError: a column Arrow cannot store (values of mixed kinds in one column).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dbspec.data.sources import DataError
+
+    try:
+        arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise DataError(f"data.features: the feature columns cannot be stored: {exc}") from None
+    pq.write_table(arrow, Path(directory) / "raw.parquet")
+
+
 def read_table(directory: Path, meta: dict[str, Any],
                preprocess: Optional[Path] = None) -> Table:
     """The table ``load_data`` wrote in ``directory`` (``meta``: its output). With typed

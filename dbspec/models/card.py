@@ -38,6 +38,18 @@ class ModelCard:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def has_typed_inputs(inputs: Optional[list[dict[str, Any]]]) -> bool:
+    """Whether fitted ``inputs`` (``ModelCard.inputs``) hold a non-numeric feature."""
+    return any(entry["type"] != "numeric" for entry in inputs or ())
+
+
+def takes_raw_columns(card: Any) -> bool:
+    """Whether the model encodes typed features (text, images...) itself, from raw named
+    columns, rather than taking a matrix of numbers. A card without ``inputs`` (logged before
+    typed features, or a stand-in) is numeric."""
+    return has_typed_inputs(getattr(card, "inputs", None))
+
+
 def prediction_columns(card: ModelCard, out) -> dict[str, Any]:
     """The model's raw output as named columns, as every serving path returns them.
 

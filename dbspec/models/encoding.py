@@ -32,6 +32,7 @@ import pandas as pd
 
 from dbspec.data.sources import DataError
 from dbspec.errors import did_you_mean
+from dbspec.models.card import takes_raw_columns
 from dbspec.models.images import describe, encode_images, is_missing
 from dbspec.models.inputs import InputError
 from dbspec.models import tokens
@@ -366,17 +367,6 @@ def raw_columns(inputs: list[dict]) -> list[str]:
     return [entry["name"] for entry in inputs]
 
 
-def has_encoded(inputs: list) -> bool:
-    """Whether any input is not numeric (fitted dicts or ``data.features`` entries)."""
-    return any(_type_of(entry) != "numeric" for entry in inputs)
-
-
-def _type_of(entry: Any) -> str:
-    if isinstance(entry, dict):
-        return entry["type"]
-    return "numeric" if isinstance(entry, str) else entry.type
-
-
 def required_packages(inputs: list[dict]) -> list[str]:
     """Distributions scoring needs beyond NumPy and pandas: pillow, tokenizers."""
     needed = []
@@ -416,9 +406,8 @@ def model_matrix(card: Any, features: Any) -> np.ndarray:
         InputError: missing columns, or a value the model cannot encode (the column and the
             row named).
     """
-    inputs = getattr(card, "inputs", None)
-    if inputs and has_encoded(inputs):
-        return encode_columns(inputs, features)
+    if takes_raw_columns(card):
+        return encode_columns(card.inputs, features)
     from dbspec.models.inputs import feature_matrix
 
     return feature_matrix(card.feature_names, features)

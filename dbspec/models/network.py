@@ -21,6 +21,7 @@ from torch import nn
 
 from dbspec.errors import DbspecError
 from dbspec.models.resnet import ResNetBody, WeightsError, freeze, load_weights as load_resnet
+from dbspec.models.card import has_typed_inputs
 from dbspec.models.typed import (AttentionCombiner, ConcatCombiner, FeatureEncoder,
                                  GlobalPool, ImageAugment, MaskedSequential, Recurrent,
                                  SelfAttention, SequenceTransformer, TokenEmbedding,
@@ -188,7 +189,7 @@ def build_network(model: ModelSpec, in_features: int, out_features: int,
                              f"has {in_features}")
     if model.custom is not None:
         network = _custom(model.custom, in_features, out_features)
-    elif inputs is not None and any(entry["type"] != "numeric" for entry in inputs):
+    elif has_typed_inputs(inputs):
         network = _typed(model, inputs, load_weights)
     else:
         try:

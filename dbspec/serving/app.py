@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from dbspec.models.inputs import RAW_FEATURES, FeatureRanges
-from dbspec.models.card import prediction_columns
+from dbspec.models.card import prediction_columns, takes_raw_columns
 from dbspec.serving.inference_table import InferenceTable, Record
 from dbspec.serving.metrics import ServerMetrics
 from dbspec.serving.protocol import (RequestError, check_content_type, check_finite_predictions,
@@ -51,8 +51,7 @@ class LoadedModel(NamedTuple):
     @property
     def typed(self) -> bool:
         """Whether the model takes typed features (raw strings, images...), not a matrix."""
-        inputs = getattr(self.model.card, "inputs", None)
-        return bool(inputs) and any(i["type"] != "numeric" for i in inputs)
+        return takes_raw_columns(self.model.card)
 
 
 class ServingConfig(NamedTuple):

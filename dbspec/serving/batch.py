@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from dbspec.data.sources import DataError
+from dbspec.models.card import takes_raw_columns
 
 BATCH_ROWS = 65_536
 # rows per forward pass (measured on the diabetes MLP, 1 thread: 16,384-row chunks cost half as
@@ -201,16 +202,10 @@ def check_features(schema_types: dict[str, Any], feature_names: list[str], sourc
         raise DataError(f"input {source}: feature column(s) {', '.join(bad)} are not numeric")
 
 
-def is_typed(card: Any) -> bool:
-    """Whether the model takes typed features (text, images...): raw columns it encodes."""
-    inputs = getattr(card, "inputs", None)  # cards logged before typed features have none
-    return bool(inputs) and any(i["type"] != "numeric" for i in inputs)
-
-
 def model_columns(card: Any) -> list[str]:
     """The input columns the model reads: its typed features' raw columns, else its numeric
     feature columns."""
-    if is_typed(card):
+    if takes_raw_columns(card):
         from dbspec.models.encoding import raw_columns
 
         return raw_columns(card.inputs)
@@ -225,7 +220,7 @@ def check_model_columns(schema_types: dict[str, Any], card: Any, source: str,
     Raises:
         DataError: a missing column, or a numeric feature's column that is not numeric.
     """
-    if not is_typed(card):
+    if not takes_raw_columns(card):
         check_features(schema_types, list(card.feature_names), source, is_numeric)
         return
     check_features(schema_types, model_columns(card), source, lambda _: True)
@@ -242,7 +237,7 @@ def batch_matrix(card: Any, columns: Sequence[Any], source: str,
     Raises:
         DataError: a value a typed feature cannot encode (its column and row named).
     """
-    if not is_typed(card):
+    if not takes_raw_columns(card):
         return feature_matrix(columns)
     from dbspec.models.encoding import encode_columns
     from dbspec.models.inputs import InputError

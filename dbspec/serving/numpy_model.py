@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from dbspec.models.card import ModelCard, read_card
+from dbspec.models.card import ModelCard, read_card, takes_raw_columns
 
 #: Layers (spec vocabulary) this module scores; anything else stays with torch.
 LAYERS = ("linear", "relu", "leaky_relu", "tanh", "sigmoid", "identity", "dropout", "flatten")
@@ -91,8 +91,7 @@ def load_numpy_model(directory: Path) -> Optional[NumpyServedModel]:
     is outside what this module scores."""
     try:
         card = read_card(directory)
-        if card.model.get("custom") or card.model.get("encoders") or any(
-                i["type"] != "numeric" for i in card.inputs or ()):
+        if card.model.get("custom") or card.model.get("encoders") or takes_raw_columns(card):
             return None  # a custom class, or typed features' encoders: torch scores them
         model = NumpyServedModel(card, read_state_dict(Path(directory) / "weights.pt"))
         # weights that fit the card, found now rather than as a 500 on every request

@@ -67,6 +67,11 @@ def is_encoded(feature: Any) -> bool:
     return not isinstance(feature, (str, NumericFeature))
 
 
+def has_typed_features(features: Optional[list]) -> bool:
+    """Whether ``data.features`` holds a typed, non-numeric feature (text, images...)."""
+    return any(is_encoded(f) for f in features or ())
+
+
 def input_shape(feature: Any) -> Shape:
     """The encoded input of one sample of ``feature``."""
     if isinstance(feature, CategoricalFeature):
@@ -232,7 +237,7 @@ def describe_inputs(spec: Any) -> list[str]:
     spec whose features are all numeric."""
     data, model = spec.data, spec.model
     features = data.features or []
-    if not any(is_encoded(f) for f in features):
+    if not has_typed_features(features):
         return []
     rows = []
     numeric = 0

@@ -142,38 +142,17 @@ def _switch_kind(root: Node, path: tuple, value: Any) -> None:
 
 
 def _kind_settings(path: tuple, selector: str, value: Any) -> Optional[set[str]]:
-    """The keys the section at ``path`` takes when its ``selector`` is ``value`` (read from
-    the spec's models), or None when the path does not lead to a union of kinds."""
+    """The keys the section at ``path`` takes when its ``selector`` is ``value`` (the member of
+    the union of kinds there), or None when no model at ``path`` has that selector value."""
     import typing
 
-    def classes(annotation: Any) -> list[Any]:
-        origin = typing.get_origin(annotation)
-        if origin is typing.Annotated:
-            return classes(typing.get_args(annotation)[0])
-        if origin is typing.Union:
-            return [c for arg in typing.get_args(annotation) for c in classes(arg)]
-        return [annotation]
+    from dbspec.spec.translate import models_at  # loaded only when a search switches a kind
 
-    current = [Spec]
-    for element in path:
-        found = []
-        for kind in current:
-            origin = typing.get_origin(kind)
-            if origin in (list, tuple) and isinstance(element, int):
-                found += classes(typing.get_args(kind)[0])
-            elif origin is dict:
-                found += classes(typing.get_args(kind)[1])
-            elif isinstance(kind, type) and issubclass(kind, BaseModel):
-                for name, field in kind.model_fields.items():
-                    if element in (name, field.alias):
-                        found += classes(field.annotation)
-        current = found
-    for kind in current:
-        if isinstance(kind, type) and issubclass(kind, BaseModel) and selector in kind.model_fields:
-            allowed = typing.get_args(kind.model_fields[selector].annotation)
-            if value in allowed:
-                return {field.alias or name for name, field in kind.model_fields.items()} \
-                    | set(kind.model_fields)
+    for kind in models_at(Spec, path):
+        field = kind.model_fields.get(selector)
+        if field is not None and value in typing.get_args(field.annotation):
+            return set(kind.model_fields) | {f.alias for f in kind.model_fields.values()
+                                             if f.alias}
     return None
 
 

@@ -20,7 +20,7 @@ from dbspec.spec.sections.lifecycle import (
     REGRESSION_PLOTS,
 )
 from dbspec.spec.sections.training import TASK_LOSSES
-from dbspec.spec.layout import LayoutError, head_input, is_encoded
+from dbspec.spec.layout import LayoutError, has_typed_features, head_input
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
 
 _LOWER_IS_BETTER = ("loss", "rmse", "mae", "mse", "mape", "log_loss")
@@ -236,7 +236,7 @@ def _check_model(spec: Spec, found: _Findings) -> None:
         return
     layers = model.layers or []
     width = input_width(spec) if _check_layer_settings(layers, found) else None
-    if any(is_encoded(f) for f in spec.data.features or ()):
+    if has_typed_features(spec.data.features):
         try:
             width = head_input(spec.data.features, model, width)
         except LayoutError as exc:

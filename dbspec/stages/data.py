@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Optional
 
 from dbspec.data import store
+from dbspec.spec.layout import has_typed_features
 from dbspec.data.prepare import (FittedStep, Splits, Table, build_table, build_typed_table,
-                                  fit_preprocessing, has_typed_features, split_rows)
+                                  fit_preprocessing, split_rows)
 from dbspec.data.sources import read_source
 from dbspec.stages.base import SMOKE_ROWS, StageContext, write_json
 from dbspec.stages.outputs import LoadDataOutput, PreprocessOutput, SplitOutput
@@ -27,45 +28,31 @@ class LoadDataStage:
             source = read_source_spark(ctx.spark, ctx.spec.data, base=Path.cwd())
         else:
             source = read_source(ctx.spec.data, base=Path.cwd())
-        typed = None
-        if has_typed_features(ctx.spec.data):
-            typed = _load_typed(ctx, source.frame)
-            table = typed.table
+        features = None  # typed features: each one's spec, its type resolved
+        if has_typed_features(ctx.spec.data.features):
+            table, features = _load_typed(ctx, source.frame)
         else:
             table = build_table(source.frame, ctx.spec.data)
         store.write_table(ctx.directory, table)
         output = LoadDataOutput(rows=len(table.target), feature_names=table.feature_names,
                                 classes=table.classes, data_version=source.version,
-                                uri=source.uri, features=typed and typed.features)
+                                uri=source.uri, features=features)
         write_json(ctx.directory / "table.json", output.to_json())
         return output
 
 
-class _Typed:
-    def __init__(self, table: Table, features: list[dict]):
-        self.table, self.features = table, features
-
-
-def _load_typed(ctx: StageContext, frame) -> _Typed:
+def _load_typed(ctx: StageContext, frame) -> tuple[Table, list[dict]]:
     """A spec with typed features: the target checked, the feature columns kept as they are
     in ``raw.parquet`` (``preprocess`` fits vocabularies on the training rows, then encodes)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from dbspec.data.sources import DataError
     from dbspec.models.encoding import resolve_features
 
     features = resolve_features(ctx.spec.data, frame)
     table, raw = build_typed_table(frame, ctx.spec.data, features)
-    try:
-        arrow = pa.Table.from_pandas(raw, preserve_index=False)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise DataError(f"data.features: the feature columns cannot be stored: {exc}") from None
-    pq.write_table(arrow, ctx.directory / "raw.parquet")
+    store.write_raw_features(ctx.directory, raw)
     kinds = ", ".join(f"{f.name} ({f.type})" for f in features[:12]) \
         + (f", ... ({len(features)} in all)" if len(features) > 12 else "")
     ctx.reporter.line(f"  features: {kinds}")
-    return _Typed(table, [f.model_dump(mode="json") for f in features])
+    return table, [f.model_dump(mode="json") for f in features]
 
 
 def _load_streaming_spec(ctx: StageContext) -> LoadDataOutput:
@@ -289,8 +276,8 @@ def _preprocess_typed(ctx: StageContext, table: Table, splits: Splits) -> Prepro
     names = matrix_names(inputs)
     np.savez(ctx.directory / "encoded.npz", features=x)
     (ctx.directory / "inputs.json").write_text(json.dumps(inputs))
-    numeric = [j for j, name in enumerate(names) if name in
-               {i["name"] for i in inputs if i["type"] == "numeric"}]
+    numeric_names = {i["name"] for i in inputs if i["type"] == "numeric"}
+    numeric = [j for j, name in enumerate(names) if name in numeric_names]
     encoded = Table(x, table.target, names, table.classes)
     steps = store.write_preprocessing(ctx.directory, fit_preprocessing(
         ctx.spec.data, encoded, splits.train, numeric=numeric))

@@ -291,9 +291,10 @@ def _input_schema(card: dict):
 
     inputs = card.get("inputs")
     if inputs:
-        from dbspec.models.encoding import has_encoded, raw_columns, signature_types
+        from dbspec.models.card import has_typed_inputs
+        from dbspec.models.encoding import raw_columns, signature_types
 
-        if has_encoded(inputs):
+        if has_typed_inputs(inputs):
             specs = []
             for name, kind in signature_types(inputs):
                 if kind.startswith("array<"):

@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 
 from dbspec.data.sources import DataError
-from dbspec.models.encoding import (InputEncoder, encode_columns, fit_inputs, has_encoded,
+from dbspec.models.card import has_typed_inputs
+from dbspec.models.encoding import (InputEncoder, encode_columns, fit_inputs,
                                     matrix_names, raw_columns, required_packages,
                                     resolve_features, signature_types)
 from dbspec.models.inputs import InputError
@@ -450,5 +451,5 @@ def test_inputs_describe_their_columns_packages_and_signature(tmp_path):
         ("age", "double"), ("city", "string"), ("review", "string"), ("basket", "string"),
         ("photo", "binary"), ("readings", "array<double>"), ("scan", "string"),
         ("raw", "array<double>"), ("code", "long")]
-    assert has_encoded(inputs) and not has_encoded(inputs[:1])
+    assert has_typed_inputs(inputs) and not has_typed_inputs(inputs[:1])
     assert json.loads(json.dumps(inputs)) == inputs  # JSON-able as it is

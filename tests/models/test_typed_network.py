@@ -345,3 +345,22 @@ def test_a_categorical_embedding_takes_the_direct_lookup_with_the_layers_values(
         encoder._lookup = lookup
     assert torch.equal(direct, through_layers)
     assert torch.equal(direct[1], torch.zeros(4))  # index 0, the unknown value: zeros
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda entry: entry["spec"].update(max_length=0),
+     "the fitted input 'review' has an invalid feature spec"),
+    (lambda entry: entry.update(type="categorical"),
+     "the fitted input 'review' is a categorical with a text spec"),
+    (lambda entry: entry["spec"].update(max_length=3),
+     r"the fitted input 'review' takes 4 columns; its shape \(3,\) needs 3"),
+])
+def test_a_card_whose_inputs_disagree_with_their_specs_is_refused(change, message):
+    # a model card edited by hand or written by another version: refused when built, not
+    # scored with columns read as something else
+    entry = {"name": "review", "type": "text", "columns": [f"review[{i}]" for i in range(4)],
+             "indices": 12, "spec": {"name": "review", "type": "text", "max_length": 4}}
+    change(entry)
+    model = ModelSpec.model_validate({"layers": [{"linear": {"out": 1}}]})
+    with pytest.raises(ModelError, match=message):
+        build_network(model, 4, 1, inputs=[entry])

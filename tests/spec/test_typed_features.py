@@ -562,3 +562,38 @@ def test_a_column_of_open_type_must_be_declared(values, message):
         resolve(frame)
     assert str(info.value).startswith("data.features: column 'c' ")
     assert message in str(info.value)
+
+
+def test_an_undecodable_image_outside_the_training_rows_names_its_source_row(rows):
+    # images have no fitted state: every row is decoded when preprocess encodes the table, and
+    # a corrupt one is named by its row in the source, whichever split it fell in
+    import io
+
+    import pandas as pd
+    from PIL import Image
+
+    def png(shade: int) -> bytes:
+        buffer = io.BytesIO()
+        Image.new("L", (4, 4), shade).save(buffer, "PNG")
+        return buffer.getvalue()
+
+    photos = [png(i * 4) for i in range(ROWS)]
+    photos[37] = b"\x89PNG but not really"
+    pd.DataFrame({"photo": photos, "label": [i % 2 for i in range(ROWS)]}).to_parquet(
+        rows / "photos.parquet")
+    text = data_spec("    - {name: photo, type: image, height: 4, width: 4, channels: 1}\n")
+    error = run_fails(rows, text.replace("rows.parquet", "photos.parquet"), "preprocess")
+    assert error.startswith("data.features: column 'photo', row 37: not a decodable image"), \
+        error
+
+
+def test_feature_columns_arrow_cannot_store_are_a_data_error(tmp_path):
+    import pandas as pd
+
+    from dbspec.data.sources import DataError
+    from dbspec.data.store import write_raw_features
+
+    with pytest.raises(DataError, match=r"^data\.features: the feature columns cannot be "
+                                        r"stored: .*column text"):
+        write_raw_features(tmp_path, pd.DataFrame({"text": ["a", 5, b"x"]}))
+    assert not (tmp_path / "raw.parquet").exists()
