@@ -1,0 +1,157 @@
+"""Kinds found by name: the one place that lists what each seam of dbspec can be.
+
+A seam (compute, data sources, promotion gates, serving targets) is a small Protocol; each
+*kind* is one module implementing it. A :class:`KindRegistry` maps kind names to
+``"module:attribute"`` strings and imports a kind only when it is first asked for, as fsspec's
+``known_implementations`` does. Installed packages add kinds through Python entry points in the
+registry's group (``dbspec.compute``, ``dbspec.sources``, ``dbspec.gates``,
+``dbspec.serving_targets``)::
+
+    [project.entry-points."dbspec.compute"]
+    slurm = "dbspec_slurm:KIND"
+
+Callers ask the kind (``COMPUTE.get(spec.compute.kind).world_size(spec.compute)``); they never
+switch on its name. A plugin that fails to import is remembered, not raised at start-up: the
+spec that names it gets a located error saying which package failed and why.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from dbspec.errors import DbspecError
+
+T = TypeVar("T")
+
+
+class UnknownKind(DbspecError):
+    """A kind name no built-in and no installed plugin provides (or whose plugin failed)."""
+
+
+@dataclass
+class KindRegistry(Generic[T]):
+    """Kinds of one seam: built-ins plus the entry points of the group ``group``.
+
+    Attributes:
+        group: The entry-point group plugins register in.
+        noun: How messages name one kind ("compute kind").
+        builtins: Name -> ``"module:attribute"`` of the kinds dbspec ships.
+    """
+
+    group: str
+    noun: str
+    builtins: dict[str, str]
+    _targets: dict[str, Any] = field(default_factory=dict, repr=False)
+    _origins: dict[str, str] = field(default_factory=dict, repr=False)
+    _loaded: dict[str, T] = field(default_factory=dict, repr=False)
+    _failed: dict[str, str] = field(default_factory=dict, repr=False)
+    _scanned: bool = field(default=False, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def register(self, name: str, kind: T | str, *, replace: bool = False) -> None:
+        """Add a kind at run time (a notebook, a test): an object or ``"module:attribute"``."""
+        with self._lock:
+            self._scan()
+            if name in self._targets and not replace:
+                raise ValueError(f"{self.noun} {name!r} is already registered "
+                                 f"({self._origins[name]}); pass replace=True to override it")
+            self._targets[name] = kind
+            self._origins[name] = "registered at run time"
+            self._loaded.pop(name, None)
+            self._failed.pop(name, None)
+
+    def names(self) -> tuple[str, ...]:
+        """Every known name, built-ins first, without importing any kind."""
+        with self._lock:
+            self._scan()
+            return tuple(self._targets)
+
+    def get(self, name: str) -> T:
+        """The kind called ``name``, imported on first use.
+
+        Raises:
+            UnknownKind: no such kind (with the closest names), or its plugin failed to load.
+        """
+        with self._lock:
+            self._scan()
+            if name in self._loaded:
+                return self._loaded[name]
+            if name not in self._targets:
+                raise UnknownKind(self.unknown_message(name))
+            try:
+                kind = _resolve(self._targets[name])
+            except Exception as exc:  # a plugin's import error is the user's to read, located
+                self._failed[name] = f"{type(exc).__name__}: {exc}"
+                raise UnknownKind(self.failure_message(name)) from None
+            self._loaded[name] = kind
+            return kind
+
+    def load_all(self) -> dict[str, T]:
+        """Every kind that imports; the ones that fail are in :meth:`failures`."""
+        kinds = {}
+        for name in self.names():
+            try:
+                kinds[name] = self.get(name)
+            except UnknownKind:
+                continue
+        return kinds
+
+    def failures(self) -> dict[str, str]:
+        """Kinds whose plugin failed to import, with the error (after :meth:`load_all`)."""
+        with self._lock:
+            return dict(self._failed)
+
+    def origin(self, name: str) -> str:
+        """Where a kind comes from: ``built-in`` or the entry point and its distribution."""
+        with self._lock:
+            self._scan()
+            return self._origins.get(name, "unknown")
+
+    def unknown_message(self, name: str) -> str:
+        """``unknown compute kind 'x' (did you mean 'y'?); known: ...``."""
+        if name in self._failed:
+            return self.failure_message(name)
+        close = difflib.get_close_matches(name, self.names(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return (f"unknown {self.noun} {name!r}{hint}; known: {', '.join(self.names())} "
+                f"(more come from packages registering entry points in {self.group!r})")
+
+    def failure_message(self, name: str) -> str:
+        """Why a plugin's kind cannot be used."""
+        return (f"{self.noun} {name!r} ({self._origins.get(name, 'unknown origin')}) failed to "
+                f"load: {self._failed[name]}; fix or uninstall that package")
+
+    def _scan(self) -> None:
+        """Read the built-ins and the group's entry points, once."""
+        if self._scanned:
+            return
+        self._scanned = True
+        for name, target in self.builtins.items():
+            self._targets.setdefault(name, target)
+            self._origins.setdefault(name, "built-in")
+        from importlib.metadata import entry_points
+
+        for point in entry_points(group=self.group):
+            if point.name in self.builtins:
+                continue  # a plugin cannot silently replace a built-in kind
+            self._targets.setdefault(point.name, point)
+            dist = getattr(point.dist, "name", None) or "an installed package"
+            self._origins.setdefault(point.name,
+                                     f"entry point {point.name} = {point.value} from {dist}")
+
+
+def _resolve(target: Any) -> Any:
+    """An entry point, a ``"module:attribute"`` string, or the object itself."""
+    if isinstance(target, str):
+        module, _, attribute = target.partition(":")
+        value: Any = importlib.import_module(module)
+        for part in attribute.split(".") if attribute else ():
+            value = getattr(value, part)
+        return value
+    if hasattr(target, "load") and hasattr(target, "group"):
+        return target.load()
+    return target
