@@ -1,0 +1,1 @@
+"""Compute kinds: one module per compute.kind (see dbspec.seams.compute)."""

@@ -1,0 +1,1 @@
+"""Promotion gates: one module per gate kind (see dbspec.seams.gates)."""

@@ -1,0 +1,1 @@
+"""Data sources: one module per data.source kind (see dbspec.seams.sources)."""
