@@ -62,12 +62,13 @@ def _set_environment(args: argparse.Namespace) -> None:
         os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 
-#: Which extra brings each third-party module (or distribution) a command may import.
+#: Which extra brings each third-party module (or distribution) a command may import; the
+#: compute kinds add their own (see ``_kind_extras``).
 _EXTRAS = {
     **dict.fromkeys(("torch", "mlflow", "optuna", "cmaes", "sklearn", "scikit-learn", "numpy",
                      "pandas", "pyarrow", "deltalake", "psutil", "pynvml", "nvidia-ml-py",
                      "matplotlib", "tensorboard", "scipy", "sqlalchemy"), "train"),
-    "pyspark": "spark", "py4j": "spark", "deepspeed": "deepspeed", "ray": "ray",
+    "pyspark": "spark", "py4j": "spark",
     **dict.fromkeys(("uvicorn", "httptools", "uvloop", "orjson", "httpx"), "serve"),
 }
 
@@ -83,11 +84,19 @@ def missing_extra(exc: ImportError) -> Optional[str]:
         name = exc.name
     else:
         return None
-    extra = _EXTRAS.get(name.split(".")[0])
+    extra = _EXTRAS.get(name.split(".")[0]) or _kind_extras().get(name.split(".")[0])
     if extra is None:
         return None
     return (f"the '{extra}' extra ({name} is not installed): "
             f"pip install 'dbspec[{extra}]' (or 'dbspec[all]')")
+
+
+def _kind_extras() -> dict[str, str]:
+    """The extras the compute kinds name for what they import (DeepSpeed, Ray...)."""
+    from dbspec.seams.compute import COMPUTE
+
+    return {module: extra for kind in COMPUTE.load_all().values()
+            for module, extra in kind.extras.items()}
 
 
 class _Redacting:

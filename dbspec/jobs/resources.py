@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from dbspec.jobs.tasks import job_key, training_resources
+from dbspec.jobs.tasks import job_key
+from dbspec.seams.compute import compute_kind
 
 #: Unity Catalog privileges on the registered model, by role.
 ROLE_GRANTS = {"admin": ("ALL_PRIVILEGES", "MANAGE"),
@@ -67,12 +68,7 @@ def serves_realtime(spec) -> bool:
 
 def trains_on_gpu(spec) -> bool:
     """Whether ``compute`` trains on GPUs, so that the endpoint serves on them too."""
-    compute = spec.compute
-    if compute.kind in ("single_gpu", "serverless_gpu"):
-        return True
-    if compute.kind == "ray":
-        return compute.use_gpu is not False
-    return training_resources(spec).gpus_per_node > 0
+    return compute_kind(spec).trains_on_gpu(spec.compute)
 
 
 def served_entity_name(spec) -> str:

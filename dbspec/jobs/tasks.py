@@ -6,14 +6,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from dbspec.errors import UsageError
+from dbspec.seams.compute import compute_kind
 from dbspec.spec.clusters import CURRENT_USER, ResolvedCluster
-from dbspec.spec.databricks import Resources
-from dbspec.spec.databricks import training_resources as _training_resources
-
-
-def training_resources(spec) -> Resources:
-    """GPUs and workers the training cluster needs, from ``compute``."""
-    return _training_resources(spec.compute)
 
 
 def cluster(resolved: ResolvedCluster, env: dict[str, str], *, current_user: Optional[str]):
@@ -134,7 +128,7 @@ def task_extras(spec, stages: tuple[str, ...]) -> tuple[str, ...]:
     """The dbspec extras the stages of one task import."""
     extras = ["train"]
     if "train" in stages or "tune" in stages:
-        extras += {"deepspeed": ["deepspeed"], "ray": ["ray"]}.get(spec.compute.kind, [])
+        extras += dict.fromkeys(compute_kind(spec).extras.values())  # what the kind imports
     if "serve" in stages:
         extras.append("serve")
     return tuple(extras)

@@ -21,11 +21,11 @@ _TOLD = False  # whether this process said that GPU metrics are unavailable
 
 
 def gpu_expected(compute) -> bool:
-    """Whether the spec's compute asks for a GPU (``single_gpu``, ``device: cuda``,
-    ``use_gpu: true``); ``auto`` is content with a CPU."""
-    if compute.kind in ("single_gpu", "serverless_gpu"):
-        return True
-    return getattr(compute, "device", None) == "cuda" or getattr(compute, "use_gpu", None) is True
+    """Whether the spec's compute asks for a GPU outright (its kind decides: ``single_gpu``,
+    ``device: cuda``, ``use_gpu: true``); ``auto`` is content with a CPU."""
+    from dbspec.seams.compute import COMPUTE
+
+    return COMPUTE.get(compute.kind).gpu_expected(compute)
 
 
 def training_flops_per_row(network, example) -> Optional[float]:

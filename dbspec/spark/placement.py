@@ -12,6 +12,7 @@ import os
 from typing import Optional
 
 from dbspec.errors import DbspecError
+from dbspec.seams.compute import compute_kind
 from dbspec.spec.locations import is_local_master, is_local_store  # part of this module's API
 
 SHARED_DIR_ENV = "DBSPEC_SHARED_DIR"
@@ -47,12 +48,9 @@ def resolve_shared_dir(spec, override: Optional[str] = None) -> Optional[str]:
 
 
 def ranks_on_executors(spec) -> bool:
-    """Distributed training whose ranks run as Spark tasks (``local_mode: false``; always for
-    ``kind: ray``, whose worker nodes are Spark tasks)."""
-    if spec.compute.kind == "ray":
-        return True
-    return spec.compute.kind in ("torch_distributor", "deepspeed") and \
-        not spec.compute.local_mode
+    """Distributed training whose ranks run as Spark tasks (the compute kind says:
+    ``local_mode: false``, or always where the launcher's workers are Spark tasks)."""
+    return compute_kind(spec).remote_ranks(spec.compute) is not None
 
 
 def trials_on_executors(spec, executor: str) -> bool:
@@ -77,11 +75,8 @@ def check_placement(spec, *, master: str, executor: str, shared_dir: Optional[st
     """
     if is_local_master(master):
         return []
-    remote = [what for what, needed in (
-        ("training ranks (Ray Train workers on Ray-on-Spark worker nodes)"
-         if spec.compute.kind == "ray" else "training ranks (compute.local_mode: false)",
-         ranks_on_executors(spec)),
-        ("search trials (Spark tasks)", trials_on_executors(spec, executor))) if needed]
+    trials = "search trials (Spark tasks)" if trials_on_executors(spec, executor) else None
+    remote = [what for what in (compute_kind(spec).remote_ranks(spec.compute), trials) if what]
     if not remote:
         return []
     who = " and ".join(remote)

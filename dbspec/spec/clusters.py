@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator, NamedTuple, Optional
 
+from dbspec.seams.compute import compute_kind
 from dbspec.spec.databricks import (
     DEFAULT_RUNTIME,
     GRAVITON_FROM,
@@ -51,7 +52,7 @@ class ResolvedCluster(NamedTuple):
 
 def serverless(spec) -> bool:
     """Whether the spec trains on AI Runtime (then the job has no clusters of its own)."""
-    return spec.compute.kind == "serverless_gpu"
+    return compute_kind(spec).serverless
 
 
 def resolve_cluster(spec, key: str) -> ResolvedCluster:
@@ -86,31 +87,14 @@ class Problem(NamedTuple):
 
 
 def check_clusters(spec) -> list[Problem]:
-    """Every Databricks runtime rule the spec's job clusters break."""
+    """Every Databricks runtime rule the spec's job clusters break (none on AI Runtime, which
+    has no job clusters: its kind checks what it needs)."""
     if serverless(spec):
-        return list(_check_serverless(spec))
+        return []
     problems: list[Problem] = []
     for key in ("main", "training"):
         problems.extend(_check_cluster(spec, resolve_cluster(spec, key)))
     return problems
-
-
-def _check_serverless(spec) -> Iterator[Problem]:
-    compute = spec.compute
-    per_node = compute.gpus_per_node
-    if compute.count % per_node:
-        yield Problem(("compute", "count"), f"{compute.accelerator} has {per_node} GPUs per "
-                      f"node, so count must be a multiple of {per_node}, not {compute.count}")
-    elif compute.count > 1:
-        yield Problem(("compute", "count"), f"{compute.count} accelerators: dbspec trains one "
-                      "process on one GPU in an AI Runtime task today; use count: 1 (GPU_1x...), "
-                      "or torch_distributor / deepspeed / ray on a job cluster for several GPUs")
-    for field in ("cluster", "training_cluster"):
-        settings = getattr(spec.jobs, field)
-        if settings.model_fields_set:
-            yield Problem(("jobs", field), "compute.kind serverless_gpu runs the job on AI "
-                          "Runtime, which has no cluster to configure; remove this section",
-                          warning=True)
 
 
 def _check_cluster(spec, c: ResolvedCluster) -> Iterator[Problem]:

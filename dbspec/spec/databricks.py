@@ -156,22 +156,10 @@ class Resources(NamedTuple):
 
 
 def training_resources(compute) -> Resources:
-    """GPUs and workers the training cluster needs, from ``compute``."""
-    kind = compute.kind
-    if kind == "single_gpu" or kind == "local" and compute.device == "cuda":
-        return Resources(1, 0, False)
-    if kind == "torch_distributor" and compute.use_gpu is not False:
-        if compute.local_mode:
-            return Resources(compute.num_processes, 0, False)
-        return Resources(1, compute.num_processes, True)
-    if kind == "deepspeed" and compute.use_gpu:
-        if compute.local_mode and compute.num_nodes == 1:
-            return Resources(compute.num_gpus, 0, False)
-        return Resources(compute.num_gpus, compute.num_nodes, True)
-    if kind == "ray":
-        # Ray on Spark starts its worker nodes on the Spark workers: one per training worker
-        return Resources(1 if compute.use_gpu is not False else 0, compute.num_workers, True)
-    return Resources(0, 0, False)
+    """GPUs and workers the training cluster needs: the compute kind's answer."""
+    from dbspec.seams.compute import COMPUTE
+
+    return COMPUTE.get(compute.kind).resources(compute)
 
 
 def unity_catalog(spec) -> bool:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Optional, Union
 
 from pydantic import Field
 
 from dbspec.plugins import KindRegistry
+
+#: The registries whose kinds make up a spec union (for the messages of kinds that failed).
+_UNION_REGISTRIES: list[KindRegistry[Any]] = []
 
 
 def kind_union(registry: KindRegistry[Any], attribute: str = "model") -> Any:
@@ -16,7 +19,18 @@ def kind_union(registry: KindRegistry[Any], attribute: str = "model") -> Any:
         registry: The seam's registry; each kind has its pydantic section at ``attribute``.
         attribute: Where a kind keeps its spec model.
     """
+    if registry not in _UNION_REGISTRIES:
+        _UNION_REGISTRIES.append(registry)
     models = tuple(getattr(kind, attribute) for kind in registry.load_all().values())
     if len(models) == 1:
         return models[0]
     return Annotated[Union[models], Field(discriminator="kind")]  # type: ignore[valid-type]
+
+
+def failed_kind_message(name: str) -> Optional[str]:
+    """Why the kind ``name`` is missing from a spec union: its plugin failed to import (the
+    plugin and its error); None when no union's registry knows a failed kind of that name."""
+    for registry in _UNION_REGISTRIES:
+        if name in registry.failures():
+            return registry.failure_message(name)
+    return None

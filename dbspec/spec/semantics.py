@@ -341,60 +341,12 @@ def _check_metric(path: tuple, metric: str, names: list[str], found: _Findings) 
 
 
 def _check_compute(spec: Spec, found: _Findings) -> None:
-    compute = spec.compute
-    if compute.kind == "torch_distributor" and compute.backend == "nccl" and \
-            compute.use_gpu is False:
-        found.error(("compute", "backend"), "nccl needs GPUs; use gloo, or use_gpu: true")
-    if compute.kind != "deepspeed":
-        return
-    path = ("compute",)
-    if compute.offload.params != "none" and compute.zero_stage != 3:
-        found.error(path + ("offload", "params"), f"parameter offload needs zero_stage 3, not "
-                    f"{compute.zero_stage}")
-    if compute.offload.optimizer != "none" and compute.zero_stage == 0:
-        found.error(path + ("offload", "optimizer"), "optimizer offload needs zero_stage >= 1")
-    if not compute.use_gpu and spec.training.precision == "fp16":
-        found.error(("training", "precision"), "DeepSpeed refuses fp16 on CPU; use bf16 or fp32, "
-                    "or compute.use_gpu: true")
-    if compute.use_gpu:
-        found.warning(path + ("kind",), f"DeepSpeed needs {compute.num_gpus * compute.num_nodes} "
-                      "GPU(s) at run time; set compute.use_gpu: false to train on CPU (ZeRO with "
-                      "gloo) where there is none")
-    _check_deepspeed_config(compute.config, found)
+    """The compute kind's own checks (:meth:`dbspec.seams.compute.ComputeKind.check`)."""
+    from dbspec.seams.compute import compute_kind
 
-
-#: Keys of ``compute.config`` that dbspec generates from the spec: set them there instead.
-_DEEPSPEED_OWNED = {
-    "train_batch_size": "training.batch_size",
-    "train_micro_batch_size_per_gpu": "training.batch_size",
-    "gradient_accumulation_steps": "training.gradient_accumulation",
-    "gradient_clipping": "training.gradient_clipping",
-    "fp16": "training.precision", "bf16": "training.precision",
-}
-_DEEPSPEED_KEYS = (
-    "optimizer", "scheduler", "zero_optimization", "activation_checkpointing", "flops_profiler",
-    "steps_per_print", "wall_clock_breakdown", "dump_state", "prescale_gradients",
-    "gradient_predivide_factor", "sparse_gradients", "communication_data_type",
-    "zero_allow_untested_optimizer", "aio", "tensorboard", "csv_monitor", "wandb",
-    "comms_logger", "memory_breakdown", "checkpoint", "data_types", "seq_parallel_communication_data_type",
-    "zero_force_ds_cpu_optimizer", "amp", "elasticity", "autotuning", "compression_training",
-    "data_efficiency", "pipeline", "torch_autocast",
-)
-
-
-def _check_deepspeed_config(config: dict, found: _Findings) -> None:
-    for key, value in config.items():
-        path = ("compute", "config", key)
-        if key in _DEEPSPEED_OWNED:
-            found.error(path, f"dbspec sets '{key}' from {_DEEPSPEED_OWNED[key]}; set it there",
-                        at_key=True)
-        elif key not in _DEEPSPEED_KEYS:
-            found.error(path, f"unknown DeepSpeed setting '{key}'"
-                        f"{did_you_mean(key, _DEEPSPEED_KEYS)} (DeepSpeed itself would ignore "
-                        "it silently)", at_key=True)
-        if value == "auto" or (isinstance(value, dict) and "auto" in value.values()):
-            found.error(path, "'auto' is resolved by the HuggingFace integration, not by "
-                        "DeepSpeed; give a concrete value")
+    for finding in compute_kind(spec).check(spec):
+        (found.warning if finding.warning else found.error)(finding.path, finding.message,
+                                                            at_key=finding.at_key)
 
 
 def _check_search(spec: Spec, found: _Findings) -> None:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, did_you_mean, one_of
 from dbspec.spec.document import Document, Node
+from dbspec.spec.kinds import failed_kind_message
 from dbspec.spec.sections.base import OneKeyModel
 
 _QUOTED = re.compile(r"'([^']*)'")
@@ -163,6 +164,9 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
                     f"{one_of(choices)}"), False
         return f"unknown value {_show(value)}{_suggest(str(value), choices)}{hint}", False
     if kind == "union_tag_invalid":
+        failed = failed_kind_message(str(ctx.get("tag")))
+        if failed is not None:  # an installed plugin's kind that did not import
+            return failed, False
         choices = _QUOTED.findall(ctx.get("expected_tags", ""))
         field = str(ctx.get("discriminator", "")).strip("'")
         section = str(loc[-2]) if len(loc) >= 2 and not isinstance(loc[-2], int) else ""

@@ -18,6 +18,7 @@ import numpy as np
 
 from dbspec.errors import DbspecError
 from dbspec.faults import pause_point
+from dbspec.seams.compute import compute_kind
 from dbspec.stages.base import StageContext, write_json
 from dbspec.stages.data import load_data_access, load_preprocessing, load_stream_stats
 from dbspec.stages.outputs import LoadDataOutput, TrainOutput, TuneOutput
@@ -30,20 +31,13 @@ class TrainStage:
 
     @staticmethod
     def check(spec) -> None:
-        """Refuse what cannot run or travel before any stage runs: compute kinds this
-        executor cannot launch, a custom network whose module cannot ship with the model."""
+        """Refuse what cannot run or travel before any stage runs: a compute kind that cannot
+        run here, a custom network whose module cannot ship with the model."""
         if spec.model.custom is not None:
             from dbspec.models.portable import custom_code
 
             custom_code(spec.model)  # after training would be an hour too late
-        if spec.compute.kind == "deepspeed":
-            from dbspec.training.deepspeed_config import check_deepspeed_config, deepspeed_config
-
-            check_deepspeed_config(deepspeed_config(spec))  # before any stage runs
-        if spec.compute.kind == "ray":
-            from dbspec.training.ray_launch import require_ray
-
-            require_ray(quick=True)  # before any stage runs
+        compute_kind(spec).check_runnable(spec, quick=True)  # before any stage runs
 
     def run(self, ctx: StageContext) -> TrainOutput:
         from dbspec.monitoring.observer import TrainingObserver
@@ -113,7 +107,7 @@ def _fit(job: _TrainingJob, tracker, run_id: str, observer):
     ctx, spec = job.ctx, job.spec
     if job.reused:
         return _best_trial(ctx)
-    if spec.compute.kind in ("torch_distributor", "deepspeed", "ray"):
+    if compute_kind(spec).distributed:
         return _fit_distributed(job, tracker, run_id)
 
     def log_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
@@ -137,7 +131,7 @@ def _fit_data(job: _TrainingJob, options):
 
 
 def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
-    """Ranks launched on Spark (TorchDistributor, DeepSpeed, Ray); rank 0 logs the epochs."""
+    """Ranks launched on Spark by the compute kind; rank 0 logs the epochs."""
     from dbspec.spark import spark_session
     from dbspec.tracking.metrics import TrackingTarget
     from dbspec.training.fit import FitOptions
@@ -155,7 +149,7 @@ def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
             work_dir=job.files / "distributed",
             tracking=TrackingTarget(tracker.tracking_uri, run_id),
             say=ctx.reporter.line))
-    if "placement" not in result.outcome.extra:  # ray words its own
+    if "placement" not in result.outcome.extra:  # a launcher may word its own
         result.outcome.extra["placement"] = _placement(spec, session, job.files)
     _log_ranks(tracker, result.outcome.extra)
     return result
@@ -233,7 +227,7 @@ def _rank_files_dir(ctx: StageContext, spec) -> Path:
 
 def _placement(spec, session, files: Path) -> str:
     """In words, where the ranks ran: ``on the driver``, or on executors with the shared dir."""
-    if spec.compute.local_mode:
+    if compute_kind(spec).remote_ranks(spec.compute) is None:
         return "on the driver"
     return f"on the executors of {session.sparkContext.master}, files in {files}"
 

@@ -1,5 +1,6 @@
-"""DistributedDataParallel training launched by pyspark's ``TorchDistributor`` (or DeepSpeed's,
-or Ray Train's ``TorchTrainer`` through :mod:`dbspec.training.ray_launch`): the driver's side.
+"""Training on a compute kind's ranks (pyspark's ``TorchDistributor`` or DeepSpeed's, Ray
+Train's ``TorchTrainer`` through :mod:`dbspec.training.ray_launch`, or a plugin's launcher):
+the driver's side. The kind decides GPUs, backend, engine config and how the ranks start.
 
 The driver writes the prepared tensors (one shard per rank) and a
 :class:`~dbspec.training.job.RankJob` to a work directory; every rank reads them and trains
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from dbspec.seams.compute import RankSettings, compute_kind
 from dbspec.tracking.metrics import TrackingTarget
 from dbspec.training.job import DistributedError, RankJob, RankResult, rank_errors
 from dbspec.training.rank import rank_main
@@ -52,61 +54,44 @@ class DistributedRun:
 
 
 def launch(spec, tensors_cpu, card, run: DistributedRun) -> RankResult:
-    """Train on the compute's ranks; returns rank 0's result.
+    """Train on the compute kind's ranks; returns rank 0's result.
 
     Args:
-        spec: The validated spec (``compute.kind`` torch_distributor, deepspeed or ray).
+        spec: The validated spec (a compute kind that trains on ranks).
         tensors_cpu: Preprocessed inputs and training targets on the CPU.
         card: The served model's card (to rebuild the network on every rank).
         run: Work directory, epochs, resume, tracking, checkpoints, progress lines.
 
     Raises:
         DistributedError: a rank failed (its error is in the message) or no result appeared.
-        DbspecError: ``compute.kind: ray`` without Ray installed.
+        DbspecError: the kind cannot run here (a missing package, a refused config).
     """
-    if spec.compute.kind == "ray":
-        from dbspec.training.ray_launch import require_ray
-
-        require_ray()  # before any file is written
-    job = rank_job(spec, card, run)
+    kind = compute_kind(spec)
+    kind.check_runnable(spec, quick=False)  # before any file is written
+    settings = kind.rank_settings(spec)
+    job = rank_job(spec, card, run, settings)
     work_dir = Path(run.work_dir).resolve()  # ranks may run in another working directory
+    world = kind.world_size(spec.compute)
     if run.shards is not None:
         from dbspec.data.shards import open_shard_set
         from dbspec.data.stream import epoch_plan
         from dbspec.training.streamed import stream_settings
 
         shards = open_shard_set(run.shards).shards("train")  # enough rows for every rank?
-        epoch_plan(shards, stream_settings(spec), epoch=0, world=world_size(spec.compute))
-    _prepare_work_dir(work_dir, tensors_cpu, world_size(spec.compute))
+        epoch_plan(shards, stream_settings(spec), epoch=0, world=world)
+    _prepare_work_dir(work_dir, tensors_cpu, world)
     job.write(work_dir)
-    if spec.compute.kind == "ray":
-        from dbspec.training.ray_launch import run_on_ray
-
-        where = run_on_ray(spec, work_dir, use_gpu=job.use_gpu, backend=job.backend,
-                           say=run.say)
-        return _result(work_dir).with_placement(f"on Ray Train workers: {where}")
-    _run_distributor(spec.compute, job, work_dir)
-    return _result(work_dir)
+    placement = kind.start_ranks(spec, settings, work_dir, run.say)
+    result = _result(work_dir)
+    return result.with_placement(placement) if placement else result
 
 
-def rank_job(spec, card, run: DistributedRun) -> RankJob:
-    """The job every rank reads: GPU use, backend and DeepSpeed config resolved here."""
-    import torch
-
-    compute = spec.compute
-    use_gpu = torch.cuda.is_available() if compute.use_gpu == "auto" else bool(compute.use_gpu)
-    backend = getattr(compute, "backend", "auto")
-    backend = backend if backend != "auto" else ("nccl" if use_gpu else "gloo")
-    ds_config = None
-    if compute.kind == "deepspeed":
-        from dbspec.training.deepspeed_config import check_deepspeed_config, deepspeed_config
-
-        ds_config = deepspeed_config(spec, use_gpu=use_gpu)
-        check_deepspeed_config(ds_config)
+def rank_job(spec, card, run: DistributedRun, settings: RankSettings) -> RankJob:
+    """The job every rank reads: GPU use, backend and engine config as the kind resolved them."""
     checkpoint_dir = Path(run.checkpoint_dir).resolve() if run.checkpoint_dir else None
-    return RankJob(spec=spec, card=card, backend=backend, use_gpu=use_gpu, epochs=run.epochs,
-                   resume=run.resume, tracking=run.tracking, deepspeed=ds_config,
-                   checkpoint_dir=checkpoint_dir,
+    return RankJob(spec=spec, card=card, backend=settings.backend, use_gpu=settings.use_gpu,
+                   epochs=run.epochs, resume=run.resume, tracking=run.tracking,
+                   deepspeed=settings.engine_config, checkpoint_dir=checkpoint_dir,
                    shards=Path(run.shards).resolve() if run.shards is not None else None)
 
 
@@ -120,21 +105,17 @@ def _prepare_work_dir(work_dir: Path, tensors_cpu, world: int) -> None:
         _write_shards(tensors_cpu, work_dir, world)
 
 
-def _run_distributor(compute, job: RankJob, work_dir: Path) -> None:
-    """Start :func:`~dbspec.training.rank.rank_main` on every rank through TorchDistributor or
-    DeepSpeed's distributor; a failure is worded from the ranks' own records."""
-    if job.deepspeed is not None:
-        from pyspark.ml.deepspeed.deepspeed_distributor import DeepspeedTorchDistributor
+def run_distributor(distributor, work_dir: Path, *, watch_executors: bool) -> None:
+    """Start :func:`~dbspec.training.rank.rank_main` on every rank through a pyspark
+    distributor (``TorchDistributor``, ``DeepspeedTorchDistributor``); a failure is worded
+    from the ranks' own records.
 
-        distributor = DeepspeedTorchDistributor(
-            numGpus=compute.num_gpus, nnodes=compute.num_nodes, localMode=compute.local_mode,
-            useGpu=job.use_gpu, deepspeedConfig=job.deepspeed)
-    else:
-        from pyspark.ml.torch.distributor import TorchDistributor
-
-        distributor = TorchDistributor(num_processes=compute.num_processes,
-                                       local_mode=compute.local_mode, use_gpu=job.use_gpu)
-    watch = None if compute.local_mode else RankWatcher(distributor.spark)
+    Args:
+        distributor: The distributor the compute kind built.
+        work_dir: The prepared work directory.
+        watch_executors: The ranks are Spark tasks: stop the job at the first lost executor.
+    """
+    watch = RankWatcher(distributor.spark) if watch_executors else None
     try:
         if watch is None:
             distributor.run(rank_main, str(work_dir))
@@ -147,15 +128,6 @@ def _run_distributor(compute, job: RankJob, work_dir: Path) -> None:
         causes = [c for c in (watch.lost() if watch else "", rank_errors(work_dir)) if c]
         raise DistributedError(f"{type(distributor).__name__} failed: "
                                f"{'; '.join(causes) or python_cause(exc)}") from None
-
-
-def world_size(compute) -> int:
-    """How many ranks the compute trains on."""
-    if compute.kind == "deepspeed":
-        return compute.num_gpus * compute.num_nodes
-    if compute.kind == "ray":
-        return compute.num_workers
-    return compute.num_processes
 
 
 def _result(work_dir: Path) -> RankResult:

@@ -11,37 +11,19 @@ import numpy as np
 
 from dbspec.data.prepare import FittedStep, Splits, Table
 from dbspec.errors import DbspecError
+from dbspec.seams.compute import COMPUTE, compute_kind
 from dbspec.spec.sections import Spec
 from dbspec.tracking.metrics import TrackingTarget
 from dbspec.training.scoring import validation_scorer
 
 #: Networks smaller than this train on one intra-op thread (see ``choose_threads``).
 SMALL_MODEL_PARAMETERS = 1_000_000
-#: ``compute.kind`` values whose training runs on a launcher's ranks.
-DISTRIBUTED_KINDS = ("torch_distributor", "deepspeed", "ray")
 
 
 def select_device(compute):
-    """The torch device ``compute`` asks for; a clear error when it is not there."""
-    import torch
-
-    if compute.kind == "single_gpu":
-        if not torch.cuda.is_available():
-            raise DbspecError("compute.kind single_gpu: no CUDA GPU is visible to this process "
-                              "(torch.cuda.is_available() is False); use kind: local to train "
-                              "on the CPU")
-        if compute.device_index >= torch.cuda.device_count():
-            raise DbspecError(f"compute.device_index {compute.device_index}: only "
-                              f"{torch.cuda.device_count()} GPU(s) present")
-        return torch.device("cuda", compute.device_index)
-    wanted = compute.device
-    if wanted == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if wanted == "cuda" and not torch.cuda.is_available():
-        raise DbspecError("compute.device cuda: no CUDA GPU is visible; use device: auto or cpu")
-    if wanted == "mps" and not torch.backends.mps.is_available():
-        raise DbspecError("compute.device mps: Apple's MPS backend is not available here")
-    return torch.device(wanted)
+    """The torch device ``compute`` asks for (its kind decides); a clear error when it is not
+    there."""
+    return COMPUTE.get(compute.kind).device(compute)
 
 
 def choose_threads(setting, parameters: int) -> int:
@@ -122,7 +104,7 @@ def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
              options: FitOptions = FitOptions()) -> Fitted:
     """Build the spec's network for ``table``, train it, and wrap it as a served model.
 
-    With ``compute.kind`` torch_distributor, deepspeed or ray the training runs on the
+    With a compute kind that trains on ranks (``distributed``) the training runs on the
     launcher's ranks. A CUDA out-of-memory error fails with advice, or with
     ``training.auto_batch_size`` restarts the training at half the batch size.
 
@@ -158,8 +140,8 @@ def _fit_card(spec: Spec, card, make_tensors, options: FitOptions, shards=None) 
     from dbspec.models.network import build_network
     from dbspec.models.served import ServedModel
 
-    distributed = spec.compute.kind in DISTRIBUTED_KINDS
-    device = torch.device("cpu") if distributed else select_device(spec.compute)
+    distributed = compute_kind(spec).distributed
+    device = select_device(spec.compute)
     torch.manual_seed(spec.training.seed)
     network = build_network(spec.model, len(card.feature_names), card.out_features,
                             inputs=card.inputs, load_weights=True)

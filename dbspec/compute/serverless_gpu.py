@@ -1,0 +1,77 @@
+"""``compute.kind: serverless_gpu``: Databricks AI Runtime (serverless GPU). In jobs, one
+``ai_runtime_task`` runs every stage (no job clusters); here, one process on this machine's GPU
+when there is one, else the CPU (as ``kind: local``)."""
+
+from __future__ import annotations
+
+from typing import Iterator, Literal, Optional
+
+from dbspec.compute.common import InProcessKind
+from dbspec.seams.compute import ComputeFinding
+from dbspec.spec.sections.base import SpecModel, d
+
+#: AI Runtime (serverless GPU) accelerator types, as databricks-sdk's
+#: ``jobs.ComputeSpecAcceleratorType`` names them (a test keeps the two equal); the number
+#: after ``GPU_`` is the GPUs per node.
+AI_RUNTIME_ACCELERATORS = ("GPU_1xA10", "GPU_1xH100", "GPU_8xB300", "GPU_8xH100")
+
+
+class ServerlessGpuCompute(SpecModel):
+    """Databricks AI Runtime (serverless GPU): an ``ai_runtime_task`` in jobs; here, one process
+    on this machine's GPU when there is one, else the CPU (as ``kind: local``)."""
+
+    kind: Literal["serverless_gpu"] = d("AI Runtime serverless GPU compute.")
+    accelerator: Literal["GPU_1xA10", "GPU_1xH100", "GPU_8xB300", "GPU_8xH100"] = d(
+        "Accelerator type; GPU_8x... means eight GPUs per node.", default="GPU_1xA10")
+    count: int = d("Total accelerators across all nodes; a multiple of the GPUs per node.",
+                   default=1, ge=1)
+    provisioned_capacity_id: Optional[str] = d("A reserved-capacity id to run on instead of "
+                                               "on-demand capacity.", default=None, min_length=1)
+
+    @property
+    def device(self) -> str:
+        """Locally the training takes a GPU when present (as ``kind: local``, ``device: auto``)."""
+        return "auto"
+
+    @property
+    def gpus_per_node(self) -> int:
+        """GPUs per node, from the accelerator name."""
+        return int(self.accelerator.split("_")[1].split("x")[0])
+
+
+class ServerlessGpuKind(InProcessKind):
+    """AI Runtime in jobs; ``device: auto`` in this process."""
+
+    name = "serverless_gpu"
+    model = ServerlessGpuCompute
+    serverless = True
+
+    def check(self, spec) -> Iterator[ComputeFinding]:
+        """``count`` fits the accelerator and one process; no job cluster sections."""
+        compute = spec.compute
+        per_node = compute.gpus_per_node
+        if compute.count % per_node:
+            yield ComputeFinding(("compute", "count"), f"{compute.accelerator} has {per_node} "
+                                 f"GPUs per node, so count must be a multiple of {per_node}, "
+                                 f"not {compute.count}")
+        elif compute.count > 1:
+            yield ComputeFinding(("compute", "count"), f"{compute.count} accelerators: dbspec "
+                                 "trains one process on one GPU in an AI Runtime task today; "
+                                 "use count: 1 (GPU_1x...), or torch_distributor / deepspeed / "
+                                 "ray on a job cluster for several GPUs")
+        for field in ("cluster", "training_cluster"):
+            if getattr(spec.jobs, field).model_fields_set:
+                yield ComputeFinding(("jobs", field), "compute.kind serverless_gpu runs the job "
+                                     "on AI Runtime, which has no cluster to configure; remove "
+                                     "this section", warning=True)
+
+    def gpu_expected(self, compute) -> bool:
+        """Always a GPU."""
+        return True
+
+    def trains_on_gpu(self, compute) -> bool:
+        """AI Runtime trains on its accelerators."""
+        return True
+
+
+KIND = ServerlessGpuKind()
