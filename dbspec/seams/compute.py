@@ -9,7 +9,8 @@ switch on its name.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional, Protocol
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional,
+                    Protocol, runtime_checkable)
 
 from dbspec.plugins import KindRegistry
 
@@ -29,6 +30,7 @@ class ComputeFinding(NamedTuple):
     at_key: bool = False
 
 
+@runtime_checkable
 class ComputeKind(Protocol):
     """What dbspec asks of a compute kind.
 

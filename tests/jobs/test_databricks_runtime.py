@@ -226,7 +226,7 @@ def test_serverless_gpu_trains_here_as_local_compute():
 def test_the_ai_runtime_accelerators_are_the_sdk_s():
     from databricks.sdk.service.jobs import ComputeSpecAcceleratorType
 
-    from dbspec.spec.sections.compute import AI_RUNTIME_ACCELERATORS, ServerlessGpuCompute
+    from dbspec.compute.serverless_gpu import AI_RUNTIME_ACCELERATORS, ServerlessGpuCompute
 
     assert set(AI_RUNTIME_ACCELERATORS) == {e.value for e in ComputeSpecAcceleratorType}
     field = ServerlessGpuCompute.model_fields["accelerator"].annotation

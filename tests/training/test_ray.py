@@ -40,7 +40,7 @@ def ray_cluster(spark):
     pytest.importorskip("ray.util.spark")
     import ray
 
-    from dbspec.spec.sections.compute import RayCompute
+    from dbspec.compute.ray import RayCompute
     from dbspec.training.ray_launch import ray_on_spark
 
     # the token any local ray.init() leaves in ~/.ray: with it, Ray on Spark never came up
@@ -147,7 +147,7 @@ def test_without_ray_the_run_stops_before_any_stage_naming_the_extra(workdir, mo
 
 
 def test_the_ray_cluster_is_sized_from_the_spec():
-    from dbspec.spec.sections.compute import RayCompute
+    from dbspec.compute.ray import RayCompute
     from dbspec.training.ray_launch import ray_layout
 
     four = RayCompute(kind="ray", num_workers=4, cpus_per_worker=2)
