@@ -62,12 +62,12 @@ def distributed(rows: int, epochs: int, processes: int, workdir: Path, engine: s
 
 
 def in_process(rows: int, epochs: int, workdir: Path) -> float:
+    from dbspec.seams.compute import COMPUTE
     from dbspec.training.fit import fit_spec
 
-    from dbspec.spec.sections.compute import LocalCompute
-
     spec, table, splits, fitted = prepare(rows, epochs, 1, workdir)
-    local = spec.model_copy(update={"compute": LocalCompute(kind="local", device="cpu")})
+    cpu = COMPUTE.get("local").model(kind="local", device="cpu")
+    local = spec.model_copy(update={"compute": cpu})
     return fit_spec(local, table, splits, fitted).outcome.samples_per_second
 
 

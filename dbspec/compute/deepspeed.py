@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Literal
+from typing import Any, ClassVar, Iterator, Literal, Mapping
 
 from dbspec.compute.common import RankKind, resolve_backend
 from dbspec.errors import did_you_mean
@@ -62,7 +62,7 @@ class DeepspeedKind(RankKind):
 
     name = "deepspeed"
     model = DeepspeedCompute
-    extras = {"deepspeed": "deepspeed"}
+    extras: ClassVar[Mapping[str, str]] = {"deepspeed": "deepspeed"}
 
     def check(self, spec) -> Iterator[ComputeFinding]:
         """ZeRO stage and offload, fp16 on CPU, the GPUs it needs, ``compute.config``."""
@@ -85,7 +85,10 @@ class DeepspeedKind(RankKind):
 
     def check_runnable(self, spec, *, quick: bool) -> None:
         """DeepSpeed parses the generated config (before any stage runs)."""
-        from dbspec.training.deepspeed_config import check_deepspeed_config, deepspeed_config
+        from dbspec.training.deepspeed_config import (
+            check_deepspeed_config,
+            deepspeed_config,
+        )
 
         check_deepspeed_config(deepspeed_config(spec))
 
@@ -103,7 +106,10 @@ class DeepspeedKind(RankKind):
 
     def rank_settings(self, spec) -> RankSettings:
         """GPUs as the section says; the DeepSpeed config generated and checked."""
-        from dbspec.training.deepspeed_config import check_deepspeed_config, deepspeed_config
+        from dbspec.training.deepspeed_config import (
+            check_deepspeed_config,
+            deepspeed_config,
+        )
 
         use_gpu = bool(spec.compute.use_gpu)
         config = deepspeed_config(spec, use_gpu=use_gpu)

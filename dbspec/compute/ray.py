@@ -4,7 +4,7 @@ started on Spark (:mod:`dbspec.training.ray_launch`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Callable, ClassVar, Literal, Mapping, Optional
 
 from dbspec.compute.common import Backend, GpuChoice, RankKind
 from dbspec.seams.compute import RankSettings
@@ -31,7 +31,7 @@ class RayKind(RankKind):
 
     name = "ray"
     model = RayCompute
-    extras = {"ray": "ray"}
+    extras: ClassVar[Mapping[str, str]] = {"ray": "ray"}
 
     def check_runnable(self, spec, *, quick: bool) -> None:
         """Ray Train and Ray on Spark are installed (``quick``: without importing Ray)."""

@@ -9,8 +9,17 @@ switch on its name.
 
 from __future__ import annotations
 
-from typing import (TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional,
-                    Protocol, runtime_checkable)
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Iterable,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    runtime_checkable,
+)
 
 from dbspec.plugins import KindRegistry
 
@@ -43,11 +52,20 @@ class ComputeKind(Protocol):
             imports beyond the ``train`` extra (tasks install them; errors name them).
     """
 
-    name: str
-    model: type[Any]
-    distributed: bool
-    serverless: bool
-    extras: Mapping[str, str]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model(self) -> type[Any]: ...
+
+    @property
+    def distributed(self) -> bool: ...
+
+    @property
+    def serverless(self) -> bool: ...
+
+    @property
+    def extras(self) -> Mapping[str, str]: ...
 
     def check(self, spec: Spec) -> Iterable[ComputeFinding]:
         """Problems of the spec that types alone cannot express, found at validate."""

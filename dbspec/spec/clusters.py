@@ -7,7 +7,7 @@ runtime rules they must follow (see :mod:`dbspec.spec.databricks` for the facts 
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Optional
+from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional
 
 from dbspec.seams.compute import compute_kind
 from dbspec.spec.databricks import (
@@ -27,6 +27,9 @@ from dbspec.spec.databricks import (
     unity_catalog,
 )
 
+if TYPE_CHECKING:
+    from dbspec.spec.sections.jobs import ClusterSettings
+
 DEDICATED = "DATA_SECURITY_MODE_DEDICATED"
 _DEDICATED_MODES = (DEDICATED, "SINGLE_USER")
 #: In bundles, dedicated compute defaults to the user who deploys (and so runs) the job.
@@ -41,7 +44,7 @@ class ResolvedCluster(NamedTuple):
 
     key: str  # "main" or "training"
     path: tuple[str, ...]  # the spec field of its settings
-    settings: object  # the ClusterSettings
+    settings: ClusterSettings
     spark_version: str
     node_type_id: str
     num_workers: int

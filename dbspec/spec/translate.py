@@ -164,15 +164,7 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
                     f"{one_of(choices)}"), False
         return f"unknown value {_show(value)}{_suggest(str(value), choices)}{hint}", False
     if kind == "union_tag_invalid":
-        failed = failed_kind_message(str(ctx.get("tag")))
-        if failed is not None:  # an installed plugin's kind that did not import
-            return failed, False
-        choices = _QUOTED.findall(ctx.get("expected_tags", ""))
-        field = str(ctx.get("discriminator", "")).strip("'")
-        section = str(loc[-2]) if len(loc) >= 2 and not isinstance(loc[-2], int) else ""
-        what = f"{section} {field}".strip() if field == "kind" or not section else section
-        return f"unknown {what} {_show(ctx.get('tag'))}{_suggest(str(ctx.get('tag')), choices)}", \
-            False
+        return _unknown_kind(ctx, loc), False
     if kind == "union_tag_not_found" and not keyed:
         field = str(ctx.get("discriminator", "")).strip("'")
         return f"required key '{field}' is missing (it selects the kind of this section)", False
@@ -304,4 +296,19 @@ def _expand(types: Iterable[Any]) -> list[Any]:
     return out
 
 
+def _unknown_kind(ctx: dict, loc: tuple) -> str:
+    """``unknown compute kind 'x' (did you mean 'y'?)``, or why an installed plugin's kind of
+    that name did not load."""
+    tag = str(ctx.get("tag"))
+    failed = failed_kind_message(tag)
+    if failed is not None:
+        return failed
+    choices = _QUOTED.findall(ctx.get("expected_tags", ""))
+    field = str(ctx.get("discriminator", "")).strip("'")
+    section = str(loc[-2]) if len(loc) >= 2 and not isinstance(loc[-2], int) else ""
+    what = f"{section} {field}".strip() if field == "kind" or not section else section
+    return f"unknown {what} {_show(ctx.get('tag'))}{_suggest(tag, choices)}"
+
+
 __all__ = ["translate", "models_at"]
+

@@ -54,7 +54,7 @@ class TrainStage:
             result = _fit(job, tracker, run_id, observer)
             diagnosis = _log_after_fit(job, tracker, run_id, observer, result)
             model_uri = _log_served_model(job, tracker, result)
-        return _output(job, tracker, run_id, model_uri, result, diagnosis, observer)
+        return _output(job, tracker, model_uri, result, diagnosis, observer)
 
 
 @dataclass(frozen=True)
@@ -192,12 +192,13 @@ def _summary_metrics(outcome) -> dict[str, float]:
             "train_samples_per_second": outcome.samples_per_second}
 
 
-def _output(job: _TrainingJob, tracker, run_id: str, model_uri: str, result,
-            diagnosis: list[str], observer) -> TrainOutput:
+def _output(job: _TrainingJob, tracker, model_uri: str, result, diagnosis: list[str],
+            observer) -> TrainOutput:
+    """The stage's output; the run is the tracker's (still named after its ``run`` ended)."""
     outcome, extra = result.outcome, result.outcome.extra
     distributed = "world_size" in extra
     return TrainOutput(
-        run_id=run_id, experiment_id=tracker.experiment_id, tracking_uri=tracker.tracking_uri,
+        run_id=tracker.run_id, experiment_id=tracker.experiment_id, tracking_uri=tracker.tracking_uri,
         model_uri=model_uri, resumed_from_epoch=outcome.resumed_from,
         stopped_early=outcome.stopped_early, device=str(result.device),
         threads=result.threads, parameters=result.parameters,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -221,14 +221,13 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
     training, resume = spec.training, options.resume
     while True:
         try:
-            outcome = _train_once(spec, served, tensors, training, device, options, resume)
+            outcome = _train_once(spec, served, tensors, training, device,
+                                  replace(options, resume=resume))
             break
         except torch.cuda.OutOfMemoryError:
             training = _halved_batch(training, options.observer)
             served = _restarted(spec, served)
             if is_streamed(tensors):  # the stream cuts the batches: it gets the new size
-                from dataclasses import replace
-
                 stream = tensors.train
                 stream.settings = replace(stream.settings, batch_size=training.batch_size)
                 stream.prepare = preparer(served)
@@ -239,8 +238,7 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
     return served.eval(), outcome, training.batch_size
 
 
-def _train_once(spec: Spec, served, tensors, training, device, options: FitOptions,
-                resume: bool):
+def _train_once(spec: Spec, served, tensors, training, device, options: FitOptions):
     from dbspec.training.loop import TrainOptions, example_rows, train
 
     network = served.network.to(device)
@@ -251,7 +249,7 @@ def _train_once(spec: Spec, served, tensors, training, device, options: FitOptio
     return train(network, tensors, training, loss=served.card.loss, device=device,
                  options=TrainOptions(epochs=options.epochs,
                                       score_validation=validation_scorer(spec, served),
-                                      checkpoints=options.checkpoints, resume=resume,
+                                      checkpoints=options.checkpoints, resume=options.resume,
                                       callbacks=callbacks))
 
 
