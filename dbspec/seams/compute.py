@@ -5,6 +5,12 @@ an entry point in ``dbspec.compute``) holding everything about that kind: its sp
 its checks at validate, where and how it trains, the Databricks job cluster it asks for and
 what it needs installed. Callers ask the kind (``COMPUTE.get(spec.compute.kind)``); they never
 switch on its name.
+
+Adding a kind: write its module with a spec model (``kind: Literal["name"]``) and a ``KIND``
+object implementing :class:`ComputeKind` (:mod:`dbspec.compute.common` has bases for in-process
+and rank-launched training), then either add one line to ``COMPUTE`` below (built-in) or
+register it as an entry point in the ``dbspec.compute`` group of your own package (plugin; see
+``tests/plugins/toy_compute``). Validate, plan, schema, run and jobs pick it up unchanged.
 """
 
 from __future__ import annotations
