@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 _EXPORTS = {"LocalExecutor": "local", "RunRecord": "records", "StageFailed": "local",
             "StageRecord": "records", "SparkExecutor": "spark"}
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["LocalExecutor", "RunRecord", "SparkExecutor", "StageFailed", "StageRecord"]
 
 
 def __getattr__(name: str) -> Any:

@@ -68,7 +68,7 @@ def limited_protocol(limits: ConnectionLimits, metrics) -> type:
             self.refusal: Optional[tuple[int, str, str]] = None
             self.lingering: Optional[int] = None  # bytes dropped since the refusal
 
-        def connection_made(self, transport) -> None:  # type: ignore[override]
+        def connection_made(self, transport) -> None:
             if len(self.connections) >= limits.max_connections and silent:
                 oldest, _ = silent.popitem(last=False)
                 self.connections.discard(oldest)

@@ -24,7 +24,7 @@ def kind_union(registry: KindRegistry[Any], attribute: str = "model") -> Any:
     models = tuple(getattr(kind, attribute) for kind in registry.load_all().values())
     if len(models) == 1:
         return models[0]
-    return Annotated[Union[models], Field(discriminator="kind")]  # type: ignore[valid-type]
+    return Annotated[Union[models], Field(discriminator="kind")]
 
 
 def failed_kind_message(name: str) -> Optional[str]:
