@@ -47,7 +47,7 @@ LONG_FUNCTIONS = {
     "tuning/objective.py:Objective.__call__": 66,
 }
 #: ``__init__.py`` files holding more than re-exports then.
-INIT_WITH_LOGIC = {"spec/sections/__init__.py", "spark/__init__.py", "stages/__init__.py"}
+INIT_WITH_LOGIC = {"stages/__init__.py"}
 #: Modules outside dbspec/cli that imported argparse then.
 ARGPARSE_OUTSIDE_CLI = {"serving/commands.py"}
 #: Kind names that must be spelled (as a string constant) in at most 3 files: the seam's

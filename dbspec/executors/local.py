@@ -196,7 +196,7 @@ class LocalExecutor:
 
     def master(self, loaded: LoadedSpec) -> str:
         """The Spark master distributed training connects to."""
-        from dbspec.spark import master_url
+        from dbspec.spark.session import master_url
 
         return master_url(loaded.spec)
 

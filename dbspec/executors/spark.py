@@ -25,13 +25,13 @@ class SparkExecutor(LocalExecutor):
         self.master_override = master
 
     def master(self, loaded: LoadedSpec) -> str:
-        from dbspec.spark import master_url
+        from dbspec.spark.session import master_url
 
         return master_url(loaded.spec, self.master_override)
 
     def run(self, loaded: LoadedSpec, *, only: Sequence[str] = (),
             from_stage: Optional[str] = None, run_key: Optional[str] = None) -> RunRecord:
-        from dbspec.spark import spark_session
+        from dbspec.spark.session import spark_session
         from dbspec.spark.probe import check_executors
 
         self.check_placement(loaded)  # before the session: starting one takes seconds

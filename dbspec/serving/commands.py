@@ -216,7 +216,7 @@ def run_predict(args: argparse.Namespace) -> int:
             sys.stderr.write(f"\r  {rows:,} rows  {rows / max(seconds, 1e-9):,.0f} rows/s\x1b[K")
 
     if engine == "spark":
-        from dbspec.spark import spark_session
+        from dbspec.spark.session import spark_session
 
         with spark_session(spec, args.master, say=lambda text: print(text, file=sys.stderr)) \
                 as spark:

@@ -90,7 +90,7 @@ def probe_executors(session, *, read: Sequence[str] = (), shared: Sequence[str] 
     import uuid
 
     import dbspec
-    from dbspec.spark import python_cause
+    from dbspec.spark.session import python_cause
 
     markers: list[Optional[str]] = [None] * len(read)
     for directory in shared:

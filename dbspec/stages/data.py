@@ -138,7 +138,7 @@ def shard_location(ctx: StageContext) -> Path:
     import os
 
     from dbspec.errors import DbspecError
-    from dbspec.spark import master_url
+    from dbspec.spark.session import master_url
     from dbspec.spark.placement import ranks_on_executors
     from dbspec.spec.locations import is_local_master
 

@@ -100,7 +100,7 @@ class BatchPredictStage:
 
     @staticmethod
     def _on_spark(ctx: StageContext, loaded, output: str, predict_spark, ranges):
-        from dbspec.spark import spark_session
+        from dbspec.spark.session import spark_session
 
         batch = ctx.spec.serving.batch
         if ctx.spark is not None:

@@ -132,7 +132,7 @@ def _fit_data(job: _TrainingJob, options):
 
 def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
     """Ranks launched on Spark by the compute kind; rank 0 logs the epochs."""
-    from dbspec.spark import spark_session
+    from dbspec.spark.session import spark_session
     from dbspec.tracking.metrics import TrackingTarget
     from dbspec.training.fit import FitOptions
 
@@ -216,7 +216,7 @@ def _output(job: _TrainingJob, tracker, model_uri: str, result, diagnosis: list[
 def _rank_files_dir(ctx: StageContext, spec) -> Path:
     """Where ranks read their shards and write checkpoints and results: the shared dir when
     they run on other machines' executors, else this stage's own directory."""
-    from dbspec.spark import master_url
+    from dbspec.spark.session import master_url
     from dbspec.spark.placement import is_local_master, ranks_on_executors
 
     master = ctx.spark.sparkContext.master if ctx.spark is not None \

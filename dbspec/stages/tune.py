@@ -190,7 +190,7 @@ def _run_trials_on_spark(ctx: StageContext, setup, quotas: list[int], seed: int,
     try:
         rdd.foreach(lambda job: run_worker(*job))
     except Exception as exc:  # a task that dies takes the job down; its trials stay recorded
-        from dbspec.spark import python_cause
+        from dbspec.spark.session import python_cause
 
         ctx.reporter.line(f"  warning: a Spark trial task failed: {python_cause(exc)[:500]}")
 

@@ -123,7 +123,7 @@ def run_distributor(distributor, work_dir: Path, *, watch_executors: bool) -> No
             with watch:
                 distributor.run(rank_main, str(work_dir))
     except Exception as exc:  # the distributor wraps rank failures in several types
-        from dbspec.spark import python_cause
+        from dbspec.spark.session import python_cause
 
         causes = [c for c in (watch.lost() if watch else "", rank_errors(work_dir)) if c]
         raise DistributedError(f"{type(distributor).__name__} failed: "
