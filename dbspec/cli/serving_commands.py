@@ -8,19 +8,19 @@ from dbspec.cli.options import Command, add_registry_options, add_spec_options
 
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from dbspec.serving.commands import add_serve_arguments  # no heavy imports
+    from dbspec.cli.serving_handlers import add_serve_arguments  # no heavy imports
 
     add_serve_arguments(parser)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from dbspec.serving.commands import run_serve
+    from dbspec.cli.serving_handlers import run_serve
 
     return run_serve(args)
 
 
 def _predict_arguments(parser: argparse.ArgumentParser) -> None:
-    from dbspec.serving.commands import add_predict_arguments  # no heavy imports
+    from dbspec.cli.serving_handlers import add_predict_arguments  # no heavy imports
 
     add_predict_arguments(parser)
     parser.add_argument("--verbose", action="store_true",
@@ -28,7 +28,7 @@ def _predict_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from dbspec.serving.commands import run_predict
+    from dbspec.cli.serving_handlers import run_predict
 
     return run_predict(args)
 

@@ -1,4 +1,5 @@
-"""``dbspec serve`` and ``dbspec predict``: a spec or a models:/ URI to a running model."""
+"""The handlers of ``dbspec serve`` and ``dbspec predict``: their arguments, read into the
+serving use cases (:mod:`dbspec.serving.server`, :mod:`dbspec.serving.batch`)."""
 
 from __future__ import annotations
 
