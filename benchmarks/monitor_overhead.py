@@ -41,7 +41,7 @@ tracking: {{monitor: true, monitor_interval: {interval}, tensorboard: {tensorboa
 
 
 def one_run(data, spec, *, observed: bool, log_dir: Path) -> Speed:
-    from dbspec.monitoring.observer import TrainingObserver
+    from dbspec.observability.observer import TrainingObserver
 
     network = make_network()
     callbacks = []

@@ -30,7 +30,7 @@ MAX_FUNCTION_LINES = 60
 
 #: Modules over 400 lines when the rule began to be enforced: path -> lines then.
 LONG_MODULES = {
-    "cli/monitor_commands.py": 406, "data/shards.py": 587, "models/encoding.py": 413,
+    "data/shards.py": 587, "models/encoding.py": 413,
     "registry/client.py": 413, "serving/app.py": 410, "serving/databricks_endpoint.py": 414,
     "serving/inference_table.py": 402, "spec/semantics.py": 450, "spec/templating.py": 577,
     "stages/lifecycle.py": 407, "training/loop.py": 581,
@@ -57,7 +57,7 @@ KIND_FILES = {"single_gpu": 3, "torch_distributor": 3, "deepspeed": 3, "ray": 3,
 #: ``.kind ==`` / ``in`` / ``!=`` comparisons outside dbspec/spec/sections (the goal is 15).
 MAX_KIND_SWITCHES = 51
 #: Entries of the ratchets in pyproject.toml when they began.
-RUFF_RATCHET_FILES = 21
+RUFF_RATCHET_FILES = 20
 MYPY_RATCHET_MODULES = 68
 
 

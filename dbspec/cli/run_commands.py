@@ -169,7 +169,7 @@ def _tensorboard_arguments(parser: argparse.ArgumentParser) -> None:
 def _tensorboard(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dbspec.monitoring.commands import fetch_event_files, start_tensorboard
+    from dbspec.observability.tensorboard_runs import fetch_event_files, start_tensorboard
     from dbspec.paths import inside
     from dbspec.registry.commands import open_registry
 

@@ -1,1 +1,2 @@
-"""Training observability: resource monitoring, TensorBoard event files, bottleneck diagnosis."""
+"""Served-model drift: the reference profile, streaming drift statistics, the pass over the
+inference table, labels and the report (``dbspec monitor``)."""

@@ -40,7 +40,7 @@ class TrainStage:
         compute_kind(spec).check_runnable(spec, quick=True)  # before any stage runs
 
     def run(self, ctx: StageContext) -> TrainOutput:
-        from dbspec.monitoring.observer import TrainingObserver
+        from dbspec.observability.observer import TrainingObserver
 
         job = _prepare(ctx)
         tracker = ctx.tracker

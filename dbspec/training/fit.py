@@ -83,7 +83,7 @@ class FitOptions:
         resume: Continue from the newest checkpoint.
         callbacks: Called with each epoch's metrics (single-process training only: the
             ranks of a distributed training log through ``tracking``).
-        observer: A :class:`~dbspec.monitoring.observer.TrainingObserver` that sees every
+        observer: A :class:`~dbspec.observability.observer.TrainingObserver` that sees every
             epoch first (single-process training; rank 0 runs its own).
         work_dir: The ranks' shared files (distributed training; required there).
         tracking: The MLflow run rank 0 logs each epoch to (distributed training).

@@ -196,7 +196,7 @@ def _rank_zero_observer(job: RankJob, rank: int, work_dir: Path, network, tensor
     """Rank 0 watches the run for everyone: monitor, TensorBoard, diagnosis."""
     if rank != 0:
         return None
-    from dbspec.monitoring.observer import TrainingObserver
+    from dbspec.observability.observer import TrainingObserver
 
     observer = TrainingObserver(job.spec, log_dir=work_dir / "tensorboard",
                                 say=lambda text: None)

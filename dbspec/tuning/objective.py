@@ -75,7 +75,7 @@ class Objective:
     def __call__(self, trial) -> float:
         import optuna
 
-        from dbspec.monitoring.observer import TrainingObserver
+        from dbspec.observability.observer import TrainingObserver
         from dbspec.spec.loader import apply_values
         from dbspec.training.fit import FitOptions, fit_spec, fit_streamed
 

@@ -12,14 +12,14 @@ from tests.registry.conftest import ErroringProxy
 def test_a_registry_answering_errors_is_not_a_missing_profile(monkeypatch):
     import mlflow
 
-    from dbspec.cli.monitor_commands import NoProfile, _reference_profile
+    from dbspec.monitoring.passes import NoProfile, reference_profile
     from dbspec.registry import RegistryUnavailable
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     proxy = ErroringProxy()  # a tracking server answering 503 to everything
     try:
         with pytest.raises(RegistryUnavailable, match="did not answer") as raised:
-            _reference_profile(mlflow.MlflowClient(proxy.uri), "m", "1")
+            reference_profile(mlflow.MlflowClient(proxy.uri), "m", "1")
         assert not isinstance(raised.value, NoProfile)
     finally:
         proxy.close()
@@ -28,20 +28,20 @@ def test_a_registry_answering_errors_is_not_a_missing_profile(monkeypatch):
 def test_a_version_the_registry_lacks_or_without_a_profile_is_left_out(tmp_path, monkeypatch):
     import mlflow
 
-    from dbspec.cli.monitor_commands import NoProfile, _reference_profile
+    from dbspec.monitoring.passes import NoProfile, reference_profile
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     client.create_registered_model("m")
     with pytest.raises(NoProfile, match="which the registry does not have"):
-        _reference_profile(client, "m", "7")
+        reference_profile(client, "m", "7")
     experiment = client.create_experiment("e", artifact_location=str(tmp_path / "artifacts"))
     run = client.create_run(experiment)
     client.set_terminated(run.info.run_id)
     (tmp_path / "model").mkdir()
     client.create_model_version("m", str(tmp_path / "model"), run_id=run.info.run_id)
     with pytest.raises(NoProfile, match="m v1 has no reference profile"):
-        _reference_profile(client, "m", "1")
+        reference_profile(client, "m", "1")
 
 
 def test_labels_not_arrived_yet_are_left_out_not_a_crash(tmp_path):

@@ -15,7 +15,7 @@ def samplers(workdir, extra: str = "") -> set[str]:
     """Which samplers a training of the spec starts, as the train stage starts them."""
     import mlflow.tracking.fluent as fluent
 
-    from dbspec.monitoring.observer import TrainingObserver
+    from dbspec.observability.observer import TrainingObserver
     from dbspec.spec.loader import load_spec
     from dbspec.tracking.mlflow_tracking import Tracker
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dbspec.monitoring.diagnosis import RunFacts, diagnose
-from dbspec.monitoring.resources import GpuSample, Sample
+from dbspec.observability.diagnosis import RunFacts, diagnose
+from dbspec.observability.resources import GpuSample, Sample
 
 
 def samples(gpu_util=None, process_cpu=95.0, system_cpu=50.0, n=10, load_average=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dbspec.monitoring.observer import training_flops_per_row
+from dbspec.observability.observer import training_flops_per_row
 
 
 def diabetes_mlp():

@@ -74,8 +74,8 @@ def test_monitor_metrics_and_the_diagnosis_reach_mlflow(observed_run):
     ({"kind": "deepspeed"}, 1), ({"kind": "local"}, 0),
     ({"kind": "deepspeed", "use_gpu": False}, 0), ({"kind": "torch_distributor"}, 0)])
 def test_missing_gpu_metrics_are_told_once_when_a_gpu_was_asked_for(compute, said, monkeypatch):
-    from dbspec.monitoring import observer
-    from dbspec.monitoring.resources import GpuProbe
+    from dbspec.observability import observer
+    from dbspec.observability.resources import GpuProbe
     from dbspec.spec.sections import Spec
 
     spec = Spec.model_validate({
@@ -132,7 +132,7 @@ def test_cuda_out_of_memory_retries_at_half_the_batch(monkeypatch, tmp_path):
 
     import dbspec.training.loop as loop
     from dbspec.data.sources import read_source
-    from dbspec.monitoring.observer import TrainingObserver
+    from dbspec.observability.observer import TrainingObserver
     from dbspec.spec.loader import load_spec
     from dbspec.training.fit import FitOptions, fit_spec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from dbspec.monitoring.resources import GpuProbe, ResourceMonitor, sample_metrics
+from dbspec.observability.resources import GpuProbe, ResourceMonitor, sample_metrics
 
 
 def test_without_nvml_or_a_gpu_the_probe_says_so_once_and_reads_nothing():

@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 from typing import NamedTuple, Optional, Sequence
 
-from dbspec.monitoring.resources import Sample
+from dbspec.observability.resources import Sample
 
 # --- the machine ---------------------------------------------------------------------------
 # System CPU (all cores) at or over this leaves no idle core: a sample is *contended* when it is

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from dbspec.monitoring.diagnosis import Finding, RunFacts, diagnose
-from dbspec.monitoring.resources import ResourceMonitor, sample_metrics
-from dbspec.monitoring.tensorboard import TensorboardLog, settings_of
+from dbspec.observability.diagnosis import Finding, RunFacts, diagnose
+from dbspec.observability.resources import ResourceMonitor, sample_metrics
+from dbspec.observability.tensorboard import TensorboardLog, settings_of
 
 _TOLD = False  # whether this process said that GPU metrics are unavailable
 

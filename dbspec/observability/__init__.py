@@ -1,0 +1,2 @@
+"""Training observability: resource sampling, TensorBoard event files, the learning-curve and
+bottleneck diagnosis, and the observer that feeds them each epoch."""
