@@ -32,7 +32,7 @@ MAX_FUNCTION_LINES = 60
 LONG_MODULES = {
     "data/shards.py": 587, "models/encoding.py": 413,
     "registry/client.py": 413, "serving/app.py": 410, "serving/databricks_endpoint.py": 414,
-    "serving/inference_table.py": 402, "spec/semantics.py": 450, "spec/templating.py": 577,
+    "serving/inference_table.py": 402, "spec/semantics.py": 421, "spec/templating.py": 577,
     "stages/lifecycle.py": 407, "training/loop.py": 581,
 }
 #: Functions over 60 lines then: "path:qualified name" -> lines then.
@@ -51,11 +51,11 @@ INIT_WITH_LOGIC = {"stages/__init__.py"}
 #: Modules outside dbspec/cli that imported argparse then.
 ARGPARSE_OUTSIDE_CLI: set[str] = set()
 #: Kind names that must be spelled (as a string constant) in at most 3 files: the seam's
-#: table, the kind's module, one more. Source kinds not yet behind their seam: files then.
+#: table, the kind's module, one more.
 KIND_FILES = {"single_gpu": 3, "torch_distributor": 3, "deepspeed": 3, "ray": 3,
-              "serverless_gpu": 3, "sklearn": 6, "synthetic": 5, "spark_table": 3}
+              "serverless_gpu": 3, "sklearn": 3, "synthetic": 3, "spark_table": 3}
 #: ``.kind ==`` / ``in`` / ``!=`` comparisons outside dbspec/spec/sections (the goal is 15).
-MAX_KIND_SWITCHES = 51
+MAX_KIND_SWITCHES = 26
 #: Entries of the ratchets in pyproject.toml when they began.
 RUFF_RATCHET_FILES = 20
 MYPY_RATCHET_MODULES = 68

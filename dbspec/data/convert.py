@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 from dbspec.data.shards import (Layout, ShardSet, Tally, check_schema, convert_batches, finish,
                                 open_shard_set, partial_dir, record_batches, shard_identity,
                                 shard_rows)
-from dbspec.data.sources import DataError, _open_delta, _resolve, check_csv_header, read_source
+from dbspec.data.sources import DataError
 from dbspec.spec.sections.data import DataSpec
 
 
@@ -146,105 +146,18 @@ class OpenedSource:
 
 
 def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
-    """The source as an Arrow dataset, without reading its rows.
+    """The source as an Arrow dataset, without reading its rows
+    (:meth:`dbspec.seams.sources.DataSource.open`).
 
     Raises:
         DataError: a missing path or table, an unreadable source.
     """
-    import pyarrow as pa
-    import pyarrow.csv  # noqa: F401 - pa.csv is a submodule: not there until imported
-    import pyarrow.dataset as ds
+    from dbspec.seams.sources import source_kind
 
-    source = data.source
-    if source.kind in ("sklearn", "synthetic"):
-        read = read_source(data, base=base)  # generated in memory: small by construction
-        table = pa.Table.from_pandas(read.frame, preserve_index=False)
-        return OpenedSource(ds.dataset(table), read.version, read.uri, spark_files=False)
-    if source.kind == "delta":
-        table = _open_delta(source, base)
-        path = _resolve(source.path, base)
-        partitioned = bool(table.metadata().partition_columns)
-        try:
-            dataset = table.to_pyarrow_dataset()
-        except Exception as exc:  # delta-rs refuses table features it cannot read
-            raise DataError(f"data.source: cannot read Delta table {path}: {exc}") from None
-        return OpenedSource(dataset, f"delta-v{table.version()}", str(path), ds.ParquetFileFormat(),
-                            spark_files=not partitioned, root=str(path),
-                            pins=str(table.metadata().id))
-    if source.kind in ("parquet", "csv"):
-        from dbspec.data.sources import resolve_version
-
-        path = _resolve(source.path, base)
-        if source.kind == "csv":
-            for file in ([path] if path.is_file() else sorted(path.rglob("*.csv"))):
-                check_csv_header(file, source.delimiter)
-            file_format = _csv_format(data, path)
-        else:
-            file_format = ds.ParquetFileFormat()
-        try:
-            dataset = ds.dataset(str(path), format=file_format, partitioning="hive")
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise DataError(f"data.source.path: cannot read {path} as {source.kind}: {exc}") \
-                from None
-        # a column from the directory names (bucket=1/...) is not in the files themselves:
-        # such a directory converts here, not file by file in Spark tasks
-        partitioned = any(str(fragment.partition_expression) != "true"
-                          for fragment in dataset.get_fragments())
-        return OpenedSource(dataset, resolve_version(data, base=base), str(path), file_format,
-                            spark_files=not partitioned)
-    if spark is None:
-        from dbspec.data.sources import _SPARK_ONLY
-
-        raise DataError(_SPARK_ONLY)
-    return _spark_table(spark, data, base)
+    return source_kind(data).open(data, base=base, spark=spark)
 
 
-def _spark_table(spark, data: DataSpec, base: Path) -> OpenedSource:
-    """A Spark catalog table's current data files, where this process can open them.
-
-    Raises:
-        DataError: a version is asked for (its files are not what ``inputFiles`` lists), or
-            the files lie in object storage rather than on a mounted path.
-    """
-    import pyarrow.dataset as ds
-
-    from dbspec.data.spark_sources import spark_version
-
-    source = data.source
-    if source.version is not None:
-        raise DataError("data.source.version: a Spark table streams at its current version; "
-                        "to stream an earlier one, give the Delta table's path instead (kind: "
-                        "delta, path: ..., version: N)")
-    try:
-        files = spark.table(source.table).inputFiles()
-    except Exception as exc:  # AnalysisException and friends
-        raise DataError(f"data.source.table: cannot read table '{source.table}': "
-                        f"{str(exc).splitlines()[0]}") from None
-    if not files:
-        raise DataError(f"data.source.table: '{source.table}' has no data files to stream")
-    local = [_mounted(uri) for uri in files]
-    if None in local:
-        raise DataError(f"data.source.table: '{source.table}' keeps its files in object storage "
-                        f"({files[0].split('://')[0]}://...), which streaming reads through a "
-                        "mounted path: give the table's path as kind: delta (a /Volumes or "
-                        "/dbfs path) instead")
-    return OpenedSource(ds.dataset(local, format="parquet"),
-                        spark_version(spark, data, base=base), f"spark_table:{source.table}",
-                        ds.ParquetFileFormat())
-
-
-def _mounted(uri: str) -> Optional[str]:
-    """A data file's path on this machine: ``file:`` as is, ``dbfs:`` through the /dbfs
-    mount; None for object storage (s3, abfss, gs...)."""
-    if uri.startswith("file:"):
-        return uri[len("file:"):].replace("///", "/", 1) if uri.startswith("file:///") \
-            else uri[len("file:"):]
-    if uri.startswith("dbfs:/"):
-        return "/dbfs/" + uri[len("dbfs:/"):].lstrip("/")
-    return uri if uri.startswith("/") else None
-
-
-def _csv_format(data: DataSpec, path: Path):
+def csv_format(data: DataSpec, path: Path):
     """CSV read with feature (and a regression target's) columns as float64: Arrow infers a
     type from the first block, and a column of integers that later holds 0.5 would fail."""
     import pyarrow.csv as pacsv

@@ -39,29 +39,18 @@ class SourceData:
 
 def resolve_version(data: DataSpec, *, base: Path) -> str:
     """The data version without reading the rows (cheap: metadata or a file digest)."""
-    source = data.source
-    if source.kind == "sklearn":
-        from importlib.metadata import version
+    from dbspec.seams.sources import source_kind
 
-        return f"sklearn-{version('scikit-learn')}-{source.name}"
-    if source.kind == "synthetic":
-        params = source.model_dump(mode="json")
-        if source.generator == "tabular":  # the version tabular data had before generators
-            params = {k: v for k, v in params.items() if k not in ("generator", "cardinality")}
-        return "synthetic-" + _digest(json.dumps(params, sort_keys=True).encode())
-    if source.kind in ("csv", "parquet"):
-        return f"{source.kind}-{_path_digest(_resolve(source.path, base))}"
-    if source.kind == "delta":
-        return f"delta-v{_open_delta(source, base).version()}"
-    raise DataError(_SPARK_ONLY)
+    return source_kind(data).version(data, base=base)
 
 
-_SPARK_ONLY = ("data.source.kind 'spark_table' is read through a Spark session: run with "
-               "--executor spark (or executor: spark in the spec)")
+#: Why a source that only a Spark session can read has no version or rows here.
+SPARK_ONLY = ("is read through a Spark session: run with --executor spark (or executor: spark "
+              "in the spec)")
 
 
 def read_source(data: DataSpec, *, base: Path) -> SourceData:
-    """Read every row of the source.
+    """Read every row of the source (:meth:`dbspec.seams.sources.DataSource.read`).
 
     Args:
         data: The spec's data section.
@@ -70,38 +59,9 @@ def read_source(data: DataSpec, *, base: Path) -> SourceData:
     Raises:
         DataError: missing file or table, unreadable content.
     """
-    source = data.source
-    if source.kind == "sklearn":
-        from sklearn import datasets
+    from dbspec.seams.sources import source_kind
 
-        frame = getattr(datasets, f"load_{source.name}")(as_frame=True).frame
-        return SourceData(frame, resolve_version(data, base=base), f"sklearn:{source.name}")
-    if source.kind == "synthetic":
-        return SourceData(_synthetic(data), resolve_version(data, base=base), "synthetic")
-    if source.kind == "csv":
-        import pandas as pd
-
-        path = _resolve(source.path, base)
-        try:
-            frame = pd.read_csv(path, sep=source.delimiter)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise DataError(f"data.source.path: cannot read {path} as CSV: {exc}") from None
-        check_csv_header(path, source.delimiter)
-        return SourceData(frame, f"csv-{_path_digest(path)}", str(path))
-    if source.kind == "parquet":
-        import pyarrow.parquet as pq
-
-        path = _resolve(source.path, base)
-        try:
-            frame = pq.read_table(path).to_pandas()
-        except Exception as exc:  # pyarrow raises several types for bad files
-            raise DataError(f"data.source.path: cannot read {path} as Parquet: {exc}") from None
-        return SourceData(frame, f"parquet-{_path_digest(path)}", str(path))
-    if source.kind == "delta":
-        table = _open_delta(source, base)
-        frame = table.to_pyarrow_table().to_pandas()
-        return SourceData(frame, f"delta-v{table.version()}", str(_resolve(source.path, base)))
-    raise DataError(_SPARK_ONLY)
+    return source_kind(data).read(data, base=base)
 
 
 def check_csv_header(path: Path, delimiter: str) -> None:
@@ -118,7 +78,8 @@ def check_csv_header(path: Path, delimiter: str) -> None:
                         "own name")
 
 
-def _resolve(path: str, base: Path) -> Path:
+def resolve_path(path: str, base: Path) -> Path:
+    """``path`` made absolute against ``base``; a located error when it does not exist."""
     resolved = Path(os.path.expanduser(path))
     if not resolved.is_absolute():
         resolved = base / resolved
@@ -127,11 +88,12 @@ def _resolve(path: str, base: Path) -> Path:
     return resolved
 
 
-def _open_delta(source, base: Path):
+def open_delta(source, base: Path):
+    """The Delta table of a ``delta`` source at its version or timestamp."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    path = _resolve(source.path, base)
+    path = resolve_path(source.path, base)
     try:
         table = DeltaTable(str(path), version=source.version)
         if source.timestamp is not None:
@@ -177,59 +139,19 @@ def _delta_point(source) -> str:
     return f"timestamp {source.timestamp}" if source.timestamp else "its latest version"
 
 
-def _digest(payload: bytes) -> str:
+def digest(payload: bytes) -> str:
+    """A short content digest."""
     return hashlib.sha256(payload).hexdigest()[:16]
 
 
-def _path_digest(path: Path) -> str:
+def path_digest(path: Path) -> str:
     """Content digest of a file, or of a directory's file names, sizes and times."""
     if path.is_file():
-        digest = hashlib.sha256()
+        content = hashlib.sha256()
         with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()[:16]
+                content.update(block)
+        return content.hexdigest()[:16]
     entries = sorted((str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns)
                      for p in path.rglob("*") if p.is_file())
-    return _digest(json.dumps(entries).encode())
-
-
-def _synthetic(data: DataSpec):
-    """Generated rows; ``generator: text`` and ``mixed`` live in :mod:`dbspec.data.synthetic`.
-
-    The tabular path below must keep producing the same rows for the same settings: runs and
-    their cached stages are keyed on them.
-    """
-    if data.source.generator == "text":
-        from dbspec.data.synthetic import TEXT_MAX_CLASSES, generate_text
-
-        if data.task == "regression":
-            raise DataError("data.source.generator: text makes a classification corpus; use "
-                            "task binary or multiclass")
-        if data.source.classes > TEXT_MAX_CLASSES:
-            raise DataError(f"data.source.classes: the text generator makes 2 to "
-                            f"{TEXT_MAX_CLASSES} classes (every document names an actor of "
-                            f"each class); got {data.source.classes}")
-        return generate_text(data.source)
-    if data.source.generator == "mixed":
-        from dbspec.data.synthetic import generate_mixed
-
-        return generate_mixed(data.source, data.task)
-    import numpy as np
-    import pandas as pd
-    from sklearn.datasets import make_classification, make_regression
-
-    source = data.source
-    informative = source.informative or min(source.features, 10)
-    if data.task == "regression":
-        x, y = make_regression(n_samples=source.rows, n_features=source.features,
-                               n_informative=informative, noise=source.noise * 100,
-                               random_state=source.seed)
-    else:
-        x, y = make_classification(
-            n_samples=source.rows, n_features=source.features, n_informative=informative,
-            n_redundant=0, n_classes=source.classes, flip_y=min(source.noise, 0.5),
-            n_clusters_per_class=1, random_state=source.seed)
-    frame = pd.DataFrame(x.astype(np.float32), columns=[f"f{i}" for i in range(source.features)])
-    frame["target"] = y.astype(np.float32 if data.task == "regression" else np.int64)
-    return frame
+    return digest(json.dumps(entries).encode())

@@ -8,12 +8,10 @@ requested table version and Spark reads exactly those.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from dbspec.data.sources import DataError, SourceData, _open_delta, _resolve, read_source
+from dbspec.data.sources import DataError, SourceData
 from dbspec.spec.sections.data import DataSpec
 
 
@@ -60,65 +58,32 @@ def read_delta(spark, path: Path, open_table: Callable[[], Any], *, what: str,
 
 def spark_version(spark, data: DataSpec, *, base: Path) -> str:
     """The data version, as :func:`dbspec.data.sources.resolve_version`, for Spark tables too."""
-    from dbspec.data.sources import resolve_version
+    from dbspec.seams.sources import source_kind
 
-    source = data.source
-    if source.kind != "spark_table":
-        return resolve_version(data, base=base)
-    try:
-        files = sorted(spark.table(source.table).inputFiles())
-    except Exception as exc:  # AnalysisException and friends
-        raise DataError(f"data.source.table: cannot read table '{source.table}': "
-                        f"{str(exc).splitlines()[0]}") from None
-    digest = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
-    return f"spark_table-{source.table}-v{source.version}" if source.version is not None \
-        else f"spark_table-{source.table}-{digest}"
+    return source_kind(data).spark_version(spark, data, base=base)
 
 
 def read_source_spark(spark, data: DataSpec, *, base: Path) -> SourceData:
-    """Read every row through Spark and collect them (through Arrow) for training.
+    """Read every row through Spark and collect them (through Arrow) for training
+    (:meth:`dbspec.seams.sources.DataSource.read_spark`).
 
     Raises:
         DataError: missing path or table, unreadable data, an unsupported time travel.
     """
-    source = data.source
-    if source.kind in ("sklearn", "synthetic"):
-        return read_source(data, base=base)  # generated in the driver; nothing to distribute
+    from dbspec.seams.sources import source_kind
+
+    return source_kind(data).read_spark(spark, data, base=base)
+
+
+def collect_spark(spark, read: Callable[[], tuple[Any, str, str]]) -> SourceData:
+    """Collect what ``read`` returns (a Spark frame, its version, its URI) through Arrow; what
+    Spark reports about bad input becomes a :class:`DataError`."""
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
     try:
-        frame, version, uri = _read(spark, data, base)
+        frame, version, uri = read()
     except DataError:
         raise
     except Exception as exc:  # Spark reports bad input as AnalysisException, Py4JJavaError...
         raise DataError(f"data.source: Spark cannot read it: {str(exc).splitlines()[0]}") \
             from None
     return SourceData(frame.toPandas(), version, uri)
-
-
-def _read(spark, data: DataSpec, base: Path) -> tuple[Any, str, str]:
-    from dbspec.data.sources import check_csv_header, resolve_version
-
-    source = data.source
-    if source.kind == "csv":
-        path = _resolve(source.path, base)
-        if path.is_file():  # Spark, too, renames a repeated column (a0, a3) without a word
-            check_csv_header(path, source.delimiter)
-        frame = (spark.read.option("header", True).option("inferSchema", True)
-                 .option("sep", source.delimiter).csv(str(path)))
-        return frame, resolve_version(data, base=base), str(path)
-    if source.kind == "parquet":
-        path = _resolve(source.path, base)
-        return spark.read.parquet(str(path)), resolve_version(data, base=base), str(path)
-    if source.kind == "delta":
-        path = _resolve(source.path, base)
-        frame, label = read_delta(spark, path, lambda: _open_delta(source, base),
-                                  what=f"data.source: Delta table {path}",
-                                  version=source.version, timestamp=source.timestamp)
-        return frame, label or resolve_version(data, base=base), str(path)
-    frame = spark.table(source.table)
-    if source.version is not None:
-        if not has_delta_format(spark):
-            raise DataError("data.source.version: time travel on a Spark table needs the "
-                            "session's delta format (Databricks or the Delta connector)")
-        frame = spark.sql(f"SELECT * FROM {source.table} VERSION AS OF {source.version}")
-    return frame, spark_version(spark, data, base=base), f"spark_table:{source.table}"

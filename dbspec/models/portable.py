@@ -29,6 +29,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import site
 import sys
@@ -244,6 +245,11 @@ def copy_served_code(into: Path, roots: Iterable[str]) -> str:
     return str(target)
 
 
+#: ``"dbspec.sources.csv:SOURCE"``: how a seam's registry names a built-in kind's module; the
+#: registry imports it by name, so the copy follows these strings as it follows imports.
+_KIND_TARGET = re.compile(r"^dbspec(\.[A-Za-z_][A-Za-z0-9_]*)+:[A-Za-z_][A-Za-z0-9_.]*$")
+
+
 def _module_file(name: str) -> Optional[Path]:
     path = _DBSPEC_DIR.parent.joinpath(*name.split("."))
     for candidate in (path / "__init__.py", path.parent / f"{path.name}.py"):
@@ -270,3 +276,6 @@ def _imported_names(name: str, source: Path) -> Iterator[str]:
               and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
               and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
             yield node.args[0].value
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and _KIND_TARGET.match(node.value):
+            yield node.value.partition(":")[0]  # a seam's built-in kind (dbspec.plugins)

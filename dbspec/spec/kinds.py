@@ -22,6 +22,10 @@ def kind_union(registry: KindRegistry[Any], attribute: str = "model") -> Any:
     if registry not in _UNION_REGISTRIES:
         _UNION_REGISTRIES.append(registry)
     models = tuple(getattr(kind, attribute) for kind in registry.load_all().values())
+    if not models:  # a broken install (or a copy of dbspec missing its kind modules)
+        failed = "; ".join(f"{name}: {why}" for name, why in registry.failures().items())
+        raise ImportError(f"no {registry.noun} of {registry.group!r} can be imported"
+                          + (f" ({failed})" if failed else ""))
     if len(models) == 1:
         return models[0]
     return Annotated[Union[models], Field(discriminator="kind")]

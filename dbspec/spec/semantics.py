@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 from dbspec.errors import did_you_mean, one_of
-from dbspec.spec.datasets import BUILTIN_DATASETS
 from dbspec.spec.sections import Spec
 from dbspec.spec.sections.monitoring import check_monitoring
 from dbspec.spec.sections.lifecycle import (
@@ -62,23 +61,21 @@ def lower_is_better(metric: str) -> bool:
 
 def input_width(spec: Spec) -> Optional[int]:
     """Features per row when known without reading data, else None."""
-    source, data = spec.data.source, spec.data
+    from dbspec.seams.sources import source_kind
+
+    data = spec.data
     if data.features is not None:
         return sum(1 for f in data.features if isinstance(f, str) or f.type == "numeric")
-    if source.kind == "sklearn":
-        return len(BUILTIN_DATASETS[source.name].features)
-    if source.kind == "synthetic":
-        return source.features
-    return None
+    return source_kind(data).known_width(data.source)
 
 
 def output_classes(spec: Spec) -> Optional[int]:
     """Classes of a classification task when known without reading data."""
-    source = spec.data.source
-    if source.kind == "sklearn":
-        return BUILTIN_DATASETS[source.name].classes
-    if source.kind == "synthetic":
-        return source.classes
+    from dbspec.seams.sources import source_kind
+
+    known = source_kind(spec.data).known_classes(spec.data.source)
+    if known is not None:
+        return known
     return 2 if spec.data.task == "binary" else None
 
 
@@ -111,30 +108,12 @@ def _check_jobs(spec: Spec, found: _Findings) -> None:
 
 
 def _check_data(spec: Spec, found: _Findings) -> None:
-    data, source = spec.data, spec.data.source
-    if source.kind == "delta" and source.version is not None and source.timestamp is not None:
-        found.error(("data", "source", "timestamp"), "give version or timestamp, not both")
-    if source.kind == "sklearn":
-        info = BUILTIN_DATASETS[source.name]
-        if info.task != data.task and not (info.task == "binary" and data.task == "multiclass"):
-            found.error(("data", "task"), f"'{source.name}' is a {info.task} data set, not "
-                        f"{data.task}; set task: {info.task}")
-        if data.target != "target":
-            found.error(("data", "target"), f"built-in data sets name their target 'target', "
-                        f"not '{data.target}'")
-        _check_columns(("data", "features"), data.feature_names, info.features, found)
-        for index, step in enumerate(data.preprocessing):
-            kind = step.key
-            columns = step.args.columns
-            if columns != "all":
-                _check_columns(("data", "preprocessing", index, kind), columns, info.features,
-                               found)
-    if source.kind == "synthetic":
-        if source.informative is not None and source.informative > source.features:
-            found.error(("data", "source", "informative"), f"{source.informative} informative "
-                        f"features but only {source.features} features")
-        if data.task == "binary" and source.classes != 2:
-            found.error(("data", "source", "classes"), "a binary task has 2 classes")
+    from dbspec.seams.sources import source_kind
+
+    data = spec.data
+    for finding in source_kind(data).check(spec):  # the source kind's own checks
+        (found.warning if finding.warning else found.error)(finding.path, finding.message,
+                                                            at_key=finding.at_key)
     for index, step in enumerate(data.preprocessing):
         if step.key == "clip" and step.args.lower_quantile >= step.args.upper_quantile:
             found.error(("data", "preprocessing", index, "clip"), "lower_quantile must be below "
@@ -207,14 +186,6 @@ def _check_unique(path: tuple, items: list, found: _Findings) -> None:
         if item in seen:
             found.error(path + (index,), f"'{item}' is listed twice")
         seen.add(item)
-
-
-def _check_columns(path: tuple, columns, known: tuple[str, ...], found: _Findings) -> None:
-    for index, column in enumerate(columns or ()):
-        if column not in known:
-            found.error(path + (index,), f"no column '{column}'{did_you_mean(column, known)} in "
-                        f"this data set; it has: {', '.join(known[:12])}"
-                        + (", ..." if len(known) > 12 else ""))
 
 
 def _check_model(spec: Spec, found: _Findings) -> None:

@@ -1,9 +1,10 @@
 """``data``: where rows come from, the task, the split and the preprocessing."""
 
-from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
-from pydantic import AfterValidator, Field
 
+from dbspec.seams.sources import SOURCES
+from dbspec.spec.kinds import kind_union
 from dbspec.spec.sections.features import FeatureEntry
 from dbspec.spec.sections.base import (
     OneKeyModel,
@@ -15,87 +16,10 @@ from dbspec.spec.sections.base import (
 )
 
 Task = Literal["regression", "binary", "multiclass"]
-BuiltinDataset = Literal["diabetes", "digits", "breast_cancer", "iris", "wine"]
 
 
-def _iso_timestamp(value: str) -> str:
-    from datetime import datetime
-
-    try:
-        datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"{value!r} is not an ISO-8601 timestamp, e.g. 2024-05-01T12:00:00Z") \
-            from None
-    return value
-
-
-class SklearnSource(SpecModel):
-    """A data set that ships with scikit-learn (no download)."""
-
-    kind: Literal["sklearn"] = d("Source kind: a scikit-learn built-in data set.")
-    name: BuiltinDataset = d("Which built-in data set: diabetes, digits, breast_cancer, iris, wine.")
-
-
-class CsvSource(SpecModel):
-    """A CSV file with a header row."""
-
-    kind: Literal["csv"] = d("Source kind: a CSV file.")
-    path: str = d("Path or URI of the CSV file.", min_length=1)
-    delimiter: str = d("Field delimiter.", default=",", min_length=1, max_length=1)
-
-
-class ParquetSource(SpecModel):
-    """A Parquet file or a directory of Parquet files."""
-
-    kind: Literal["parquet"] = d("Source kind: Parquet.")
-    path: str = d("Path or URI of a Parquet file or directory.", min_length=1)
-
-
-class DeltaSource(SpecModel):
-    """A Delta Lake table, optionally at an earlier version (time travel)."""
-
-    kind: Literal["delta"] = d("Source kind: a Delta Lake table.")
-    path: str = d("Path or URI of the Delta table.", min_length=1)
-    version: Optional[int] = d("Table version to read; the latest when neither version nor "
-                               "timestamp is set. The resolved version is recorded in the run.",
-                               default=None, ge=0)
-    timestamp: Optional[Annotated[str, AfterValidator(_iso_timestamp)]] = d("Read the table as of this ISO-8601 timestamp "
-                                 "(e.g. 2024-05-01T12:00:00Z). Exclusive with version.",
-                                 default=None, min_length=1)
-
-
-class SyntheticSource(SpecModel):
-    """Generated data with a known structure, reproducible from the seed."""
-
-    kind: Literal["synthetic"] = d("Source kind: generated data.")
-    rows: int = d("Number of rows.", default=10_000, ge=10, le=100_000_000)
-    features: int = d("Number of feature columns (named f0, f1, ...).", default=100, ge=1,
-                      le=100_000)
-    informative: Optional[int] = d("How many features carry signal; default: all, up to 10.",
-                                   default=None, ge=1)
-    generator: Literal["tabular", "text", "mixed"] = d(
-        "tabular: numeric columns f0..fN; text: a 'text' column of generated sentences whose "
-        "class depends on words and their order; mixed: numeric columns plus high-cardinality "
-        "categorical ID columns whose effect only an embedding can learn.", default="tabular")
-    cardinality: int = d("Distinct IDs per categorical column (generator: mixed).",
-                         default=2_000, ge=2, le=10_000_000)
-    classes: int = d("Classes for binary/multiclass tasks.", default=2, ge=2, le=10_000)
-    noise: float = d("Noise level added to the signal.", default=0.1, ge=0)
-    seed: int = d("Random seed of the generator.", default=0, ge=0)
-
-
-class SparkTableSource(SpecModel):
-    """A table of the Spark catalog (Unity Catalog ``catalog.schema.table`` on Databricks)."""
-
-    kind: Literal["spark_table"] = d("Source kind: a Spark catalog table.")
-    table: str = d("Table name, e.g. main.ml.features.", pattern=r"^[A-Za-z0-9_`][\w`\-]*(\.[\w`\-]+){0,2}$")
-    version: Optional[int] = d("Delta version of the table to read.", default=None, ge=0)
-
-
-Source = Annotated[
-    Union[SklearnSource, CsvSource, ParquetSource, DeltaSource, SyntheticSource, SparkTableSource],
-    Field(discriminator="kind"),
-]
+#: ``data.source``: the union of every data-source kind's section (dbspec.seams.sources).
+Source: Any = kind_union(SOURCES)
 
 Columns = Union[Literal["all"], list[str]]
 
