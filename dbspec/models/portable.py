@@ -217,20 +217,25 @@ def served_modules(*roots: str) -> dict[str, Path]:
     bodies too (the served model imports lazily, at predict time, and an import that only an
     error path takes is not missed), and so does ``importlib.import_module`` of a literal name.
     A package's ``__init__.py`` is followed like any module, so whatever a package imports
-    when it is imported travels too.
+    when it is imported travels too. A kind that a seam's registry names
+    (``"dbspec.sources.csv:SOURCE"``) travels for its spec model: its module-level imports are
+    followed, not what its methods import (training, launching: never done by a served model).
     """
     found: dict[str, Path] = {}
-    pending = list(roots)
+    shallow: set[str] = set()  # found through a registry only: module-level imports followed
+    pending = [(root, False) for root in roots]
     while pending:
-        name = pending.pop()
-        if name in found or name.split(".")[0] != "dbspec":
+        name, top_only = pending.pop()
+        if name.split(".")[0] != "dbspec" or name in found and (top_only or name not in shallow):
             continue
         source = _module_file(name)
         if source is None:
             continue  # a class or function imported from a module, not a module
         found[name] = source
-        pending += [name.rsplit(".", depth)[0] for depth in range(1, name.count(".") + 1)]
-        pending += _imported_names(name, source)
+        (shallow.add if top_only else shallow.discard)(name)
+        pending += [(name.rsplit(".", depth)[0], top_only)
+                    for depth in range(1, name.count(".") + 1)]
+        pending += _imported_names(name, source, top_only)
     return found
 
 
@@ -258,24 +263,43 @@ def _module_file(name: str) -> Optional[Path]:
     return None
 
 
-def _imported_names(name: str, source: Path) -> Iterator[str]:
+def _imported_names(name: str, source: Path, top_only: bool) -> Iterator[tuple[str, bool]]:
     """Every module name that ``source`` may import (and, for ``from m import x``, ``m.x``,
-    which is a module or not)."""
+    which is a module or not), with whether only its module-level imports are to be followed
+    (a registry's kind, or a module reached from one). ``top_only``: the module-level
+    statements of ``source`` alone."""
     package = name if source.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"), str(source))):
+    tree = ast.parse(source.read_text(encoding="utf-8"), str(source))
+    nodes = _module_level(tree) if top_only else ast.walk(tree)
+    for node in nodes:
         if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
+            yield from ((alias.name, top_only) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0]
                 base = f"{anchor}.{base}" if base else anchor
-            yield base
-            yield from (f"{base}.{alias.name}" for alias in node.names)
+            yield base, top_only
+            yield from ((f"{base}.{alias.name}", top_only) for alias in node.names)
         elif (isinstance(node, ast.Call) and node.args
               and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
               and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-            yield node.args[0].value
+            yield node.args[0].value, top_only
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and _KIND_TARGET.match(node.value):
-            yield node.value.partition(":")[0]  # a seam's built-in kind (dbspec.plugins)
+            yield node.value.partition(":")[0], True  # a seam's built-in kind (dbspec.plugins)
+
+
+def _module_level(tree: ast.Module) -> Iterator[ast.AST]:
+    """What runs when the module is imported: its statements and expressions outside function
+    bodies (class bodies included), without ``if TYPE_CHECKING`` blocks."""
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending += node.orelse
+            continue
+        yield node
+        pending += ast.iter_child_nodes(node)
