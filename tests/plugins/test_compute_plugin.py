@@ -6,16 +6,12 @@ package whose import fails (``tests/plugins/broken_compute``) gives a located er
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.plugins.installed import dbspec_with, install_plugins
 
-HERE = Path(__file__).resolve().parent
 PACKAGES = ("toy_compute", "broken_compute")
 
 TOY_SPEC = """\
@@ -38,24 +34,11 @@ compute:
 
 @pytest.fixture(scope="session")
 def plugin_site(tmp_path_factory) -> Path:
-    """The two plugin packages installed (pip, no dependencies) into a temporary directory.
-
-    They are copied first: building in place would leave build/ and egg-info in the tests.
-    """
-    root = tmp_path_factory.mktemp("plugins")
-    copies = [shutil.copytree(HERE / name, root / "src" / name) for name in PACKAGES]
-    site = root / "site"
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                             "--no-build-isolation", "--target", str(site), *map(str, copies)],
-                            check=False, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return site
+    """The two plugin packages installed into a temporary directory."""
+    return install_plugins(tmp_path_factory.mktemp("plugins"), *PACKAGES)
 
 
-def _dbspec(site: Path, *args: str, cwd: Path, timeout: int = 120):
-    """``python -m dbspec ARGS`` with the plugins importable (and this checkout's dbspec)."""
-    return run_cli(*args, cwd=cwd, env={"PYTHONPATH": str(site), "MLFLOW_TRACKING_URI": ""},
-                   timeout=timeout)
+_dbspec = dbspec_with
 
 
 def _spec(tmp_path: Path, threads: int = 2, kind: str = "toy") -> str:

@@ -5,16 +5,13 @@ by ``validate``, ``schema``, ``plan`` and ``run`` in fresh processes."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
+from tests.plugins.installed import dbspec_with, install_plugins
 
-HERE = Path(__file__).resolve().parent
 
 TOY_SPEC = """\
 name: toy-source-run
@@ -33,20 +30,11 @@ training:
 
 @pytest.fixture(scope="session")
 def source_site(tmp_path_factory) -> Path:
-    """The toy source package installed (pip, no dependencies) into a temporary directory."""
-    root = tmp_path_factory.mktemp("source-plugin")
-    copy = shutil.copytree(HERE / "toy_source", root / "src" / "toy_source")
-    site = root / "site"
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                             "--no-build-isolation", "--target", str(site), str(copy)],
-                            check=False, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return site
+    """The toy source package installed into a temporary directory."""
+    return install_plugins(tmp_path_factory.mktemp("source-plugin"), "toy_source")
 
 
-def _dbspec(site: Path, *args: str, cwd: Path, timeout: int = 180):
-    return run_cli(*args, cwd=cwd, env={"PYTHONPATH": str(site), "MLFLOW_TRACKING_URI": ""},
-                   timeout=timeout)
+_dbspec = dbspec_with
 
 
 def _spec(tmp_path: Path, rows: int = 200) -> str:
