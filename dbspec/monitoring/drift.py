@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from dbspec.spec.semantics import lower_is_better
+
 #: Bins below this share of rows are floored to it in the PSI (an empty bin is infinite).
 PSI_FLOOR = 1e-4
 #: Latency bin edges, in ms: 20 per decade from 0.01 ms to 100 s (quantiles within 12%).
@@ -292,6 +294,5 @@ def quality_drop(metric: str, reference: float, value: float) -> float:
     better). Errors and losses are worse when higher, scores (r2, accuracy, ...) when lower."""
     if not (math.isfinite(reference) and math.isfinite(value)) or reference == 0:
         return float("nan")
-    higher_is_worse = metric in ("rmse", "mse", "mae", "mape", "log_loss", "loss")
-    change = (value - reference) if higher_is_worse else (reference - value)
+    change = (value - reference) if lower_is_better(metric) else (reference - value)
     return change / abs(reference)
