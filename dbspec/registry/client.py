@@ -33,10 +33,10 @@ from dbspec.processes import owner, process_alive
 from dbspec.registry.aliases import alias_holder
 from dbspec.registry.errors import (RegistryError, is_not_found, is_permission_denied,
                                     refusals_said_as, unavailable)
-from dbspec.registry.gates import GateResult
 from dbspec.registry.history import HISTORY_TAG, RegistrySnapshot, now
 from dbspec.registry.lifecycle import acting_user
 from dbspec.registry.locks import Lease, TagLease, file_lock
+from dbspec.seams.gates import GateResult
 from dbspec.tracking.stores import sqlite_path
 
 DECISION_TAG = "dbspec.decision"

@@ -19,11 +19,9 @@ from dbspec.spec.sections.lifecycle import (
     REGRESSION_PLOTS,
 )
 from dbspec.spec.sections.training import TASK_LOSSES
+from dbspec.spec.direction import lower_is_better  # re-exported: the one direction rule
 from dbspec.spec.layout import LayoutError, has_typed_features, head_input
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
-
-_LOWER_IS_BETTER = ("loss", "rmse", "mae", "mse", "mape", "log_loss")
-
 
 class Finding(NamedTuple):
     """A semantic problem at a dotted path of the spec."""
@@ -52,11 +50,6 @@ def metric_names(spec: Spec) -> list[str]:
     for split in ("val", "test"):
         names.extend(f"{split}_{m}" for m in metrics)
     return names
-
-
-def lower_is_better(metric: str) -> bool:
-    """Direction of a metric from its name (``val_rmse`` down, ``val_accuracy`` up)."""
-    return metric.endswith(_LOWER_IS_BETTER)
 
 
 def input_width(spec: Spec) -> Optional[int]:
