@@ -1,6 +1,7 @@
 """MLflow model registry: versions, promotion gates, aliases and their history.
 
-- :mod:`.client`: :class:`Registry` (register, gate records, guarded alias moves, the lock).
+- :mod:`.client`: :class:`Registry` (register, gate records, guarded alias moves, the lock);
+  :mod:`.pending`: pending versions of dead processes, tagged abandoned.
 - :mod:`.aliases`: :func:`alias_holder`, the one lookup of an alias's holder.
 - :mod:`.promotion`: the promotion service (``run``'s promote stage, ``promote``, ``approve``,
   ``rollback``): a typed :class:`~.candidate.Candidate` in, gate results and a
@@ -16,14 +17,8 @@ Importing this package imports no MLflow: each function imports it when it talks
 
 from dbspec.registry.aliases import alias_holder
 from dbspec.registry.client import (
-    ABANDONED,
-    ABANDONED_TAG,
     DECIDED,
-    DECISION_TAG,
     GATES_TAG,
-    OWNER_TAG,
-    PENDING,
-    PENDING_GRACE_S,
     RUN_TAG,
     UNGATED,
     AliasDecision,
@@ -33,6 +28,14 @@ from dbspec.registry.client import (
     logged_model_id,
 )
 from dbspec.registry.errors import RegistryError, RegistryUnavailable
+from dbspec.registry.pending import (
+    ABANDONED,
+    ABANDONED_TAG,
+    DECISION_TAG,
+    OWNER_TAG,
+    PENDING,
+    PENDING_GRACE_S,
+)
 from dbspec.registry.history import HISTORY_TAG, OUTSIDE_BY, RegistrySnapshot
 from dbspec.seams.gates import GateResult
 

@@ -27,6 +27,7 @@ METRIC_PREFIX = "metric."
 #: ``(holder version, metric) -> its figure`` (None when it has none): how a champion is
 #: scored. A run re-scores holders on its own split; the commands read their logged figures.
 Score = Callable[[str, str], Optional[float]]
+_REMEDY = "rerun the spec to record them again (dbspec promote --force moves it without gates)"
 
 
 @dataclass(frozen=True)
@@ -77,15 +78,14 @@ def parse_gates(raw: Any, where: str) -> tuple[Gate, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
-        raise RegistryError(f"{where}: recorded gates are not a list ({str(raw)[:80]}); rerun "
-                            "the spec to record them again, or use --force")
+        raise RegistryError(f"{where}: recorded gates are not a list ({str(raw)[:80]}); "
+                            f"{_REMEDY}")
     try:
         return tuple(Gate.model_validate(g) for g in raw)
     except ValidationError as exc:
         problem = exc.errors()[0]
         raise RegistryError(f"{where}: a recorded gate is not a gate: {problem['msg']} "
-                            f"({json.dumps(problem.get('input'))[:80]}); rerun the spec to "
-                            "record them again, or use --force") from None
+                            f"({json.dumps(problem.get('input'))[:80]}); {_REMEDY}") from None
 
 
 @dataclass(frozen=True)
@@ -126,25 +126,40 @@ class Candidate:
         return self.stages[-1].alias if self.stages else None
 
 
-def recorded_candidate(registry: Registry, name: str, version: str) -> Candidate:
+def recorded_candidate(registry: Registry, name: str, version: str, *,
+                       lenient: bool = False) -> Candidate:
     """``name`` v``version`` as the registry records it: the metrics and diagnosis its run
     logged, its stages and gates, its approvals; champions are scored by their logged figures.
 
+    Args:
+        registry: The registry.
+        name: The registered model.
+        version: The version.
+        lenient: Gates recorded in a form that is not one count as none (``promote --force``,
+            which checks none).
+
     Raises:
-        RegistryError: no such model or version, or gates recorded in a form that is not one.
+        RegistryError: no such model or version, or (unless ``lenient``) gates recorded in a
+            form that is not one.
     """
     tags = dict(registry.version(name, version).tags or {})
     where = f"{name} v{version}"
-    stages = tuple(_stage(raw, where) for raw in _stage_list(tags))
+    try:
+        stages = tuple(_stage(raw, where) for raw in _stage_list(tags))
+        gates = parse_gates(load_json(tags[GATES_TAG], []), f"{where} {GATES_TAG}") \
+            if GATES_TAG in tags else None
+    except RegistryError:
+        if not lenient:
+            raise
+        stages = tuple(StageRecord(str(s["alias"]), (), str(s.get("approval") or "none"))
+                       for s in _stage_list(tags))
+        gates = ()
     approvals = {key[len(APPROVAL_TAG.format(alias="")):]: record for key in sorted(tags)
                  if key.startswith(APPROVAL_TAG.format(alias=""))
                  and isinstance(record := load_json(tags[key]), dict)}
     return Candidate(
         name, str(version), recorded_metrics(tags), logged_score(registry, name),
-        diagnosis=tags.get(DIAGNOSIS_TAG), stages=stages,
-        gates=parse_gates(load_json(tags[GATES_TAG], []), f"{where} {GATES_TAG}")
-        if GATES_TAG in tags else None,
-        approvals=approvals, decision=tags.get(DECISION_TAG), run_id=tags.get(RUN_TAG))
+        diagnosis=tags.get(DIAGNOSIS_TAG), stages=stages, gates=gates, approvals=approvals, decision=tags.get(DECISION_TAG), run_id=tags.get(RUN_TAG))
 
 
 def _stage_list(tags: dict[str, str]) -> list[dict[str, Any]]:

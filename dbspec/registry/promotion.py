@@ -56,7 +56,7 @@ def promote(registry: Registry, name: str, version: str, alias: str, *,
             re-check with, without ``force``.
     """
     alias_argument(alias)
-    candidate = recorded_candidate(registry, name, str(version))
+    candidate = recorded_candidate(registry, name, str(version), lenient=force)
     stage = _promotable(candidate, alias, force)
     gates = stage.gates if stage is not None else (candidate.gates or ())
     if alias == _final_alias(registry.snapshot(name), candidate):  # deploying: admins only
