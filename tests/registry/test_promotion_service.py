@@ -257,3 +257,16 @@ def test_only_run_time_kinds_can_be_unregistered():
     assert GATES.get("threshold") is replaced
     GATES.unregister("threshold")  # the built-in comes back
     assert GATES.origin("threshold") == "built-in" and GATES.get("threshold") is not replaced
+
+
+def test_the_generated_jobs_promote_task_runs_the_promote_stage(tmp_path):
+    """The Databricks job's ``promote`` task runs ``dbspec run --only promote``: the run's
+    promote stage, i.e. :func:`promote_stages` (nothing in ``jobs/`` decides a promotion)."""
+    from tests.conftest import ROOT
+    from tests.jobs.test_jobs import payload
+
+    body = payload(tmp_path, ROOT / "specs" / "diabetes.yaml", "--target", "prod")
+    [task] = [t for t in body["tasks"] if t["task_key"] == "promote"]
+    parameters = task["python_wheel_task"]["parameters"]
+    assert parameters[0] == "run" and parameters[parameters.index("--only") + 1] == "promote"
+    assert parameters.count("--only") == 1
