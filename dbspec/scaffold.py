@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dbspec.errors import DbspecError, did_you_mean
-from dbspec.spec.direction import no_worse_sign
+from dbspec.spec.metrics import no_worse_sign
 
 SAMPLE_ROWS = 10_000
 MAX_CLASSES = 20

@@ -32,7 +32,7 @@ MAX_FUNCTION_LINES = 60
 LONG_MODULES = {
     "data/shards.py": 587, "models/encoding.py": 413,
     "serving/app.py": 410, "serving/databricks_endpoint.py": 414,
-    "serving/inference_table.py": 402, "spec/semantics.py": 421, "spec/templating.py": 577,
+    "serving/inference_table.py": 402, "spec/templating.py": 577,
     "training/loop.py": 581,
 }
 #: Functions over 60 lines then: "path:qualified name" -> lines then.

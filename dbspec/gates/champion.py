@@ -1,5 +1,5 @@
 """Champion gates: the new version against the version an alias holds (``better_than``),
-in the direction its metric improves (:mod:`dbspec.spec.direction`), within ``tolerance``."""
+in the direction its metric improves (:mod:`dbspec.spec.metrics`), within ``tolerance``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, FrozenSet, Optional
 
 from dbspec.registry.errors import RegistryError
 from dbspec.seams.gates import CHAMPION, METRICS, Champion, GateInputs, GateResult
-from dbspec.spec.direction import at_least_as_good, no_worse_sign
+from dbspec.spec.metrics import at_least_as_good, no_worse_sign
 
 if TYPE_CHECKING:
     from dbspec.spec.sections.lifecycle import Gate

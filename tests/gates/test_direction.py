@@ -1,4 +1,4 @@
-"""Metric direction is decided in one place (dbspec.spec.direction), and everyone asks it."""
+"""Metric direction is decided in one place (dbspec.spec.metrics), and everyone asks it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dbspec.spec.direction import at_least_as_good, lower_is_better, no_worse_sign
+from dbspec.spec.metrics import at_least_as_good, lower_is_better, no_worse_sign
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dbspec"
 
@@ -30,7 +30,7 @@ def test_at_least_as_good_follows_the_direction_and_tolerance():
 
 
 def test_no_other_module_keeps_a_list_of_lower_is_better_metrics():
-    """The suffix list ("rmse", "mae", ...) lives only in dbspec/spec/direction.py."""
+    """The suffix list ("rmse", "mae", ...) lives only in dbspec/spec/metrics.py."""
     holders = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -38,7 +38,7 @@ def test_no_other_module_keeps_a_list_of_lower_is_better_metrics():
                     getattr(e, "value", None) for e in node.elts}:
                 holders.append(path.relative_to(PACKAGE).as_posix())
     # spec/sections/lifecycle.py names the metrics a task computes (no direction in it)
-    assert sorted(set(holders) - {"spec/sections/lifecycle.py"}) == ["spec/direction.py"]
+    assert sorted(set(holders) - {"spec/sections/lifecycle.py"}) == ["spec/metrics.py"]
 
 
 def test_the_scaffold_says_the_direction_of_its_gate_metric():
