@@ -64,6 +64,23 @@ class KindRegistry(Generic[T]):
             self._loaded.pop(name, None)
             self._failed.pop(name, None)
 
+    def unregister(self, name: str) -> None:
+        """Remove a kind added by :meth:`register` (a test cleaning up after itself); a
+        built-in it replaced comes back.
+
+        Raises:
+            ValueError: ``name`` was not registered at run time (a built-in or a plugin).
+        """
+        with self._lock:
+            if self._origins.get(name) != "registered at run time":
+                raise ValueError(f"{self.noun} {name!r} was not registered at run time "
+                                 f"({self._origins.get(name, 'unknown')}); only such kinds "
+                                 "can be removed")
+            for table in (self._targets, self._origins, self._loaded, self._failed):
+                table.pop(name, None)
+            if name in self.builtins:
+                self._targets[name], self._origins[name] = self.builtins[name], "built-in"
+
     def names(self) -> tuple[str, ...]:
         """Every known name, built-ins first, without importing any kind."""
         with self._lock:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from dbspec.errors import DbspecError, did_you_mean
+from dbspec.spec.metrics import no_worse_sign
 
 SAMPLE_ROWS = 10_000
 MAX_CLASSES = 20
@@ -200,7 +201,7 @@ def render(scaffold: Scaffold, *, name: str) -> str:
     outputs = {"regression": 1, "binary": 1}.get(scaffold.task, scaffold.classes)
     metric = {"regression": "test_rmse", "binary": "test_roc_auc",
               "multiclass": "test_accuracy"}[scaffold.task]
-    compare = "<=" if scaffold.task == "regression" else ">="
+    compare = no_worse_sign(metric)
     features = _wrapped([_quoted(f) for f in scaffold.features], indent=" " * 13)
     skipped = (f"  # not numeric, left out: {', '.join(scaffold.skipped)}\n"
                if scaffold.skipped else "")

@@ -8,11 +8,11 @@ import json
 from dbspec.cli.options import Command, add_registry_options
 
 
-def _warn(result: dict) -> None:
+def _warn(warning) -> None:
     import sys
 
-    if result.get("warning"):
-        print(f"warning: {result['warning']}", file=sys.stderr)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def _models_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,16 +42,17 @@ def _promote_arguments(parser: argparse.ArgumentParser) -> None:
 def _promote(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dbspec.registry.commands import alias_argument, open_registry, promote
+    from dbspec.registry.commands import open_registry
+    from dbspec.registry.promotion import alias_argument, promote
 
     alias_argument(args.alias)  # before opening any store
-    result = promote(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
-                     args.version, args.alias, force=args.force)
-    for gate in result["gates"]:
+    decision = promote(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
+                       args.version, args.alias, force=args.force)
+    for gate in decision.gates:
         print(f"  gate {gate}")
-    was = f" (was v{result['previous']})" if result["previous"] else ""
-    print(f"{result['name']}@{result['alias']} -> v{result['version']}{was}")
-    _warn(result)
+    was = f" (was v{decision.previous})" if decision.previous else ""
+    print(f"{decision.name}@{decision.alias} -> v{decision.version}{was}")
+    _warn(decision.warning)
     return 0
 
 
@@ -66,17 +67,18 @@ def _approve_arguments(parser: argparse.ArgumentParser) -> None:
 def _approve(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dbspec.registry.commands import alias_argument, approve, open_registry
+    from dbspec.registry.commands import open_registry
+    from dbspec.registry.promotion import alias_argument, approve
 
     alias_argument(args.alias)  # before opening any store
-    result = approve(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
-                     args.version, args.alias)
-    for gate in result["gates"]:
+    decision = approve(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
+                       args.version, args.alias)
+    for gate in decision.gates:
         print(f"  gate {gate}")
-    was = f" (was v{result['previous']}, now archived)" if result["previous"] else ""
-    print(f"{result['name']}@{result['alias']} -> v{result['version']}{was}, approved by "
-          f"{result['by']}")
-    _warn(result)
+    was = f" (was v{decision.previous}, now archived)" if decision.previous else ""
+    print(f"{decision.name}@{decision.alias} -> v{decision.version}{was}, approved by "
+          f"{decision.by}")
+    _warn(decision.warning)
     return 0
 
 
@@ -91,13 +93,14 @@ def _rollback_arguments(parser: argparse.ArgumentParser) -> None:
 def _rollback(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from dbspec.registry.commands import open_registry, rollback
+    from dbspec.registry.commands import open_registry
+    from dbspec.registry.promotion import rollback
 
-    result = rollback(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
-                      args.alias, args.to)
-    was = f"v{result['previous']}" if result["previous"] else "unset: deleted outside dbspec"
-    print(f"{result['name']}@{result['alias']} -> v{result['version']} (rolled back from {was})")
-    _warn(result)
+    decision = rollback(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
+                        args.alias, args.to)
+    was = f"v{decision.previous}" if decision.previous else "unset: deleted outside dbspec"
+    print(f"{decision.name}@{decision.alias} -> v{decision.version} (rolled back from {was})")
+    _warn(decision.warning)
     return 0
 
 

@@ -22,33 +22,29 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Optional
 
 from dbspec.faults import pause_point
-from dbspec.processes import owner, process_alive
+from dbspec.processes import owner
 from dbspec.registry.aliases import alias_holder
 from dbspec.registry.errors import (RegistryError, is_not_found, is_permission_denied,
                                     refusals_said_as, unavailable)
-from dbspec.registry.gates import GateResult
 from dbspec.registry.history import HISTORY_TAG, RegistrySnapshot, now
 from dbspec.registry.lifecycle import acting_user
 from dbspec.registry.locks import Lease, TagLease, file_lock
+from dbspec.registry.pending import (ABANDONED_TAG, DECISION_TAG, OWNER_TAG, PENDING, abandon,
+                                     abandon_dead, search_versions)
+from dbspec.seams.gates import GateResult
 from dbspec.tracking.stores import sqlite_path
 
-DECISION_TAG = "dbspec.decision"
 RUN_TAG = "dbspec.run_id"
 GATES_TAG = "dbspec.gates"
-OWNER_TAG = "dbspec.pending_owner"  # host:pid of the process that is gating the version
-ABANDONED_TAG = "dbspec.abandoned"  # when and why a version was tagged abandoned
-PENDING, ABANDONED, UNGATED = "pending", "abandoned", "ungated"
+UNGATED = "ungated"
 #: Decisions after which a version is no longer "not validated".
 DECIDED = ("promoted", "rejected", "forced")
-#: A pending version whose owner cannot be checked (another host) counts as dead after this.
-PENDING_GRACE_S = 3600.0
 _MOVE_ATTEMPTS = 5
 _MODEL_VERSIONS_TAG = "mlflow.modelVersions"
 # MLflow 3's URI of a logged model: one path segment, no alias (models:/NAME/1 is a version)
@@ -120,6 +116,40 @@ class Registry:
                 when no promotion will gate it (then only ``promote --force`` moves an alias
                 to it).
         """
+        self._ensure_model(name)
+        model_id = logged_model_id(model_uri)
+        tags = {**tags, RUN_TAG: run_id, DECISION_TAG: decision, OWNER_TAG: owner()}
+        same = sorted((v for v in search_versions(self.client, name, RUN_TAG, run_id)
+                       if v.source == model_uri or model_id is not None and v.model_id == model_id),
+                      key=lambda v: int(v.version))
+        # the same training run and model are the same version, the first one registered: a
+        # decided one is reused (a rerun of evaluate, --only, --resume after the end), an
+        # undecided one adopted (a kill inside register)
+        adopted = same[0] if same else None
+        extras = [v for v in same[1:] if _undecided(v)]
+        abandoned = [str(v.version) for v in extras]  # duplicates of an older bug
+        for extra in extras:
+            abandon(self.client, name, str(extra.version), f"duplicate of v{adopted.version}")
+        abandoned += abandon_dead(self.client, name,
+                                  keep=str(adopted.version) if adopted else None)
+        if adopted is not None:
+            version = self._adopt(name, adopted, tags)
+        else:
+            # a REST store (mlflow server, Databricks) refuses a models:/<id> source without
+            # its model_id; the SQLite store accepts it either way
+            version = self.client.create_model_version(name, model_uri, run_id=run_id,
+                                                       tags=tags, model_id=model_id)
+            pause_point("register.after_create")
+        deadline = time.monotonic() + 300
+        while version.status == "PENDING_REGISTRATION" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            version = self.client.get_model_version(name, version.version)
+        if model_id is not None:
+            self._link_logged_model(model_id, name, str(version.version))
+        return RegisteredVersion(str(version.version), adopted is not None, tuple(abandoned))
+
+    def _ensure_model(self, name: str) -> None:
+        """The registered model ``name``, created when missing."""
         from mlflow.exceptions import MlflowException
 
         try:
@@ -135,86 +165,18 @@ class Registry:
                 if is_permission_denied(exc) and created.error_code == "RESOURCE_ALREADY_EXISTS":
                     raise unavailable(exc, f"registered model '{name}'") from None
                 raise
-        model_id = logged_model_id(model_uri)
-        tags = {**tags, RUN_TAG: run_id, DECISION_TAG: decision, OWNER_TAG: owner()}
-        same = sorted((v for v in self._search(name, RUN_TAG, run_id)
-                       if v.source == model_uri or model_id is not None and v.model_id == model_id),
-                      key=lambda v: int(v.version))
-        # the same training run and model are the same version, the first one registered: a
-        # decided one is reused (a rerun of evaluate, --only, --resume after the end), an
-        # undecided one adopted (a kill inside register)
-        adopted = same[0] if same else None
-        extras = [v for v in same[1:] if _undecided(v)]
-        abandoned = [str(v.version) for v in extras]  # duplicates of an older bug
-        for extra in extras:
-            self._abandon(name, str(extra.version), f"duplicate of v{adopted.version}")
-        abandoned += self._abandon_dead(name, keep=str(adopted.version) if adopted else None)
-        if adopted is not None:
-            keep_decision = not _undecided(adopted)  # its gates run again; until then it stands
-            for key, value in tags.items():
-                if keep_decision and key in (DECISION_TAG, OWNER_TAG):
-                    continue
-                self.client.set_model_version_tag(name, str(adopted.version), key, value)
-            if ABANDONED_TAG in (adopted.tags or {}):
-                self.client.delete_model_version_tag(name, str(adopted.version), ABANDONED_TAG)
-            version = adopted
-        else:
-            # a REST store (mlflow server, Databricks) refuses a models:/<id> source without
-            # its model_id; the SQLite store accepts it either way
-            version = self.client.create_model_version(name, model_uri, run_id=run_id,
-                                                       tags=tags, model_id=model_id)
-            pause_point("register.after_create")
-        deadline = time.monotonic() + 300
-        while version.status == "PENDING_REGISTRATION" and time.monotonic() < deadline:
-            time.sleep(0.2)
-            version = self.client.get_model_version(name, version.version)
-        if model_id is not None:
-            self._link_logged_model(model_id, name, str(version.version))
-        return RegisteredVersion(str(version.version), adopted is not None, tuple(abandoned))
 
-    def _abandon_dead(self, name: str, keep: Optional[str]) -> list[str]:
-        """Tag ``abandoned`` every pending version (but ``keep``) whose gating process is gone."""
-        found = []
-        for version in self._search(name, DECISION_TAG, PENDING):
-            if str(version.version) != keep and self._owner_is_dead(version):
-                self._abandon(name, str(version.version), "its process died before gating it")
-                found.append(str(version.version))
-        return found
-
-    def _owner_is_dead(self, version) -> bool:
-        """The version's run FAILED or KILLED, or its owner process is not running (checked on
-        this host; an owner elsewhere counts as dead after :data:`PENDING_GRACE_S`)."""
-        from mlflow.exceptions import MlflowException
-
-        try:
-            if version.run_id and self.client.get_run(version.run_id).info.status in (
-                    "FAILED", "KILLED"):
-                return True
-        except MlflowException as exc:
-            # an error says nothing about the run: keep the version pending (raising here
-            # made one unreadable run fail every later registration of the model)
-            return is_not_found(exc)  # only a run that is gone is dead
-        host, _, pid = (version.tags or {}).get(OWNER_TAG, "").rpartition(":")
-        if host == socket.gethostname() and pid.isdigit():
-            return not process_alive(int(pid))
-        age = time.time() - (version.creation_timestamp or 0) / 1000
-        return bool(host) and age > PENDING_GRACE_S
-
-    def _abandon(self, name: str, version: str, why: str) -> None:
-        self.client.set_model_version_tag(name, version, DECISION_TAG, ABANDONED)
-        self.client.set_model_version_tag(name, version, ABANDONED_TAG, f"{now()}: {why}")
-
-    def _search(self, name: str, tag: str, value: str) -> list[Any]:
-        """Versions of ``name`` whose ``tag`` is ``value``, newest first."""
-        from mlflow.exceptions import MlflowException
-
-        try:
-            found = self.client.search_model_versions(
-                f"name = '{name}' and tags.`{tag}` = '{value}'")
-        except MlflowException:  # a store without tag filters (Unity Catalog): filter here
-            found = [v for v in self.client.search_model_versions(f"name = '{name}'")
-                     if (v.tags or {}).get(tag) == value]
-        return sorted(found, key=lambda v: int(v.version), reverse=True)
+    def _adopt(self, name: str, adopted: Any, tags: dict[str, str]) -> Any:
+        """Re-tag the version an earlier register of the same run made; a decided one keeps
+        its decision (its gates run again; until then it stands)."""
+        keep_decision = not _undecided(adopted)
+        for key, value in tags.items():
+            if keep_decision and key in (DECISION_TAG, OWNER_TAG):
+                continue
+            self.client.set_model_version_tag(name, str(adopted.version), key, value)
+        if ABANDONED_TAG in (adopted.tags or {}):
+            self.client.delete_model_version_tag(name, str(adopted.version), ABANDONED_TAG)
+        return adopted
 
     def _link_logged_model(self, model_id: str, name: str, version: str) -> None:
         """Record the version on the logged model, as ``mlflow.register_model`` does (the UI

@@ -25,7 +25,7 @@ import getpass
 import json
 import os
 import time
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from dbspec.registry.errors import from_registry, unavailable
 from dbspec.registry.history import RegistrySnapshot, now
@@ -72,21 +72,30 @@ def approval_of(tags: dict[str, str], alias: str) -> Optional[dict[str, Any]]:
     return found if isinstance(found, dict) else None
 
 
-def request_approval(client, name: str, version: str, alias: str, gates: list[str],
-                     run_id: Optional[str]) -> None:
-    """Record ``version`` as waiting for approval at ``alias``."""
-    client.set_model_version_tag(name, version, APPROVAL_TAG.format(alias=alias), json.dumps(
-        {"state": PENDING_APPROVAL, "gates": gates, "at": now(), "ns": time.time_ns(),
-         "run_id": run_id}))
+class StageKey(NamedTuple):
+    """A version at a promotion stage: where an approval record goes."""
+
+    name: str
+    version: str
+    alias: str
 
 
-def record_approval(client, name: str, version: str, alias: str, gates: list[str],
-                    by: str, requested: Optional[dict[str, Any]]) -> None:
-    """Record who approved ``version`` for ``alias``, and when."""
-    client.set_model_version_tag(name, version, APPROVAL_TAG.format(alias=alias), json.dumps(
-        {"state": APPROVED, "by": by, "at": now(), "ns": time.time_ns(), "gates": gates,
-         "requested_at": (requested or {}).get("at"),
-         "requested_ns": (requested or {}).get("ns")}))
+def request_approval(client, at: StageKey, gates: list[str], run_id: Optional[str]) -> None:
+    """Record ``at.version`` as waiting for approval at ``at.alias``."""
+    client.set_model_version_tag(at.name, at.version, APPROVAL_TAG.format(alias=at.alias),
+                                 json.dumps({"state": PENDING_APPROVAL, "gates": gates,
+                                             "at": now(), "ns": time.time_ns(),
+                                             "run_id": run_id}))
+
+
+def record_approval(client, at: StageKey, gates: list[str], by: str,
+                    requested: Optional[dict[str, Any]]) -> None:
+    """Record who approved ``at.version`` for ``at.alias``, and when."""
+    client.set_model_version_tag(at.name, at.version, APPROVAL_TAG.format(alias=at.alias),
+                                 json.dumps({"state": APPROVED, "by": by, "at": now(),
+                                             "ns": time.time_ns(), "gates": gates,
+                                             "requested_at": (requested or {}).get("at"),
+                                             "requested_ns": (requested or {}).get("ns")}))
 
 
 def record_final_move(client, name: str, previous: Optional[str], target: str,

@@ -14,16 +14,14 @@ from dbspec.spec.sections.monitoring import check_monitoring
 from dbspec.spec.sections.lifecycle import (
     CLASSIFICATION_METRICS,
     CLASSIFICATION_PLOTS,
-    DEFAULT_METRICS,
     REGRESSION_METRICS,
     REGRESSION_PLOTS,
 )
 from dbspec.spec.sections.training import TASK_LOSSES
+# lower_is_better is re-exported: training, tuning and monitoring import it from here
+from dbspec.spec.metrics import gate_metric_problems, lower_is_better, metric_names
 from dbspec.spec.layout import LayoutError, has_typed_features, head_input
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
-
-_LOWER_IS_BETTER = ("loss", "rmse", "mae", "mse", "mape", "log_loss")
-
 
 class Finding(NamedTuple):
     """A semantic problem at a dotted path of the spec."""
@@ -43,20 +41,6 @@ class _Findings:
 
     def warning(self, path: tuple, message: str, *, at_key: bool = False) -> None:
         self.items.append(Finding(path, message, "warning", at_key))
-
-
-def metric_names(spec: Spec) -> list[str]:
-    """Metric names a run of this spec logs: losses plus ``val_``/``test_`` of each metric."""
-    metrics = spec.evaluation.metrics or DEFAULT_METRICS[spec.data.task]
-    names = ["train_loss", "val_loss", "test_loss"]
-    for split in ("val", "test"):
-        names.extend(f"{split}_{m}" for m in metrics)
-    return names
-
-
-def lower_is_better(metric: str) -> bool:
-    """Direction of a metric from its name (``val_rmse`` down, ``val_accuracy`` up)."""
-    return metric.endswith(_LOWER_IS_BETTER)
 
 
 def input_width(spec: Spec) -> Optional[int]:
@@ -394,16 +378,8 @@ def _check_evaluation(spec: Spec, found: _Findings) -> None:
         if plot not in fits_plot:
             found.error(("evaluation", "plots", index), f"'{plot}' is not a {task} plot; use "
                         f"{one_of(fits_plot)}")
-    if spec.registry is None or spec.registry.promotion is None:
-        return
-    names = [n for n in metric_names(spec) if n != "train_loss"]
-    for number, stage in enumerate(spec.registry.promotion_stages()):
-        where = spec.registry.stage_location(number)
-        for index, gate in enumerate(stage.gates):
-            if gate.metric is not None and gate.metric not in names:
-                found.error((*where, "gates", index, "metric"),
-                            f"gate on '{gate.metric}'{did_you_mean(gate.metric, names)}, which "
-                            f"this spec does not compute; it computes {', '.join(names)}")
+    for path, message in gate_metric_problems(spec):
+        found.error(path, message)
 
 
 def _check_serving(spec: Spec, found: _Findings) -> None:

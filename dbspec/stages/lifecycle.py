@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -184,6 +184,7 @@ class RegisterStage:
     def run(self, ctx: StageContext) -> RegisterOutput:
         from dbspec.registry import PENDING, UNGATED, Registry
         from dbspec.registry.access import grant_after_register
+        from dbspec.registry.candidate import promotion_tags
 
         spec = ctx.spec
         train, evaluate = ctx.output(TrainOutput), ctx.output(EvaluateOutput)
@@ -194,7 +195,7 @@ class RegisterStage:
                 **spec.registry.tags}
         if evaluate.diagnosis is not None:
             tags["dbspec.diagnosis"] = evaluate.diagnosis
-        tags.update(_promotion_tags(spec))
+        tags.update(promotion_tags(_stages(spec), staged=spec.registry.staged()))
         registered = Registry(ctx.tracker.client).register(
             name, train.model_uri, train.run_id, tags,
             decision=UNGATED if spec.registry.promotion is None else PENDING)
@@ -209,91 +210,79 @@ class RegisterStage:
                               adopted=registered.adopted)
 
 
-def _gates_of(spec) -> list[dict[str, Any]]:
-    """The first promotion stage's gates as recorded (``dbspec.gates``)."""
-    return _stage_record(spec.registry.promotion_stages()[0])["gates"]
+def _stages(spec) -> list:
+    """The spec's promotion stages, as the promotion service takes them."""
+    from dbspec.registry.candidate import StageRecord
 
-
-def _stage_record(stage) -> dict[str, Any]:
-    return {"alias": stage.alias, "approval": stage.approval,
-            "gates": [g.model_dump(mode="json", exclude_none=True) for g in stage.gates]}
-
-
-def _promotion_tags(spec) -> dict[str, str]:
-    """Version tags of the promotion: its (first stage's) gates, and every stage where there
-    are several or one needs approval (a single promotion records what it always did)."""
-    from dbspec.registry import GATES_TAG
-    from dbspec.registry.lifecycle import STAGES_TAG
-
-    stages = spec.registry.promotion_stages()
-    if not stages:
-        return {}
-    tags = {GATES_TAG: json.dumps(_gates_of(spec))}
-    if spec.registry.staged() or any(s.approval == "required" for s in stages):
-        tags[STAGES_TAG] = json.dumps([_stage_record(s) for s in stages])
-    return tags
+    return [StageRecord.from_spec(s) for s in spec.registry.promotion_stages()]
 
 
 class PromoteStage:
-    """Walk the promotion stages in order: each stage's gates are checked as the version enters
-    it; a stage that passes moves its alias and the walk goes on; a stage with approval records
-    the version as awaiting approval and stops; a failing stage stops (rejected there). The
-    single form of ``registry.promotion`` is one stage.
-
-    Gates are checked and an alias moved in :meth:`Registry.guarded_move`, so a concurrent run
-    or ``dbspec promote`` cannot slip a worse champion in between: when the holder changed
-    since the champion was scored, it is scored again. ``better_than`` re-scores the stage's
-    holder on this run's test split.
+    """The run's promotion, decided by the promotion service
+    (:func:`dbspec.registry.promotion.promote_stages`): each stage's gates are checked as the
+    version enters it, its alias moved or approval asked for; the single form of
+    ``registry.promotion`` is one stage. ``better_than`` re-scores the stage's holder on this
+    run's test split (the candidate's :data:`~dbspec.registry.candidate.Score`).
     """
 
     name = "promote"
 
     def run(self, ctx: StageContext) -> PromoteOutput:
-        from mlflow.exceptions import MlflowException
-
         from dbspec.registry import Registry
-        from dbspec.registry.errors import unavailable
-        from dbspec.registry.lifecycle import MODEL_STAGES_TAG
+        from dbspec.registry.candidate import Candidate
+        from dbspec.registry.promotion import promote_stages
 
         spec = ctx.spec
-        stages = spec.registry.promotion_stages()
-        registered = ctx.output(RegisterOutput)
+        registered, evaluate = ctx.output(RegisterOutput), ctx.output(EvaluateOutput)
         name, version = registered.name, str(registered.version)
         registry = Registry(ctx.tracker.client)
-        evaluate = ctx.output(EvaluateOutput)
-        try:
-            for key, value in _promotion_tags(spec).items():
-                registry.client.set_model_version_tag(name, version, key, value)
-            registry.client.set_registered_model_tag(name, MODEL_STAGES_TAG,
-                                                     json.dumps([s.alias for s in stages]))
-        except MlflowException as exc:
-            raise unavailable(exc, f"the promotion records of {name} v{version}") from None
-        walk = _StageWalk(self, ctx, registry, name, version, evaluate)
-        reports = []
-        for index, stage in enumerate(stages):
-            report = walk.enter(stage, last=index == len(stages) - 1,
-                                label=stage.alias if spec.registry.staged() else "")
-            reports.append(report)
-            if report["outcome"] != "promoted":
-                break
-        results = walk.results
-        passed = all(r.passed for r in results)
-        registry.record_gates(name, version, results, "promoted" if passed else "rejected")
-        for result in results:
+        candidate = Candidate(name, version, evaluate.metrics, _Rescorer(ctx, registry, name),
+                              diagnosis=getattr(evaluate, "diagnosis", None),
+                              stages=tuple(_stages(spec)),
+                              run_id=ctx.output(TrainOutput).run_id)
+        walked = promote_stages(registry, candidate, staged=spec.registry.staged())
+        for decision in walked.decisions:
+            if decision.warning:
+                ctx.reporter.line(f"  warning: {decision.warning}")
+        for result in walked.results:
             ctx.reporter.line(f"  gate {result.describe()}")
-        for report in reports:
-            ctx.reporter.line(f"  @{report['alias']}: {_said(report, name, version)}")
-        last = reports[-1]
-        decision = "rejected" if not passed else last["outcome"]
-        return PromoteOutput(name=name, version=version, alias=last["alias"],
-                             decision=decision, previous=last["previous"],
-                             gates=[r.describe() for r in results], passed=passed,
-                             stages=reports)
+        for decision in walked.decisions:
+            ctx.reporter.line(f"  @{decision.alias}: {_said(decision)}")
+        last = walked.decisions[-1]
+        return PromoteOutput(name=name, version=version, alias=last.alias,
+                             decision=walked.outcome, previous=last.previous,
+                             gates=[r.describe() for r in walked.results],
+                             passed=walked.passed,
+                             stages=[d.stage_report() for d in walked.decisions])
 
-    @staticmethod
-    def _rescore(ctx: StageContext, registry, name: str, holder: str,
-                 metric: str) -> Optional[float]:
-        """Version ``holder``'s ``metric`` on this run's own split (champion vs challenger).
+
+def _said(decision) -> str:
+    """What happened at one stage, in words."""
+    name, version = decision.name, decision.version
+    if decision.outcome == "awaiting_approval":
+        return (f"v{version} awaits approval: dbspec approve {name} {version} "
+                f"--alias {decision.alias}")
+    if decision.outcome == "rejected":
+        return f"v{version} rejected by the gates; the alias stays"
+    was = f" (was v{decision.previous})" if decision.previous else ""
+    return f"-> v{version}{was}" if decision.moved else f"v{version} holds it already"
+
+
+class _Rescorer:
+    """A champion's figure on this run's own split (champion vs challenger), scored once per
+    holder and metric, whichever stage asks."""
+
+    def __init__(self, ctx: StageContext, registry, name: str):
+        self.ctx, self.registry, self.name = ctx, registry, name
+        self.scores: dict[tuple[str, str], Optional[float]] = {}
+
+    def __call__(self, holder: str, metric: str) -> Optional[float]:
+        if (holder, metric) not in self.scores:
+            self.scores[holder, metric] = self._rescore(holder, metric)
+        return self.scores[holder, metric]
+
+    def _rescore(self, holder: str, metric: str) -> Optional[float]:
+        """Version ``holder``'s ``metric`` on this run's split.
 
         Raises:
             RegistryUnavailable: the champion cannot be loaded (its gate then fails).
@@ -302,106 +291,24 @@ class PromoteStage:
         from mlflow.exceptions import MlflowException
 
         from dbspec.evaluation.metrics import task_metrics
+        from dbspec.registry.candidate import recorded_metrics
         from dbspec.registry.errors import unavailable
 
         split, _, base = metric.partition("_")
-        data = load_data_access(ctx)
+        data = load_data_access(self.ctx)
         try:
-            model = mlflow.pyfunc.load_model(f"models:/{name}/{holder}")
+            model = mlflow.pyfunc.load_model(f"models:/{self.name}/{holder}")
         except (MlflowException, OSError) as exc:
-            raise unavailable(exc, f"the champion {name} v{holder}") from None
+            raise unavailable(exc, f"the champion {self.name} v{holder}") from None
         served = model.unwrap_python_model().model
         if served.card.feature_names != data.feature_names or served.card.inputs != data.inputs:
             # other columns, or typed features encoded with another vocabulary: the champion
             # cannot score this encoding; its own logged figure stands
-            logged = (registry.version(name, holder).tags or {}).get(f"metric.{metric}")
-            return float(logged) if logged is not None else None  # cannot score this data
+            return recorded_metrics(self.registry.version(self.name, holder).tags or {}).get(
+                metric)
         if base == "loss":
             return _loss(served, data, split)
-        found = task_metrics(ctx.spec.data.task, data.targets(split),
+        found = task_metrics(self.ctx.spec.data.task, data.targets(split),
                              score_split(served, data, split), [base],
-                             threshold=ctx.spec.evaluation.threshold)
+                             threshold=self.ctx.spec.evaluation.threshold)
         return found[base]
-
-
-def _said(report: dict[str, Any], name: str, version: str) -> str:
-    """What happened at one stage, in words."""
-    outcome = report["outcome"]
-    if outcome == "awaiting_approval":
-        return (f"v{version} awaits approval: dbspec approve {name} {version} "
-                f"--alias {report['alias']}")
-    if outcome == "rejected":
-        return f"v{version} rejected by the gates; the alias stays"
-    was = f" (was v{report['previous']})" if report["previous"] else ""
-    return f"-> v{version}{was}" if report["moved"] else f"v{version} holds it already"
-
-
-class _StageWalk:
-    """One promote stage's walk through the promotion stages, with the champions it scored
-    (one re-score per holder and metric, whichever stage asks) and every gate result."""
-
-    def __init__(self, stage: PromoteStage, ctx: StageContext, registry, name: str,
-                 version: str, evaluate: EvaluateOutput):
-        self.stage, self.ctx, self.registry = stage, ctx, registry
-        self.name, self.version = name, version
-        self.metrics = evaluate.metrics
-        self.diagnosis = getattr(evaluate, "diagnosis", None)
-        self.run_id = ctx.output(TrainOutput).run_id
-        self.scores: dict[tuple[str, str], Optional[float]] = {}
-        self.results: list = []
-
-    def champion(self, seen, alias: str, metric: str):
-        """The holder of ``alias`` re-scored on this run's split (for a version that holds it
-        already, a promotion resumed after its move: the version it replaced)."""
-        from dbspec.registry.gates import Champion
-
-        holder, note = seen.reference(alias, self.version), ""
-        if seen.holder(alias) == self.version:
-            if holder is None:
-                return Champion(None, note=f"v{self.version} holds @{alias} already and "
-                                           "replaced no version there")
-            note = f"the version v{self.version} replaced"
-        if holder is None:
-            return Champion(None)
-        if (holder, metric) not in self.scores:
-            self.scores[holder, metric] = self.stage._rescore(self.ctx, self.registry,
-                                                              self.name, holder, metric)
-        return Champion(holder, self.scores[holder, metric], note)
-
-    def enter(self, stage, *, last: bool, label: str) -> dict[str, Any]:
-        """Check ``stage``'s gates; move its alias, or ask for approval. Returns the stage's
-        report: ``{alias, outcome, moved, previous, gates}``."""
-        from dbspec.registry import AliasDecision, check_gates
-        from dbspec.registry.lifecycle import record_final_move, request_approval
-
-        def decide(seen) -> AliasDecision:
-            results = check_gates(stage.gates, self.metrics,
-                                  lambda alias, metric: self.champion(seen, alias, metric),
-                                  diagnosis=self.diagnosis, stage=label)
-            move = all(r.passed for r in results) and stage.approval != "required"
-            return AliasDecision(self.version if move else None,
-                                 f"gates passed in run {self.run_id}", detail=results)
-
-        seen = self.registry.snapshot(self.name)
-        first = decide(seen)  # score the champion before taking the lock (slow)
-        report = {"alias": stage.alias, "moved": False, "previous": None}
-        if stage.approval == "required":
-            results = first.detail
-            passed = all(r.passed for r in results)
-            if passed and seen.holder(stage.alias) != self.version:
-                request_approval(self.registry.client, self.name, self.version, stage.alias,
-                                 [r.describe() for r in results], self.run_id)
-            outcome = "rejected" if not passed else "promoted" \
-                if seen.holder(stage.alias) == self.version else "awaiting_approval"
-        else:
-            moved = self.registry.guarded_move(self.name, stage.alias, decide)
-            results = moved.decision.detail
-            outcome = "promoted" if all(r.passed for r in results) else "rejected"
-            report.update(moved=moved.moved, previous=moved.previous if moved.moved else None)
-            if moved.moved and last:
-                warning = record_final_move(self.registry.client, self.name, moved.previous,
-                                            self.version, stage.alias, moved.decision.reason)
-                if warning:
-                    self.ctx.reporter.line(f"  warning: {warning}")
-        self.results.extend(results)
-        return {**report, "outcome": outcome, "gates": [r.describe() for r in results]}

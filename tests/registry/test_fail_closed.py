@@ -79,8 +79,9 @@ def test_a_registry_answering_errors_is_an_error_not_no_holder(erroring_registry
 def test_a_better_than_gate_fails_with_the_registry_error(erroring_registry):
     import mlflow
 
-    from dbspec.registry import Registry, check_gates
-    from dbspec.registry.gates import Champion
+    from dbspec.registry import Registry
+    from dbspec.registry.gating import evaluate_gates
+    from dbspec.seams.gates import Champion, GateInputs
     from dbspec.spec.sections.lifecycle import Gate
 
     registry = Registry(mlflow.MlflowClient(erroring_registry))
@@ -89,8 +90,8 @@ def test_a_better_than_gate_fails_with_the_registry_error(erroring_registry):
         holder = registry.holder("m", alias)
         return Champion(None if holder is None else str(holder.version), 1.0)
 
-    [result] = check_gates([Gate(metric="test_rmse", better_than="production")],
-                           {"test_rmse": 50.0}, champion)
+    [result] = evaluate_gates([Gate(metric="test_rmse", better_than="production")],
+                              GateInputs({"test_rmse": 50.0}, champion=champion))
     assert not result.passed
     assert "cannot compare with @production: the registry did not answer" in result.note
     assert "no version holds" not in result.describe()
@@ -119,7 +120,7 @@ def test_promote_does_not_move_an_alias_it_cannot_read(flaky_proxy, mlflow_serve
     import mlflow
 
     from dbspec.registry import GATES_TAG, Registry, RegistryUnavailable
-    from dbspec.registry.commands import promote
+    from dbspec.registry.promotion import promote
 
     real = mlflow.MlflowClient(mlflow_server.uri)
     name = f"fail_closed_cmd_{time.time_ns()}"

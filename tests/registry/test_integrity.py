@@ -181,7 +181,7 @@ def test_old_single_tag_history_is_still_read(store, tmp_path):
 
 def test_concurrent_promote_rollback_pairs_keep_every_entry(store, tmp_path):
     from dbspec.registry import RegistryError
-    from dbspec.registry.commands import promote, rollback
+    from dbspec.registry.promotion import promote, rollback
 
     uri, client, registry = store
     versions = [add_version(client, tmp_path, 50 + i) for i in range(4)]
@@ -195,7 +195,7 @@ def test_concurrent_promote_rollback_pairs_keep_every_entry(store, tmp_path):
 
     def pair(index: int) -> None:
         try:
-            if promote(registry, NAME, versions[index % 4], "prod", force=True)["previous"]:
+            if promote(registry, NAME, versions[index % 4], "prod", force=True).previous:
                 moves.append(1)
             try:
                 rollback(registry, NAME, "prod", None)
@@ -233,7 +233,7 @@ class SlowMoves:
 
 def test_of_two_concurrent_promotes_the_worse_never_wins(store, tmp_path):
     from dbspec.registry import Registry, RegistryError
-    from dbspec.registry.commands import promote
+    from dbspec.registry.promotion import promote
 
     uri, client, registry = store
     gated = {"dbspec.decision": "pending", "dbspec.gates": json.dumps(GATES)}
@@ -271,7 +271,7 @@ def test_the_lease_orders_concurrent_moves_on_a_tracking_server(mlflow_server, t
     import mlflow
 
     from dbspec.registry import Registry, RegistryError
-    from dbspec.registry.commands import promote, rollback
+    from dbspec.registry.promotion import promote, rollback
 
     client = mlflow.MlflowClient(mlflow_server.uri)
     name = f"lease_{time.time_ns()}"

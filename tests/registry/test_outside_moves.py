@@ -77,7 +77,7 @@ def test_reads_take_no_lock(store, tmp_path):
 
 
 def test_a_promote_records_the_outside_move_before_its_own_entry(store, tmp_path):
-    from dbspec.registry.commands import promote
+    from dbspec.registry.promotion import promote
 
     uri, client, registry = store
     one, two = promoted(uri, client, tmp_path, 2)
@@ -92,7 +92,7 @@ def test_a_promote_records_the_outside_move_before_its_own_entry(store, tmp_path
 
 def test_a_move_that_fails_its_gates_still_records_the_outside_move(store, tmp_path):
     from dbspec.registry import RegistryError
-    from dbspec.registry.commands import promote
+    from dbspec.registry.promotion import promote
 
     uri, client, registry = store
     one, two = promoted(uri, client, tmp_path, 2)

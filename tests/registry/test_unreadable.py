@@ -30,9 +30,9 @@ def _pending(run_id="r1"):
 @pytest.mark.parametrize("code, dead", [("INTERNAL_ERROR", False), ("PERMISSION_DENIED", False),
                                         ("RESOURCE_DOES_NOT_EXIST", True)])
 def test_a_pending_versions_run_is_dead_only_when_it_is_gone(code, dead):
-    from dbspec.registry import Registry
+    from dbspec.registry.pending import owner_is_dead
 
-    assert Registry(_Failing(code))._owner_is_dead(_pending()) is dead
+    assert owner_is_dead(_Failing(code), _pending()) is dead
 
 
 def test_an_unreadable_model_is_not_an_unset_alias():

@@ -1,0 +1,320 @@
+"""The promotion service: typed candidates in, typed gate results and decisions out.
+
+Every way an alias moves goes through here: the run's promote stage (:func:`promote_stages`,
+also what the generated Databricks job's ``promote`` task runs), ``dbspec promote``
+(:func:`promote`), ``dbspec approve`` (:func:`approve`) and ``dbspec rollback`` /
+``dbspec monitor --on-alert rollback`` (:func:`rollback`). Gates are evaluated by the gate
+kinds of :data:`dbspec.seams.gates.GATES` (:func:`evaluate_gates`) on inputs gathered in one
+function (:func:`gate_inputs`); each decision is taken under the registry lock, against the
+holder seen there (:meth:`Registry.guarded_move`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+from dbspec.registry.access import registry_uri, require_deployer
+from dbspec.registry.candidate import (Candidate, StageRecord, promotion_tags,
+                                       recorded_candidate)
+from dbspec.registry.client import DECIDED, AliasDecision, Registry
+from dbspec.registry.errors import RegistryError
+from dbspec.registry.gating import (AWAITING_APPROVAL, PROMOTED, REJECTED, Decision,
+                                    GatesFailed, alias_argument, check_stage)
+from dbspec.registry.history import RegistrySnapshot
+from dbspec.registry.lifecycle import (MODEL_STAGES_TAG, PENDING_APPROVAL, StageKey,
+                                       acting_user, model_stages, record_approval,
+                                       record_final_move, request_approval)
+from dbspec.registry.rollback import rollback
+from dbspec.seams.gates import GateResult
+
+__all__ = ["Decision", "GatesFailed", "StagedPromotion", "alias_argument", "approve",
+           "promote", "promote_stages", "rollback"]
+
+
+def _final_alias(seen: RegistrySnapshot, candidate: Candidate) -> Optional[str]:
+    """The last promotion stage's alias, as the model or else the version records it."""
+    stages = model_stages(seen)
+    return stages[-1] if stages else candidate.final_alias
+
+
+def promote(registry: Registry, name: str, version: str, alias: str, *,
+            force: bool = False) -> Decision:
+    """Point ``alias`` at ``version``; the version's gates for ``alias`` are re-checked first.
+
+    The gates are those of the promotion stage ``alias`` (recorded with the version), else the
+    version's recorded gates, re-checked on the metrics logged for each version (the command
+    has no data split of its own). A version without a decision (its run died before gating
+    it) is gated here and the decision recorded; without gates or metrics to re-check it needs
+    ``force``. A stage that requires approval is entered with :func:`approve` (or ``force``).
+    The version leaving the last stage's alias is archived.
+
+    Raises:
+        GatesFailed: a gate fails (nothing moved).
+        RegistryError: unknown model or version, a stage that needs approval, or nothing to
+            re-check with, without ``force``.
+    """
+    alias_argument(alias)
+    candidate = recorded_candidate(registry, name, str(version), lenient=force)
+    stage = _promotable(candidate, alias, force)
+    gates = stage.gates if stage is not None else (candidate.gates or ())
+    if alias == _final_alias(registry.snapshot(name), candidate):  # deploying: admins only
+        require_deployer(registry_uri(registry.client), name,
+                         f"promote {name} v{candidate.version} to @{alias}, the last "
+                         "promotion stage")
+    final: list[Optional[str]] = []
+
+    def decide(seen: RegistrySnapshot) -> AliasDecision:
+        final[:] = [_final_alias(seen, candidate)]
+        results = [] if force else check_stage(candidate, seen, gates, moving=alias,
+                                               label=alias if stage is not None else "")
+        move = all(r.passed for r in results)
+        return AliasDecision(candidate.version if move else None, "promoted by hand"
+                             + (" with --force" if force else ""), detail=results)
+
+    outcome = registry.guarded_move(name, alias, decide)
+    decision = _decided(candidate, alias, outcome, forced=force)
+    if candidate.decision not in DECIDED:
+        registry.record_gates(name, candidate.version, list(decision.results),
+                              REJECTED if not decision.passed else "forced" if force
+                              else PROMOTED)
+    if not decision.passed:
+        raise GatesFailed(f"{name} v{candidate.version} fails its gates: "
+                          + "; ".join(r.describe() for r in decision.results if not r.passed)
+                          + " (use --force to promote anyway)", decision)
+    if outcome.moved and final and final[0] == alias:
+        decision = replace(decision, warning=record_final_move(
+            registry.client, name, outcome.previous, candidate.version, alias,
+            outcome.decision.reason))
+    return decision
+
+
+def _promotable(candidate: Candidate, alias: str, force: bool) -> Optional[StageRecord]:
+    """The candidate's stage for ``alias`` (None: none recorded), if ``promote`` may move it.
+
+    Raises:
+        RegistryError: nothing to re-check an undecided version with, or approval required.
+    """
+    name, version = candidate.name, candidate.version
+    if candidate.decision not in DECIDED and not force and (
+            candidate.gates is None or not candidate.metrics):
+        missing = "gates" if candidate.gates is None else "metrics"
+        raise RegistryError(f"{name} v{version} has no gate decision "
+                            f"({candidate.decision or 'none'}) and no {missing} recorded to "
+                            "re-run its gates: check it, then use --force to promote it anyway")
+    stage = candidate.stage(alias)
+    if stage is not None and stage.needs_approval and not force:
+        raise RegistryError(f"@{alias} of {name} requires approval: dbspec approve {name} "
+                            f"{version} --alias {alias} (or --force to move it without one)")
+    return stage
+
+
+def _decided(candidate: Candidate, alias: str, outcome: Any, *, forced: bool = False,
+             by: Optional[str] = None) -> Decision:
+    """The :class:`Decision` of a guarded move whose ``detail`` holds the gate results."""
+    results = tuple(outcome.decision.detail or ())
+    passed = all(r.passed for r in results)
+    return Decision(candidate.name, alias, candidate.version, PROMOTED if passed else REJECTED,
+                    results, moved=outcome.moved,
+                    previous=outcome.previous if outcome.moved else None, by=by, forced=forced)
+
+
+def approve(registry: Registry, name: str, version: str, alias: str) -> Decision:
+    """Approve ``version`` for the promotion stage ``alias``: its gates for that stage are
+    re-checked on recorded metrics under the registry lock, the alias moves, who and when are
+    recorded on the version and in the alias history, and the version leaving the last stage's
+    alias is archived.
+
+    Only a version awaiting approval for ``alias`` (its run passed that stage's gates), or one
+    that holds the alias of the stage before, can be approved.
+
+    Raises:
+        GatesFailed: a gate fails (nothing moved).
+        RegistryError: ``alias`` is not a stage of the version that requires approval, or the
+            version is not awaiting it.
+    """
+    alias_argument(alias)
+    candidate = recorded_candidate(registry, name, str(version))
+    stage, before = _approvable(candidate, alias)
+    require_deployer(registry_uri(registry.client), name,
+                     f"approve {name} v{candidate.version} for @{alias}")
+    who = acting_user()
+
+    def decide(seen: RegistrySnapshot) -> AliasDecision:
+        _check_waiting(candidate, seen, alias, before)
+        results = check_stage(candidate, seen, stage.gates, moving=alias, label=alias)
+        move = all(r.passed for r in results)
+        return AliasDecision(candidate.version if move else None, f"approved by {who}",
+                             detail=results, by=who)
+
+    outcome = registry.guarded_move(name, alias, decide)
+    decision = _decided(candidate, alias, outcome, by=who)
+    if not decision.passed:
+        raise GatesFailed(f"{name} v{candidate.version} fails its gates for @{alias}: "
+                          + "; ".join(r.describe() for r in decision.results if not r.passed)
+                          + "; nothing moved", decision)
+    warning = _record_approval(registry, StageKey(name, candidate.version, alias), decision,
+                               candidate.approvals.get(alias))
+    if alias == candidate.final_alias:
+        warning = record_final_move(registry.client, name, outcome.previous,
+                                    candidate.version, alias, f"approved by {who}") or warning
+    return replace(decision, warning=warning)
+
+
+def _approvable(candidate: Candidate, alias: str) -> tuple[StageRecord, Optional[str]]:
+    """The candidate's stage for ``alias`` and the alias of the stage before it.
+
+    Raises:
+        RegistryError: ``alias`` is not one of its stages, or one that needs no approval.
+    """
+    name, version = candidate.name, candidate.version
+    names = [s.alias for s in candidate.stages]
+    if alias not in names:
+        known = f"its stages: {', '.join('@' + a for a in names)}" if names else \
+            "its spec has no promotion stages"
+        raise RegistryError(f"@{alias} is not a promotion stage of {name} v{version} ({known})")
+    index = names.index(alias)
+    if not candidate.stages[index].needs_approval:
+        raise RegistryError(f"@{alias} of {name} needs no approval: a run moves it when its "
+                            f"gates pass; use dbspec promote {name} {version} --alias {alias}")
+    return candidate.stages[index], names[index - 1] if index > 0 else None
+
+
+def _check_waiting(candidate: Candidate, seen: RegistrySnapshot, alias: str,
+                   before: Optional[str]) -> None:
+    """Refuse an approval the registry, as ``seen`` under the lock, does not wait for."""
+    name, version = candidate.name, candidate.version
+    if seen.holder(alias) == version:
+        raise RegistryError(f"{name} v{version} already holds @{alias}")
+    waiting = (candidate.approvals.get(alias) or {}).get("state") == PENDING_APPROVAL
+    now_before = seen.holder(before) if before is not None else None
+    if waiting and now_before not in (None, version):
+        raise RegistryError(
+            f"{name} v{version}'s request for @{alias} is superseded: v{now_before} holds "
+            f"@{before} now; approve the version that holds it, or move this one back "
+            f"there first (dbspec promote {name} {version} --alias {before})")
+    if not waiting and (before is None or now_before != version):
+        after = f" and does not hold @{before}, the stage before" if before else ""
+        raise RegistryError(f"{name} v{version} is not awaiting approval for @{alias} (no "
+                            f"pending request{after}); a run of its spec whose gates pass "
+                            "asks for one" + (f", as does dbspec promote {name} {version} "
+                                              f"--alias {before}" if before else ""))
+
+
+def _record_approval(registry: Registry, at: StageKey, decision: Decision,
+                     requested: Optional[dict[str, Any]]) -> Optional[str]:
+    """Record the approval; a warning when the registry refused (the move stands: its history
+    entry names the approver)."""
+    from mlflow.exceptions import MlflowException
+
+    from dbspec.registry.errors import unavailable
+
+    try:
+        record_approval(registry.client, at, decision.gates, str(decision.by), requested)
+    except MlflowException as exc:
+        return (f"@{at.alias} moved to v{at.version}, but the approval record could not be "
+                f"written: {unavailable(exc, f'the approval of {at.name} v{at.version}')}")
+    return None
+
+
+@dataclass(frozen=True)
+class StagedPromotion:
+    """A run's walk through its promotion stages: one decision per stage entered, in order."""
+
+    decisions: tuple[Decision, ...]
+
+    @property
+    def results(self) -> tuple[GateResult, ...]:
+        """Every gate result of every stage entered."""
+        return tuple(r for d in self.decisions for r in d.results)
+
+    @property
+    def passed(self) -> bool:
+        """Whether every gate passed."""
+        return all(r.passed for r in self.results)
+
+    @property
+    def outcome(self) -> str:
+        """``rejected``, else the last stage's outcome (``promoted``, ``awaiting_approval``)."""
+        return REJECTED if not self.passed else self.decisions[-1].outcome
+
+
+def promote_stages(registry: Registry, candidate: Candidate, *,
+                   staged: bool) -> StagedPromotion:
+    """A run's promotion: walk ``candidate.stages`` in order. Each stage's gates are checked as
+    the version enters it; a stage that passes moves its alias and the walk goes on; a stage
+    with approval records the version as awaiting approval and stops; a failing stage stops
+    (rejected there). The gate results and the decision are recorded on the version.
+
+    Args:
+        registry: The registry.
+        candidate: The run's version (champions re-scored on the run's own split).
+        staged: Whether the spec lists stages (each result then names its stage).
+
+    Raises:
+        RegistryUnavailable: the registry did not answer (nothing is decided on it).
+    """
+    _record_plan(registry, candidate, staged=staged)
+    decisions: list[Decision] = []
+    for index, stage in enumerate(candidate.stages):
+        decision = _enter(registry, candidate, stage, last=index == len(candidate.stages) - 1,
+                          label=stage.alias if staged else "")
+        decisions.append(decision)
+        if decision.outcome != PROMOTED:
+            break
+    walked = StagedPromotion(tuple(decisions))
+    registry.record_gates(candidate.name, candidate.version, list(walked.results),
+                          PROMOTED if walked.passed else REJECTED)
+    return walked
+
+
+def _record_plan(registry: Registry, candidate: Candidate, *, staged: bool) -> None:
+    """The version's gates and stages, and the model's stage aliases in order."""
+    from mlflow.exceptions import MlflowException
+
+    from dbspec.registry.errors import unavailable
+
+    name, version = candidate.name, candidate.version
+    try:
+        for key, value in promotion_tags(list(candidate.stages), staged=staged).items():
+            registry.client.set_model_version_tag(name, version, key, value)
+        registry.client.set_registered_model_tag(
+            name, MODEL_STAGES_TAG, json.dumps([s.alias for s in candidate.stages]))
+    except MlflowException as exc:
+        raise unavailable(exc, f"the promotion records of {name} v{version}") from None
+
+
+def _enter(registry: Registry, candidate: Candidate, stage: StageRecord, *, last: bool,
+           label: str) -> Decision:
+    """Check ``stage``'s gates; move its alias, or ask for approval."""
+    def decide(seen: RegistrySnapshot) -> AliasDecision:
+        results = check_stage(candidate, seen, stage.gates, moving=stage.alias, label=label)
+        move = all(r.passed for r in results) and not stage.needs_approval
+        return AliasDecision(candidate.version if move else None,
+                             f"gates passed in run {candidate.run_id}", detail=results)
+
+    seen = registry.snapshot(candidate.name)
+    first = decide(seen)  # scores the champion before taking the lock (slow; the score caches)
+    if stage.needs_approval:
+        return _ask_approval(registry, candidate, stage, seen, tuple(first.detail))
+    outcome = registry.guarded_move(candidate.name, stage.alias, decide)
+    decision = _decided(candidate, stage.alias, outcome)
+    if outcome.moved and last:
+        decision = replace(decision, warning=record_final_move(
+            registry.client, candidate.name, outcome.previous, candidate.version, stage.alias,
+            outcome.decision.reason))
+    return decision
+
+
+def _ask_approval(registry: Registry, candidate: Candidate, stage: StageRecord,
+                  seen: RegistrySnapshot, results: tuple[GateResult, ...]) -> Decision:
+    """A stage with approval: a version that passes is recorded as awaiting it."""
+    passed = all(r.passed for r in results)
+    held = seen.holder(stage.alias) == candidate.version
+    if passed and not held:
+        request_approval(registry.client, StageKey(candidate.name, candidate.version,
+                                                   stage.alias),
+                         [r.describe() for r in results], candidate.run_id)
+    outcome = REJECTED if not passed else PROMOTED if held else AWAITING_APPROVAL
+    return Decision(candidate.name, stage.alias, candidate.version, outcome, results)
