@@ -31,7 +31,7 @@ MAX_FUNCTION_LINES = 60
 #: Modules over 400 lines when the rule began to be enforced: path -> lines then.
 LONG_MODULES = {
     "data/shards.py": 587, "models/encoding.py": 413,
-    "registry/client.py": 413, "serving/app.py": 410, "serving/databricks_endpoint.py": 414,
+    "registry/client.py": 413, "serving/app.py": 410,
     "serving/inference_table.py": 402, "spec/semantics.py": 421, "spec/templating.py": 577,
     "stages/lifecycle.py": 407, "training/loop.py": 581,
 }
