@@ -174,3 +174,67 @@ def test_databricks_endpoint_without_credentials_is_a_clear_error(monkeypatch, t
     with pytest.raises(DbspecError, match="not authenticated to a Databricks workspace"):
         target.run(EndpointRequest(client=None, model=None, endpoint="ep",
                                    config=lambda version: None))
+
+
+class EchoTarget:
+    """A batch target registered at run time (as a notebook or a plugin would): it keeps the
+    request and says it scored seven rows."""
+
+    name = "echo"
+    mode = "batch"
+    engine = "echo"
+    reads_table_names = True
+    summary = "by the test's echo target"
+
+    def __init__(self):
+        self.requests: list[BatchRequest] = []
+
+    def run(self, request: BatchRequest):
+        from dbspec.serving.batch import BatchResult
+
+        self.requests.append(request)
+        return BatchResult(rows=7, output=request.output, format=request.fmt,
+                           input_version=None, output_version=None, seconds=0.5,
+                           model_name=request.loaded.name, model_version=request.loaded.version)
+
+
+def test_a_target_registered_at_run_time_is_used_by_predict(own_registry, registered,  # noqa: F811
+                                                            tmp_path):
+    from tests.conftest import run_in_process
+
+    echo = EchoTarget()
+    own_registry.register("echo", echo)
+    assert isinstance(echo, ServingTarget)
+    result = run_in_process("predict", f"models:/{NAME}/2", "--input", "main.ml.scoring",
+                            "--output", str(tmp_path / "out"), "--engine", "echo",
+                            "--format", "parquet", cwd=registered.workdir,
+                            env={"MLFLOW_TRACKING_URI": registered.tracking_uri})
+    assert result.returncode == 0, result.stderr
+    assert f"scoring main.ml.scoring with models:/{NAME}/2 (v2) by the test's echo target" \
+        in result.stderr
+    assert f"wrote 7 rows to {tmp_path / 'out'} (parquet)" in result.stdout
+    (request,) = echo.requests
+    assert (request.source, request.fmt, request.loaded.version) == ("main.ml.scoring",
+                                                                    "parquet", "2")
+    assert find_target("batch", "echo") is echo and own_registry.origin("echo") == \
+        "registered at run time"
+
+
+@pytest.mark.parametrize("engine, refused", [("spark", False), ("local", True)])
+def test_the_batch_stage_asks_the_target_whether_its_input_may_be_a_table(engine, refused):
+    from dbspec.data.sources import DataError
+    from dbspec.spec.sections import Spec
+    from dbspec.stages.serving import BatchPredictStage
+
+    spec = Spec.model_validate({
+        "name": "x", "data": {"source": {"kind": "sklearn", "name": "diabetes"},
+                              "task": "regression"},
+        "model": {"layers": [{"linear": {"out": 1}}]}, "registry": {"name": "m"},
+        "serving": {"mode": "batch", "batch": {"input": "main.ml.scoring", "output": "o",
+                                               "engine": engine}}})
+    if refused:  # a path in this process: it must be there
+        with pytest.raises(DataError, match="serving.batch.input: main.ml.scoring does not "
+                                            "exist"):
+            BatchPredictStage.check(spec)
+    else:  # a catalog table's name, read by Spark
+        BatchPredictStage.check(spec)
