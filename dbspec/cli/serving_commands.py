@@ -14,9 +14,11 @@ def _serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from dbspec.cli.serving_handlers import run_serve
+    from dbspec.cli.serving_handlers import model_choice, say, serve_flags
+    from dbspec.serving.use_cases import serve_model
 
-    return run_serve(args)
+    serve_model(model_choice(args), serve_flags(args), say=say)
+    return 0
 
 
 def _predict_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,9 +30,15 @@ def _predict_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from dbspec.cli.serving_handlers import run_predict
+    from dbspec.cli.serving_handlers import (RowProgress, model_choice, predict_flags,
+                                             print_prediction, say)
+    from dbspec.serving.use_cases import predict_table
 
-    return run_predict(args)
+    progress = RowProgress()
+    done = predict_table(model_choice(args), predict_flags(args), progress=progress, say=say)
+    progress.clear()
+    print_prediction(done)
+    return 0
 
 
 def _endpoint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,9 +56,11 @@ def _endpoint_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _endpoint(args: argparse.Namespace) -> int:
-    from dbspec.serving.databricks_endpoint import run_endpoint
+    from dbspec.cli.serving_handlers import endpoint_flags
+    from dbspec.serving.use_cases import update_endpoint
 
-    return run_endpoint(args)
+    print(update_endpoint(endpoint_flags(args)).describe())
+    return 0
 
 
 def _jobs_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,11 +1,14 @@
-"""The handlers of ``dbspec serve`` and ``dbspec predict``: their arguments, read into the
-serving use cases (:mod:`dbspec.serving.server`, :mod:`dbspec.serving.batch`)."""
+"""The arguments of ``dbspec serve``, ``predict`` and ``endpoint``, read into the typed records
+their use cases take (:mod:`dbspec.serving.use_cases`), and how their results are shown.
+
+Flag values that are wrong whatever the model are refused here, before any registry call, so a
+usage error never depends on what the registry holds.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
+import sys
 from typing import Any
 
 from dbspec.errors import UsageError
@@ -28,31 +31,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rows with features far outside the training range: score and "
                              "flag them, refuse them, or do not check (default: "
                              "serving.out_of_range.action, warn)")
-
-
-def open_model(args: argparse.Namespace):
-    """(spec or None, registry client, ModelTarget, version) for the command's model argument."""
-    from dbspec.serving.source import (open_client, parse_model_uri, resolve_version,
-                                       spec_target, tracking_uri_for)
-
-    # a registry that does not answer should fail in seconds, not after MLflow's 7 retries
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-    spec = None
-    if args.model.startswith("models:/"):
-        if args.target or args.assignments:
-            raise UsageError("--target and --set apply to a spec, not to a models:/ URI")
-        target = parse_model_uri(args.model)
-        if args.alias:
-            target = target._replace(alias=args.alias, version=None)
-    else:
-        from dbspec.spec.loader import load_spec
-
-        loaded = load_spec(args.model, target=args.target, assignments=args.assignments)
-        spec = loaded.spec
-        target = spec_target(spec, alias=args.alias)
-    client = open_client(tracking_uri_for(spec, args.tracking_uri), Path(args.state_dir))
-    return spec, client, target, resolve_version(client, target)
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,13 +67,6 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often --watch-alias asks the registry (default: 10)")
 
 
-def out_of_range(args: argparse.Namespace, spec) -> tuple[str, float]:
-    """(action, tolerance) for rows outside the training range: the flag, else the spec's."""
-    setting = spec.serving.out_of_range if spec is not None else None
-    action = args.out_of_range or (setting.action if setting is not None else "warn")
-    return action, (setting.tolerance if setting is not None else 0.5)
-
-
 def check_serve_arguments(args: argparse.Namespace) -> None:
     """Refuse flag values that are wrong whatever the model: before any registry call,
     so a usage error never depends on what the registry holds."""
@@ -120,56 +91,6 @@ def check_serve_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--watch-interval must be positive, not {args.watch_interval}")
 
 
-def serve_options(args: argparse.Namespace, spec) -> Any:
-    from dbspec.serving.server import ConnectionLimits, ServeOptions
-
-    realtime = spec.serving.realtime if spec is not None else None
-
-    def pick(given: Any, field: str, default: Any) -> Any:
-        if given is not None:
-            return given
-        return getattr(realtime, field) if realtime is not None else default
-
-    table, queue_size = args.inference_table, 10_000
-    if table is None and realtime is not None and realtime.inference_table is not None \
-            and realtime.inference_table.enabled:
-        table, queue_size = realtime.inference_table.path, realtime.inference_table.queue_size
-    token_env = args.token_env or (realtime.auth.token_env if realtime is not None
-                                   else "DBSPEC_TOKEN")
-    limits = ConnectionLimits(
-        max_header_bytes=pick(args.max_header_bytes, "max_header_bytes", 65_536),
-        header_timeout_s=pick(args.header_timeout, "header_timeout_seconds", 10.0),
-        keep_alive_timeout_s=pick(args.keep_alive_timeout, "keep_alive_timeout_seconds", 5.0),
-        max_connections=pick(args.max_connections, "max_connections", 1000))
-    action, tolerance = out_of_range(args, spec)
-    return ServeOptions(
-        host=pick(args.host, "host", "127.0.0.1"), port=pick(args.port, "port", 8080),
-        token_env=token_env, no_auth=args.no_auth,
-        tokens=tuple(sorted(realtime.auth.tokens.items())) if realtime is not None else (),
-        max_batch_size=pick(args.max_batch_size, "max_batch_size", 64),
-        max_wait_ms=pick(args.max_wait_ms, "max_wait_ms", 2.0),
-        max_body_bytes=pick(args.max_body_bytes, "max_body_bytes", 5_000_000),
-        inference_table=Path(table) if table else None, queue_size=queue_size,
-        watch_alias=args.watch_alias or bool(realtime is not None and realtime.watch_alias),
-        watch_interval_s=args.watch_interval, limits=limits, out_of_range=action,
-        out_of_range_tolerance=tolerance)
-
-
-def run_serve(args: argparse.Namespace) -> int:
-    from dbspec.serving.server import resolve_token, resolve_tokens, serve, stderr_line
-    from dbspec.serving.source import load_version
-
-    check_serve_arguments(args)
-    spec, client, target, version = open_model(args)
-    options = serve_options(args, spec)
-    resolve_token(options)  # refuse before the slow model load
-    resolve_tokens(options)
-    loaded = load_version(client, target, version, without_torch=True)
-    serve(loaded, options, client=client, target=target, say=stderr_line)
-    return 0
-
-
-
 def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--input", metavar="PATH|TABLE",
@@ -182,57 +103,83 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where predictions go (default: serving.batch.output)")
     parser.add_argument("--format", choices=("delta", "parquet"),
                         help="output format (default: serving.batch.format, delta)")
-    parser.add_argument("--engine", choices=("local", "spark"),
-                        help="stream Arrow batches in this process (local) or score on Spark "
+    parser.add_argument("--engine", metavar="ENGINE",
+                        help="local: stream Arrow batches in this process; spark: score on "
+                             "Spark; or the engine of an installed serving-target plugin "
                              "(default: serving.batch.engine, local)")
     parser.add_argument("--master", metavar="URL",
                         help="Spark master URL for --engine spark (default: local[*])")
 
 
-def run_predict(args: argparse.Namespace) -> int:
-    import sys
+def model_choice(args: argparse.Namespace) -> Any:
+    """The :class:`~dbspec.serving.use_cases.ModelChoice` of the model arguments."""
+    from dbspec.serving.use_cases import ModelChoice
 
-    from dbspec.serving.batch import out_of_range_line, predict_local, predict_spark
-    from dbspec.serving.source import load_version
+    return ModelChoice(args.model, target=args.target, assignments=tuple(args.assignments),
+                       alias=args.alias, tracking_uri=args.tracking_uri,
+                       state_dir=args.state_dir)
 
-    spec, client, target, version = open_model(args)
-    batch = spec.serving.batch if spec is not None else None
-    source = args.input or (batch.input if batch else None)
-    output = args.output or (batch.output if batch else None)
-    if not source or not output:
-        raise UsageError("predict needs --input and --output (or a spec with serving.batch)")
+
+def serve_flags(args: argparse.Namespace) -> Any:
+    """The checked :class:`~dbspec.serving.use_cases.ServeFlags` of ``dbspec serve``."""
+    from dbspec.serving.use_cases import ServeFlags
+
+    check_serve_arguments(args)
+    return ServeFlags(**{name: getattr(args, name) for name in ServeFlags._fields})
+
+
+def predict_flags(args: argparse.Namespace) -> Any:
+    """The checked :class:`~dbspec.serving.use_cases.PredictFlags` of ``dbspec predict``."""
+    from dbspec.serving.use_cases import PredictFlags
+
     if args.input_version is not None and args.input_version < 0:
         raise UsageError(f"--input-version must be 0 or more, not {args.input_version}")
-    version_of_input = args.input_version if args.input_version is not None else (
-        batch.input_version if batch and not args.input else None)
-    fmt = args.format or (batch.format if batch else "delta")
-    engine = args.engine or (batch.engine if batch else "local")
-    ranges = out_of_range(args, spec)
-    loaded = load_version(client, target, version)
-    tty = sys.stderr.isatty()
-    print(f"scoring {source} with {target.uri} (v{version}) on {engine}", file=sys.stderr)
+    if args.engine is not None:
+        from dbspec.seams.targets import find_target
 
-    def progress(rows: int, seconds: float) -> None:
-        if tty:
+        find_target("batch", args.engine)  # an unknown engine is a usage error, found first
+    return PredictFlags(**{name: getattr(args, name) for name in PredictFlags._fields})
+
+
+def endpoint_flags(args: argparse.Namespace) -> Any:
+    """The :class:`~dbspec.serving.use_cases.EndpointFlags` of ``dbspec endpoint``."""
+    from dbspec.serving.use_cases import EndpointFlags
+
+    values = {name: getattr(args, name) for name in EndpointFlags._fields}
+    return EndpointFlags(**{**values, "assignments": tuple(args.assignments)})
+
+
+def say(text: str) -> None:
+    """A progress line on stderr (stdout keeps the command's result)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+class RowProgress:
+    """Rows scored so far, rewritten in place on a terminal's stderr (nothing elsewhere)."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, rows: int, seconds: float) -> None:
+        if self.tty:
             sys.stderr.write(f"\r  {rows:,} rows  {rows / max(seconds, 1e-9):,.0f} rows/s\x1b[K")
 
-    if engine == "spark":
-        from dbspec.spark.session import spark_session
+    def clear(self) -> None:
+        """Remove the progress line before the summary."""
+        if self.tty:
+            sys.stderr.write("\r\x1b[K")
 
-        with spark_session(spec, args.master, say=lambda text: print(text, file=sys.stderr)) \
-                as spark:
-            result = predict_spark(spark, loaded, source, output, fmt=fmt,
-                                   input_version=version_of_input, out_of_range=ranges)
-    else:
-        result = predict_local(loaded, source, output, fmt=fmt, input_version=version_of_input,
-                               progress=progress, out_of_range=ranges)
-    if tty:
-        sys.stderr.write("\r\x1b[K")
+
+def print_prediction(done: Any) -> None:
+    """``wrote N rows to OUTPUT (...) in S s, R rows/s, with MODEL vV``, and the out-of-range
+    warning on stderr."""
+    from dbspec.serving.batch import out_of_range_line
+
+    result = done.result
     written = f"Delta version {result.output_version}" if result.output_version is not None \
-        else fmt
-    print(f"wrote {result.rows:,} rows to {output} ({written}) in {result.seconds:.1f}s, "
-          f"{result.rows / max(result.seconds, 1e-9):,.0f} rows/s, with {loaded.name} "
-          f"v{loaded.version}")
+        else done.format
+    print(f"wrote {result.rows:,} rows to {done.output} ({written}) in {result.seconds:.1f}s, "
+          f"{result.rows / max(result.seconds, 1e-9):,.0f} rows/s, with {done.model_name} "
+          f"v{done.model_version}")
     if result.out_of_range_rows:
         print(f"warning: {out_of_range_line(result)}", file=sys.stderr)
-    return 0

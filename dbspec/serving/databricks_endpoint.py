@@ -383,32 +383,3 @@ def checked_name(name: str) -> str:
         raise UsageError(f"--endpoint '{name}': a serving endpoint name has letters, digits, "
                          "dashes and underscores only")
     return name[:NAME_LIMIT]
-
-
-def run_endpoint(args) -> int:
-    """The ``endpoint`` command: the spec's alias holder onto ``--endpoint`` (default: the
-    spec's name and target), created with the spec's settings when it does not exist."""
-    import os
-    from pathlib import Path
-
-    import mlflow
-
-    from dbspec.jobs.resources import endpoint_config, endpoint_name, endpoint_permissions
-    from dbspec.registry.commands import open_registry
-    from dbspec.serving.source import spec_target, tracking_uri_for
-    from dbspec.spec.loader import load_spec
-
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-    spec = load_spec(args.file, target=args.target, assignments=args.assignments).spec
-    target = spec_target(spec, alias=args.alias)
-    name = checked_name(args.endpoint or endpoint_name(spec, args.target or "default"))
-    client = open_registry(tracking_uri_for(spec, args.tracking_uri), Path(args.state_dir)).client
-    if spec.tracking.registry_uri and not os.environ.get("MLFLOW_REGISTRY_URI"):
-        client = mlflow.MlflowClient(registry_uri=spec.tracking.registry_uri)
-    result = follow_alias(workspace_client(), client, target, name,
-                          config=lambda version: endpoint_config(spec, name, version),
-                          permissions=endpoint_permissions(spec),
-                          dry_run=args.dry_run, wait=WAIT if args.wait else None)
-    print(result.describe())
-    return 0

@@ -14,7 +14,6 @@ import gc
 import ipaddress
 import os
 import socket
-import sys
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
@@ -256,7 +255,3 @@ def _best(preferred: str, fallback: str) -> str:
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def stderr_line(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)

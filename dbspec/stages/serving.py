@@ -8,6 +8,7 @@ points now), so it runs on every ``dbspec run``. Smoke runs use the version they
 from __future__ import annotations
 
 from dbspec.errors import DbspecError
+from dbspec.seams.targets import BatchRequest, find_target
 from dbspec.stages.base import StageContext, registry_name
 from dbspec.stages.outputs import BatchPredictOutput, PromoteOutput, RegisterOutput, ServeOutput
 
@@ -58,7 +59,8 @@ class BatchPredictStage:
         if batch is None or "://" in batch.input:
             return
         path = Path(batch.input).expanduser()
-        table_name = batch.engine == "spark" and "/" not in batch.input and \
+        table_name = find_target("batch", batch.engine).reads_table_names and \
+            "/" not in batch.input and \
             not batch.input.endswith((".parquet", ".csv", ".csv.gz"))  # main.ml.scoring
         if not table_name and not path.exists():
             where = "" if path.is_absolute() else f" (relative paths are read from {Path.cwd()})"
@@ -67,26 +69,24 @@ class BatchPredictStage:
                             "batch_predict that cannot read its input")
 
     def run(self, ctx: StageContext) -> BatchPredictOutput:
-        from dbspec.serving.batch import out_of_range_line, predict_local, predict_spark
+        from dbspec.serving.batch import out_of_range_line
         from dbspec.serving.source import load_version
 
         batch = ctx.spec.serving.batch
-        client, target, version = _served_version(ctx)
-        loaded = load_version(client, target, version)
+        target = find_target("batch", batch.engine)
+        client, model, version = _served_version(ctx)
+        loaded = load_version(client, model, version)
         output = str(ctx.directory / "predictions") if ctx.options.smoke else batch.output
-        ctx.reporter.line(f"  scoring {batch.input} with {target.uri} (v{version}) on "
-                          f"{batch.engine}" + (" (smoke: output kept in the run's state)"
-                                               if ctx.options.smoke else ""))
+        ctx.reporter.line(f"  scoring {batch.input} with {model.uri} (v{version}) "
+                          f"{target.summary}" + (" (smoke: output kept in the run's state)"
+                                                 if ctx.options.smoke else ""))
         setting = ctx.spec.serving.out_of_range
-        ranges = (setting.action, setting.tolerance)
-        if batch.engine == "spark":
-            result = self._on_spark(ctx, loaded, output, predict_spark, ranges)
-        else:
-            result = predict_local(
-                loaded, batch.input, output, fmt=batch.format, input_version=batch.input_version,
-                progress=lambda rows, seconds: ctx.reporter.progress("rows", rows, rows,
-                                                                     f"{rows / seconds:,.0f}/s"),
-                out_of_range=ranges)
+        result = target.run(BatchRequest(
+            loaded, batch.input, output, fmt=batch.format, input_version=batch.input_version,
+            out_of_range=(setting.action, setting.tolerance),
+            progress=lambda rows, seconds: ctx.reporter.progress("rows", rows, rows,
+                                                                 f"{rows / seconds:,.0f}/s"),
+            spec=ctx.spec, session=ctx.spark))
         ctx.reporter.line(f"  wrote {result.rows:,} rows to {output}"
                           + (f" (Delta version {result.output_version})"
                              if result.output_version is not None else "")
@@ -96,19 +96,7 @@ class BatchPredictStage:
         return BatchPredictOutput(
             rows=result.rows, output=output, format=result.format,
             out_of_range_rows=result.out_of_range_rows, output_version=result.output_version,
-            input_version=result.input_version, model_uri=target.uri, model_version=version)
-
-    @staticmethod
-    def _on_spark(ctx: StageContext, loaded, output: str, predict_spark, ranges):
-        from dbspec.spark.session import spark_session
-
-        batch = ctx.spec.serving.batch
-        if ctx.spark is not None:
-            return predict_spark(ctx.spark, loaded, batch.input, output, fmt=batch.format,
-                                 input_version=batch.input_version, out_of_range=ranges)
-        with spark_session(ctx.spec) as spark:
-            return predict_spark(spark, loaded, batch.input, output, fmt=batch.format,
-                                 input_version=batch.input_version, out_of_range=ranges)
+            input_version=result.input_version, model_uri=model.uri, model_version=version)
 
 
 class ServeStage:

@@ -50,7 +50,7 @@ def test_mistakes_in_the_section_are_located(write_spec, extra, where, message):
 
 
 def test_since_takes_an_iso_time_or_a_duration_ago():
-    from dbspec.cli.monitor_commands import parse_since
+    from dbspec.monitoring.use_case import parse_since
 
     assert parse_since("2026-01-01T00:00:00Z") == 1_767_225_600.0
     assert parse_since("2026-01-01T01:00:00+01:00") == 1_767_225_600.0

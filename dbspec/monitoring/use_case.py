@@ -1,0 +1,177 @@
+"""``dbspec monitor``'s use case: which model and table, the settings over the spec's
+``monitoring`` section, and one pass (:func:`dbspec.monitoring.passes.monitor_table`).
+
+The command line reaches :func:`monitor_served` as a :class:`MonitorFlags` record (a flag left
+out is None: the spec's value, else the default, takes its place here) and prints the
+:class:`MonitorResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Optional
+
+from dbspec.errors import DbspecError, UsageError
+
+
+class MonitorFlags(NamedTuple):
+    """``dbspec monitor``'s settings."""
+
+    model: str  #: a spec file or a ``models:/`` URI
+    target: Optional[str] = None
+    assignments: tuple[str, ...] = ()
+    table: Optional[str] = None
+    since: Optional[str] = None
+    window: Optional[str] = None
+    min_rows: Optional[int] = None
+    labels: Optional[str] = None
+    label_column: Optional[str] = None
+    on_alert: Optional[str] = None
+    alias: Optional[str] = None
+    tracking_uri: Optional[str] = None
+    state_dir: str = ".dbspec"
+
+
+class MonitorResult(NamedTuple):
+    """What a pass found and did, with the table and window it read."""
+
+    outcome: Any  #: :class:`~dbspec.monitoring.passes.PassOutcome`
+    table: str
+    window: str
+
+
+class _Resolved(NamedTuple):
+    spec: Any  # the spec, or None for a models:/ URI
+    section: Any  # MonitoringSpec
+    target: Any  # ModelTarget
+    table: str
+
+
+def parse_since(text: str, now: Optional[float] = None) -> float:
+    """Epoch seconds of ``--since``: an ISO time (UTC unless it says otherwise) or a duration
+    before ``now``.
+
+    Raises:
+        UsageError: neither.
+    """
+    from dbspec.spec.sections.monitoring import duration_seconds
+
+    try:
+        return (time.time() if now is None else now) - duration_seconds(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--since '{text}': expected an ISO time such as 2026-01-31T12:00Z "
+                         "or a duration ago such as 90m, 24h or 7d") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def monitor_settings(flags: MonitorFlags, section: Any) -> tuple[Any, str]:
+    """(MonitorSettings, window text) from the flags over the spec's section.
+
+    Raises:
+        UsageError: a window, ``--min-rows`` or ``--since`` that means nothing.
+    """
+    from dbspec.monitoring.drift import Thresholds
+    from dbspec.monitoring.monitor import MonitorSettings
+    from dbspec.spec.sections.monitoring import duration_seconds
+
+    window = flags.window or section.window
+    try:
+        window_s = duration_seconds(window)
+    except ValueError as exc:
+        raise UsageError(f"--window {exc}") from None
+    if flags.min_rows is not None and flags.min_rows < 1:
+        raise UsageError(f"--min-rows must be at least 1, not {flags.min_rows}")
+    since = flags.since or section.lookback
+    since = None if since in (None, "all") else parse_since(since)
+    thresholds = Thresholds(**section.thresholds.model_dump())
+    return MonitorSettings(window_s=window_s, since=since,
+                           min_rows=flags.min_rows or section.min_rows, thresholds=thresholds,
+                           checks=tuple(section.checks)), window
+
+
+def _resolve(flags: MonitorFlags, say: Callable[[str], None]) -> _Resolved:
+    """The spec (or None), its monitoring section, the model and the table; ``--alias``
+    replaces the model's alias (the one tag and rollback act on), not which rows are read."""
+    from dbspec.serving.source import parse_model_uri, spec_target
+    from dbspec.spec.loader import load_spec
+    from dbspec.spec.sections.monitoring import MonitoringSpec, default_alias
+
+    if flags.model.startswith("models:/"):
+        if flags.target or flags.assignments:
+            raise UsageError("--target and --set apply to a spec, not to a models:/ URI")
+        if not flags.table:
+            raise UsageError("a models:/ URI names no inference table: give --table PATH")
+        target = parse_model_uri(flags.model)
+        return _Resolved(None, MonitoringSpec(),
+                         target._replace(alias=flags.alias or target.alias), flags.table)
+    loaded = load_spec(flags.model, target=flags.target, assignments=list(flags.assignments))
+    for diag in loaded.warnings:
+        say(diag.format())
+    spec = loaded.spec
+    section = spec.monitoring or MonitoringSpec()
+    configured = spec.serving.realtime.inference_table
+    table = flags.table or section.table or (configured.path if configured else None)
+    if table is None:
+        raise UsageError(f"spec '{spec.name}' names no inference table: set "
+                         "serving.realtime.inference_table or monitoring.table, or give --table")
+    return _Resolved(spec, section, spec_target(spec, alias=flags.alias or default_alias(spec)),
+                     table)
+
+
+def _labels(flags: MonitorFlags, resolved: _Resolved, say: Callable[[str], None]) -> Any:
+    """The labels to join for quality metrics, or None without a labels file."""
+    from dbspec.monitoring.labels import read_labels
+
+    section, spec = resolved.section, resolved.spec
+    path = flags.labels or (section.labels.path if section.labels else None)
+    if not path:
+        return None
+    key = section.labels.key if section.labels else "request_id"
+    column = flags.label_column or (section.labels.column if section.labels else None) or \
+        (spec.data.target if spec is not None else "target")
+    labels = read_labels(path, key, column)
+    if labels.pending:
+        say(f"labels {path}: {labels.pending:,} row(s) without a label yet are left out")
+    return labels
+
+
+def monitor_served(flags: MonitorFlags, *,
+                   say: Callable[[str], None] = print) -> MonitorResult:
+    """One monitoring pass over the served model's inference table.
+
+    Raises:
+        UsageError: flags that mean nothing, or no inference table named.
+        DbspecError: no rows to monitor, an unreadable table or labels, or a tracking store
+            that stopped answering.
+    """
+    from mlflow.exceptions import MlflowException
+
+    from dbspec.monitoring.monitor import open_inference_table
+    from dbspec.monitoring.passes import MonitorPass, monitor_table
+    from dbspec.registry.commands import open_registry
+    from dbspec.serving.source import tracking_uri_for
+
+    resolved = _resolve(flags, say)
+    settings, window = monitor_settings(flags, resolved.section)
+    dataset = open_inference_table(resolved.table)
+    labels = _labels(flags, resolved, say)
+    registry = open_registry(tracking_uri_for(resolved.spec, flags.tracking_uri),
+                             Path(flags.state_dir))
+    run = MonitorPass(resolved.spec, resolved.section, resolved.target, resolved.table,
+                      settings, window, dataset, labels)
+    try:
+        outcome = monitor_table(registry, run,
+                                on_alert=flags.on_alert or resolved.section.on_alert,
+                                state_dir=Path(flags.state_dir), since=flags.since)
+    except MlflowException as exc:  # a store that stopped answering midway
+        raise DbspecError(f"the tracking store at {registry.client.tracking_uri} failed: "
+                          f"{str(exc).splitlines()[0]}") from None
+    return MonitorResult(outcome, resolved.table, window)

@@ -1,0 +1,182 @@
+"""The serving-target seam: where a registered model version is put to use.
+
+A serving target is one module (``dbspec/targets/<name>.py``, or an installed plugin
+registering an entry point in ``dbspec.serving_targets``) that takes a loaded model version
+somewhere: a REST server in this process (``dbspec serve``), batch scoring in this process or
+on Spark (``dbspec predict`` and the plan's ``batch_predict`` stage), or a Databricks Model
+Serving endpoint (``dbspec endpoint`` and the generated job's ``update_endpoint`` task).
+
+A target says which ``serving.mode`` it carries out and, within that mode, the *engine* that
+picks it: the batch engine (``serving.batch.engine``, ``predict --engine``) or where a realtime
+endpoint runs. Callers find it with :func:`find_target` (``find_target("batch",
+spec.serving.batch.engine)``) and hand it one request; they never switch on its name.
+
+Adding a target: write its module with a ``TARGET`` object implementing
+:class:`ServingTarget`, then add one line to ``TARGETS`` below (built-in) or register it as an
+entry point in the ``dbspec.serving_targets`` group of your own package (plugin). A batch
+target whose engine is new is then chosen by ``dbspec predict --engine <engine>``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable, NamedTuple, Optional, Protocol, runtime_checkable
+
+from dbspec.errors import UsageError
+from dbspec.plugins import KindRegistry
+
+
+def _quiet(text: str) -> None:
+    """Say nothing (the default of a request's ``say``)."""
+
+
+class BatchRequest(NamedTuple):
+    """Score one table with one model version: what a batch target's ``run`` takes.
+
+    Attributes:
+        loaded: The model version (:class:`dbspec.serving.app.LoadedModel`).
+        source: The input: a Parquet, CSV or Delta path, or a table name where the target
+            :attr:`~ServingTarget.reads_table_names`.
+        output: Where the predictions go.
+        fmt: ``delta`` or ``parquet``.
+        input_version: The input's Delta version; None: the latest.
+        out_of_range: ``serving.out_of_range``'s (action, tolerance).
+        progress: Called with (rows, seconds) as batches are written, where the target can.
+        spec: The spec whose settings a session the target starts follows (Spark's), or None.
+        session: A session to score in (the Spark executor's); None: the target starts one.
+        master: Where a session the target starts connects (a Spark master URL), or None.
+        say: Where the target's own messages go (a session starting).
+
+    Returns of ``run``: :class:`dbspec.serving.batch.BatchResult`.
+    """
+
+    loaded: Any
+    source: str
+    output: str
+    fmt: str = "delta"
+    input_version: Optional[int] = None
+    out_of_range: tuple[str, float] = ("warn", 0.5)
+    progress: Optional[Callable[[int, float], None]] = None
+    spec: Any = None
+    session: Any = None
+    master: Optional[str] = None
+    say: Callable[[str], None] = _quiet
+
+
+class ServeRequest(NamedTuple):
+    """Serve one model version until stopped: what a realtime target's ``run`` takes.
+
+    Attributes:
+        loaded: The model version.
+        options: The server's settings (:class:`dbspec.serving.server.ServeOptions`).
+        client: The registry client, for following the alias; None: no follow.
+        model: Which registered model and alias (:class:`dbspec.serving.source.ModelTarget`).
+        say: Where the server's messages go.
+
+    Returns of ``run``: None, once the server has stopped.
+    """
+
+    loaded: Any
+    options: Any
+    client: Any = None
+    model: Any = None
+    say: Callable[[str], None] = print
+
+
+class EndpointRequest(NamedTuple):
+    """Point a remote endpoint at the version an alias holds: what a deploying realtime
+    target's ``run`` takes.
+
+    Attributes:
+        client: The registry client that reads the alias.
+        model: Which registered model and alias (:class:`dbspec.serving.source.ModelTarget`).
+        endpoint: The endpoint's name.
+        config: Version -> the endpoint's (served entities, settings) for a new endpoint.
+        permissions: The access levels to set on the endpoint; None: leave them.
+        dry_run: Report what would change; change nothing.
+        wait: How long to wait for the new version to serve (a ``timedelta``); None: no wait.
+
+    Returns of ``run``: :class:`dbspec.serving.databricks_endpoint.EndpointUpdate`.
+    """
+
+    client: Any
+    model: Any
+    endpoint: str
+    config: Callable[[str], Any]
+    permissions: Optional[list] = None
+    dry_run: bool = False
+    wait: Any = None
+
+
+@runtime_checkable
+class ServingTarget(Protocol):
+    """What dbspec asks of a serving target.
+
+    Attributes:
+        name: The target's name in :data:`TARGETS`.
+        mode: The ``serving.mode`` it carries out: ``realtime`` or ``batch``.
+        engine: What picks it within its mode: the batch engine (``serving.batch.engine``,
+            ``predict --engine``) or where a realtime endpoint runs (``local``,
+            ``databricks``).
+        reads_table_names: Whether its input may name a catalog table rather than a path.
+        summary: Where it runs, in a few words, for progress lines (``on Spark``).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def reads_table_names(self) -> bool: ...
+
+    @property
+    def summary(self) -> str: ...
+
+    def run(self, request: Any) -> Any:
+        """Carry out one request of the kind its mode takes (:class:`BatchRequest`,
+        :class:`ServeRequest` or :class:`EndpointRequest`; see each for what comes back)."""
+
+
+#: The serving targets: dbspec's own, plus those of installed plugins.
+TARGETS: KindRegistry[ServingTarget] = KindRegistry(
+    "dbspec.serving_targets", "serving target", {
+        "rest": "dbspec.targets.rest:TARGET",
+        "batch_local": "dbspec.targets.batch_local:TARGET",
+        "batch_spark": "dbspec.targets.batch_spark:TARGET",
+        "databricks_endpoint": "dbspec.targets.databricks_endpoint:TARGET",
+    })
+
+
+def engines(mode: str) -> dict[str, ServingTarget]:
+    """Engine -> target, for every target of ``mode`` that loads (built-ins first)."""
+    found: dict[str, ServingTarget] = {}
+    for target in TARGETS.load_all().values():
+        if target.mode == mode:
+            found.setdefault(target.engine, target)
+    return found
+
+
+def find_target(mode: str, engine: str) -> ServingTarget:
+    """The target that carries out ``mode`` on ``engine``.
+
+    Raises:
+        UsageError: no target does (with the closest engine, the known ones, and plugins
+            that failed to load).
+    """
+    found = engines(mode)
+    if engine in found:
+        return found[engine]
+    close = difflib.get_close_matches(engine, list(found), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    failed = TARGETS.failures()
+    broken = ("; serving targets that failed to load: "
+              + "; ".join(f"{name}: {why}" for name, why in sorted(failed.items()))
+              if failed else "")
+    raise UsageError(f"no {mode} serving target runs on {engine!r}{hint}; known engines: "
+                     f"{', '.join(found) or 'none'} (more come from packages registering "
+                     f"entry points in {TARGETS.group!r}){broken}")

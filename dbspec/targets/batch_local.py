@@ -1,0 +1,30 @@
+"""The ``batch_local`` serving target: Arrow record batches stream from the input through the
+model in this process (``serving.batch.engine: local``; :mod:`dbspec.serving.batch_local`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbspec.seams.targets import BatchRequest
+
+
+class LocalBatchTarget:
+    """Score a Parquet, CSV or Delta path in this process, larger than memory or not."""
+
+    name = "batch_local"
+    mode = "batch"
+    engine = "local"
+    reads_table_names = False
+    summary = "in this process"
+
+    def run(self, request: BatchRequest) -> Any:
+        """Score ``request.source`` into ``request.output``; returns the ``BatchResult``."""
+        from dbspec.serving.batch_local import predict_local
+
+        progress = request.progress or (lambda rows, seconds: None)
+        return predict_local(request.loaded, request.source, request.output, fmt=request.fmt,
+                             input_version=request.input_version, progress=progress,
+                             out_of_range=request.out_of_range)
+
+
+TARGET = LocalBatchTarget()

@@ -1,0 +1,35 @@
+"""The ``databricks_endpoint`` serving target: a Databricks Model Serving endpoint kept on the
+version an alias holds (``dbspec endpoint``, the job's ``update_endpoint`` task;
+:mod:`dbspec.serving.databricks_endpoint`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dbspec.seams.targets import EndpointRequest
+
+
+class DatabricksEndpointTarget:
+    """Create the endpoint on the alias holder, or move its served version there."""
+
+    name = "databricks_endpoint"
+    mode = "realtime"
+    engine = "databricks"
+    reads_table_names = False
+    summary = "on Databricks Model Serving"
+
+    def run(self, request: EndpointRequest) -> Any:
+        """Follow the alias with the workspace's credentials; returns the ``EndpointUpdate``.
+
+        Raises:
+            DbspecError: no Databricks credentials, or the workspace refused a call.
+        """
+        from dbspec.serving.databricks_endpoint import follow_alias, workspace_client
+
+        return follow_alias(workspace_client(), request.client, request.model,
+                            request.endpoint, config=request.config,
+                            permissions=request.permissions, dry_run=request.dry_run,
+                            wait=request.wait)
+
+
+TARGET = DatabricksEndpointTarget()
