@@ -72,6 +72,7 @@ class KindRegistry(Generic[T]):
             ValueError: ``name`` was not registered at run time (a built-in or a plugin).
         """
         with self._lock:
+            self._scan()
             if self._origins.get(name) != "registered at run time":
                 raise ValueError(f"{self.noun} {name!r} was not registered at run time "
                                  f"({self._origins.get(name, 'unknown')}); only such kinds "
