@@ -135,7 +135,10 @@ def _target(frame, data: DataSpec) -> tuple[np.ndarray, Optional[list[Any]]]:
 
 
 def _is_numeric(dtype) -> bool:
-    return dtype.kind in "biuf"
+    """Booleans, integers and reals (pandas' nullable ones too); not complex numbers."""
+    from pandas.api.types import is_complex_dtype, is_numeric_dtype
+
+    return is_numeric_dtype(dtype) and not is_complex_dtype(dtype)
 
 
 def _plain(value: Any) -> Any:
@@ -211,6 +214,7 @@ def fit_preprocessing(data: DataSpec, table: Table, train: np.ndarray, *,
     x = table.features[train].astype(np.float64)
     names = table.feature_names
     fitted: list[FittedStep] = []
+    imputed: set[int] = set()
     for index, step in enumerate(data.preprocessing):
         args = step.args
         where = f"data.preprocessing.{index}.{step.key}"
@@ -222,6 +226,7 @@ def fit_preprocessing(data: DataSpec, table: Table, train: np.ndarray, *,
                     np.full(len(cols), args.fill_value))
             fill = np.where(np.isnan(fill), 0.0, fill)  # an all-missing column fills with 0
             fitted.append(FittedStep("impute", cols, {"fill": fill.tolist()}))
+            imputed.update(cols)
             x[:, cols] = np.where(np.isnan(part), fill, part)
             continue
         _require_complete(part, [names[c] for c in cols], where)
@@ -235,7 +240,6 @@ def fit_preprocessing(data: DataSpec, table: Table, train: np.ndarray, *,
         fitted.append(FittedStep("scale", cols, {"center": center.tolist(),
                                                  "scale": scale.tolist()}))
         x[:, cols] = (part - center) / scale
-    imputed = {c for step in fitted if step.kind == "impute" for c in step.columns}
     everywhere = np.isnan(table.features).any(axis=0) if missing is None \
         else missing  # validation and test rows too
     unfilled = [names[j] for j in np.flatnonzero(np.isnan(x).any(axis=0) | everywhere)

@@ -127,46 +127,72 @@ def _check_complete(data: DataSpec, names: list[str], train_missing: set) -> Non
 
 
 def _exact_moments(data: DataSpec, fitted: list[FittedStep], m: Moments) -> None:
-    """Replace sample estimates by exact values where the sums give them (module docstring)."""
-    n = float(m.rows)
-    count, s1, s2 = m.count.copy(), m.total.copy(), m.squares.copy()
-    low, high = m.low.copy(), m.high.copy()
-    exact = np.ones(len(s1), dtype=bool)
+    """Replace sample estimates by exact values where the sums give them (module docstring).
+
+    The running sums are carried through the steps in order, each step's kind updating them
+    as its transform would (``_EXACT`` holds one function per fitted-step kind).
+    """
+    sums = _Running(float(m.rows), m.count.copy(), m.total.copy(), m.squares.copy(),
+                    m.low.copy(), m.high.copy(), np.ones(len(m.total), dtype=bool))
     for step, spec_step in zip(fitted, data.preprocessing):
-        cols = np.array(step.columns, dtype=np.int64)
-        if step.kind == "impute":
-            fill = np.array(step.params["fill"], dtype=np.float64)
-            if spec_step.args.strategy == "mean":
-                mean = np.where(count[cols] > 0, s1[cols] / np.maximum(count[cols], 1), 0.0)
-                fill = np.where(exact[cols], mean, fill)
-                step.params["fill"] = fill.tolist()
-            gap = n - count[cols]
-            s1[cols] += fill * gap
-            s2[cols] += fill * fill * gap
-            low[cols] = np.where(gap > 0, np.fmin(low[cols], fill), low[cols])
-            high[cols] = np.where(gap > 0, np.fmax(high[cols], fill), high[cols])
-            count[cols] = n
-            continue
-        if step.kind == "clip":
-            exact[cols] = False
-            continue
-        center = np.array(step.params["center"], dtype=np.float64)
-        scale = np.array(step.params["scale"], dtype=np.float64)
-        if spec_step.key in ("standard_scale", "minmax_scale"):
-            if spec_step.key == "standard_scale":
-                mean = s1[cols] / n
-                deviation = np.sqrt(np.maximum(s2[cols] / n - mean * mean, 0.0))
-                new_center, new_scale = mean, deviation
-            else:
-                new_center, new_scale = low[cols], high[cols] - low[cols]
-            new_scale = np.where(new_scale > 0, new_scale, 1.0)
-            center = np.where(exact[cols], new_center, center)
-            scale = np.where(exact[cols], new_scale, scale)
-            step.params.update(center=center.tolist(), scale=scale.tolist())
-        s1_old = s1[cols]
-        s1[cols] = (s1_old - n * center) / scale
-        s2[cols] = (s2[cols] - 2 * center * s1_old + n * center * center) / (scale * scale)
-        low[cols], high[cols] = (low[cols] - center) / scale, (high[cols] - center) / scale
+        _EXACT[step.kind](sums, step, spec_step, np.array(step.columns, dtype=np.int64))
+
+
+@dataclass
+class _Running:
+    """The moments of every column as the preprocessing steps transform it."""
+
+    n: float
+    count: np.ndarray
+    s1: np.ndarray
+    s2: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    exact: np.ndarray  # whether a column's values are still known exactly from the sums
+
+
+def _exact_impute(r: _Running, step: FittedStep, spec_step: Any, cols: np.ndarray) -> None:
+    fill = np.array(step.params["fill"], dtype=np.float64)
+    if spec_step.args.strategy == "mean":
+        mean = np.where(r.count[cols] > 0, r.s1[cols] / np.maximum(r.count[cols], 1), 0.0)
+        fill = np.where(r.exact[cols], mean, fill)
+        step.params["fill"] = fill.tolist()
+    gap = r.n - r.count[cols]
+    r.s1[cols] += fill * gap
+    r.s2[cols] += fill * fill * gap
+    r.low[cols] = np.where(gap > 0, np.fmin(r.low[cols], fill), r.low[cols])
+    r.high[cols] = np.where(gap > 0, np.fmax(r.high[cols], fill), r.high[cols])
+    r.count[cols] = r.n
+
+
+def _exact_clip(r: _Running, step: FittedStep, spec_step: Any, cols: np.ndarray) -> None:
+    r.exact[cols] = False  # clipping moves values by amounts the sums cannot tell
+
+
+def _exact_scale(r: _Running, step: FittedStep, spec_step: Any, cols: np.ndarray) -> None:
+    n = r.n
+    center = np.array(step.params["center"], dtype=np.float64)
+    scale = np.array(step.params["scale"], dtype=np.float64)
+    if spec_step.key in ("standard_scale", "minmax_scale"):
+        if spec_step.key == "standard_scale":
+            mean = r.s1[cols] / n
+            deviation = np.sqrt(np.maximum(r.s2[cols] / n - mean * mean, 0.0))
+            new_center, new_scale = mean, deviation
+        else:
+            new_center, new_scale = r.low[cols], r.high[cols] - r.low[cols]
+        new_scale = np.where(new_scale > 0, new_scale, 1.0)
+        center = np.where(r.exact[cols], new_center, center)
+        scale = np.where(r.exact[cols], new_scale, scale)
+        step.params.update(center=center.tolist(), scale=scale.tolist())
+    s1_old = r.s1[cols]
+    r.s1[cols] = (s1_old - n * center) / scale
+    r.s2[cols] = (r.s2[cols] - 2 * center * s1_old + n * center * center) / (scale * scale)
+    r.low[cols] = (r.low[cols] - center) / scale
+    r.high[cols] = (r.high[cols] - center) / scale
+
+
+#: How each kind of fitted step (data.prepare.FittedStep.kind) moves the running sums.
+_EXACT = {"impute": _exact_impute, "clip": _exact_clip, "scale": _exact_scale}
 
 
 def _target_scale(task: str, targets: list[np.ndarray]) -> tuple[float, float]:
