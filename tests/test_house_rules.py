@@ -53,8 +53,8 @@ ARGPARSE_OUTSIDE_CLI: set[str] = set()
 #: table, the kind's module, one more.
 KIND_FILES = {"single_gpu": 3, "torch_distributor": 3, "deepspeed": 3, "ray": 3,
               "serverless_gpu": 3, "sklearn": 3, "synthetic": 3, "spark_table": 3}
-#: ``.kind ==`` / ``in`` / ``!=`` comparisons outside dbspec/spec/sections (the goal is 15).
-MAX_KIND_SWITCHES = 26
+#: ``.kind ==`` / ``in`` / ``!=`` comparisons outside dbspec/spec/sections (issue 30: at most 15).
+MAX_KIND_SWITCHES = 15
 #: Entries of the ratchets in pyproject.toml when they began.
 RUFF_RATCHET_FILES = 20
 MYPY_RATCHET_MODULES = 67
@@ -192,13 +192,16 @@ def test_a_kind_spelling_count_is_not_looser_than_needed():
 
 
 def test_few_switches_on_kind():
-    pattern = re.compile(r"\.kind (==|!=|in|not in) ")
+    # numpy's ``dtype.kind`` is a type code, not one of dbspec's kinds: it does not count
+    pattern = re.compile(r"(?<!dtype)\.kind (==|!=|in|not in) ")
     found = [f"{rel(p)}:{i}" for p in modules() if not rel(p).startswith("spec/sections/")
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
              if pattern.search(line)]
     assert len(found) <= MAX_KIND_SWITCHES, \
         f"{len(found)} switches on .kind (at most {MAX_KIND_SWITCHES}; ask the kind): " + \
         ", ".join(found)
+    assert len(found) == MAX_KIND_SWITCHES or len(found) <= 15, \
+        f"only {len(found)} switches on .kind remain: lower MAX_KIND_SWITCHES to that"
 
 
 def test_the_pyproject_ratchets_do_not_grow():

@@ -162,14 +162,14 @@ def apply_roles(tracking_uri: str, roles: Any, resources: list[Resource]) -> Rol
     from mlflow.server.auth.client import AuthServiceClient
 
     auth = AuthServiceClient(tracking_uri)
-    report.skipped = [str(p) for _, p in roles.members() if p.kind != "user"]
+    report.skipped = [str(p) for _, p in roles.members() if not p.is_user]
     if report.skipped:
         report.lines.append(f"  skipped {', '.join(report.skipped)}: MLflow's own auth has users "
                             "only (no groups or service principals); dbspec jobs grants them in "
                             "Unity Catalog")
     known: dict[str, Optional[dict]] = {}
     for role, principal in roles.members():
-        if principal.kind != "user":
+        if not principal.is_user:
             continue
         user, target = principal.name, ROLE_PERMISSIONS[role]
         if user not in known:

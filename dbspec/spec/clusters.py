@@ -127,7 +127,7 @@ def _check_cluster(spec, c: ResolvedCluster) -> Iterator[Problem]:
         node_gpus = gpus_of(settings.driver_node_type_id, cloud)  # ranks run on the driver
     gpu_node = node_gpus is None or node_gpus > 0
     yield from _check_engine(settings, path, gpu_node, training)
-    if settings.use_ml_runtime and settings.kind != "CLASSIC_PREVIEW":
+    if settings.use_ml_runtime and settings.kind is None:  # its one value is CLASSIC_PREVIEW
         yield Problem(path + ("use_ml_runtime",), "use_ml_runtime needs kind: CLASSIC_PREVIEW "
                       "(the Clusters API refuses it otherwise)")
     if settings.use_ml_runtime and (name.ml or name.gpu):

@@ -33,6 +33,11 @@ class Principal(NamedTuple):
     def __str__(self) -> str:
         return f"{self.kind}:{self.name}"
 
+    @property
+    def is_user(self) -> bool:
+        """A person (MLflow's own auth knows users only: no groups or service principals)."""
+        return self.kind == "user"
+
 
 def parse_principal(text: str) -> Principal:
     """The principal a normalised ``kind:name`` string (as :class:`RolesSpec` holds) names."""
