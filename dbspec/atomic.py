@@ -58,7 +58,7 @@ def remove_leftovers(target: Path) -> list[Path]:
     Staging directories of dead processes are deleted. An old directory set aside by a write
     that died between its two renames is put back when the target is missing, else deleted.
     """
-    handled = []
+    handled: list[Path] = []
     parent = target.parent
     if not parent.is_dir():
         return handled

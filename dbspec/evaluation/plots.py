@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -110,6 +110,6 @@ def _precision_recall(ax, *, task, y_true, predictions, classes, **_):
     ax.legend(fontsize="small")
 
 
-_DRAW = {"loss_curve": _loss_curve, "residuals": _residuals,
+_DRAW: dict[str, Callable[..., None]] = {"loss_curve": _loss_curve, "residuals": _residuals,
          "predicted_vs_actual": _predicted_vs_actual, "confusion_matrix": _confusion_matrix,
          "roc": _roc, "precision_recall": _precision_recall}

@@ -156,7 +156,8 @@ def diagnose(samples: Sequence[Sample], history: Sequence[dict], facts: RunFacts
 
 
 def _split_by_load(samples: Sequence[Sample], facts: RunFacts) -> _Load:
-    quiet, contended = [], []
+    quiet: list[Sample] = []
+    contended: list[Sample] = []
     for sample in samples:
         others = _others_cores(sample, facts.cpu_count)
         busy = sample.system_cpu >= MACHINE_SATURATED_PERCENT and others >= OTHERS_MIN_CORES

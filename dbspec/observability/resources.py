@@ -10,10 +10,15 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
 
-class GpuSample(NamedTuple):
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one moment (a dataclass: a tuple's own ``index`` method would shadow
+    the field)."""
+
     index: int
     utilization: float  # percent of the interval a kernel ran
     memory_used_mb: float

@@ -128,8 +128,8 @@ class Registry:
         adopted = same[0] if same else None
         extras = [v for v in same[1:] if _undecided(v)]
         abandoned = [str(v.version) for v in extras]  # duplicates of an older bug
-        for extra in extras:
-            abandon(self.client, name, str(extra.version), f"duplicate of v{adopted.version}")
+        for extra in extras:  # there are extras only when something was adopted
+            abandon(self.client, name, str(extra.version), f"duplicate of v{same[0].version}")
         abandoned += abandon_dead(self.client, name,
                                   keep=str(adopted.version) if adopted else None)
         if adopted is not None:

@@ -11,7 +11,7 @@ from typing import Any, Iterator, NamedTuple
 
 import yaml
 
-from dbspec.errors import Diagnostic, SpecError, UsageError
+from dbspec.errors import Diagnostic, Severity, SpecError, UsageError
 
 MAX_BYTES = 1_000_000
 MAX_DEPTH = 64
@@ -102,7 +102,7 @@ class Document(NamedTuple):
             found_last = i == len(path) - 1
         return tuple(matched), node, found_last
 
-    def diagnostic(self, path: tuple, message: str, severity: str = "error", *,
+    def diagnostic(self, path: tuple, message: str, severity: Severity = "error", *,
                    at_key: bool = False, display_path: str | None = None) -> Diagnostic:
         """Build a diagnostic positioned at ``path`` (or its nearest existing parent)."""
         matched, node, found = self.locate(path)

@@ -27,7 +27,8 @@ def boolean_numbers(model: BaseModel, data: Any, path: tuple = ()) -> Iterator[t
             continue
         where = (*path, key)
         if isinstance(raw, bool):
-            if _numbers_only(fields[name].annotation):
+            annotation: Any = fields[name].annotation  # a type or a typing form
+            if annotation is not None and _numbers_only(annotation):
                 yield where, raw
             continue
         yield from _walk(getattr(model, name, None), raw, where)

@@ -30,7 +30,8 @@ def infer_shapes(layers: list, input_shape: Shape) -> list[Shape]:
     Raises:
         ShapeError: with the index of the first layer that cannot work.
     """
-    shapes, shape = [], input_shape
+    shapes: list[Shape] = []
+    shape = input_shape
     for index, layer in enumerate(layers):
         try:
             shape = _output_shape(layer.key, layer.args, shape)

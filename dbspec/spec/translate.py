@@ -48,7 +48,8 @@ _SHOW_LIMIT = 60
 def translate(exc: ValidationError, document: Document, root: type[BaseModel]) -> list[Diagnostic]:
     """Diagnostics for every pydantic error: positioned, merged per value, rewritten."""
     groups: dict[tuple, list[dict]] = {}
-    for error in exc.errors(include_url=False):
+    for details in exc.errors(include_url=False):
+        error: dict[str, Any] = dict(details)  # pydantic's TypedDict, as the plain dict the helpers take
         loc = _clean_loc(error["loc"], document)
         discriminator = str((error.get("ctx") or {}).get("discriminator", ""))
         if error["type"] == "union_tag_invalid" and "()" not in discriminator:

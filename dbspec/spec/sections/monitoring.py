@@ -111,7 +111,7 @@ def check_monitoring(spec: Any) -> list[tuple[tuple, str]]:
     monitoring = spec.monitoring
     if monitoring is None:
         return []
-    found = []
+    found: list[tuple[tuple, str]] = []
     if spec.registry is None:
         found.append((("monitoring",), "monitoring reads the reference profile of a registered "
                       "model version; add a registry section with a name"))
