@@ -59,6 +59,13 @@ class Reshape(nn.Module):
         return f"shape={self.shape}"
 
 
+#: Layers built without settings
+_WITHOUT_ARGS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU, "gelu": nn.GELU, "selu": nn.SELU, "silu": nn.SiLU, "mish": nn.Mish,
+    "softplus": nn.Softplus, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "identity": nn.Identity,
+    "flatten": nn.Flatten}
+
+
 def _pool_stride(args) -> Any:
     return args.stride if args.stride is not None else args.kernel
 
@@ -75,11 +82,8 @@ def _layer(name: str, args, shape: tuple[int, ...], *, vocabulary: Optional[int]
     Raises:
         _Unbuildable: settings that cannot be built (the caller locates them).
     """
-    simple = {"relu": nn.ReLU, "gelu": nn.GELU, "selu": nn.SELU, "silu": nn.SiLU,
-              "mish": nn.Mish, "softplus": nn.Softplus, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
-              "identity": nn.Identity, "flatten": nn.Flatten}
-    if name in simple:
-        return simple[name]()
+    if name in _WITHOUT_ARGS:
+        return _WITHOUT_ARGS[name]()
     if name == "linear":
         return nn.Linear(shape[-1], args.out, bias=args.bias)
     if name in ("conv1d", "conv2d"):
@@ -208,17 +212,20 @@ def _located(exc: LayoutError) -> ModelError:
     return ModelError(f"{'.'.join(map(str, exc.path))}: {exc.message}")
 
 
-_KIND_OF = {"categorical": "index", "text": "tokens", "image": "image"}
+def _fitted_features(inputs: list[dict]) -> tuple[list[int], list, dict[str, tuple]]:
+    """The numeric features' matrix columns, the other features' specs, and each of those
+    by name: ``(fitted input, first column, column after the last)``.
 
-
-def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNetwork:
-    """The :class:`TypedNetwork` for the fitted ``inputs`` (see :func:`build_network`)."""
+    Raises:
+        ModelError: a fitted input whose feature spec is invalid or not of its type.
+    """
     from pydantic import TypeAdapter, ValidationError
 
     from dbspec.spec.sections.features import TypedFeature
 
     adapter = TypeAdapter(TypedFeature)
-    numeric, features, fitted, start = [], [], {}, 0
+    numeric: list[int] = []
+    features, fitted, start = [], {}, 0
     for entry in inputs:
         stop = start + len(entry["columns"])
         if entry["type"] == "numeric":
@@ -234,6 +241,15 @@ def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNet
                                  f"{entry['type']} with a {features[-1].type} spec")
             fitted[entry["name"]] = (entry, start, stop)
         start = stop
+    return numeric, features, fitted
+
+
+_KIND_OF = {"categorical": "index", "text": "tokens", "image": "image"}
+
+
+def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNetwork:
+    """The :class:`TypedNetwork` for the fitted ``inputs`` (see :func:`build_network`)."""
+    numeric, features, fitted = _fitted_features(inputs)
     for name in model.encoders:
         if name not in fitted:
             raise ModelError(f"model.encoders.{name}: no non-numeric feature '{name}'; the "

@@ -522,7 +522,7 @@ def test_a_data_error_in_a_real_process_has_no_traceback(rows):
 # resolve_features directly: how a plain name is typed by its column
 
 def resolve(frame, features=None):
-    from dbspec.models.encoding import resolve_features
+    from dbspec.models.feature_types import resolve_features
     from dbspec.spec.sections.data import DataSpec
 
     data = DataSpec.model_validate({"source": {"kind": "parquet", "path": "x.parquet"},
