@@ -22,10 +22,9 @@ from torch import nn
 from dbspec.errors import DbspecError
 from dbspec.models.resnet import ResNetBody, WeightsError, freeze, load_weights as load_resnet
 from dbspec.models.card import has_typed_inputs
-from dbspec.models.typed import (AttentionCombiner, ConcatCombiner, FeatureEncoder,
-                                 GlobalPool, ImageAugment, MaskedSequential, Recurrent,
-                                 SelfAttention, SequenceTransformer, TokenEmbedding,
-                                 TypedNetwork)
+from dbspec.models.typed import (COMBINERS, FeatureEncoder, GlobalPool, ImageAugment,
+                                 MaskedSequential, Recurrent, SelfAttention,
+                                 SequenceTransformer, TokenEmbedding, TypedNetwork)
 from dbspec.spec.layout import LayoutError, combined_width, encoded_inputs, encoder_width
 from dbspec.spec.sections.network import ModelSpec
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
@@ -266,7 +265,7 @@ def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNet
         if last - first != item.width:
             raise ModelError(f"model: the fitted input '{item.name}' takes {last - first} "
                              f"columns; its shape {format_shape(item.shape)} needs {item.width}")
-        own = item.encoder.kind == "layers"
+        own = item.encoder.own_layers
         place = f"model.encoders.{item.name}"
         layers = _build_layers(item.layers, [item.shape] + infer_shapes(item.layers,
                                                                          item.shape)[:-1],
@@ -279,9 +278,8 @@ def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNet
                    if item.type == "image" and feature.augment is not None else None)
         encoders.append(FeatureEncoder(item.name, kind, item.shape, layers, augment))
         columns.append((first, last))
-    combiner = ConcatCombiner() if model.combiner.kind == "concat" else AttentionCombiner(
-        ([len(numeric)] if numeric else []) + widths, model.combiner.width,
-        model.combiner.heads, model.combiner.layers, model.combiner.dropout)
+    combiner = COMBINERS[model.combiner.kind].from_spec(
+        model.combiner, ([len(numeric)] if numeric else []) + widths)
     try:
         shapes = infer_shapes(model.layers, (width,))
     except ShapeError as exc:

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from dbspec.spec.sections.network import LayerSpec
+from dbspec.spec.sections.layers import LayerSpec
 from dbspec.spec.shapes import ShapeError, infer_shapes
 from tests.conftest import ROOT, run_cli, run_in_process
 
