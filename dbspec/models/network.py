@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from functools import partial
 from typing import Any, Callable, Optional
 
 import torch
@@ -65,8 +66,47 @@ _WITHOUT_ARGS: dict[str, Callable[[], nn.Module]] = {
     "flatten": nn.Flatten}
 
 
-def _pool_stride(args) -> Any:
-    return args.stride if args.stride is not None else args.kernel
+def _conv(cls: Any, args: Any, shape: tuple[int, ...]) -> nn.Module:
+    return cls(shape[0], args.out, args.kernel, stride=args.stride, padding=args.padding,
+               dilation=args.dilation, bias=args.bias)
+
+
+def _pool(cls: Any, args: Any, shape: tuple[int, ...]) -> nn.Module:
+    stride = args.stride if args.stride is not None else args.kernel
+    return cls(args.kernel, stride=stride, padding=args.padding)
+
+
+def _batchnorm(cls: Any, args: Any, shape: tuple[int, ...]) -> nn.Module:
+    return cls(shape[0], eps=args.eps, momentum=args.momentum, affine=args.affine)
+
+
+def _layernorm(args: Any, shape: tuple[int, ...]) -> nn.Module:
+    return nn.LayerNorm(shape[-1], eps=args.eps, elementwise_affine=args.affine)
+
+
+#: Layers built from their settings and their input's shape (no batch dim) alone
+_FROM_SETTINGS: dict[str, Callable[[Any, tuple[int, ...]], nn.Module]] = {
+    "linear": lambda args, shape: nn.Linear(shape[-1], args.out, bias=args.bias),
+    "conv1d": partial(_conv, nn.Conv1d), "conv2d": partial(_conv, nn.Conv2d),
+    "maxpool1d": partial(_pool, nn.MaxPool1d), "maxpool2d": partial(_pool, nn.MaxPool2d),
+    "avgpool1d": partial(_pool, nn.AvgPool1d), "avgpool2d": partial(_pool, nn.AvgPool2d),
+    "adaptive_avgpool1d": lambda args, shape: nn.AdaptiveAvgPool1d(args.out),
+    "adaptive_avgpool2d": lambda args, shape: nn.AdaptiveAvgPool2d(args.out),
+    "reshape": lambda args, shape: Reshape(args.shape),
+    "dropout": lambda args, shape: nn.Dropout(args.p),
+    "batchnorm1d": partial(_batchnorm, nn.BatchNorm1d),
+    "batchnorm2d": partial(_batchnorm, nn.BatchNorm2d),
+    "layernorm": _layernorm, "layer_norm": _layernorm,
+    "leaky_relu": lambda args, shape: nn.LeakyReLU(args.negative_slope),
+    "elu": lambda args, shape: nn.ELU(args.alpha),
+    "softmax": lambda args, shape: nn.Softmax(dim=args.dim),
+    "log_softmax": lambda args, shape: nn.LogSoftmax(dim=args.dim),
+    "lstm": lambda args, shape: Recurrent("lstm", shape[-1], args),
+    "gru": lambda args, shape: Recurrent("gru", shape[-1], args),
+    "transformer_encoder": lambda args, shape: SequenceTransformer(shape[0], shape[1], args),
+    "multihead_attention": lambda args, shape: SelfAttention(shape[1], args),
+    "global_pool": lambda args, shape: GlobalPool(args.op),
+}
 
 
 def _layer(name: str, args, shape: tuple[int, ...], *, vocabulary: Optional[int] = None,
@@ -83,47 +123,10 @@ def _layer(name: str, args, shape: tuple[int, ...], *, vocabulary: Optional[int]
     """
     if name in _WITHOUT_ARGS:
         return _WITHOUT_ARGS[name]()
-    if name == "linear":
-        return nn.Linear(shape[-1], args.out, bias=args.bias)
-    if name in ("conv1d", "conv2d"):
-        cls = nn.Conv1d if name == "conv1d" else nn.Conv2d
-        return cls(shape[0], args.out, args.kernel, stride=args.stride, padding=args.padding,
-                   dilation=args.dilation, bias=args.bias)
-    if name in ("maxpool1d", "maxpool2d", "avgpool1d", "avgpool2d"):
-        cls = {"maxpool1d": nn.MaxPool1d, "maxpool2d": nn.MaxPool2d, "avgpool1d": nn.AvgPool1d,
-               "avgpool2d": nn.AvgPool2d}[name]
-        return cls(args.kernel, stride=_pool_stride(args), padding=args.padding)
-    if name == "adaptive_avgpool1d":
-        return nn.AdaptiveAvgPool1d(args.out)
-    if name == "adaptive_avgpool2d":
-        return nn.AdaptiveAvgPool2d(args.out)
-    if name == "reshape":
-        return Reshape(args.shape)
-    if name == "dropout":
-        return nn.Dropout(args.p)
-    if name in ("batchnorm1d", "batchnorm2d"):
-        cls = nn.BatchNorm1d if name == "batchnorm1d" else nn.BatchNorm2d
-        return cls(shape[0], eps=args.eps, momentum=args.momentum, affine=args.affine)
-    if name in ("layernorm", "layer_norm"):
-        return nn.LayerNorm(shape[-1], eps=args.eps, elementwise_affine=args.affine)
-    if name == "leaky_relu":
-        return nn.LeakyReLU(args.negative_slope)
-    if name == "elu":
-        return nn.ELU(args.alpha)
-    if name == "softmax":
-        return nn.Softmax(dim=args.dim)
-    if name == "log_softmax":
-        return nn.LogSoftmax(dim=args.dim)
+    if name in _FROM_SETTINGS:
+        return _FROM_SETTINGS[name](args, shape)
     if name == "embedding":
         return TokenEmbedding(_vocabulary(args, vocabulary), args.dim, padding_idx=0)
-    if name in ("lstm", "gru"):
-        return Recurrent(name, shape[-1], args)
-    if name == "transformer_encoder":
-        return SequenceTransformer(shape[0], shape[1], args)
-    if name == "multihead_attention":
-        return SelfAttention(shape[1], args)
-    if name == "global_pool":
-        return GlobalPool(args.op)
     if name == "resnet":
         return _resnet(args, shape, load_weights)
     raise ModelError(f"no torch layer for '{name}'")  # a vocabulary entry without a builder
