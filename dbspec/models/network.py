@@ -246,9 +246,6 @@ def _fitted_features(inputs: list[dict]) -> tuple[list[int], list, dict[str, tup
     return numeric, features, fitted
 
 
-_KIND_OF = {"categorical": "index", "text": "tokens", "image": "image"}
-
-
 def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNetwork:
     """The :class:`TypedNetwork` for the fitted ``inputs`` (see :func:`build_network`)."""
     numeric, features, fitted = _fitted_features(inputs)
@@ -276,10 +273,10 @@ def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNet
                                else (lambda i, p=place: p),
                                masked=True, vocabulary=entry.get("indices"),
                                load_weights=load_weights)
-        kind = _KIND_OF.get(item.type) or ("tokens" if item.tokens else "values")
         augment = (ImageAugment(feature.augment, feature)
                    if item.type == "image" and feature.augment is not None else None)
-        encoders.append(FeatureEncoder(item.name, kind, item.shape, layers, augment))
+        encoders.append(FeatureEncoder(item.name, feature.input_kind, item.shape, layers,
+                                       augment))
         columns.append((first, last))
     combiner = COMBINERS[model.combiner.kind].from_spec(
         model.combiner, ([len(numeric)] if numeric else []) + widths)
