@@ -30,7 +30,7 @@ MAX_FUNCTION_LINES = 60
 
 #: Modules over 400 lines when the rule began to be enforced: path -> lines then.
 LONG_MODULES = {
-    "data/shards.py": 587, "models/encoding.py": 413,
+    "data/shards.py": 587,
     "serving/app.py": 410,
     "serving/inference_table.py": 402, "spec/templating.py": 577,
     "training/loop.py": 581,
@@ -38,7 +38,6 @@ LONG_MODULES = {
 #: Functions over 60 lines then: "path:qualified name" -> lines then.
 LONG_FUNCTIONS = {
     "executors/summary.py:render_summary": 65, "jobs/build.py:build_job": 65,
-    "models/network.py:_layer": 61, "models/network.py:_typed": 63,
     "monitoring/monitor.py:scan_table": 66,
     "serving/batch_local.py:predict_local": 71, "serving/http_limits.py:limited_protocol": 193,
     "spec/templating.py:_environment": 77, "stages/tune.py:TuneStage.run": 74,
@@ -57,7 +56,7 @@ KIND_FILES = {"single_gpu": 3, "torch_distributor": 3, "deepspeed": 3, "ray": 3,
 MAX_KIND_SWITCHES = 15
 #: Entries of the ratchets in pyproject.toml when they began.
 RUFF_RATCHET_FILES = 20
-MYPY_RATCHET_MODULES = 57
+MYPY_RATCHET_MODULES = 56
 
 
 def modules() -> list[Path]:

@@ -10,10 +10,11 @@ distributed training and evaluation keep working on a matrix (the widths are tho
 - sequences of numbers: ``max_length`` values, NaN-padded (the network masks the padding);
 - image: ``channels * height * width`` normalised pixels, channel first (:mod:`.images`).
 
-:func:`fit_inputs` learns vocabularies and tokenizers from the training rows and returns them
-as JSON-able dicts ("inputs") that travel inside the logged model. The served model takes raw
-rows and encodes them with :class:`InputEncoder` over the same inputs before the network, so
-training and serving run one encoding and cannot disagree.
+:mod:`.feature_types` types each feature; :func:`fit_inputs` learns vocabularies and
+tokenizers from the training rows and returns them as JSON-able dicts ("inputs") that travel
+inside the logged model. The served model takes raw rows and encodes them with
+:class:`InputEncoder` over the same inputs before the network, so training and serving run one
+encoding and cannot disagree.
 
 NumPy and pandas only; Pillow and ``tokenizers`` are imported when an image or a subword text
 is met (:func:`required_packages` names what a model needs to score).
@@ -36,63 +37,9 @@ from dbspec.models.card import takes_raw_columns
 from dbspec.models.images import describe, encode_images, is_missing
 from dbspec.models.inputs import InputError
 from dbspec.models import tokens
-from dbspec.spec.sections.data import DataSpec
-from dbspec.spec.sections.features import CategoricalFeature, NumericFeature
+from dbspec.spec.sections.features import NumericFeature
 
-_NUMERIC_KINDS = "biuf"
-
-
-# --- which features -------------------------------------------------------------------------
-
-def resolve_features(data: DataSpec, frame: pd.DataFrame) -> list:
-    """The typed spec of every feature column, in the order of ``data.features`` (or of the
-    frame's columns, the target left out, when it is unset).
-
-    Declared typed entries are returned as they are; a plain name is typed by its column:
-    numbers and booleans are numeric, a pandas ``category`` column is categorical.
-
-    Raises:
-        DataError: a missing column, or one whose values leave its type open (strings, bytes,
-            lists): the message says which entry to write.
-    """
-    labels = {str(c): c for c in frame.columns}
-    names = data.feature_names or [c for c in labels if c != data.target]
-    declared = data.declared_types
-    features = []
-    for name in names:
-        if name not in labels:
-            raise DataError(f"data.features: no column '{name}'{did_you_mean(name, labels)}; "
-                            f"the data has: {_listing(list(labels))}")
-        features.append(declared.get(name) or _typed_by_column(name, frame[labels[name]]))
-    return features
-
-
-def _typed_by_column(name: str, column: pd.Series) -> Any:
-    if column.dtype.kind in _NUMERIC_KINDS:
-        return NumericFeature(name=name, type="numeric")
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return CategoricalFeature(name=name, type="categorical")
-    held = pd.api.types.infer_dtype(column, skipna=True)
-    if held in ("integer", "floating", "mixed-integer-float", "boolean", "decimal"):
-        return NumericFeature(name=name, type="numeric")  # numbers with None among them
-    where = f"data.features: column '{name}'"
-    first = next(iter(column.dropna()), None)
-    if held == "string" or (held.startswith("mixed") and isinstance(first, str)):
-        raise DataError(f"{where} holds strings: declare its type, '- {{name: {name}, type: "
-                        f"text}}' or '- {{name: {name}, type: categorical}}'")
-    if held == "bytes":
-        raise DataError(f"{where} holds bytes: declare it an image with the size to resize "
-                        f"to, '- {{name: {name}, type: image, height: 64, width: 64}}'")
-    if isinstance(first, (list, tuple, np.ndarray)):
-        values = "numeric" if all(isinstance(v, (int, float, np.number)) and
-                                  not isinstance(v, bool) for v in first) else "tokens"
-        raise DataError(f"{where} holds lists: declare a sequence, '- {{name: {name}, type: "
-                        f"sequence, values: {values}}}'")
-    if first is None:
-        raise DataError(f"{where} has no values to tell its type by: declare it, e.g. "
-                        f"'- {{name: {name}, type: numeric}}', or leave it out")
-    raise DataError(f"{where} holds {held} values ({column.dtype}): convert it to numbers, "
-                    "or declare its type (numeric, categorical, text, sequence or image)")
+_NUMERIC_KINDS = "biuf"  # NumPy dtype kinds read as numbers: booleans, integers, floats
 
 
 # --- fitting --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from functools import partial
 from typing import Any, Callable, Optional
 
 import torch
@@ -22,10 +23,9 @@ from torch import nn
 from dbspec.errors import DbspecError
 from dbspec.models.resnet import ResNetBody, WeightsError, freeze, load_weights as load_resnet
 from dbspec.models.card import has_typed_inputs
-from dbspec.models.typed import (AttentionCombiner, ConcatCombiner, FeatureEncoder,
-                                 GlobalPool, ImageAugment, MaskedSequential, Recurrent,
-                                 SelfAttention, SequenceTransformer, TokenEmbedding,
-                                 TypedNetwork)
+from dbspec.models.typed import (COMBINERS, FeatureEncoder, GlobalPool, ImageAugment,
+                                 MaskedSequential, Recurrent, SelfAttention,
+                                 SequenceTransformer, TokenEmbedding, TypedNetwork)
 from dbspec.spec.layout import LayoutError, combined_width, encoded_inputs, encoder_width
 from dbspec.spec.sections.network import ModelSpec
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
@@ -59,8 +59,54 @@ class Reshape(nn.Module):
         return f"shape={self.shape}"
 
 
-def _pool_stride(args) -> Any:
-    return args.stride if args.stride is not None else args.kernel
+#: Layers built without settings
+_WITHOUT_ARGS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU, "gelu": nn.GELU, "selu": nn.SELU, "silu": nn.SiLU, "mish": nn.Mish,
+    "softplus": nn.Softplus, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "identity": nn.Identity,
+    "flatten": nn.Flatten}
+
+
+def _conv(cls: Any, args: Any, shape: tuple[int, ...]) -> nn.Module:
+    return cls(shape[0], args.out, args.kernel, stride=args.stride, padding=args.padding,
+               dilation=args.dilation, bias=args.bias)
+
+
+def _pool(cls: Any, args: Any, shape: tuple[int, ...]) -> nn.Module:
+    stride = args.stride if args.stride is not None else args.kernel
+    return cls(args.kernel, stride=stride, padding=args.padding)
+
+
+def _batchnorm(cls: Any, args: Any, shape: tuple[int, ...]) -> nn.Module:
+    return cls(shape[0], eps=args.eps, momentum=args.momentum, affine=args.affine)
+
+
+def _layernorm(args: Any, shape: tuple[int, ...]) -> nn.Module:
+    return nn.LayerNorm(shape[-1], eps=args.eps, elementwise_affine=args.affine)
+
+
+#: Layers built from their settings and their input's shape (no batch dim) alone
+_FROM_SETTINGS: dict[str, Callable[[Any, tuple[int, ...]], nn.Module]] = {
+    "linear": lambda args, shape: nn.Linear(shape[-1], args.out, bias=args.bias),
+    "conv1d": partial(_conv, nn.Conv1d), "conv2d": partial(_conv, nn.Conv2d),
+    "maxpool1d": partial(_pool, nn.MaxPool1d), "maxpool2d": partial(_pool, nn.MaxPool2d),
+    "avgpool1d": partial(_pool, nn.AvgPool1d), "avgpool2d": partial(_pool, nn.AvgPool2d),
+    "adaptive_avgpool1d": lambda args, shape: nn.AdaptiveAvgPool1d(args.out),
+    "adaptive_avgpool2d": lambda args, shape: nn.AdaptiveAvgPool2d(args.out),
+    "reshape": lambda args, shape: Reshape(args.shape),
+    "dropout": lambda args, shape: nn.Dropout(args.p),
+    "batchnorm1d": partial(_batchnorm, nn.BatchNorm1d),
+    "batchnorm2d": partial(_batchnorm, nn.BatchNorm2d),
+    "layernorm": _layernorm, "layer_norm": _layernorm,
+    "leaky_relu": lambda args, shape: nn.LeakyReLU(args.negative_slope),
+    "elu": lambda args, shape: nn.ELU(args.alpha),
+    "softmax": lambda args, shape: nn.Softmax(dim=args.dim),
+    "log_softmax": lambda args, shape: nn.LogSoftmax(dim=args.dim),
+    "lstm": lambda args, shape: Recurrent("lstm", shape[-1], args),
+    "gru": lambda args, shape: Recurrent("gru", shape[-1], args),
+    "transformer_encoder": lambda args, shape: SequenceTransformer(shape[0], shape[1], args),
+    "multihead_attention": lambda args, shape: SelfAttention(shape[1], args),
+    "global_pool": lambda args, shape: GlobalPool(args.op),
+}
 
 
 def _layer(name: str, args, shape: tuple[int, ...], *, vocabulary: Optional[int] = None,
@@ -75,52 +121,12 @@ def _layer(name: str, args, shape: tuple[int, ...], *, vocabulary: Optional[int]
     Raises:
         _Unbuildable: settings that cannot be built (the caller locates them).
     """
-    simple = {"relu": nn.ReLU, "gelu": nn.GELU, "selu": nn.SELU, "silu": nn.SiLU,
-              "mish": nn.Mish, "softplus": nn.Softplus, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,
-              "identity": nn.Identity, "flatten": nn.Flatten}
-    if name in simple:
-        return simple[name]()
-    if name == "linear":
-        return nn.Linear(shape[-1], args.out, bias=args.bias)
-    if name in ("conv1d", "conv2d"):
-        cls = nn.Conv1d if name == "conv1d" else nn.Conv2d
-        return cls(shape[0], args.out, args.kernel, stride=args.stride, padding=args.padding,
-                   dilation=args.dilation, bias=args.bias)
-    if name in ("maxpool1d", "maxpool2d", "avgpool1d", "avgpool2d"):
-        cls = {"maxpool1d": nn.MaxPool1d, "maxpool2d": nn.MaxPool2d, "avgpool1d": nn.AvgPool1d,
-               "avgpool2d": nn.AvgPool2d}[name]
-        return cls(args.kernel, stride=_pool_stride(args), padding=args.padding)
-    if name == "adaptive_avgpool1d":
-        return nn.AdaptiveAvgPool1d(args.out)
-    if name == "adaptive_avgpool2d":
-        return nn.AdaptiveAvgPool2d(args.out)
-    if name == "reshape":
-        return Reshape(args.shape)
-    if name == "dropout":
-        return nn.Dropout(args.p)
-    if name in ("batchnorm1d", "batchnorm2d"):
-        cls = nn.BatchNorm1d if name == "batchnorm1d" else nn.BatchNorm2d
-        return cls(shape[0], eps=args.eps, momentum=args.momentum, affine=args.affine)
-    if name in ("layernorm", "layer_norm"):
-        return nn.LayerNorm(shape[-1], eps=args.eps, elementwise_affine=args.affine)
-    if name == "leaky_relu":
-        return nn.LeakyReLU(args.negative_slope)
-    if name == "elu":
-        return nn.ELU(args.alpha)
-    if name == "softmax":
-        return nn.Softmax(dim=args.dim)
-    if name == "log_softmax":
-        return nn.LogSoftmax(dim=args.dim)
+    if name in _WITHOUT_ARGS:
+        return _WITHOUT_ARGS[name]()
+    if name in _FROM_SETTINGS:
+        return _FROM_SETTINGS[name](args, shape)
     if name == "embedding":
         return TokenEmbedding(_vocabulary(args, vocabulary), args.dim, padding_idx=0)
-    if name in ("lstm", "gru"):
-        return Recurrent(name, shape[-1], args)
-    if name == "transformer_encoder":
-        return SequenceTransformer(shape[0], shape[1], args)
-    if name == "multihead_attention":
-        return SelfAttention(shape[1], args)
-    if name == "global_pool":
-        return GlobalPool(args.op)
     if name == "resnet":
         return _resnet(args, shape, load_weights)
     raise ModelError(f"no torch layer for '{name}'")  # a vocabulary entry without a builder
@@ -208,17 +214,20 @@ def _located(exc: LayoutError) -> ModelError:
     return ModelError(f"{'.'.join(map(str, exc.path))}: {exc.message}")
 
 
-_KIND_OF = {"categorical": "index", "text": "tokens", "image": "image"}
+def _fitted_features(inputs: list[dict]) -> tuple[list[int], list, dict[str, tuple]]:
+    """The numeric features' matrix columns, the other features' specs, and each of those
+    by name: ``(fitted input, first column, column after the last)``.
 
-
-def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNetwork:
-    """The :class:`TypedNetwork` for the fitted ``inputs`` (see :func:`build_network`)."""
+    Raises:
+        ModelError: a fitted input whose feature spec is invalid or not of its type.
+    """
     from pydantic import TypeAdapter, ValidationError
 
     from dbspec.spec.sections.features import TypedFeature
 
     adapter = TypeAdapter(TypedFeature)
-    numeric, features, fitted, start = [], [], {}, 0
+    numeric: list[int] = []
+    features, fitted, start = [], {}, 0
     for entry in inputs:
         stop = start + len(entry["columns"])
         if entry["type"] == "numeric":
@@ -234,6 +243,12 @@ def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNet
                                  f"{entry['type']} with a {features[-1].type} spec")
             fitted[entry["name"]] = (entry, start, stop)
         start = stop
+    return numeric, features, fitted
+
+
+def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNetwork:
+    """The :class:`TypedNetwork` for the fitted ``inputs`` (see :func:`build_network`)."""
+    numeric, features, fitted = _fitted_features(inputs)
     for name in model.encoders:
         if name not in fitted:
             raise ModelError(f"model.encoders.{name}: no non-numeric feature '{name}'; the "
@@ -250,7 +265,7 @@ def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNet
         if last - first != item.width:
             raise ModelError(f"model: the fitted input '{item.name}' takes {last - first} "
                              f"columns; its shape {format_shape(item.shape)} needs {item.width}")
-        own = item.encoder.kind == "layers"
+        own = item.encoder.own_layers
         place = f"model.encoders.{item.name}"
         layers = _build_layers(item.layers, [item.shape] + infer_shapes(item.layers,
                                                                          item.shape)[:-1],
@@ -258,14 +273,13 @@ def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNet
                                else (lambda i, p=place: p),
                                masked=True, vocabulary=entry.get("indices"),
                                load_weights=load_weights)
-        kind = _KIND_OF.get(item.type) or ("tokens" if item.tokens else "values")
         augment = (ImageAugment(feature.augment, feature)
                    if item.type == "image" and feature.augment is not None else None)
-        encoders.append(FeatureEncoder(item.name, kind, item.shape, layers, augment))
+        encoders.append(FeatureEncoder(item.name, feature.input_kind, item.shape, layers,
+                                       augment))
         columns.append((first, last))
-    combiner = ConcatCombiner() if model.combiner.kind == "concat" else AttentionCombiner(
-        ([len(numeric)] if numeric else []) + widths, model.combiner.width,
-        model.combiner.heads, model.combiner.layers, model.combiner.dropout)
+    combiner = COMBINERS[model.combiner.kind].from_spec(
+        model.combiner, ([len(numeric)] if numeric else []) + widths)
     try:
         shapes = infer_shapes(model.layers, (width,))
     except ShapeError as exc:

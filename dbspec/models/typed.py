@@ -21,7 +21,7 @@ inputs; nothing here reads the spec's layer lists or raises user errors.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -30,9 +30,6 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from dbspec.models.images import IMAGENET_MEAN, IMAGENET_STD
 from dbspec.spec.sections.features import AugmentSpec, ImageFeature
-
-#: How a feature's columns become its encoder's input
-INPUT_KINDS = ("index", "tokens", "values", "image")
 
 
 class TokenEmbedding(nn.Embedding):
@@ -239,6 +236,32 @@ def _normalization(image: ImageFeature) -> tuple[list[float], list[float]]:
     return [m * 255.0 for m in mean], [s * 255.0 for s in std]
 
 
+def _index_input(part: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, None]:
+    return part.reshape(part.shape[0], 1), None
+
+
+def _token_input(part: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    x = part.reshape(part.shape[0], part.shape[1])  # explicit length: reshape(0, -1) is refused
+    return x, x != 0
+
+
+def _value_input(part: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    x = part.reshape(part.shape[0], part.shape[1], 1)
+    mask = ~torch.isnan(x[..., 0])
+    return x.masked_fill(~mask.unsqueeze(-1), 0.0), mask
+
+
+def _image_input(part: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, None]:
+    return part.reshape(part.shape[0], *shape), None
+
+
+#: How a feature's columns become its encoder's input and padding mask, by input kind
+_INPUTS: dict[str, Callable[[torch.Tensor, tuple[int, ...]],
+                            tuple[torch.Tensor, Optional[torch.Tensor]]]] = {
+    "index": _index_input, "tokens": _token_input, "values": _value_input,
+    "image": _image_input}
+
+
 class FeatureEncoder(nn.Module):
     """One non-numeric feature: its matrix columns -> its encoded input (and padding mask)
     -> its encoder's layers -> one vector per row.
@@ -251,7 +274,7 @@ class FeatureEncoder(nn.Module):
     def __init__(self, name: str, kind: str, shape: tuple[int, ...], layers: nn.Module,
                  augment: Optional[ImageAugment] = None):
         super().__init__()
-        if kind not in INPUT_KINDS:
+        if kind not in _INPUTS:
             raise ValueError(f"unknown input kind {kind!r}")
         self.name, self.kind, self.shape = name, kind, tuple(shape)
         self.augment = augment
@@ -268,26 +291,15 @@ class FeatureEncoder(nn.Module):
     def forward(self, part: torch.Tensor) -> torch.Tensor:
         """``part``: the feature's columns (B, width). Sequences may come with fewer or more
         columns than ``max_length`` (the layers take any length the encoder allows)."""
-        batch, mask = part.shape[0], None
         if self._lookup is not None:  # the same values as the layers' (B, 1, dim) -> (B, dim)
             embedding, dropouts = self._lookup
             out = F.embedding(part[:, 0].long(), embedding.weight, embedding.padding_idx)
             for dropout in dropouts:
                 out = dropout(out)
             return out
-        if self.kind == "index":
-            x = part.reshape(batch, 1)
-        elif self.kind == "tokens":  # explicit length: reshape(0, -1) is refused
-            x = part.reshape(batch, part.shape[1])
-            mask = x != 0
-        elif self.kind == "values":
-            x = part.reshape(batch, part.shape[1], 1)
-            mask = ~torch.isnan(x[..., 0])
-            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
-        else:
-            x = part.reshape(batch, *self.shape)
-            if self.augment is not None:
-                x = self.augment(x)
+        x, mask = _INPUTS[self.kind](part, self.shape)
+        if self.augment is not None:  # an image's, in training
+            x = self.augment(x)
         return self.layers(x, mask)
 
     def extra_repr(self) -> str:
@@ -296,6 +308,11 @@ class FeatureEncoder(nn.Module):
 
 class ConcatCombiner(nn.Module):
     """The vectors side by side, in the order given (numeric first, then features)."""
+
+    @classmethod
+    def from_spec(cls, spec: Any, widths: list[int]) -> "ConcatCombiner":
+        """The combiner of ``model.combiner`` (kind concat) over vectors of ``widths``."""
+        return cls()
 
     def forward(self, vectors: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(vectors, dim=1)
@@ -317,9 +334,19 @@ class AttentionCombiner(nn.Module):
                                            dropout=dropout, batch_first=True)
         self.attention = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
+    @classmethod
+    def from_spec(cls, spec: Any, widths: list[int]) -> "AttentionCombiner":
+        """The combiner of ``model.combiner`` (kind attention) over vectors of ``widths``."""
+        return cls(widths, spec.width, spec.heads, spec.layers, spec.dropout)
+
     def forward(self, vectors: list[torch.Tensor]) -> torch.Tensor:
         tokens = torch.stack([p(v) for p, v in zip(self.projections, vectors)], dim=1)
         return self.attention(tokens).flatten(1)
+
+
+#: The torch module of each ``model.combiner`` kind
+COMBINERS: dict[str, type[ConcatCombiner] | type[AttentionCombiner]] = {
+    "concat": ConcatCombiner, "attention": AttentionCombiner}
 
 
 class TypedNetwork(nn.Module):

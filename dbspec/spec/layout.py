@@ -20,12 +20,9 @@ from typing import Any, Optional
 
 from dbspec.spec.sections.features import (CategoricalFeature, ImageFeature, NumericFeature,
                                            SequenceFeature, TextFeature)
-from dbspec.spec.sections.network import (ENCODERS_FOR, BagEncoder, CnnEncoder,
-                                          EmbeddingEncoder, LayerSpec, ModelSpec,
-                                          RecurrentEncoder, ResNetEncoder, TransformerEncoderSpec)
+from dbspec.spec.sections.network import (ENCODERS_FOR, ModelSpec, SettingError,
+                                          default_encoder)
 from dbspec.spec.shapes import Shape, ShapeError, format_shape, infer_shapes
-
-_DEFAULTS = {"categorical": "embedding", "text": "bag", "sequence": "bag", "image": "cnn"}
 
 
 @dataclass(frozen=True)
@@ -93,52 +90,12 @@ def holds_tokens(feature: Any) -> bool:
 def encoder_of(feature: Any, model: ModelSpec) -> Any:
     """The encoder the spec gives ``feature``, or its type's default."""
     given = model.encoders.get(feature.name)
-    if given is not None:
-        return given
-    kind = _DEFAULTS[feature.type]
-    return {"embedding": EmbeddingEncoder, "bag": BagEncoder, "cnn": CnnEncoder}[kind](kind=kind)
+    return given if given is not None else default_encoder(feature.type)
 
 
 def encoder_layers(feature: Any, encoder: Any) -> list:
     """``encoder`` (a preset kind or a layer list) as layer entries over the encoded input."""
-    if encoder.kind == "layers":
-        return list(encoder.layers)
-    entries: list[Any] = []
-    tokens = holds_tokens(feature)
-    if isinstance(encoder, EmbeddingEncoder):
-        entries = [{"embedding": {"dim": encoder.dim}}]
-        entries += [{"dropout": {"p": encoder.dropout}}] if encoder.dropout else []
-        entries.append("flatten")
-    elif isinstance(encoder, (BagEncoder, RecurrentEncoder, TransformerEncoderSpec)):
-        entries = [{"embedding": {"dim": encoder.dim}} if tokens
-                   else {"linear": {"out": encoder.dim}}]
-        if encoder.dropout and not isinstance(encoder, TransformerEncoderSpec):
-            entries.append({"dropout": {"p": encoder.dropout}})
-        if isinstance(encoder, RecurrentEncoder):
-            entries.append({encoder.kind: {"hidden": encoder.hidden, "layers": encoder.layers,
-                                           "bidirectional": encoder.bidirectional,
-                                           "dropout": encoder.dropout}})
-        elif isinstance(encoder, TransformerEncoderSpec):
-            entries.append({"transformer_encoder": {
-                "heads": encoder.heads, "layers": encoder.layers,
-                "feedforward": encoder.feedforward, "dropout": encoder.dropout}})
-        entries.append({"global_pool": {"op": encoder.pool}})
-    elif isinstance(encoder, CnnEncoder):
-        for channels in encoder.channels:
-            entries += [{"conv2d": {"out": channels, "kernel": encoder.kernel,
-                                    "padding": encoder.kernel // 2}},
-                        "batchnorm2d", "relu", {"maxpool2d": {"kernel": 2}}]
-        entries.append("flatten" if encoder.pool == "flatten"
-                       else {"global_pool": {"op": encoder.pool}})
-        entries += [{"dropout": {"p": encoder.dropout}}] if encoder.dropout else []
-    elif isinstance(encoder, ResNetEncoder):
-        entries = [{"resnet": {"depth": int(encoder.kind[len("resnet"):]),
-                               "weights": encoder.weights, "freeze": encoder.freeze}}]
-    return [LayerSpec.model_validate(_bare(entry)) for entry in entries]
-
-
-def _bare(entry: Any) -> Any:
-    return {entry: {}} if isinstance(entry, str) else entry
+    return encoder.layers_over(holds_tokens(feature))
 
 
 def encoded_inputs(features: list, model: ModelSpec) -> list[EncodedInput]:
@@ -153,11 +110,10 @@ def encoded_inputs(features: list, model: ModelSpec) -> list[EncodedInput]:
         if not is_encoded(feature):
             continue
         encoder = encoder_of(feature, model)
-        allowed = ENCODERS_FOR[feature.type]
-        if encoder.kind not in allowed:
+        if not encoder.fits(feature.type):
             raise LayoutError(("model", "encoders", feature.name, "kind"),
                               f"a {feature.type} feature takes the encoders "
-                              f"{', '.join(allowed)}, not {encoder.kind}")
+                              f"{', '.join(ENCODERS_FOR[feature.type])}, not {encoder.kind}")
         out.append(EncodedInput(feature.name, feature.type, input_shape(feature),
                                 holds_tokens(feature), encoder,
                                 encoder_layers(feature, encoder)))
@@ -171,7 +127,7 @@ def encoder_width(encoded: EncodedInput) -> int:
         LayoutError: a layer of the encoder cannot take its input, or it does not end flat.
     """
     where = ("model", "encoders", encoded.name)
-    own = encoded.encoder.kind == "layers"
+    own = encoded.encoder.own_layers
     for index, layer in enumerate(encoded.layers if own else ()):
         if layer.key == "embedding" and (index > 0 or not encoded.tokens):
             raise LayoutError(where + ("layers", index, "embedding"),
@@ -185,8 +141,7 @@ def encoder_width(encoded: EncodedInput) -> int:
         if own:
             raise LayoutError(where + ("layers", exc.index), exc.message) from None
         layer = encoded.layers[exc.index].key
-        hint = ("; use fewer blocks in channels or a larger height and width"
-                if encoded.encoder.kind == "cnn" and "empty shape" in exc.message else "")
+        hint = encoded.encoder.empty_shape_hint if "empty shape" in exc.message else ""
         raise LayoutError(where + (("heads",) if "heads do not divide" in exc.message else ()),
                           f"the {encoded.encoder.kind} encoder of the {encoded.type} "
                           f"feature '{encoded.name}' (input {format_shape(encoded.shape)}) "
@@ -205,15 +160,10 @@ def combined_width(numeric: int, widths: list[int], combiner: Any) -> int:
     Raises:
         LayoutError: attention heads that do not divide the width.
     """
-    if combiner.kind == "concat":
-        return numeric + sum(widths)
-    if combiner.width % combiner.heads:
-        choices = ", ".join(str(h) for h in range(1, min(combiner.width, 64) + 1)
-                            if combiner.width % h == 0)
-        raise LayoutError(("model", "combiner", "heads"),
-                          f"{combiner.heads} heads do not divide the width {combiner.width}; "
-                          f"use a head count that divides it ({choices})")
-    return (len(widths) + (1 if numeric else 0)) * combiner.width
+    try:
+        return combiner.output_width(numeric, widths)
+    except SettingError as exc:
+        raise LayoutError(("model", "combiner", exc.field), str(exc)) from None
 
 
 def head_input(features: list, model: ModelSpec, numeric: Optional[int]) -> Optional[int]:
@@ -254,17 +204,14 @@ def describe_inputs(spec: Any) -> list[str]:
             width = str(encoder_width(encoded))
         except LayoutError as exc:
             width = f"error: {exc.message}"
-        rows.append((feature.name, _encoding(feature), _encoder(encoded.encoder)
+        rows.append((feature.name, _encoding(feature), encoded.encoder.summary()
                      + ("" if feature.name in model.encoders else " (default)"), width))
     try:
         head = head_input(features, model, numeric)
     except LayoutError:
         head = None
-    combiner = model.combiner.kind + (f" (width {model.combiner.width}, "
-                                      f"{model.combiner.heads} heads)"
-                                      if model.combiner.kind == "attention" else "")
     lines = [f"inputs: {len(features)} feature{'s' * (len(features) != 1)}, combined by "
-             f"{combiner}"
+             f"{model.combiner.summary()}"
              + (f"; the head (model.layers) takes {head}" if head is not None else "")]
     header = ("feature", "type and encoding", "encoder", "output width")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(3)]
@@ -285,15 +232,3 @@ def _encoding(feature: Any) -> str:
     norm = feature.normalize if isinstance(feature.normalize, str) else "mean/std"
     return (f"image {feature.channels}x{feature.height}x{feature.width} ({feature.format}, "
             f"{norm}" + (", augmented in training" if feature.augment else "") + ")")
-
-
-def _encoder(encoder: Any) -> str:
-    if isinstance(encoder, CnnEncoder):
-        return f"cnn {list(encoder.channels)}, {encoder.pool}"
-    if isinstance(encoder, ResNetEncoder):
-        return encoder.kind + (" from " + encoder.weights if encoder.weights else "")
-    if isinstance(encoder, (RecurrentEncoder, TransformerEncoderSpec, BagEncoder)):
-        return f"{encoder.kind} (dim {encoder.dim})"
-    if isinstance(encoder, EmbeddingEncoder):
-        return f"embedding (dim {encoder.dim})"
-    return f"layers ({len(encoder.layers)})"

@@ -44,7 +44,7 @@ class LoadDataStage:
 def _load_typed(ctx: StageContext, frame) -> tuple[Table, list[dict]]:
     """A spec with typed features: the target checked, the feature columns kept as they are
     in ``raw.parquet`` (``preprocess`` fits vocabularies on the training rows, then encodes)."""
-    from dbspec.models.encoding import resolve_features
+    from dbspec.models.feature_types import resolve_features
 
     features = resolve_features(ctx.spec.data, frame)
     table, raw = build_typed_table(frame, ctx.spec.data, features)

@@ -17,7 +17,8 @@ from dbspec.data.sources import DataError
 from dbspec.models.card import has_typed_inputs
 from dbspec.models.encoding import (InputEncoder, encode_columns, fit_inputs,
                                     matrix_names, raw_columns, required_packages,
-                                    resolve_features, signature_types)
+                                    signature_types)
+from dbspec.models.feature_types import resolve_features
 from dbspec.models.inputs import InputError
 from dbspec.spec.sections.data import DataSpec
 from dbspec.spec.sections.features import (CategoricalFeature, ImageFeature, NumericFeature,

@@ -115,3 +115,11 @@ def test_classifier_outputs_labels_and_probabilities():
     assert list(frame.columns) == ["prediction", "probability_x", "probability_y",
                                    "probability_z"]
     assert frame.iloc[:, 1:].sum(axis=1).tolist() == pytest.approx([1.0, 1.0])
+
+
+def test_every_layer_of_the_vocabulary_has_a_torch_builder():
+    from dbspec.models import network
+    from dbspec.spec.sections.layers import LAYER_NAMES
+
+    built = set(network._WITHOUT_ARGS) | set(network._FROM_SETTINGS) | {"embedding", "resnet"}
+    assert built == set(LAYER_NAMES)

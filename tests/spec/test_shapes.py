@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dbspec.spec.sections.network import LayerSpec
+from dbspec.spec.sections.layers import LayerSpec
 from dbspec.spec.shapes import ShapeError, infer_shapes
 
 

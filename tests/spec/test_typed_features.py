@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from dbspec.spec.sections.network import LayerSpec
+from dbspec.spec.sections.layers import LayerSpec
 from dbspec.spec.shapes import ShapeError, infer_shapes
 from tests.conftest import ROOT, run_cli, run_in_process
 
@@ -303,6 +303,46 @@ def test_a_typed_network_validates_to_the_widths_torch_builds():
     assert tuple(out.shape) == (4, 1)
 
 
+ONE_OF_EACH_TYPE = {
+    "categorical": {"name": "f", "type": "categorical"},
+    "text": {"name": "f", "type": "text"},
+    "sequence": {"name": "f", "type": "sequence", "values": "tokens"},
+    "image": {"name": "f", "type": "image", "height": 32, "width": 32},
+}
+
+
+def _every_encoder_kind():
+    from dbspec.spec.sections.network import ENCODERS_FOR
+
+    return [(t, k) for t, kinds in ENCODERS_FOR.items() for k in kinds if k != "layers"]
+
+
+@pytest.mark.parametrize("feature_type, kind", _every_encoder_kind())
+def test_every_encoder_kind_compiles_to_layers_that_end_in_a_vector(feature_type, kind):
+    """Layout asks the encoder for its layers; every kind a type takes answers with a list
+    that validates on that type's input."""
+    from pydantic import TypeAdapter
+
+    from dbspec.spec.layout import encoded_inputs, encoder_width
+    from dbspec.spec.sections.features import TypedFeature
+    from dbspec.spec.sections.network import ModelSpec
+
+    feature = TypeAdapter(TypedFeature).validate_python(ONE_OF_EACH_TYPE[feature_type])
+    model = ModelSpec.model_validate({"encoders": {"f": {"kind": kind}},
+                                      "layers": [{"linear": {"out": 1}}]})
+    (encoded,) = encoded_inputs([feature], model)
+    assert encoded.encoder.fits(feature_type) and not encoded.encoder.own_layers
+    assert encoder_width(encoded) >= 1
+    assert encoded.encoder.summary().startswith(kind)
+
+
+@pytest.mark.parametrize("feature_type", sorted(ONE_OF_EACH_TYPE))
+def test_a_left_out_encoder_is_the_first_kind_its_type_takes(feature_type):
+    from dbspec.spec.sections.network import ENCODERS_FOR, default_encoder
+
+    assert default_encoder(feature_type).kind == ENCODERS_FOR[feature_type][0]
+
+
 # --- dbspec plan ------------------------------------------------------------------------------
 
 PLAN = """\
@@ -522,7 +562,7 @@ def test_a_data_error_in_a_real_process_has_no_traceback(rows):
 # resolve_features directly: how a plain name is typed by its column
 
 def resolve(frame, features=None):
-    from dbspec.models.encoding import resolve_features
+    from dbspec.models.feature_types import resolve_features
     from dbspec.spec.sections.data import DataSpec
 
     data = DataSpec.model_validate({"source": {"kind": "parquet", "path": "x.parquet"},

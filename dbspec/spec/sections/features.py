@@ -12,7 +12,7 @@ the layer list (the head). Every shape is known from the spec, so ``dbspec valid
 encoders, combiner and head without torch and without data.
 """
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -43,6 +43,9 @@ class CategoricalFeature(SpecModel):
                                       "default: every value that passes min_frequency.",
                                       default=None, ge=1, le=10_000_000)
 
+    #: What the network's encoder reads (:class:`dbspec.models.typed.FeatureEncoder`)
+    input_kind: ClassVar[str] = "index"
+
 
 class TextFeature(SpecModel):
     """A string split into tokens by a tokenizer fitted on the training split (nothing is
@@ -61,6 +64,8 @@ class TextFeature(SpecModel):
                         default=64, ge=1, le=8192)
     lowercase: bool = d("Lowercase before tokenizing.", default=True)
 
+    input_kind: ClassVar[str] = "tokens"
+
 
 class SequenceFeature(SpecModel):
     """A list per row: numbers (a series of readings) or tokens (a basket of item IDs, a
@@ -75,6 +80,11 @@ class SequenceFeature(SpecModel):
                              ge=10, le=10_000_000)
     min_frequency: int = d("Training occurrences a token needs (values: tokens).", default=1,
                            ge=1)
+
+    @property
+    def input_kind(self) -> str:
+        """What the network's encoder reads: token ids, or numbers."""
+        return "tokens" if self.values == "tokens" else "values"
 
 
 class NormalizeArgs(SpecModel):
@@ -119,6 +129,8 @@ class ImageFeature(SpecModel):
         "weights); none: raw 0-255 values; or {mean: [...], std: [...]} on [0, 1] pixels.",
         default="unit")
     augment: Optional[AugmentSpec] = d("Training-only random augmentation.", default=None)
+
+    input_kind: ClassVar[str] = "image"
 
     @field_validator("normalize")
     @classmethod

@@ -1,186 +1,93 @@
-"""``model``: a closed layer vocabulary compiled to ``nn.Sequential``, or a custom class; typed
-features' encoders and the combiner that joins them."""
+"""``model``: a closed layer vocabulary (:mod:`.layers`) compiled to ``nn.Sequential``, or a
+custom class; typed features' encoders and the combiner that joins them."""
 
-from typing import Annotated, Any, ClassVar, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Optional, Union, get_args
 
-from pydantic import BeforeValidator, Field, create_model, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-
-from dbspec.spec.sections.base import OneKeyModel, SpecModel, d, one_key_entry, section
-
-Positive = Annotated[int, Field(ge=1)]
-NonNegative = Annotated[int, Field(ge=0)]
-Size = Union[Positive, tuple[Positive, Positive]]
-Padding = Union[NonNegative, tuple[NonNegative, NonNegative]]
+from dbspec.spec.sections.base import SpecModel, d, section
+from dbspec.spec.sections.layers import Layer, LayerSpec
 
 
-class Empty(SpecModel):
-    """A layer without arguments."""
+class SettingError(ValueError):
+    """A setting that cannot work with the inputs it is given; ``field`` names it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
 
 
-class LinearArgs(SpecModel):
-    out: int = d("Output features; input features are inferred.", ge=1)
-    bias: bool = d("Learn an additive bias.", default=True)
+def _layer_list(entries: list) -> list:
+    """Layer entries (a name alone, or ``{name: settings}``) as :class:`LayerSpec` values."""
+    return [LayerSpec.model_validate({entry: {}} if isinstance(entry, str) else entry)
+            for entry in entries]
 
 
-class ConvArgs(SpecModel):
-    out: int = d("Output channels; input channels are inferred.", ge=1)
-    kernel: Size = d("Kernel size (an int, or [h, w] for conv2d).")
-    stride: Size = d("Stride.", default=1)
-    padding: Union[Padding, Literal["same", "valid"]] = d("Padding.", default=0)
-    dilation: Size = d("Dilation.", default=1)
-    bias: bool = d("Learn an additive bias.", default=True)
+def _dropout(p: float) -> list:
+    return [{"dropout": {"p": p}}] if p else []
 
 
-class PoolArgs(SpecModel):
-    kernel: Size = d("Window size.")
-    stride: Optional[Size] = d("Stride; default: the window size.", default=None)
-    padding: Padding = d("Implicit zero padding.", default=0)
+class _Encoder(SpecModel):
+    """What every encoder of a typed feature answers, so that :mod:`dbspec.spec.layout` and
+    the torch builder ask the encoder and never switch on its kind."""
+
+    if TYPE_CHECKING:
+        kind: str
+
+    #: The spec lists the layers itself: errors point into that list, not at the encoder.
+    own_layers: ClassVar[bool] = False
+    #: Advice added to a shape error when the layers shrink the input to nothing.
+    empty_shape_hint: ClassVar[str] = ""
+
+    def fits(self, feature_type: str) -> bool:
+        """Whether a feature of ``feature_type`` takes this encoder (:data:`ENCODERS_FOR`)."""
+        return self.kind in ENCODERS_FOR[feature_type]
+
+    def layers_over(self, tokens: bool) -> list:
+        """The encoder as :class:`LayerSpec` entries over the feature's encoded input, which
+        holds indices when ``tokens`` (an embedding takes them) and numbers otherwise."""
+        raise NotImplementedError(type(self).__name__)
+
+    def summary(self) -> str:
+        """The encoder in a few words, for ``dbspec plan``."""
+        return self.kind
 
 
-class AdaptivePoolArgs(SpecModel):
-    out: Size = d("Output size.")
+class _SequenceEncoder(_Encoder):
+    """Embed the tokens (or project numeric items), a core of its own, pool over the items."""
+
+    if TYPE_CHECKING:
+        dim: int
+        dropout: float
+        pool: str
+
+    def _core(self) -> list:
+        return _dropout(self.dropout)
+
+    def layers_over(self, tokens: bool) -> list:
+        first = {"embedding": {"dim": self.dim}} if tokens else {"linear": {"out": self.dim}}
+        return _layer_list([first, *self._core(), {"global_pool": {"op": self.pool}}])
+
+    def summary(self) -> str:
+        return f"{self.kind} (dim {self.dim})"
 
 
-class DropoutArgs(SpecModel):
-    p: float = d("Probability of zeroing an element.", default=0.5, ge=0, lt=1)
-
-
-class NormArgs(SpecModel):
-    eps: float = d("Added to the variance for numerical stability.", default=1e-5, gt=0)
-    momentum: float = d("Running-statistics momentum (batch norm only).", default=0.1, gt=0, le=1)
-    affine: bool = d("Learn scale and shift.", default=True)
-
-
-class LeakyReluArgs(SpecModel):
-    negative_slope: float = d("Slope for negative inputs.", default=0.01)
-
-
-class EluArgs(SpecModel):
-    alpha: float = d("Scale of the negative part.", default=1.0)
-
-
-class SoftmaxArgs(SpecModel):
-    dim: int = d("Dimension to normalise (default: the last).", default=-1)
-
-
-class EmbeddingArgs(SpecModel):
-    dim: int = d("Width of each vector.", ge=1, le=65_536)
-    vocabulary: Optional[int] = d("Number of indices (0 is padding); default: the size of the "
-                                  "encoded feature's fitted vocabulary.", default=None, ge=2)
-
-
-class RecurrentArgs(SpecModel):
-    hidden: int = d("Hidden size of each direction.", ge=1, le=65_536)
-    layers: int = d("Stacked layers.", default=1, ge=1, le=16)
-    bidirectional: bool = d("Read both ways (output width 2 x hidden).", default=False)
-    dropout: float = d("Dropout between stacked layers.", default=0.0, ge=0, lt=1)
-
-
-class TransformerArgs(SpecModel):
-    heads: int = d("Attention heads; they must divide the input width.", ge=1, le=256)
-    layers: int = d("Encoder layers.", default=1, ge=1, le=48)
-    feedforward: Optional[int] = d("Feed-forward width; default 4 x the input width.",
-                                   default=None, ge=1)
-    dropout: float = d("Dropout inside the layers.", default=0.1, ge=0, lt=1)
-    positions: bool = d("Add a learned position embedding first (order matters).",
-                        default=True)
-
-
-class AttentionArgs(SpecModel):
-    heads: int = d("Attention heads; they must divide the input width.", ge=1, le=256)
-    dropout: float = d("Dropout on the attention weights.", default=0.0, ge=0, lt=1)
-
-
-class GlobalPoolArgs(SpecModel):
-    op: Literal["mean", "max", "sum", "first", "last"] = d(
-        "mean / max / sum over the items of a sequence (length, width) -> (width,) or over "
-        "the positions of an image (channels, h, w) -> (channels,); first / last item of a "
-        "sequence. Padding is left out.", default="mean")
-
-
-class ResNetArgs(SpecModel):
-    depth: Literal[18, 34] = d("ResNet-18 or ResNet-34 (torchvision's layout).", default=18)
-    weights: Optional[str] = d("A state dict (.pt/.pth) saved from torchvision's model of that "
-                               "depth; default: random initialisation.", default=None,
-                               min_length=1)
-    freeze: bool = d("Keep the loaded weights fixed.", default=False)
-
-
-class ReshapeArgs(SpecModel):
-    shape: list[Annotated[int, Field(ge=-1)]] = d("Shape per sample, without the batch dimension; one entry may be -1.",
-                         min_length=1)
-
-
-_LAYERS: dict[str, tuple[type[SpecModel], str, bool]] = {
-    "linear": (LinearArgs, "Fully connected layer.", False),
-    "conv1d": (ConvArgs, "1-d convolution over (channels, length).", False),
-    "conv2d": (ConvArgs, "2-d convolution over (channels, height, width).", False),
-    "maxpool1d": (PoolArgs, "1-d max pooling.", False),
-    "maxpool2d": (PoolArgs, "2-d max pooling.", False),
-    "avgpool1d": (PoolArgs, "1-d average pooling.", False),
-    "avgpool2d": (PoolArgs, "2-d average pooling.", False),
-    "adaptive_avgpool1d": (AdaptivePoolArgs, "1-d average pooling to a fixed size.", False),
-    "adaptive_avgpool2d": (AdaptivePoolArgs, "2-d average pooling to a fixed size.", False),
-    "flatten": (Empty, "Flatten everything but the batch dimension.", True),
-    "reshape": (ReshapeArgs, "Reshape each sample, e.g. 64 features to [1, 8, 8].", False),
-    "dropout": (DropoutArgs, "Dropout.", True),
-    "batchnorm1d": (NormArgs, "Batch norm over features or (channels, length).", True),
-    "batchnorm2d": (NormArgs, "Batch norm over (channels, height, width).", True),
-    "layernorm": (NormArgs, "Layer norm over the last dimension.", True),
-    "layer_norm": (NormArgs, "Layer norm over the last dimension (same as layernorm).", True),
-    "embedding": (EmbeddingArgs, "Index -> learned vector: (length,) ids -> (length, dim).",
-                  False),
-    "lstm": (RecurrentArgs, "LSTM over a sequence (length, width) -> (length, hidden).", False),
-    "gru": (RecurrentArgs, "GRU over a sequence (length, width) -> (length, hidden).", False),
-    "transformer_encoder": (TransformerArgs, "Transformer encoder layers over a sequence "
-                            "(length, width), padding masked.", False),
-    "multihead_attention": (AttentionArgs, "Self-attention over a sequence (length, width), "
-                            "padding masked.", False),
-    "global_pool": (GlobalPoolArgs, "Pool a sequence or an image to one vector.", True),
-    "resnet": (ResNetArgs, "A ResNet body over an image (channels, h, w) -> (512,).", True),
-    "relu": (Empty, "ReLU activation.", True),
-    "leaky_relu": (LeakyReluArgs, "Leaky ReLU activation.", True),
-    "gelu": (Empty, "GELU activation.", True),
-    "elu": (EluArgs, "ELU activation.", True),
-    "selu": (Empty, "SELU activation.", True),
-    "silu": (Empty, "SiLU (swish) activation.", True),
-    "mish": (Empty, "Mish activation.", True),
-    "softplus": (Empty, "Softplus activation.", True),
-    "tanh": (Empty, "Tanh activation.", True),
-    "sigmoid": (Empty, "Sigmoid activation.", True),
-    "softmax": (SoftmaxArgs, "Softmax (probabilities; losses expect raw logits).", True),
-    "log_softmax": (SoftmaxArgs, "Log-softmax (pairs with the nll loss).", True),
-    "identity": (Empty, "Pass the input through.", True),
-}
-
-LAYER_NAMES = tuple(_LAYERS)
-
-
-class _LayerBase(OneKeyModel):
-    entry_word: ClassVar[str] = "layer"
-    model_config = OneKeyModel.model_config | {
-        "json_schema_extra": {"minProperties": 1, "maxProperties": 1}}
-
-
-LayerSpec = create_model(
-    "LayerSpec", __base__=_LayerBase, __module__=__name__,
-    __doc__="One layer: its name as the key, its settings as the value.",
-    **{key: (Optional[args], Field(default=None, description=text))
-       for key, (args, text, _) in _LAYERS.items()},
-)
-Layer = one_key_entry(LayerSpec, bare=[k for k, (_, _, opt) in _LAYERS.items() if opt])
-
-
-class EmbeddingEncoder(SpecModel):
+class EmbeddingEncoder(_Encoder):
     """A learned vector per value (categorical features)."""
 
     kind: Literal["embedding"] = d("Encoder kind: an embedding table.")
     dim: int = d("Width of the embedding.", default=16, ge=1, le=65_536)
     dropout: float = d("Dropout on the embedding.", default=0.0, ge=0, lt=1)
 
+    def layers_over(self, tokens: bool) -> list:
+        return _layer_list([{"embedding": {"dim": self.dim}}, *_dropout(self.dropout),
+                            "flatten"])
 
-class BagEncoder(SpecModel):
+    def summary(self) -> str:
+        return f"embedding (dim {self.dim})"
+
+
+class BagEncoder(_SequenceEncoder):
     """Token embeddings (or a projection of numeric items) pooled over the sequence,
     ignoring padding: order-blind, fast, a strong baseline."""
 
@@ -191,7 +98,7 @@ class BagEncoder(SpecModel):
     dropout: float = d("Dropout on the embeddings.", default=0.0, ge=0, lt=1)
 
 
-class RecurrentEncoder(SpecModel):
+class RecurrentEncoder(_SequenceEncoder):
     """An LSTM or GRU over the embedded sequence, reading the padding-free part of each row."""
 
     kind: Literal["lstm", "gru"] = d("Encoder kind: a recurrent network.")
@@ -206,8 +113,13 @@ class RecurrentEncoder(SpecModel):
     pool: Literal["last", "mean", "max"] = d("last: the state after each row's last item; "
                                              "mean / max over the items.", default="last")
 
+    def _core(self) -> list:
+        return [*_dropout(self.dropout), {self.kind: {
+            "hidden": self.hidden, "layers": self.layers, "bidirectional": self.bidirectional,
+            "dropout": self.dropout}}]
 
-class TransformerEncoderSpec(SpecModel):
+
+class TransformerEncoderSpec(_SequenceEncoder):
     """Self-attention layers over the embedded sequence with learned positions; padding is
     masked out."""
 
@@ -222,8 +134,13 @@ class TransformerEncoderSpec(SpecModel):
     pool: Literal["mean", "max", "first"] = d("Pooling of the outputs over the items.",
                                               default="mean")
 
+    def _core(self) -> list:  # dropout is inside the transformer's layers
+        return [{"transformer_encoder": {"heads": self.heads, "layers": self.layers,
+                                         "feedforward": self.feedforward,
+                                         "dropout": self.dropout}}]
 
-class CnnEncoder(SpecModel):
+
+class CnnEncoder(_Encoder):
     """Convolution blocks (conv, batch norm, ReLU, 2x2 max pool), then global pooling or a
     flatten: a small image network trained from scratch."""
 
@@ -237,8 +154,22 @@ class CnnEncoder(SpecModel):
         "such as digits).", default="mean")
     dropout: float = d("Dropout on the pooled output.", default=0.0, ge=0, lt=1)
 
+    empty_shape_hint: ClassVar[str] = "; use fewer blocks in channels or a larger height and width"
 
-class ResNetEncoder(SpecModel):
+    def layers_over(self, tokens: bool) -> list:
+        entries: list[Any] = []
+        for channels in self.channels:
+            entries += [{"conv2d": {"out": channels, "kernel": self.kernel,
+                                    "padding": self.kernel // 2}},
+                        "batchnorm2d", "relu", {"maxpool2d": {"kernel": 2}}]
+        entries.append("flatten" if self.pool == "flatten" else {"global_pool": {"op": self.pool}})
+        return _layer_list(entries + _dropout(self.dropout))
+
+    def summary(self) -> str:
+        return f"cnn {list(self.channels)}, {self.pool}"
+
+
+class ResNetEncoder(_Encoder):
     """A ResNet (torchvision's layout) without its classifier; output width 512.
 
     Randomly initialised, or from a weights file you provide: a state dict saved from
@@ -251,14 +182,29 @@ class ResNetEncoder(SpecModel):
     freeze: bool = d("Keep the loaded weights fixed (train only the rest of the model).",
                      default=False)
 
+    def layers_over(self, tokens: bool) -> list:
+        return _layer_list([{"resnet": {"depth": int(self.kind[len("resnet"):]),
+                                        "weights": self.weights, "freeze": self.freeze}}])
 
-class LayersEncoder(SpecModel):
+    def summary(self) -> str:
+        return self.kind + (" from " + self.weights if self.weights else "")
+
+
+class LayersEncoder(_Encoder):
     """Your own layer list over the feature's encoded input (its shape: (1,) index for a
     categorical, (max_length,) ids or values for text and sequences, (channels, height,
     width) for an image). It must end in a flat vector."""
 
     kind: Literal["layers"] = d("Encoder kind: a layer list.")
     layers: list[Layer] = d("Layers in order (the model.layers vocabulary).", min_length=1)
+
+    own_layers: ClassVar[bool] = True
+
+    def layers_over(self, tokens: bool) -> list:
+        return list(self.layers)
+
+    def summary(self) -> str:
+        return f"layers ({len(self.layers)})"
 
 
 EncoderSpec = Annotated[
@@ -276,6 +222,14 @@ ENCODERS_FOR = {
 }
 
 
+def default_encoder(feature_type: str) -> Any:
+    """The encoder of a feature of ``feature_type`` that ``model.encoders`` leaves out: the
+    first kind :data:`ENCODERS_FOR` lists, with its defaults."""
+    kind = ENCODERS_FOR[feature_type][0]
+    return next(cls(kind=kind) for cls in get_args(get_args(EncoderSpec)[0])
+                if kind in get_args(cls.model_fields["kind"].annotation))
+
+
 class AttentionCombiner(SpecModel):
     """Each feature's vector (the numeric features together as one) projected to `width`,
     then self-attention across features; the outputs are flattened (features x width)."""
@@ -287,11 +241,37 @@ class AttentionCombiner(SpecModel):
     layers: int = d("Attention layers.", default=1, ge=1, le=16)
     dropout: float = d("Dropout inside the attention layers.", default=0.0, ge=0, lt=1)
 
+    def output_width(self, numeric: int, widths: list[int]) -> int:
+        """Width of the joined vector for ``numeric`` numeric features (one token together)
+        and encoder outputs of ``widths``.
+
+        Raises:
+            SettingError: heads that do not divide the width.
+        """
+        if self.width % self.heads:
+            choices = ", ".join(str(h) for h in range(1, min(self.width, 64) + 1)
+                                if self.width % h == 0)
+            raise SettingError("heads", f"{self.heads} heads do not divide the width "
+                                        f"{self.width}; use a head count that divides it ({choices})")
+        return (len(widths) + (1 if numeric else 0)) * self.width
+
+    def summary(self) -> str:
+        """The combiner in a few words, for ``dbspec plan``."""
+        return f"attention (width {self.width}, {self.heads} heads)"
+
 
 class ConcatCombiner(SpecModel):
     """The features' vectors side by side (numeric features first, in their order)."""
 
     kind: Literal["concat"] = d("Combiner kind: concatenation.")
+
+    def output_width(self, numeric: int, widths: list[int]) -> int:
+        """Width of the joined vector: ``numeric`` numeric features and ``widths``."""
+        return numeric + sum(widths)
+
+    def summary(self) -> str:
+        """The combiner in a few words, for ``dbspec plan``."""
+        return "concat"
 
 
 def _combiner_shorthand(value):
