@@ -1,4 +1,11 @@
-"""All-or-nothing replacement of an output directory.
+"""All-or-nothing writes: one file (:func:`atomic_file`, :func:`write_atomic`) or a whole output
+directory (:func:`replace_directory`). Every write dbspec wants whole goes through here.
+
+A file is written under a unique hidden name beside it (``.<name>.<pid>-<random>.partial``),
+flushed to disk and renamed over the target: a reader, or a crash, sees the old file or the
+new one, never half of one; concurrent writers of the same bytes do not trip over each other.
+
+A directory:
 
 A writer that cannot make one file (Spark writes a directory of part files) writes into a
 hidden staging directory beside the target, ``.<name>.staging-<pid>-<random>``, and then puts
@@ -25,12 +32,45 @@ import errno
 import os
 import shutil
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any, Iterator, Union
 
 from dbspec.processes import process_alive
 
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
+
+
+@contextmanager
+def atomic_file(path: Union[str, Path], *, text: bool = False,
+                durable: bool = True) -> Iterator[IO[Any]]:
+    """A handle whose content replaces ``path`` whole when the block ends without an error
+    (nothing changes when it raises).
+
+    Args:
+        text: A text handle (UTF-8) instead of a binary one.
+        durable: fsync before the rename, so a power loss keeps the old file or the new one;
+            off for files that are cheap to write again.
+    """
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
+    try:
+        with open(partial, "w" if text else "wb", encoding="utf-8" if text else None) as handle:
+            yield handle
+            handle.flush()
+            if durable:
+                os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(path: Union[str, Path], data: Union[bytes, str], *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` whole (see :func:`atomic_file`)."""
+    with atomic_file(path, text=isinstance(data, str), durable=durable) as handle:
+        handle.write(data)
 
 
 def staging_for(target: Path) -> Path:

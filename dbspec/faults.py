@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import time
 
+from dbspec.atomic import write_atomic
+
 PAUSE_ENV = "DBSPEC_PAUSE_AT"
 PAUSE_FILE_ENV = "DBSPEC_PAUSE_FILE"
 
@@ -26,9 +28,6 @@ def pause_point(name: str) -> None:
         return
     marker = os.environ.get(PAUSE_FILE_ENV)
     if marker:
-        temporary = f"{marker}.tmp"
-        with open(temporary, "w", encoding="utf-8") as handle:
-            handle.write(f"{os.getpid()} {name}\n")
-        os.replace(temporary, marker)
+        write_atomic(marker, f"{os.getpid()} {name}\n", durable=False)
     while True:  # the test kills the process here
         time.sleep(3600)

@@ -34,7 +34,7 @@ from dbspec.registry.errors import (RegistryError, is_not_found, is_permission_d
                                     refusals_said_as, unavailable)
 from dbspec.registry.history import HISTORY_TAG, RegistrySnapshot, now
 from dbspec.registry.lifecycle import acting_user
-from dbspec.registry.locks import Lease, TagLease, file_lock
+from dbspec.registry.locks import lock_path, registry_lock
 from dbspec.registry.pending import (ABANDONED_TAG, DECISION_TAG, OWNER_TAG, PENDING, abandon,
                                      abandon_dead, search_versions)
 from dbspec.seams.gates import GateResult
@@ -89,10 +89,7 @@ class RegisteredVersion:
 class Registry:
     """Registered versions, gate records and aliases of one MLflow registry."""
 
-    #: Tag lease (stores other than SQLite): how long it is valid, how long a writer waits
-    #: between writing it and reading it back, and how long to wait for a busy lease.
-    lease_ttl_s = 120.0
-    lease_settle_s = 0.3
+    #: How long a writer waits for the registry lock another dbspec process holds.
     lock_wait_s = 300.0
 
     def __init__(self, client):
@@ -220,7 +217,7 @@ class Registry:
         Under :meth:`lock`: read the model, ``decide`` on it, append the history entry (before
         the move, so a kill cannot leave a move without one), re-read and move only if the
         holder is still the one decided on, re-read after the move; a holder that changed in
-        between (a writer without the lock, an expired lease) means deciding again on what is
+        between (a writer without the lock, or on another machine) means deciding again on what is
         there now. ``decide`` may raise :class:`RegistryError` to refuse.
 
         Raises:
@@ -229,12 +226,9 @@ class Registry:
         """
         from mlflow.exceptions import MlflowException
 
-        with self.lock(name) as lease:
+        with self.lock(name):
             for _ in range(_MOVE_ATTEMPTS):
-                seen = self.snapshot(name)
-                if not lease.held(seen.tags):
-                    continue  # the lease ran out and was taken again: read anew
-                seen = self._record_outside_move(seen, alias)
+                seen = self._record_outside_move(self.snapshot(name), alias)
                 old = seen.holder(alias)
                 decision = decide(seen)
                 if decision.version is None or str(decision.version) == old:
@@ -244,7 +238,7 @@ class Registry:
                          "by": decision.by or acting_user(), "reason": decision.reason}
                 seen, key = self._append_history(seen, alias, entry)
                 pause_point("promote.before_move")
-                if not lease.held() or self._holder_version(name, alias) != old:
+                if self._holder_version(name, alias) != old:
                     continue  # moved since we decided: decide again on the new holder
                 try:
                     self.client.set_registered_model_alias(name, alias, target)
@@ -302,25 +296,13 @@ class Registry:
         return self.snapshot(name).history(alias)
 
     @contextmanager
-    def lock(self, name: str) -> Iterator[Lease]:
-        """Exclusive access to ``name``'s aliases among dbspec processes.
-
-        A SQLite store: an ``flock`` on a file beside the database (every process on this
-        host). Any other store (an mlflow server, Databricks): a lease in the registered
-        model's ``dbspec.lock`` tag, see :class:`~dbspec.registry.locks.TagLease`.
-        """
-        database = sqlite_path(getattr(self.client, "_registry_uri", None) or "")
-        path = None if database is None else str(database)
-        if path is None:
-            lease = TagLease(self, name)
-            lease.acquire()
-            try:
-                yield lease
-            finally:
-                lease.release()
-            return
-        with file_lock(f"{path}.dbspec-lock", self.lock_wait_s):
-            yield Lease()
+    def lock(self, name: str) -> Iterator[None]:
+        """Exclusive access to ``name``'s aliases among dbspec processes of this machine (of
+        every machine for a SQLite store); see :mod:`dbspec.registry.locks`."""
+        uri = self.client.tracking_uri  # the registry's too, unless set apart (then this
+        # still names one lock file for every dbspec process configured alike)
+        with registry_lock(lock_path(sqlite_path(uri), uri, name), name, self.lock_wait_s):
+            yield
 
     def versions(self, name: str) -> list[Any]:
         """Every version of ``name``, newest first."""

@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
+from dbspec.atomic import write_atomic
 from dbspec.errors import DbspecError
 
 VERBOSE_ENV = "DBSPEC_VERBOSE"
@@ -57,9 +58,7 @@ def quiet_java_options(conf: dict) -> Optional[str]:
     digest = hashlib.sha256(QUIET_LOG4J.encode()).hexdigest()[:12]
     path = Path(tempfile.gettempdir()) / f"dbspec-log4j2-{digest}.properties"
     if not path.is_file():
-        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(QUIET_LOG4J, encoding="utf-8")
-        os.replace(temporary, path)  # another process may write the same bytes at once
+        write_atomic(path, QUIET_LOG4J, durable=False)  # others may write the same bytes at once
     return f"{given} -Dlog4j2.configurationFile={path.as_uri()}".strip()
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Protocol, TypeVar
 
+from dbspec.atomic import write_atomic
 from dbspec.spec.loader import LoadedSpec
 from dbspec.spec.sections import Spec
 from dbspec.stages.outputs import StageOutput
@@ -157,9 +158,7 @@ class Stage(Protocol):
 
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (a crash leaves the old file or the new one, never half)."""
-    partial = path.with_suffix(path.suffix + ".partial")
-    partial.write_text(json.dumps(data, indent=2, default=str))
-    partial.replace(path)
+    write_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 def registry_name(spec: Spec, options: RunOptions) -> Optional[str]:

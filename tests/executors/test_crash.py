@@ -51,9 +51,10 @@ def dead_pid() -> int:
 def _try_lock(directory, barrier, results):
     barrier.wait()
     try:
-        RunLock(Path(directory)).acquire("dbspec run x")
+        held = RunLock(Path(directory)).acquire("dbspec run x")  # (a lock let go is released)
         results.put("won")
         time.sleep(1.0)  # hold it while the others try
+        held.release()
     except RunLocked:
         results.put("refused")
 

@@ -1,0 +1,144 @@
+"""The one file lock dbspec takes: a run directory, a model registry's aliases, an inference
+table's writer.
+
+The lock is the ``filelock`` package's (an ``flock`` on POSIX): the kernel grants it to one
+open file at a time, so two simultaneous takers cannot both win, and drops it when its holder
+dies, however it dies, so no lock outlives its process. The file's content only names the
+holder (PID, host, start time) for refusals. A clean release empties it; a file that still
+names a holder when the lock is free was left by a process that died holding it, which the next
+holder can tell (:attr:`HostLock.previous`). The file is never removed: removing it would let a
+third process lock a new file while a second one locks the old.
+
+It excludes processes of one machine (threads included: each :class:`HostLock` opens the file
+anew). It does not exclude other machines, nor hold on network file systems without ``flock``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from dbspec.errors import DbspecError
+
+#: errno values of file systems that refuse advisory locks.
+_UNSUPPORTED = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+
+
+class LockBusy(DbspecError):
+    """Another live process holds the lock.
+
+    Attributes:
+        holder: What the holder wrote in the lock file (``pid``, ``host``, ``started``); empty
+            while it is just starting.
+    """
+
+    def __init__(self, message: str, holder: dict[str, Any]):
+        super().__init__(message)
+        self.holder = holder
+
+
+class HostLock:
+    """An exclusive lock on one file, held from :meth:`acquire` to :meth:`release`.
+
+    Attributes:
+        path: The lock file.
+        previous: What a holder that died left in the file, found by :meth:`acquire`; None
+            when the last holder let go cleanly.
+        supported: False when the file system refused advisory locks (:meth:`acquire` then
+            returns without a lock when ``unsupported_ok``, and the caller says so).
+
+    Keep the object while the lock is held: dropping it lets go (``filelock`` releases a lock
+    whose object is collected).
+    """
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.previous: Optional[dict[str, Any]] = None
+        self.supported = True
+        self._lock: Any = None
+
+    def acquire(self, what: str, *, wait: float = 0.0,
+                unsupported_ok: bool = False) -> "HostLock":
+        """Take the lock, waiting at most ``wait`` seconds; ``what`` names it in a refusal.
+
+        Raises:
+            LockBusy: a live process held it throughout (the message names it).
+            OSError: the lock file cannot be made, or advisory locks are refused and not
+                ``unsupported_ok``.
+        """
+        from filelock import FileLock, Timeout
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.path, timeout=wait, thread_local=False, is_singleton=False,
+                        preserve_lock_file=True, fallback_to_soft=False)
+        try:
+            lock.acquire()
+        except Timeout:
+            holder = read_holder(self.path, tries=5)
+            raise LockBusy(f"{what} is held by {describe_holder(holder)}"
+                           + (f"; waited {wait:.0f} s" if wait >= 1 else ""), holder) from None
+        except OSError as exc:
+            if unsupported_ok and exc.errno in _UNSUPPORTED:
+                self.supported = False
+                return self
+            raise
+        self._lock = lock
+        self.previous = read_holder(self.path, tries=1) or None
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        _write(self.path, json.dumps(record).encode())
+        return self
+
+    def release(self) -> None:
+        """Empty the file (a clean end) and let go; safe to call twice."""
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        try:
+            _write(self.path, b"")
+        finally:
+            lock.release()
+
+    def __enter__(self) -> "HostLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def describe_holder(holder: Optional[dict[str, Any]]) -> str:
+    """``pid 123 on host h since T`` (or that the holder is still writing its name)."""
+    if not holder:
+        return "a process that is just starting"
+    return f"pid {holder.get('pid')} on host {holder.get('host')} since {holder.get('started')}"
+
+
+def read_holder(path: Path, *, tries: int) -> dict[str, Any]:
+    """The holder's record, or {} for an empty or half-written file (a holder's first
+    instants, between taking the lock and writing its name: read ``tries`` times)."""
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(0.02)
+        try:
+            found = json.loads(path.read_bytes().decode() or "null")
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(found, dict):
+            return found
+    return {}
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Replace the file's content in place (the lock is on the file, not on its name)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
