@@ -73,7 +73,7 @@ class RegistrySnapshot:
 
 
 def _history_entries(tags: dict[str, str], alias: str, holder: Optional[str]) -> list[dict]:
-    """The legacy JSON list, then one entry per tag in key order, then the outside move that
+    """One entry per tag in key order, then the outside move that
     took the alias from the last applied entry's version to ``holder``, if it is elsewhere.
 
     An entry is ``applied`` when it was rewritten so after its move, or when what followed it
@@ -82,7 +82,6 @@ def _history_entries(tags: dict[str, str], alias: str, holder: Optional[str]) ->
     nothing (two writers that both recorded it, after a lost lease).
     """
     base = HISTORY_TAG.format(alias=alias)
-    legacy = [{**e, "applied": True} for e in _load_list(tags.get(base))]
     stored = []
     for key in sorted(k for k in tags if k.startswith(base + ".")):
         entry = _load_entry(tags[key])
@@ -91,7 +90,7 @@ def _history_entries(tags: dict[str, str], alias: str, holder: Optional[str]) ->
     for index, entry in enumerate(stored):
         after = stored[index + 1].get("previous") if index + 1 < len(stored) else holder
         entry["applied"] = entry.get("applied") is True or after == entry.get("version")
-    entries, recorded = legacy + stored, None
+    entries, recorded = stored, None
     for entry in entries:
         if entry.get("outside"):
             entry["applied"] = entry.get("version") != recorded
@@ -108,15 +107,6 @@ def _outside_move(previous: Optional[str], version: Optional[str]) -> dict[str, 
     what = "deleted" if version is None else "set" if previous is None else "moved"
     return {"version": version, "previous": previous, "at": now(), "by": OUTSIDE_BY,
             "reason": f"{what} outside dbspec", "outside": True}
-
-
-def _load_list(raw: Optional[str]) -> list[dict]:
-    try:
-        found = json.loads(raw) if raw else []
-    except json.JSONDecodeError:
-        return []
-    return [e for e in found if isinstance(e, dict) and "version" in e] \
-        if isinstance(found, list) else []
 
 
 def _load_entry(raw: str) -> Optional[dict]:

@@ -163,34 +163,20 @@ def test_kill_around_the_alias_move_leaves_rollback_working(store, tmp_path, poi
     assert again.returncode == 1 and f"already points at v{expected}" in again.stderr
 
 
-def test_old_single_tag_history_is_still_read(store, tmp_path):
-    uri, client, registry = store
-    one, two = add_version(client, tmp_path, 60), add_version(client, tmp_path, 55)
-    legacy = [{"version": one, "previous": None, "at": "2026-01-01T00:00:00Z", "by": "x",
-               "reason": "gates passed"},
-              {"version": two, "previous": one, "at": "2026-01-02T00:00:00Z", "by": "x",
-               "reason": "gates passed"}]
-    client.set_registered_model_tag(NAME, "dbspec.alias_history.prod", json.dumps(legacy))
-    client.set_registered_model_alias(NAME, "prod", two)
-    back = cli(uri, "rollback", NAME, "--alias", "prod")
-    assert back.returncode == 0 and f"-> v{one} (rolled back from v{two})" in back.stdout
-    assert [m["version"] for m in moves_of(registry, NAME, "prod")] == [one, two, one]
-    again = cli(uri, "rollback", NAME, "--alias", "prod", "--to", one)
-    assert again.returncode == 1 and f"already points at v{one}" in again.stderr
-
-
 def test_concurrent_promote_rollback_pairs_keep_every_entry(store, tmp_path):
     from dbspec.registry import RegistryError
     from dbspec.registry.promotion import promote, rollback
 
     uri, client, registry = store
     versions = [add_version(client, tmp_path, 50 + i) for i in range(4)]
-    # 45 moves in the old one-tag format (read on), so that with the pairs the history holds
-    # more than the 50 entries it used to be cut to
-    legacy = [{"version": versions[i % 4], "previous": versions[(i - 1) % 4] if i else None,
-               "at": "2026-01-01T00:00:00Z", "by": "x", "reason": "old"} for i in range(45)]
-    client.set_registered_model_tag(NAME, "dbspec.alias_history.prod", json.dumps(legacy))
-    client.set_registered_model_alias(NAME, "prod", legacy[-1]["version"])
+    # 45 earlier moves, so that with the pairs the history holds more than 50 entries
+    earlier = [{"version": versions[i % 4], "previous": versions[(i - 1) % 4] if i else None,
+                "at": "2026-01-01T00:00:00Z", "by": "x", "reason": "old", "applied": True}
+               for i in range(45)]
+    for i, entry in enumerate(earlier):
+        client.set_registered_model_tag(NAME, f"dbspec.alias_history.prod.{i + 1:020d}-0000",
+                                        json.dumps(entry))
+    client.set_registered_model_alias(NAME, "prod", earlier[-1]["version"])
     moves, refusals, errors = [45], [], []
 
     def pair(index: int) -> None:
