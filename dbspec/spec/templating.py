@@ -1,21 +1,19 @@
 """Templated spec values, rendered by jinja2's own sandbox with small limits.
 
-Templates live inside YAML string values (``out: "{{ hidden }}"``), never around the YAML
-structure, so every rendered value keeps its line and column. A value that is one whole
-``{{ expression }}`` keeps the expression's type (``"{{ hidden * 2 }}"`` gives an int); other
-templates render to strings. Names come from ``vars``; the environment is reachable only as
-``{{ env.NAME }}`` (or ``env['NAME']``), one named variable at a time: nothing lists it. Every
-variable read, and every value rendered from one, is registered with
+Templates live inside YAML string values (``out: "{{ hidden }}"``), so every rendered value keeps
+its line and column. A value that is one whole ``{{ expression }}`` keeps the expression's type
+(``"{{ hidden * 2 }}"`` gives an int); other templates render to strings. Names come from
+``vars``; the environment only as ``{{ env.NAME }}`` / ``env['NAME']``, one variable at a time:
+nothing lists it. Each variable read, and each value rendered from one, is registered with
 :func:`dbspec.errors.register_secret`, so output shows ``{{ env.NAME }}`` instead of the value.
 
-Rendering is :class:`jinja2.sandbox.ImmutableSandboxedEnvironment` (no unsafe attributes, no
-mutation, a bounded ``range``) with strict undefined names, limited through its public hooks:
-``*``, ``**`` and ``%`` (operator interception), ``str.format`` and the filters that build a
-value from a count (``center``, ``indent``, ``join``, ``replace``, ``format``, ``batch``,
-``slice``) are checked before they run; the ``str`` methods that do the same are refused (their
-filters remain). What a value renders stays under :data:`MAX_TEMPLATE_SIZE` characters or items,
-and one value renders in at most :data:`MAX_TEMPLATE_SECONDS` and :data:`MAX_TEMPLATE_MEMORY`
-bytes. jinja2 is imported only when a spec uses more than a plain ``{{ name }}``.
+Rendering is :class:`jinja2.sandbox.ImmutableSandboxedEnvironment` with strict undefined names,
+limited through its public hooks: ``*``, ``**``, ``%``, ``str.format`` and the ``join``,
+``replace`` and ``format`` filters are checked before they run; ``str`` methods that build a
+value from a count, and the filters that lay out text (``center``, ``indent``, ``batch``,
+``slice``, ``lipsum``), are not offered. What a value builds stays under
+:data:`MAX_TEMPLATE_SIZE` characters or items, and one value renders in at most
+:data:`MAX_TEMPLATE_SECONDS` and :data:`MAX_TEMPLATE_MEMORY` bytes.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn, Optional
 
 from dbspec.errors import Diagnostic, SpecError, did_you_mean, register_secret
-from dbspec.spec.document import Document, Node
+from dbspec.spec.document import Document, Node, format_path
 
 #: Largest string, list or output a template may build: specs are small, templates should be too.
 MAX_TEMPLATE_SIZE = 100_000
@@ -44,11 +42,11 @@ MAX_TEMPLATE_MEMORY = 256 * 1024 * 1024
 _MARKERS = ("{{", "{%", "{#")
 _WHOLE_EXPRESSION = re.compile(r"^\s*\{\{-?(?P<expr>(?:(?!-?\}\}).)*)-?\}\}\s*$", re.DOTALL)
 #: ``{{ name }}`` / ``{{ vars.name }}`` / ``{{ env.NAME }}``: looked up directly, no jinja2 needed.
-_PLAIN_NAME = re.compile(r"^\s*\{\{-?\s*([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?\s*-?\}\}\s*$")
+_PLAIN_NAME = re.compile(r"^\s*\{\{-?\s*([A-Za-z_]\w*)(?:\.([A-Za-z]\w*))?\s*-?\}\}\s*$")
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?([-#0 +]*[\d*]*(?:\.[\d*]*)?)")
-#: ``str`` methods that build a value from a count; the filters of the same name are checked.
-_REFUSED_METHODS = frozenset(["center", "ljust", "rjust", "zfill", "expandtabs", "join",
-                              "replace"])
+_UNOFFERED_METHODS = frozenset(["center", "ljust", "rjust", "zfill", "expandtabs", "join",
+                                "replace"])
+_UNOFFERED_FILTERS = ("center", "indent", "batch", "slice")
 _MAPPING_METHODS = frozenset(["items", "keys", "values", "get", "copy", "pop", "setdefault",
                               "update", "fromkeys", "popitem", "clear"])
 _ENV_REFUSAL = ("the environment cannot be listed or used as a whole; name one variable: "
@@ -76,12 +74,9 @@ def _size(value: Any) -> int:
     """Characters or items in ``value``, nested ones included; stops counting past the limit."""
     if isinstance(value, (str, bytes)):
         return len(value)
-    if isinstance(value, dict):
-        value = list(value.items())
-    if not isinstance(value, (list, tuple)):
-        return 0
-    total = len(value)
-    for item in value:
+    items = list(value.items()) if isinstance(value, dict) else value
+    total = len(items) if isinstance(items, (list, tuple)) else 0
+    for item in items if total else ():
         if total > MAX_TEMPLATE_SIZE:
             break
         total += _size(item)
@@ -90,11 +85,9 @@ def _size(value: Any) -> int:
 
 def _check_format(text: Any, braces: bool = False) -> None:
     """Widths in a ``%`` (or ``str.format``) string are bounded; computed ones are refused."""
-    if not isinstance(text, str):
-        return
     try:
-        specs = [spec for _, _, spec, _ in string.Formatter().parse(text) if spec] if braces \
-            else _PERCENT_SPEC.findall(text)
+        specs = [s for _, _, s, _ in string.Formatter().parse(text) if s] if braces else \
+            _PERCENT_SPEC.findall(text) if isinstance(text, str) else []
     except ValueError:
         return  # str.format reports it
     for spec in specs:
@@ -106,31 +99,16 @@ def _check_format(text: Any, braces: bool = False) -> None:
 
 def _check_binop(operator: str, left: Any, right: Any) -> None:
     integers = isinstance(left, int) and isinstance(right, int)
-    bits = 0
     if operator == "%":
         _check_format(left)
-    elif operator == "**" and integers and right > 0:
-        bits = abs(left).bit_length() * right
-    elif operator == "*" and integers:
-        bits = abs(left).bit_length() + abs(right).bit_length()
+    elif integers and (operator == "*" or right > 0):
+        bits = abs(left).bit_length() * right if operator == "**" else \
+            abs(left).bit_length() + abs(right).bit_length()
+        if bits > MAX_INT_BITS:
+            _refuse(f"the result would exceed {MAX_INT_BITS:,} bits")
     elif operator == "*":  # a sequence repeated: its size (nested items included) times count
         count, sequence = (left, right) if isinstance(left, int) else (right, left)
-        if isinstance(count, int):
-            _bound(_size(sequence) * max(count, 0))
-    if bits > MAX_INT_BITS:
-        _refuse(f"the result would exceed {MAX_INT_BITS:,} bits")
-
-
-def _check_counts(value: Any, *args: Any, **kwargs: Any) -> None:
-    """``center``, ``batch``, ``slice``: no width or count larger than a template may build."""
-    for number in (*args, *kwargs.values()):
-        if isinstance(number, int):
-            _bound(number, f"a width or count of {number:,}")
-
-
-def _check_indent(text: Any, width: Any = 4, *_: Any, **__: Any) -> None:
-    lines = str(text).count("\n") + 1
-    _bound(len(str(text)) + lines * (len(width) if isinstance(width, str) else int(width)))
+        _bound(_size(sequence) * max(count, 0) if isinstance(count, int) else 0)
 
 
 def _check_join(items: Any, separator: Any = "", *_: Any, **__: Any) -> None:
@@ -140,8 +118,7 @@ def _check_join(items: Any, separator: Any = "", *_: Any, **__: Any) -> None:
 def _check_replace(text: Any, old: Any, new: Any, count: Any = None) -> None:
     text, old, new = str(text), str(old), str(new)
     times = text.count(old) if old else len(text) + 1
-    if isinstance(count, int) and count >= 0:
-        times = min(times, count)
+    times = min(times, count) if isinstance(count, int) and count >= 0 else times
     _bound(len(text) + times * max(len(new) - len(old), 0))
 
 
@@ -156,10 +133,10 @@ def _guard(filters: dict, name: str, check: Callable[..., None]) -> None:
     @functools.wraps(original)  # keeps jinja2's pass_eval_context mark (join, replace)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         skip = 1 if isinstance(args[0], (EvalContext, Context, Environment)) else 0
-        head, value, rest = args[:skip], args[skip], args[skip + 1:]
+        value = args[skip]
         value = list(value) if isinstance(value, Iterator) else value  # counted, then passed on
-        check(value, *rest, **kwargs)
-        return original(*head, value, *rest, **kwargs)
+        check(value, *args[skip + 1:], **kwargs)
+        return original(*args[:skip], value, *args[skip + 1:], **kwargs)
 
     filters[name] = guarded
 
@@ -170,7 +147,7 @@ def _environment() -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class SpecEnvironment(ImmutableSandboxedEnvironment):
-        """The sandbox with size checks before large values are built, and an ``env`` that
+        """The sandbox, checking sizes before large values are built, with an ``env`` that
         yields one named variable at a time."""
 
         intercepted_binops = frozenset(["*", "**", "%"])
@@ -180,8 +157,14 @@ def _environment() -> Any:
             return super().call_binop(context, operator, left, right)
 
         def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-            refused = isinstance(obj, (str, bytes)) and attr in _REFUSED_METHODS
-            return not refused and super().is_safe_attribute(obj, attr, value)
+            unoffered = isinstance(obj, (str, bytes)) and attr in _UNOFFERED_METHODS
+            return not unoffered and super().is_safe_attribute(obj, attr, value)
+
+        def wrap_str_format(self, value: Any) -> Any:
+            wrapped = super().wrap_str_format(value)
+            if wrapped is not None:  # str.format / format_map: checked when it is looked up
+                _check_format(value.__self__, braces=True)
+            return wrapped
 
         def getattr(self, obj: Any, attribute: str) -> Any:
             return obj.lookup(attribute) if isinstance(obj, _Env) else \
@@ -191,17 +174,11 @@ def _environment() -> Any:
             return obj.lookup(argument) if isinstance(obj, _Env) else \
                 super().getitem(obj, argument)
 
-        def wrap_str_format(self, value: Any) -> Any:
-            wrapped = super().wrap_str_format(value)
-            if wrapped is not None:  # str.format / format_map: checked when it is looked up
-                _check_format(value.__self__, braces=True)
-            return wrapped
-
     environment = SpecEnvironment(undefined=StrictUndefined, autoescape=False)
-    environment.globals.pop("lipsum", None)  # generates unbounded text; no use in a spec
-    for name, check in (("center", _check_counts), ("batch", _check_counts),
-                        ("slice", _check_counts), ("indent", _check_indent),
-                        ("format", _check_format), ("join", _check_join),
+    environment.globals.pop("lipsum", None)  # unbounded text; no use in a spec
+    for name in _UNOFFERED_FILTERS:
+        del environment.filters[name]
+    for name, check in (("format", _check_format), ("join", _check_join),
                         ("replace", _check_replace)):
         _guard(environment.filters, name, check)
     return environment
@@ -262,13 +239,15 @@ def _render(text: str, context: dict[str, Any]) -> Any:
 
 def _limited(render: Callable[[], Any]) -> Any:
     """Run ``render`` with a deadline and a memory bound, checked on every line it runs."""
+    import resource  # POSIX, like the platforms dbspec runs on
+
     deadline = time.monotonic() + MAX_TEMPLATE_SECONDS
-    memory = _peak_memory() + MAX_TEMPLATE_MEMORY
+    memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 + MAX_TEMPLATE_MEMORY
 
     def on_line(frame: Any, event: str, arg: Any) -> Any:
         if time.monotonic() > deadline:
             _refuse(f"the template ran longer than {MAX_TEMPLATE_SECONDS:g} s")
-        if _peak_memory() > memory:
+        if resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > memory:
             _refuse(f"the template used more than {MAX_TEMPLATE_MEMORY // 2**20} MB")
         return on_line
 
@@ -280,25 +259,15 @@ def _limited(render: Callable[[], Any]) -> Any:
         sys.settrace(previous)
 
 
-def _peak_memory() -> int:
-    try:
-        import resource
-    except ImportError:  # not on POSIX: the time limit still holds
-        return 0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
 def _lookup(context: dict[str, Any], name: str, attribute: Optional[str]) -> Any:
+    """A plain name's value without jinja2, or ``_MISSING`` to let jinja2 render (or report) it."""
     value = context.get(name, _MISSING)
-    if isinstance(value, _Env):
-        if attribute is None or attribute not in os.environ:
-            return _MISSING  # jinja2 refuses the whole environment, or reports the missing one
-        return value.lookup(attribute)
+    if isinstance(value, _Env):  # the whole environment or an unset variable: jinja2 says why
+        return value.lookup(attribute) if attribute and attribute in os.environ else _MISSING
     if attribute is None or value is _MISSING:
         return value
-    if isinstance(value, dict) and attribute in value:
-        return dict.__getitem__(value, attribute)  # not __missing__: jinja2 reports those
-    return _MISSING
+    known = isinstance(value, dict) and attribute in value
+    return dict.__getitem__(value, attribute) if known else _MISSING
 
 
 def _undefined_message(raw: str, context: dict[str, Any]) -> str:
@@ -314,10 +283,9 @@ def _undefined_message(raw: str, context: dict[str, Any]) -> str:
 class _Env:
     """``env`` in templates: one named variable at a time, never the whole environment.
 
-    Every variable read is registered as a secret (shown as ``{{ env.NAME }}``) and noted in
-    ``read``, so values rendered from it are registered too. A missing variable is undefined
-    with a message that says how to give a default. Anything that would list the environment
-    (``str``, iteration, ``len``, ``items()``) is refused.
+    A variable read is registered as a secret and noted in ``read`` (values rendered from it are
+    registered too); a missing one is undefined with a hint to give a default. Anything that
+    would list the environment (``str``, iteration, ``len``, ``items()``) is refused.
     """
 
     __slots__ = ("read",)
@@ -333,18 +301,17 @@ class _Env:
                 (value is None and name in _MAPPING_METHODS):
             _refuse(f"env[{name!r}]: {_ENV_REFUSAL}")
         if value is None:
-            return StrictUndefined(
-                hint=f"environment variable '{name}' is not set; give a fallback with "
-                     f"{{{{ env.{name} | default('...') }}}}", name=name)
+            return StrictUndefined(name=name, hint=f"environment variable '{name}' is not set; "
+                                   f"give a fallback with {{{{ env.{name} | default('...') }}}}")
         register_secret(value, f"{{{{ env.{name} }}}}")
         self.read.append(name)
         return value
 
-    def __contains__(self, name: Any) -> bool:
-        return isinstance(name, str) and name in os.environ
-
     def _refused(self, *_: Any, **__: Any) -> NoReturn:
         _refuse(_ENV_REFUSAL)
+
+    def __contains__(self, name: Any) -> bool:
+        return isinstance(name, str) and name in os.environ
 
     __str__ = __repr__ = __iter__ = __len__ = __reversed__ = __format__ = _refused
     __html__ = __json__ = __getstate__ = __reduce__ = __reduce_ex__ = _refused
@@ -358,7 +325,7 @@ class _Env:
 
 @dataclass
 class _Rendering:
-    """One pass over a document: where errors go, what templates see, which vars hold secrets."""
+    """One pass over a document: the names templates see, errors, vars rendered from env."""
 
     document: Document
     env: _Env = field(default_factory=_Env)
@@ -371,28 +338,31 @@ class _Rendering:
         if isinstance(node.value, (dict, list)):
             items = node.value.items() if isinstance(node.value, dict) else enumerate(node.value)
             return any([self.tree(child, path + (key,)) for key, child in items])
-        if not is_template(node.value):
+        text, read_before = node.value, len(self.env.read)
+        if not is_template(text):
             return False
-        read_before = len(self.env.read)
         try:
-            rendered = render_value(node.value, self.context)
+            node.value = _as_node(render_value(text, self.context), node).value
         except ValueError as exc:
             self.errors.append(Diagnostic(self.document.file, node.line, node.column,
-                                          ".".join(map(str, path)), str(exc), "error",
-                                          node.origin))
+                                          format_path(path), str(exc), "error", node.origin))
             return False
-        from_env = len(self.env.read) > read_before or self.uses_tainted(node.value)
-        if from_env:
-            _register_rendered(rendered, node.value)
-        _replace(node, rendered)
+        names = "|".join(re.escape(n) for n in (*self.tainted, "vars"))
+        from_env = len(self.env.read) > read_before or \
+            bool(self.tainted and re.search(rf"\b(?:{names})\b", text))  # over-approximated
+        for inner, leaf in node.walk() if from_env else ():
+            for shown in (*inner[-1:], leaf.value):  # keys of rendered mappings, then values
+                register_secret(shown, text)
         return from_env
 
-    def uses_tainted(self, text: str) -> bool:
-        """Whether a template may read a var rendered from the environment (over-approximated)."""
-        if not self.tainted:
-            return False
-        names = sorted((*self.tainted, "vars"), key=len, reverse=True)
-        return re.search(rf"\b(?:{'|'.join(map(re.escape, names))})\b", text) is not None
+
+def _as_node(value: Any, at: Node) -> Node:
+    """A rendered value as a node at ``at``'s place (rendered lists and mappings as nodes)."""
+    if isinstance(value, dict):
+        value = {str(k): _as_node(v, at) for k, v in value.items()}
+    elif isinstance(value, (list, tuple)):
+        value = [_as_node(v, at) for v in value]
+    return Node(value, at.line, at.column, origin=at.origin)
 
 
 def render_document(document: Document) -> Document:
@@ -405,19 +375,18 @@ def render_document(document: Document) -> Document:
     Raises:
         SpecError: a template does not compile, names an undefined var, or fails.
     """
-    root = document.root
-    if not any(is_template(node.value) for _, node in root.walk()):
+    if not any(is_template(node.value) for _, node in document.root.walk()):
         return document
-    root = root.copy()
-    rendering = _Rendering(document)
-    rendered: dict[str, Any] = {}
+    root, rendering = document.root.copy(), _Rendering(document)
     vars_node = root.value.get("vars")
-    if vars_node is not None and isinstance(vars_node.value, dict):
-        for key, child in vars_node.value.items():
-            rendering.context = {**rendered, "env": rendering.env}
-            if rendering.tree(child, ("vars", key)):
-                rendering.tainted.add(key)
-            rendered[key] = child.to_data()
+    own_vars = vars_node.value if vars_node is not None and isinstance(vars_node.value, dict) \
+        else {}
+    rendered: dict[str, Any] = {}
+    for key, child in own_vars.items():
+        rendering.context = {**rendered, "env": rendering.env}
+        if rendering.tree(child, ("vars", key)):
+            rendering.tainted.add(key)
+        rendered[key] = child.to_data()
     rendering.context = {**rendered, "env": rendering.env, "vars": rendered}
     for key, child in root.value.items():
         if key not in ("vars", "targets"):  # targets are templated when they are merged in
@@ -425,31 +394,3 @@ def render_document(document: Document) -> Document:
     if rendering.errors:
         raise SpecError(rendering.errors)
     return Document(document.file, root, document.text)
-
-
-def _register_rendered(value: Any, shown_as: str) -> None:
-    if isinstance(value, str):
-        register_secret(value, shown_as)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _register_rendered(key, shown_as)
-            _register_rendered(item, shown_as)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _register_rendered(item, shown_as)
-
-
-def _replace(node: Node, value: Any) -> None:
-    """Put a rendered value into a node, turning rendered lists and mappings into nodes."""
-    if isinstance(value, dict):
-        node.value = {str(k): _child(node, v) for k, v in value.items()}
-    elif isinstance(value, (list, tuple)):
-        node.value = [_child(node, v) for v in value]
-    else:
-        node.value = value
-
-
-def _child(parent: Node, value: Any) -> Node:
-    child = Node(None, parent.line, parent.column, origin=parent.origin)
-    _replace(child, value)
-    return child
