@@ -1,18 +1,15 @@
 """Templated spec values, rendered by jinja2's own sandbox with small limits.
 
-Templates live inside YAML string values (``out: "{{ hidden }}"``), so every rendered value keeps
-its line and column. A value that is one whole ``{{ expression }}`` keeps the expression's type
-(``"{{ hidden * 2 }}"`` gives an int); other templates render to strings. Names come from
-``vars``; the environment only as ``{{ env.NAME }}`` / ``env['NAME']``, one variable at a time:
-nothing lists it. Each variable read, and each value rendered from one, is registered with
-:func:`dbspec.errors.register_secret`, so output shows ``{{ env.NAME }}`` instead of the value.
+Templates sit inside YAML string values, so a rendered value keeps its line and column; one whole
+``{{ expression }}`` keeps its type (``"{{ hidden * 2 }}"`` gives an int). Names come from
+``vars``; the environment only as ``{{ env.NAME }}`` / ``env['NAME']``: nothing lists it. Values
+read from it, or rendered from them, are registered with :func:`dbspec.errors.register_secret`.
 
 Rendering is :class:`jinja2.sandbox.ImmutableSandboxedEnvironment` with strict undefined names,
 limited through its public hooks: ``*``, ``**``, ``%``, ``str.format`` and the ``join``,
-``replace`` and ``format`` filters are checked before they run; ``str`` methods that build a
-value from a count, and the filters that lay out text (``center``, ``indent``, ``batch``,
-``slice``, ``lipsum``), are not offered. What a value builds stays under
-:data:`MAX_TEMPLATE_SIZE` characters or items, and one value renders in at most
+``replace``, ``format`` filters are checked before they run; ``str`` methods that build a value
+from a count, and ``center``, ``indent``, ``batch``, ``slice``, ``lipsum``, are not offered. A
+value builds at most :data:`MAX_TEMPLATE_SIZE` characters or items, in at most
 :data:`MAX_TEMPLATE_SECONDS` and :data:`MAX_TEMPLATE_MEMORY` bytes.
 """
 
@@ -46,7 +43,6 @@ _PLAIN_NAME = re.compile(r"^\s*\{\{-?\s*([A-Za-z_]\w*)(?:\.([A-Za-z]\w*))?\s*-?\
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?([-#0 +]*[\d*]*(?:\.[\d*]*)?)")
 _UNOFFERED_METHODS = frozenset(["center", "ljust", "rjust", "zfill", "expandtabs", "join",
                                 "replace"])
-_UNOFFERED_FILTERS = ("center", "indent", "batch", "slice")
 _MAPPING_METHODS = frozenset(["items", "keys", "values", "get", "copy", "pop", "setdefault",
                               "update", "fromkeys", "popitem", "clear"])
 _ENV_REFUSAL = ("the environment cannot be listed or used as a whole; name one variable: "
@@ -124,7 +120,6 @@ def _check_replace(text: Any, old: Any, new: Any, count: Any = None) -> None:
 
 def _guard(filters: dict, name: str, check: Callable[..., None]) -> None:
     """Run ``check`` on the filter's value and arguments before the filter itself."""
-    from jinja2 import Environment
     from jinja2.nodes import EvalContext
     from jinja2.runtime import Context
 
@@ -132,7 +127,7 @@ def _guard(filters: dict, name: str, check: Callable[..., None]) -> None:
 
     @functools.wraps(original)  # keeps jinja2's pass_eval_context mark (join, replace)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        skip = 1 if isinstance(args[0], (EvalContext, Context, Environment)) else 0
+        skip = 1 if isinstance(args[0], (EvalContext, Context)) else 0
         value = args[skip]
         value = list(value) if isinstance(value, Iterator) else value  # counted, then passed on
         check(value, *args[skip + 1:], **kwargs)
@@ -147,9 +142,6 @@ def _environment() -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class SpecEnvironment(ImmutableSandboxedEnvironment):
-        """The sandbox, checking sizes before large values are built, with an ``env`` that
-        yields one named variable at a time."""
-
         intercepted_binops = frozenset(["*", "**", "%"])
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
@@ -167,16 +159,16 @@ def _environment() -> Any:
             return wrapped
 
         def getattr(self, obj: Any, attribute: str) -> Any:
-            return obj.lookup(attribute) if isinstance(obj, _Env) else \
+            return _read_env(obj, attribute) if isinstance(obj, _Env) else \
                 super().getattr(obj, attribute)
 
         def getitem(self, obj: Any, argument: Any) -> Any:
-            return obj.lookup(argument) if isinstance(obj, _Env) else \
+            return _read_env(obj, argument) if isinstance(obj, _Env) else \
                 super().getitem(obj, argument)
 
     environment = SpecEnvironment(undefined=StrictUndefined, autoescape=False)
     environment.globals.pop("lipsum", None)  # unbounded text; no use in a spec
-    for name in _UNOFFERED_FILTERS:
+    for name in ("center", "indent", "batch", "slice"):  # lay out text from a count
         del environment.filters[name]
     for name, check in (("format", _check_format), ("join", _check_join),
                         ("replace", _check_replace)):
@@ -263,7 +255,7 @@ def _lookup(context: dict[str, Any], name: str, attribute: Optional[str]) -> Any
     """A plain name's value without jinja2, or ``_MISSING`` to let jinja2 render (or report) it."""
     value = context.get(name, _MISSING)
     if isinstance(value, _Env):  # the whole environment or an unset variable: jinja2 says why
-        return value.lookup(attribute) if attribute and attribute in os.environ else _MISSING
+        return _read_env(value, attribute) if attribute and attribute in os.environ else _MISSING
     if attribute is None or value is _MISSING:
         return value
     known = isinstance(value, dict) and attribute in value
@@ -280,47 +272,44 @@ def _undefined_message(raw: str, context: dict[str, Any]) -> str:
             f"above it), the environment from {{{{ env.NAME }}}}")
 
 
-class _Env:
-    """``env`` in templates: one named variable at a time, never the whole environment.
+def _read_env(env: "_Env", name: Any) -> Any:
+    """``env.NAME`` / ``env['NAME']``: the variable, registered as a secret, or an undefined one
+    with a hint to give a default; names that would list the environment are refused."""
+    from jinja2 import StrictUndefined
 
-    A variable read is registered as a secret and noted in ``read`` (values rendered from it are
-    registered too); a missing one is undefined with a hint to give a default. Anything that
-    would list the environment (``str``, iteration, ``len``, ``items()``) is refused.
-    """
+    value = os.environ.get(name) if isinstance(name, str) else None
+    if not isinstance(name, str) or name.startswith("_") or \
+            (value is None and name in _MAPPING_METHODS):
+        _refuse(f"env[{name!r}]: {_ENV_REFUSAL}")
+    if value is None:
+        return StrictUndefined(name=name, hint=f"environment variable '{name}' is not set; "
+                               f"give a fallback with {{{{ env.{name} | default('...') }}}}")
+    register_secret(value, f"{{{{ env.{name} }}}}")
+    env.read.append(name)
+    return value
+
+
+class _Env:
+    """``env`` in templates; the sandbox reads one variable with :func:`_read_env`. Anything
+    else (``str``, iteration, ``len``, ``items()``) would list the environment: refused."""
 
     __slots__ = ("read",)
 
     def __init__(self) -> None:
         self.read: list[str] = []
 
-    def lookup(self, name: Any) -> Any:
-        from jinja2 import StrictUndefined
+    def __contains__(self, name: Any) -> bool:
+        return isinstance(name, str) and name in os.environ
 
-        value = os.environ.get(name) if isinstance(name, str) else None
-        if not isinstance(name, str) or name.startswith("_") or \
-                (value is None and name in _MAPPING_METHODS):
-            _refuse(f"env[{name!r}]: {_ENV_REFUSAL}")
-        if value is None:
-            return StrictUndefined(name=name, hint=f"environment variable '{name}' is not set; "
-                                   f"give a fallback with {{{{ env.{name} | default('...') }}}}")
-        register_secret(value, f"{{{{ env.{name} }}}}")
-        self.read.append(name)
-        return value
+    def __getattr__(self, name: str) -> Any:  # Python-level access: a filter's value.items()
+        if name.startswith("__"):
+            raise AttributeError(name)
+        _refuse(_ENV_REFUSAL)
 
     def _refused(self, *_: Any, **__: Any) -> NoReturn:
         _refuse(_ENV_REFUSAL)
 
-    def __contains__(self, name: Any) -> bool:
-        return isinstance(name, str) and name in os.environ
-
-    __str__ = __repr__ = __iter__ = __len__ = __reversed__ = __format__ = _refused
-    __html__ = __json__ = __getstate__ = __reduce__ = __reduce_ex__ = _refused
-
-    def __getattr__(self, name: str) -> Any:
-        # Python-level attribute access (a filter calling value.items()); templates use lookup
-        if name.startswith("__"):
-            raise AttributeError(name)
-        _refuse(_ENV_REFUSAL)
+    __str__ = __repr__ = __iter__ = __len__ = __format__ = _refused
 
 
 @dataclass
