@@ -102,6 +102,8 @@ def _check_binop(operator: str, left: Any, right: Any) -> None:
             abs(left).bit_length() + abs(right).bit_length()
         if bits > MAX_INT_BITS:
             _refuse(f"the result would exceed {MAX_INT_BITS:,} bits")
+    elif operator == "+" and all(isinstance(v, (str, list, tuple)) for v in (left, right)):
+        _bound(_size(left) + _size(right))
     elif operator == "*":  # a sequence repeated: its size (nested items included) times count
         count, sequence = (left, right) if isinstance(left, int) else (right, left)
         _bound(_size(sequence) * max(count, 0) if isinstance(count, int) else 0)
@@ -142,7 +144,7 @@ def _environment() -> Any:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class SpecEnvironment(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset(["*", "**", "%"])
+        intercepted_binops = frozenset(["*", "**", "%", "+"])
 
         def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             _check_binop(operator, left, right)
@@ -170,7 +172,8 @@ def _environment() -> Any:
     environment.globals.pop("lipsum", None)  # unbounded text; no use in a spec
     for name in ("center", "indent", "batch", "slice"):  # lay out text from a count
         del environment.filters[name]
-    for name, check in (("format", _check_format), ("join", _check_join),
+    for name, check in (("format", lambda text, *_, **__: _check_format(text)),
+                        ("join", _check_join),
                         ("replace", _check_replace)):
         _guard(environment.filters, name, check)
     return environment
@@ -230,7 +233,7 @@ def _render(text: str, context: dict[str, Any]) -> Any:
 
 
 def _limited(render: Callable[[], Any]) -> Any:
-    """Run ``render`` with a deadline and a memory bound, checked on every line it runs."""
+    """Run ``render`` with a deadline and a memory bound, checked on every template line."""
     import resource  # POSIX, like the platforms dbspec runs on
 
     deadline = time.monotonic() + MAX_TEMPLATE_SECONDS
@@ -243,8 +246,9 @@ def _limited(render: Callable[[], Any]) -> Any:
             _refuse(f"the template used more than {MAX_TEMPLATE_MEMORY // 2**20} MB")
         return on_line
 
-    previous = sys.gettrace()
-    sys.settrace(lambda frame, event, arg: on_line)
+    previous = sys.gettrace()  # only the template's own code is traced: jinja2's is not slowed
+    sys.settrace(lambda frame, event, arg: on_line if frame.f_code.co_filename == "<template>"
+                 else None)
     try:
         return render()
     finally:
