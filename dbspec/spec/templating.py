@@ -43,6 +43,7 @@ _PLAIN_NAME = re.compile(r"^\s*\{\{-?\s*([A-Za-z_]\w*)(?:\.([A-Za-z]\w*))?\s*-?\
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?([-#0 +]*[\d*]*(?:\.[\d*]*)?)")
 _UNOFFERED_METHODS = frozenset(["center", "ljust", "rjust", "zfill", "expandtabs", "join",
                                 "replace"])
+_ENV_NAME = re.compile(r"\benv\s*(?:\.\s*|\[\s*['\"])([A-Za-z]\w*)")
 _MAPPING_METHODS = frozenset(["items", "keys", "values", "get", "copy", "pop", "setdefault",
                               "update", "fromkeys", "popitem", "clear"])
 _ENV_REFUSAL = ("the environment cannot be listed or used as a whole; name one variable: "
@@ -160,14 +161,6 @@ def _environment() -> Any:
                 _check_format(value.__self__, braces=True)
             return wrapped
 
-        def getattr(self, obj: Any, attribute: str) -> Any:
-            return _read_env(obj, attribute) if isinstance(obj, _Env) else \
-                super().getattr(obj, attribute)
-
-        def getitem(self, obj: Any, argument: Any) -> Any:
-            return _read_env(obj, argument) if isinstance(obj, _Env) else \
-                super().getitem(obj, argument)
-
     environment = SpecEnvironment(undefined=StrictUndefined, autoescape=False)
     environment.globals.pop("lipsum", None)  # unbounded text; no use in a spec
     for name in ("center", "indent", "batch", "slice"):  # lay out text from a count
@@ -180,12 +173,46 @@ def _environment() -> Any:
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile(text: str) -> tuple[bool, Any]:
-    """Compile once per distinct template text: specs repeat the same few templates."""
+def _compile(text: str) -> tuple[bool, Any, tuple[str, ...]]:
+    """Compile once per distinct template text (specs repeat the same few templates), with the
+    environment variables it names."""
+    environment = _environment()
+    tree = environment.parse(text)
+    names = _env_names(tree)
     whole = _WHOLE_EXPRESSION.match(text)
     if whole and "{{" not in whole["expr"]:
-        return True, _environment().compile_expression(whole["expr"], undefined_to_none=False)
-    return False, _environment().from_string(text)
+        return True, environment.compile_expression(whole["expr"], undefined_to_none=False), names
+    return False, environment.from_string(tree), names
+
+
+def _env_names(tree: Any) -> tuple[str, ...]:
+    """The variables a template reads as ``env.NAME`` / ``env['NAME']``; any other use of
+    ``env`` (``env|string``, ``env.items()``, ``for k in env``) would list it: refused."""
+    from jinja2 import nodes
+
+    reads = {id(n.node): n for n in tree.find_all((nodes.Getattr, nodes.Getitem))}
+    names = []
+    for used in (n for n in tree.find_all(nodes.Name) if n.name == "env"):
+        read = reads.get(id(used))
+        name = read.attr if isinstance(read, nodes.Getattr) else read.arg.value \
+            if isinstance(read, nodes.Getitem) and isinstance(read.arg, nodes.Const) else None
+        if not isinstance(name, str) or name.startswith("_") or name in _MAPPING_METHODS:
+            _refuse(_ENV_REFUSAL)
+        names.append(name)
+    return tuple(names)
+
+
+def _env_values(names: Any) -> dict[str, Any]:
+    """``env`` for one template: the variables it names, each registered as a secret, or
+    undefined with a hint to give a default."""
+    from jinja2 import StrictUndefined
+
+    values = {name: os.environ.get(name) for name in names}
+    for name, value in values.items():
+        register_secret(value, f"{{{{ env.{name} }}}}")
+    return {name: StrictUndefined(name=name, hint=f"environment variable '{name}' is not set; "
+                                  f"give a fallback with {{{{ env.{name} | default('...') }}}}")
+            if value is None else value for name, value in values.items()}
 
 
 def render_value(text: str, context: dict[str, Any]) -> Any:
@@ -217,7 +244,8 @@ def render_value(text: str, context: dict[str, Any]) -> Any:
 
 def _render(text: str, context: dict[str, Any]) -> Any:
     """The rendered value: chunk by chunk, refused as soon as the output passes the limit."""
-    native, compiled = _compile(text)
+    native, compiled, names = _compile(text)
+    context = {**context, "env": _env_values(names)}
     if not native:
         chunks, total = [], 0
         for chunk in compiled.generate(**context):
@@ -258,8 +286,9 @@ def _limited(render: Callable[[], Any]) -> Any:
 def _lookup(context: dict[str, Any], name: str, attribute: Optional[str]) -> Any:
     """A plain name's value without jinja2, or ``_MISSING`` to let jinja2 render (or report) it."""
     value = context.get(name, _MISSING)
-    if isinstance(value, _Env):  # the whole environment or an unset variable: jinja2 says why
-        return _read_env(value, attribute) if attribute and attribute in os.environ else _MISSING
+    if name == "env":  # the whole environment or an unset variable: jinja2 says why
+        known = attribute in os.environ and attribute not in _MAPPING_METHODS if attribute else False
+        return _env_values([attribute])[attribute] if known else _MISSING
     if attribute is None or value is _MISSING:
         return value
     known = isinstance(value, dict) and attribute in value
@@ -276,52 +305,11 @@ def _undefined_message(raw: str, context: dict[str, Any]) -> str:
             f"above it), the environment from {{{{ env.NAME }}}}")
 
 
-def _read_env(env: "_Env", name: Any) -> Any:
-    """``env.NAME`` / ``env['NAME']``: the variable, registered as a secret, or an undefined one
-    with a hint to give a default; names that would list the environment are refused."""
-    from jinja2 import StrictUndefined
-
-    value = os.environ.get(name) if isinstance(name, str) else None
-    if not isinstance(name, str) or name.startswith("_") or \
-            (value is None and name in _MAPPING_METHODS):
-        _refuse(f"env[{name!r}]: {_ENV_REFUSAL}")
-    if value is None:
-        return StrictUndefined(name=name, hint=f"environment variable '{name}' is not set; "
-                               f"give a fallback with {{{{ env.{name} | default('...') }}}}")
-    register_secret(value, f"{{{{ env.{name} }}}}")
-    env.read.append(name)
-    return value
-
-
-class _Env:
-    """``env`` in templates; the sandbox reads one variable with :func:`_read_env`. Anything
-    else (``str``, iteration, ``len``, ``items()``) would list the environment: refused."""
-
-    __slots__ = ("read",)
-
-    def __init__(self) -> None:
-        self.read: list[str] = []
-
-    def __contains__(self, name: Any) -> bool:
-        return isinstance(name, str) and name in os.environ
-
-    def __getattr__(self, name: str) -> Any:  # Python-level access: a filter's value.items()
-        if name.startswith("__"):
-            raise AttributeError(name)
-        _refuse(_ENV_REFUSAL)
-
-    def _refused(self, *_: Any, **__: Any) -> NoReturn:
-        _refuse(_ENV_REFUSAL)
-
-    __str__ = __repr__ = __iter__ = __len__ = __format__ = _refused
-
-
 @dataclass
 class _Rendering:
     """One pass over a document: the names templates see, errors, vars rendered from env."""
 
     document: Document
-    env: _Env = field(default_factory=_Env)
     context: dict[str, Any] = field(default_factory=dict)
     errors: list[Diagnostic] = field(default_factory=list)
     tainted: set[str] = field(default_factory=set)
@@ -331,7 +319,7 @@ class _Rendering:
         if isinstance(node.value, (dict, list)):
             items = node.value.items() if isinstance(node.value, dict) else enumerate(node.value)
             return any([self.tree(child, path + (key,)) for key, child in items])
-        text, read_before = node.value, len(self.env.read)
+        text = node.value
         if not is_template(text):
             return False
         try:
@@ -341,7 +329,7 @@ class _Rendering:
                                           format_path(path), str(exc), "error", node.origin))
             return False
         names = "|".join(re.escape(n) for n in (*self.tainted, "vars"))
-        from_env = len(self.env.read) > read_before or \
+        from_env = any(n in os.environ for n in _ENV_NAME.findall(text)) or \
             bool(self.tainted and re.search(rf"\b(?:{names})\b", text))  # over-approximated
         for inner, leaf in node.walk() if from_env else ():
             for shown in (*inner[-1:], leaf.value):  # keys of rendered mappings, then values
@@ -376,11 +364,11 @@ def render_document(document: Document) -> Document:
         else {}
     rendered: dict[str, Any] = {}
     for key, child in own_vars.items():
-        rendering.context = {**rendered, "env": rendering.env}
+        rendering.context = dict(rendered)
         if rendering.tree(child, ("vars", key)):
             rendering.tainted.add(key)
         rendered[key] = child.to_data()
-    rendering.context = {**rendered, "env": rendering.env, "vars": rendered}
+    rendering.context = {**rendered, "vars": rendered}
     for key, child in root.value.items():
         if key not in ("vars", "targets"):  # targets are templated when they are merged in
             rendering.tree(child, (key,))
