@@ -286,9 +286,10 @@ def _limited(render: Callable[[], Any]) -> Any:
 def _lookup(context: dict[str, Any], name: str, attribute: Optional[str]) -> Any:
     """A plain name's value without jinja2, or ``_MISSING`` to let jinja2 render (or report) it."""
     value = context.get(name, _MISSING)
-    if name == "env":  # the whole environment or an unset variable: jinja2 says why
-        known = attribute in os.environ and attribute not in _MAPPING_METHODS if attribute else False
-        return _env_values([attribute])[attribute] if known else _MISSING
+    if name == "env":  # the whole environment, an unset or a refused name: jinja2 says why
+        if attribute is None or attribute not in os.environ or attribute in _MAPPING_METHODS:
+            return _MISSING
+        return _env_values([attribute])[attribute]
     if attribute is None or value is _MISSING:
         return value
     known = isinstance(value, dict) and attribute in value
