@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -114,8 +115,10 @@ def test_unselected_targets_are_not_rendered(write_spec, monkeypatch):
     ("{{ '{:{}}'.format(1, 999999999) }}", "computed widths"),
     ("{{ '%*d' % (999999999, 1) }}", "computed widths"),
     ("{{ '%0999999999d'|format(1) }}", "a width of 999,999,999 would exceed"),
+    ("{{ env.items()|list }}", "the environment cannot be listed"),
+    ("{{ env[name] }}", "the environment cannot be listed"),
     ("{% set a = 'x'*99999 %}" + "{% set a = a~a %}" * 14 + "{{ a|length }}",
-     "the template used more than 256 MB"),
+     "the template (used more than 256 MB|ran longer than 1 s)"),  # whichever comes first
     ("{{ range(100000)|map('string')|map('replace', '', 'y'*40000)|list }}",
      "the result would exceed 100,000"),
 ])
@@ -124,7 +127,7 @@ def test_a_limit_refuses_before_the_value_is_built(template, refusal):
     with pytest.raises(SpecError) as info:
         render(f"a: {json.dumps(template)}\n")
     (diag,) = info.value.diagnostics
-    assert (diag.line, diag.column) == (1, 4) and refusal in diag.message
+    assert (diag.line, diag.column) == (1, 4) and re.search(refusal, diag.message)
 
 
 @pytest.mark.parametrize("template, expected", [
