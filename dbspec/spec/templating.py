@@ -261,22 +261,33 @@ def _render(text: str, context: dict[str, Any]) -> Any:
 
 
 def _limited(render: Callable[[], Any]) -> Any:
-    """Run ``render`` with a deadline and a memory bound, checked on every template line."""
+    """Run ``render`` with a deadline and a memory bound, checked on every template line and
+    every 16th call into other Python code (jinja2's filters and generators)."""
     import resource  # POSIX, like the platforms dbspec runs on
 
     deadline = time.monotonic() + MAX_TEMPLATE_SECONDS
     memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 + MAX_TEMPLATE_MEMORY
+    calls, memory_checked = iter(range(sys.maxsize)), [0.0]
 
     def on_line(frame: Any, event: str, arg: Any) -> Any:
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             _refuse(f"the template ran longer than {MAX_TEMPLATE_SECONDS:g} s")
-        if resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > memory:
-            _refuse(f"the template used more than {MAX_TEMPLATE_MEMORY // 2**20} MB")
+        if now > memory_checked[0] + 0.001:  # getrusage is a system call: once a millisecond
+            memory_checked[0] = now
+            if resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > memory:
+                _refuse(f"the template used more than {MAX_TEMPLATE_MEMORY // 2**20} MB")
         return on_line
 
-    previous = sys.gettrace()  # only the template's own code is traced: jinja2's is not slowed
-    sys.settrace(lambda frame, event, arg: on_line if frame.f_code.co_filename == "<template>"
-                 else None)
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename == "<template>":
+            return on_line
+        if next(calls) % 16 == 0:
+            on_line(frame, event, arg)
+        return None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
     try:
         return render()
     finally:
