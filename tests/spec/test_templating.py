@@ -121,6 +121,8 @@ def test_unselected_targets_are_not_rendered(write_spec, monkeypatch):
      "the template (used more than 256 MB|ran longer than 1 s)"),  # whichever comes first
     ("{{ range(100000)|map('string')|map('replace', '', 'y'*40000)|list }}",
      "the result would exceed 100,000"),
+    ("{{ range(100000)|map('string')|map('replace', '', 'y'*10000)|list }}",  # in a generator
+     "the template (used more than 256 MB|ran longer than 1 s)"),
 ])
 def test_a_limit_refuses_before_the_value_is_built(template, refusal):
     """In-process, without a memory limit to fall back on: the check itself refuses."""
