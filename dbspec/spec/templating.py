@@ -256,7 +256,7 @@ def _render(text: str, context: dict[str, Any]) -> Any:
     result = compiled(**context)
     _bound(_size(result), "the output")
     if not isinstance(result, (int, float)):
-        str(result)  # raises for an undefined name, or for the environment (even nested)
+        str(result)  # StrictUndefined raises here: an undefined name or unset variable
     return result
 
 
