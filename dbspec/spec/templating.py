@@ -229,7 +229,9 @@ def render_value(text: str, context: dict[str, Any]) -> Any:
     import jinja2
 
     try:
-        return _limited(lambda: _render(text, context))
+        native, compiled, names = _compile(text)  # outside the limits: linear in the text
+        context = {**context, "env": _env_values(names)}
+        return _limited(lambda: _render(native, compiled, context))
     except jinja2.UndefinedError as exc:
         raise ValueError(_undefined_message(str(exc), context)) from None
     except jinja2.TemplateSyntaxError as exc:
@@ -242,10 +244,8 @@ def render_value(text: str, context: dict[str, Any]) -> Any:
         raise ValueError(f"template failed: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
-def _render(text: str, context: dict[str, Any]) -> Any:
+def _render(native: bool, compiled: Any, context: dict[str, Any]) -> Any:
     """The rendered value: chunk by chunk, refused as soon as the output passes the limit."""
-    native, compiled, names = _compile(text)
-    context = {**context, "env": _env_values(names)}
     if not native:
         chunks, total = [], 0
         for chunk in compiled.generate(**context):
