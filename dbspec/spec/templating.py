@@ -21,7 +21,7 @@ import re
 import string
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn, Optional
 
@@ -43,7 +43,9 @@ _PLAIN_NAME = re.compile(r"^\s*\{\{-?\s*([A-Za-z_]\w*)(?:\.([A-Za-z]\w*))?\s*-?\
 _PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?([-#0 +]*[\d*]*(?:\.[\d*]*)?)")
 _UNOFFERED_METHODS = frozenset(["center", "ljust", "rjust", "zfill", "expandtabs", "join",
                                 "replace"])
+#: The variables a template names (over-approximated): whether its value came from them.
 _ENV_NAME = re.compile(r"\benv\s*(?:\.\s*|\[\s*['\"])([A-Za-z]\w*)")
+#: ``env.items()`` and the like would list the environment.
 _MAPPING_METHODS = frozenset(["items", "keys", "values", "get", "copy", "pop", "setdefault",
                               "update", "fromkeys", "popitem", "clear"])
 _ENV_REFUSAL = ("the environment cannot be listed or used as a whole; name one variable: "
@@ -202,7 +204,7 @@ def _env_names(tree: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _env_values(names: Any) -> dict[str, Any]:
+def _env_values(names: Iterable[str]) -> dict[str, Any]:
     """``env`` for one template: the variables it names, each registered as a secret, or
     undefined with a hint to give a default."""
     from jinja2 import StrictUndefined
