@@ -1,18 +1,16 @@
-"""Sandboxed jinja2 templating of spec values.
+"""Templated spec values, rendered by jinja2's own sandbox with small limits.
 
-Templates live inside YAML string values (``out: "{{ hidden }}"``), never around the YAML
-structure, so every rendered value keeps its line and column. A value that is one whole
-``{{ expression }}`` keeps the expression's type (``"{{ hidden * 2 }}"`` gives an int); other
-templates render to strings. Names come from ``vars``; the environment is reachable only as
-``{{ env.NAME }}`` (or ``env['NAME']``), one named variable at a time: nothing lists it
-(``env|string``, ``env.items()``, ``{% for k in env %}`` are refused). Every variable read, and
-every value rendered from one, is registered with :func:`dbspec.errors.register_secret`, so
-diagnostics, MLflow params and logged spec files show ``{{ env.NAME }}`` instead of the value.
+Templates sit inside YAML string values, so a rendered value keeps its line and column; one whole
+``{{ expression }}`` keeps its type (``"{{ hidden * 2 }}"`` gives an int). Names come from
+``vars``; the environment only as ``{{ env.NAME }}`` / ``env['NAME']``: nothing lists it. Values
+read from it, or rendered from them, are registered with :func:`dbspec.errors.register_secret`.
 
-Templates are bounded: output, strings, lists and numbers a template builds stay under
-:data:`MAX_TEMPLATE_SIZE` (checked before the operation runs, so ``'%0999999999d'|format(1)``
-is refused, not attempted), and one value renders in at most :data:`MAX_TEMPLATE_SECONDS` and
-:data:`MAX_TEMPLATE_MEMORY` bytes. jinja2 is imported only when a spec uses a template.
+Rendering is :class:`jinja2.sandbox.ImmutableSandboxedEnvironment` with strict undefined names,
+limited through its public hooks: ``*``, ``**``, ``%``, ``str.format`` and the ``join``,
+``replace``, ``format`` filters are checked before they run; ``str`` methods that build a value
+from a count, and ``center``, ``indent``, ``batch``, ``slice``, ``lipsum``, are not offered. A
+value builds at most :data:`MAX_TEMPLATE_SIZE` characters or items, in at most
+:data:`MAX_TEMPLATE_SECONDS` and :data:`MAX_TEMPLATE_MEMORY` bytes.
 """
 
 from __future__ import annotations
@@ -20,18 +18,17 @@ from __future__ import annotations
 import functools
 import os
 import re
+import string
 import sys
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Callable, NoReturn, Optional
 
 from dbspec.errors import Diagnostic, SpecError, did_you_mean, register_secret
-from dbspec.spec.document import Document, Node
+from dbspec.spec.document import Document, Node, format_path
 
-_WHOLE_EXPRESSION = re.compile(r"^\s*\{\{-?(?P<expr>(?:(?!-?\}\}).)*)-?\}\}\s*$", re.DOTALL)
-_MARKERS = ("{{", "{%", "{#")
-#: ``{{ name }}`` / ``{{ vars.name }}`` / ``{{ env.NAME }}``: looked up directly, no jinja2 needed.
-_PLAIN_NAME = re.compile(r"^\s*\{\{-?\s*([A-Za-z_]\w*)(?:\.([A-Za-z_]\w*))?\s*-?\}\}\s*$")
-#: Largest string or list a template may build: specs are small, templates should be too.
+#: Largest string, list or output a template may build: specs are small, templates should be too.
 MAX_TEMPLATE_SIZE = 100_000
 #: Largest integer a template may compute, in bits (``(10**1000)**1000`` is refused).
 MAX_INT_BITS = 100_000
@@ -39,9 +36,21 @@ MAX_INT_BITS = 100_000
 MAX_TEMPLATE_SECONDS = 1.0
 #: Growth of the process's peak memory allowed while one value renders.
 MAX_TEMPLATE_MEMORY = 256 * 1024 * 1024
-_MISSING = object()
+_MARKERS = ("{{", "{%", "{#")
+_WHOLE_EXPRESSION = re.compile(r"^\s*\{\{-?(?P<expr>(?:(?!-?\}\}).)*)-?\}\}\s*$", re.DOTALL)
+#: ``{{ name }}`` / ``{{ vars.name }}`` / ``{{ env.NAME }}``: looked up directly, no jinja2 needed.
+_PLAIN_NAME = re.compile(r"^\s*\{\{-?\s*([A-Za-z_]\w*)(?:\.([A-Za-z]\w*))?\s*-?\}\}\s*$")
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?([-#0 +]*[\d*]*(?:\.[\d*]*)?)")
+_UNOFFERED_METHODS = frozenset(["center", "ljust", "rjust", "zfill", "expandtabs", "join",
+                                "replace"])
+#: The variables a template names (over-approximated): whether its value came from them.
+_ENV_NAME = re.compile(r"\benv\s*(?:\.\s*|\[\s*['\"])([A-Za-z]\w*)")
+#: ``env.items()`` and the like would list the environment.
+_MAPPING_METHODS = frozenset(["items", "keys", "values", "get", "copy", "pop", "setdefault",
+                              "update", "fromkeys", "popitem", "clear"])
 _ENV_REFUSAL = ("the environment cannot be listed or used as a whole; name one variable: "
                 "{{ env.NAME }} or {{ env.NAME | default('...') }}")
+_MISSING = object()
 
 
 def is_template(value: Any) -> bool:
@@ -49,255 +58,163 @@ def is_template(value: Any) -> bool:
     return isinstance(value, str) and any(m in value for m in _MARKERS)
 
 
-def _size(value: Any, limit: int = MAX_TEMPLATE_SIZE) -> int:
-    """Characters or items in ``value``, nested ones included; stops counting past ``limit``."""
-    if isinstance(value, (str, bytes)):
-        return len(value)
-    if isinstance(value, dict):
-        value = list(value.items())
-    if isinstance(value, (list, tuple)):
-        total = len(value)
-        for item in value:
-            if total > limit:
-                break
-            if isinstance(item, (str, bytes, list, tuple, dict)):
-                total += _size(item, limit - total)
-        return total
-    return 0
-
-
-def _refuse(message: str):
+def _refuse(message: str) -> NoReturn:
     from jinja2.exceptions import SecurityError
 
     raise SecurityError(message)
 
 
-def _check_size(size: int, what: str = "the result") -> None:
+def _bound(size: int, what: str = "the result") -> None:
     if size > MAX_TEMPLATE_SIZE:
-        _refuse(f"{what} would exceed {MAX_TEMPLATE_SIZE:,} items")
+        _refuse(f"{what} would exceed {MAX_TEMPLATE_SIZE:,} characters or items")
 
 
-def _check_width(width: Any) -> None:
-    if isinstance(width, int) and width > MAX_TEMPLATE_SIZE:
-        _refuse(f"a width of {width:,} is larger than a spec template may build "
-                f"({MAX_TEMPLATE_SIZE:,})")
+def _size(value: Any) -> int:
+    """Characters or items in ``value``, nested ones included; stops counting past the limit."""
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    items = list(value.items()) if isinstance(value, dict) else value
+    total = len(items) if isinstance(items, (list, tuple)) else 0
+    for item in items if total else ():
+        if total > MAX_TEMPLATE_SIZE:
+            break
+        total += _size(item)
+    return total
 
 
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
-
-
-def _check_percent_format(text: Any) -> None:
-    """Widths and precisions of a ``%`` format are bounded (``'%0999999999d'`` is refused)."""
-    if not isinstance(text, str):
-        return
-    for width, precision in _PERCENT_SPEC.findall(text):
-        for number in (width, precision):
-            if number == "*":
-                _refuse("'*' widths are not allowed in spec templates")
-            if number:
-                _check_width(int(number))
-
-
-def _check_brace_format(text: str) -> None:
-    """Widths and precisions of a ``str.format`` string are bounded; nested ones refused."""
-    import string
-
+def _check_format(text: Any, braces: bool = False) -> None:
+    """Widths in a ``%`` (or ``str.format``) string are bounded; computed ones are refused."""
     try:
-        fields = list(string.Formatter().parse(text))
+        specs = [s for _, _, s, _ in string.Formatter().parse(text) if s] if braces else \
+            _PERCENT_SPEC.findall(text) if isinstance(text, str) else []
     except ValueError:
         return  # str.format reports it
-    for _, _, spec, _ in fields:
-        if not spec:
-            continue
-        if "{" in spec:
-            _refuse("nested format specifications are not allowed in spec templates")
-        for number in re.findall(r"\d+", spec):
-            _check_width(int(number))
+    for spec in specs:
+        if "{" in spec or (not braces and "*" in spec):
+            _refuse("computed widths ('*', nested '{}') are not allowed in spec templates")
+        for digits in re.findall(r"\d+", spec):
+            _bound(int(digits), f"a width of {int(digits):,}")
 
 
 def _check_binop(operator: str, left: Any, right: Any) -> None:
-    numbers = all(isinstance(v, int) for v in (left, right))
-    if operator == "**" and isinstance(right, (int, float)):
-        if abs(right) > 1000:
-            _refuse(f"exponent {right} is too large for a spec template")
-        if numbers and right > 0 and abs(left).bit_length() * right > MAX_INT_BITS:
+    integers = isinstance(left, int) and isinstance(right, int)
+    if operator == "%":
+        _check_format(left)
+    elif integers and (operator == "*" or right > 0):
+        bits = abs(left).bit_length() * right if operator == "**" else \
+            abs(left).bit_length() + abs(right).bit_length()
+        if bits > MAX_INT_BITS:
             _refuse(f"the result would exceed {MAX_INT_BITS:,} bits")
-    elif operator == "*":
-        if numbers:
-            if abs(left).bit_length() + abs(right).bit_length() > MAX_INT_BITS:
-                _refuse(f"the result would exceed {MAX_INT_BITS:,} bits")
-            return
-        sized = [v for v in (left, right) if isinstance(v, (str, bytes, list, tuple))]
-        counts = [v for v in (left, right) if isinstance(v, int)]
-        if sized and counts:
-            _check_size(_size(sized[0]) * max(counts[0], 0))
-    elif operator == "+":
-        if all(isinstance(v, (str, bytes, list, tuple)) for v in (left, right)):
-            _check_size(_size(left) + _size(right))
-    elif operator == "%":
-        _check_percent_format(left)
+    elif operator == "+" and all(isinstance(v, (str, list, tuple)) for v in (left, right)):
+        _bound(_size(left) + _size(right))
+    elif operator == "*":  # a sequence repeated: its size (nested items included) times count
+        count, sequence = (left, right) if isinstance(left, int) else (right, left)
+        _bound(_size(sequence) * max(count, 0) if isinstance(count, int) else 0)
 
 
-def _checked_join(items: list, separator: Any = "") -> None:
-    total = len(str(separator)) * max(len(items) - 1, 0)
-    for item in items:
-        _check_size(total)
-        total += len(item) if isinstance(item, str) else _size(item) or len(str(item))
-    _check_size(total)
+def _check_join(items: Any, separator: Any = "", *_: Any, **__: Any) -> None:
+    _bound(_size(items) + len(items) * len(str(separator)))
 
 
 def _check_replace(text: Any, old: Any, new: Any, count: Any = None) -> None:
     text, old, new = str(text), str(old), str(new)
     times = text.count(old) if old else len(text) + 1
-    if isinstance(count, int) and count >= 0:
-        times = min(times, count)
-    _check_size(len(text) + times * max(len(new) - len(old), 0))
+    times = min(times, count) if isinstance(count, int) and count >= 0 else times
+    _bound(len(text) + times * max(len(new) - len(old), 0))
 
 
-def _guard_filters(filters: dict) -> None:
-    """Wrap the filters that can build large values with checks that run first."""
+def _guard(filters: dict, name: str, check: Callable[..., None]) -> None:
+    """Run ``check`` on the filter's value and arguments before the filter itself."""
+    from jinja2.nodes import EvalContext
+    from jinja2.runtime import Context
 
-    def guarded(name: str, check: Callable[..., Optional[tuple]]) -> None:
-        original = filters[name]
-        passed = getattr(original, "jinja_pass_arg", None)
+    original = filters[name]
 
-        def call(first, *args, **kwargs):
-            changed = check(*args, **kwargs) if passed else check(first, *args, **kwargs)
-            if changed is not None:  # the check materialised an iterable: pass the list on
-                args, kwargs = changed, {}
-                if not passed:
-                    first, args = args[0], args[1:]
-            return original(first, *args, **kwargs)
+    @functools.wraps(original)  # keeps jinja2's pass_eval_context mark (join, replace)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        skip = 1 if isinstance(args[0], (EvalContext, Context)) else 0
+        value = args[skip]
+        value = list(value) if isinstance(value, Iterator) else value  # counted, then passed on
+        check(value, *args[skip + 1:], **kwargs)
+        return original(*args[:skip], value, *args[skip + 1:], **kwargs)
 
-        if passed is not None:
-            call.jinja_pass_arg = passed  # type: ignore[attr-defined]
-        filters[name] = call
-
-    def center(value, width=80, *_, **__):
-        _check_width(width)
-
-    def indent(value, width=4, *_, **__):
-        lines = str(value).count("\n") + 1
-        _check_size(len(str(value)) + lines * (len(width) if isinstance(width, str) else width))
-
-    def format_(value, *args, **kwargs):
-        _check_percent_format(value)
-
-    def join(value, d="", attribute=None):
-        items = list(value)
-        _checked_join(items if attribute is None else [""] * len(items), d)
-        return (items, d, attribute)
-
-    def replace(value, old, new, count=None):
-        _check_replace(value, old, new, count)
-
-    def counted(value, number, *_, **__):
-        _check_width(number)
-
-    def sum_(iterable, attribute=None, start=0):
-        items = list(iterable)
-        if isinstance(start, (str, bytes, list, tuple)):
-            _check_size(_size(start) + sum(_size(i) for i in items))
-        return (items, attribute, start)
-
-    for name, check in (("center", center), ("indent", indent), ("format", format_),
-                        ("join", join), ("replace", replace), ("slice", counted),
-                        ("batch", counted), ("sum", sum_)):
-        guarded(name, check)
-
-
-_SIZED_METHODS = frozenset(["center", "ljust", "rjust", "zfill", "expandtabs", "replace",
-                            "join"])
+    filters[name] = guarded
 
 
 @functools.lru_cache(maxsize=1)
-def _environment():
+def _environment() -> Any:
     from jinja2 import StrictUndefined
-    from jinja2.compiler import CodeGenerator
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    class BoundedCodeGenerator(CodeGenerator):
-        """``a ~ b`` goes through :meth:`BoundedEnvironment.concat_checked`."""
+    class SpecEnvironment(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset(["*", "**", "%", "+"])
 
-        def visit_Concat(self, node, frame):
-            self.write("environment.concat_checked((")
-            for arg in node.nodes:
-                self.visit(arg, frame)
-                self.write(", ")
-            self.write("))")
-
-    class BoundedEnvironment(ImmutableSandboxedEnvironment):
-        """The sandbox, plus size bounds on everything that can build a large value, and an
-        ``env`` that yields single named variables only."""
-
-        code_generator_class = BoundedCodeGenerator
-        intercepted_binops = frozenset(["*", "**", "+", "%"])
-
-        def call_binop(self, context, operator, left, right):
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
             _check_binop(operator, left, right)
             return super().call_binop(context, operator, left, right)
 
-        @staticmethod
-        def concat_checked(parts):
-            texts = []
-            total = 0
-            for part in parts:
-                if isinstance(part, _Env):
-                    _refuse(_ENV_REFUSAL)
-                _check_size(total + _size(part))
-                text = str(part)
-                total += len(text)
-                _check_size(total)
-                texts.append(text)
-            return "".join(texts)
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            unoffered = isinstance(obj, (str, bytes)) and attr in _UNOFFERED_METHODS
+            return not unoffered and super().is_safe_attribute(obj, attr, value)
 
-        def getattr(self, obj, attribute):
-            if isinstance(obj, _Env):
-                return obj.lookup(attribute)
-            return super().getattr(obj, attribute)
-
-        def getitem(self, obj, argument):
-            if isinstance(obj, _Env):
-                return obj.lookup(argument)
-            return super().getitem(obj, argument)
-
-        def wrap_str_format(self, value):
+        def wrap_str_format(self, value: Any) -> Any:
             wrapped = super().wrap_str_format(value)
-            if wrapped is not None:
-                _check_brace_format(value.__self__)
+            if wrapped is not None:  # str.format / format_map: checked when it is looked up
+                _check_format(value.__self__, braces=True)
             return wrapped
 
-        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja2's names)
-            owner = getattr(__obj, "__self__", None)
-            name = getattr(__obj, "__name__", "")
-            if isinstance(owner, (str, bytes)) and name in _SIZED_METHODS:
-                if name == "join" and args:
-                    items = list(args[0])
-                    _checked_join(items, owner)
-                    args = (items,) + args[1:]
-                elif name == "replace" and len(args) >= 2:
-                    _check_replace(owner, *args[:3])
-                elif name == "expandtabs":
-                    tab = args[0] if args else kwargs.get("tabsize", 8)
-                    _check_size(len(owner) + owner.count("\t") * max(tab, 0))
-                elif args:
-                    _check_width(args[0])
-            return super().call(__context, __obj, *args, **kwargs)
-
-    environment = BoundedEnvironment(undefined=StrictUndefined, autoescape=False)
-    environment.globals.pop("lipsum", None)  # generates unbounded text; no use in a spec
-    _guard_filters(environment.filters)
+    environment = SpecEnvironment(undefined=StrictUndefined, autoescape=False)
+    environment.globals.pop("lipsum", None)  # unbounded text; no use in a spec
+    for name in ("center", "indent", "batch", "slice"):  # lay out text from a count
+        del environment.filters[name]
+    for name, check in (("format", lambda text, *_, **__: _check_format(text)),
+                        ("join", _check_join),
+                        ("replace", _check_replace)):
+        _guard(environment.filters, name, check)
     return environment
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile(text: str):
-    """Compile once per distinct template text: specs repeat the same few templates."""
-    env = _environment()
+def _compile(text: str) -> tuple[bool, Any, tuple[str, ...]]:
+    """Compile once per distinct template text (specs repeat the same few templates), with the
+    environment variables it names."""
+    environment = _environment()
+    tree = environment.parse(text)
+    names = _env_names(tree)
     whole = _WHOLE_EXPRESSION.match(text)
     if whole and "{{" not in whole["expr"]:
-        return True, env.compile_expression(whole["expr"], undefined_to_none=False)
-    return False, env.from_string(text)
+        return True, environment.compile_expression(whole["expr"], undefined_to_none=False), names
+    return False, environment.from_string(tree), names
+
+
+def _env_names(tree: Any) -> tuple[str, ...]:
+    """The variables a template reads as ``env.NAME`` / ``env['NAME']``; any other use of
+    ``env`` (``env|string``, ``env.items()``, ``for k in env``) would list it: refused."""
+    from jinja2 import nodes
+
+    reads = {id(n.node): n for n in tree.find_all((nodes.Getattr, nodes.Getitem))}
+    names = []
+    for used in (n for n in tree.find_all(nodes.Name) if n.name == "env"):
+        read = reads.get(id(used))
+        name = read.attr if isinstance(read, nodes.Getattr) else read.arg.value \
+            if isinstance(read, nodes.Getitem) and isinstance(read.arg, nodes.Const) else None
+        if not isinstance(name, str) or name.startswith("_") or name in _MAPPING_METHODS:
+            _refuse(_ENV_REFUSAL)
+        names.append(name)
+    return tuple(names)
+
+
+def _env_values(names: Iterable[str]) -> dict[str, Any]:
+    """``env`` for one template: the variables it names, each registered as a secret, or
+    undefined with a hint to give a default."""
+    from jinja2 import StrictUndefined
+
+    values = {name: os.environ.get(name) for name in names}
+    for name, value in values.items():
+        register_secret(value, f"{{{{ env.{name} }}}}")
+    return {name: StrictUndefined(name=name, hint=f"environment variable '{name}' is not set; "
+                                  f"give a fallback with {{{{ env.{name} | default('...') }}}}")
+            if value is None else value for name, value in values.items()}
 
 
 def render_value(text: str, context: dict[str, Any]) -> Any:
@@ -308,78 +225,68 @@ def render_value(text: str, context: dict[str, Any]) -> Any:
             operations and exceeded limits.
     """
     plain = _PLAIN_NAME.match(text)
-    if plain:
-        value = _lookup(context, plain[1], plain[2])
-        if value is not _MISSING:
-            return value
+    value = _lookup(context, plain[1], plain[2]) if plain else _MISSING
+    if value is not _MISSING:
+        return value
     import jinja2
 
     try:
-        native, compiled = _compile(text)
-        if native:
-            result = _limited(lambda: compiled(**context))
-            if isinstance(result, jinja2.Undefined):
-                result._fail_with_undefined_error()
-            if _holds_env(result):
-                _refuse(_ENV_REFUSAL)
-        else:
-            result = _limited(lambda: _render_bounded(compiled, context))
-        if isinstance(result, (str, list, tuple, dict)) and len(result) > MAX_TEMPLATE_SIZE:
-            raise ValueError(f"the template produced {len(result):,} items; the limit is "
-                             f"{MAX_TEMPLATE_SIZE:,}")
-        return result
+        native, compiled, names = _compile(text)  # outside the limits: linear in the text
+        context = {**context, "env": _env_values(names)}
+        return _limited(lambda: _render(native, compiled, context))
     except jinja2.UndefinedError as exc:
         raise ValueError(_undefined_message(str(exc), context)) from None
     except jinja2.TemplateSyntaxError as exc:
         raise ValueError(f"template syntax error: {exc.message}") from None
     except jinja2.exceptions.SecurityError as exc:
         raise ValueError(f"template refused by the sandbox: {exc}") from None
-    except ValueError:
-        raise
     except MemoryError:
         raise ValueError("template refused: it ran out of memory") from None
     except Exception as exc:  # a user's expression may raise anything (1/0, bad filter args)
         raise ValueError(f"template failed: {type(exc).__name__}: {str(exc)[:200]}") from None
 
 
-def _render_bounded(template, context: dict[str, Any]) -> str:
-    """Render chunk by chunk, stopping as soon as the output passes the size limit."""
-    chunks, total = [], 0
-    for chunk in template.generate(**context):
-        total += len(chunk)
-        if total > MAX_TEMPLATE_SIZE:
-            raise ValueError(f"the template output passed {MAX_TEMPLATE_SIZE:,} characters; "
-                             "that is the limit")
-        chunks.append(chunk)
-    return "".join(chunks)
-
-
-def _peak_memory() -> int:
-    try:
-        import resource
-    except ImportError:  # not on POSIX: the time limit still holds
-        return 0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def _render(native: bool, compiled: Any, context: dict[str, Any]) -> Any:
+    """The rendered value: chunk by chunk, refused as soon as the output passes the limit."""
+    if not native:
+        chunks, total = [], 0
+        for chunk in compiled.generate(**context):
+            total += len(chunk)
+            _bound(total, "the output")
+            chunks.append(chunk)
+        return "".join(chunks)
+    result = compiled(**context)
+    _bound(_size(result), "the output")
+    if not isinstance(result, (int, float)):
+        str(result)  # StrictUndefined raises here: an undefined name or unset variable
+    return result
 
 
 def _limited(render: Callable[[], Any]) -> Any:
-    """Run ``render`` with a deadline and a memory bound, checked on every line the compiled
-    template runs (its frames are named ``<template>``; others are not traced)."""
-    deadline = time.monotonic() + MAX_TEMPLATE_SECONDS
-    memory = _peak_memory() + MAX_TEMPLATE_MEMORY
-    lines = [0]
+    """Run ``render`` with a deadline and a memory bound, checked on every template line and
+    every 16th call into other Python code (jinja2's filters and generators)."""
+    import resource  # POSIX, like the platforms dbspec runs on
 
-    def on_line(frame, event, arg):
-        if event == "line":
-            lines[0] += 1
-            if time.monotonic() > deadline:
-                _refuse(f"the template ran longer than {MAX_TEMPLATE_SECONDS:g} s")
-            if lines[0] % 64 == 0 and _peak_memory() > memory:
+    deadline = time.monotonic() + MAX_TEMPLATE_SECONDS
+    memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 + MAX_TEMPLATE_MEMORY
+    calls, memory_checked = iter(range(sys.maxsize)), [0.0]
+
+    def on_line(frame: Any, event: str, arg: Any) -> Any:
+        now = time.monotonic()
+        if now > deadline:
+            _refuse(f"the template ran longer than {MAX_TEMPLATE_SECONDS:g} s")
+        if now > memory_checked[0] + 0.001:  # getrusage is a system call: once a millisecond
+            memory_checked[0] = now
+            if resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > memory:
                 _refuse(f"the template used more than {MAX_TEMPLATE_MEMORY // 2**20} MB")
         return on_line
 
-    def on_call(frame, event, arg):
-        return on_line if frame.f_code.co_filename == "<template>" else None
+    def on_call(frame: Any, event: str, arg: Any) -> Any:
+        if frame.f_code.co_filename == "<template>":
+            return on_line
+        if next(calls) % 16 == 0:
+            on_line(frame, event, arg)
+        return None
 
     previous = sys.gettrace()
     sys.settrace(on_call)
@@ -389,91 +296,68 @@ def _limited(render: Callable[[], Any]) -> Any:
         sys.settrace(previous)
 
 
-def _holds_env(value: Any, depth: int = 0) -> bool:
-    if isinstance(value, _Env):
-        return True
-    if depth < 8 and isinstance(value, (list, tuple)):
-        return any(_holds_env(v, depth + 1) for v in value)
-    if depth < 8 and isinstance(value, dict):
-        return any(_holds_env(v, depth + 1) for v in value.values())
-    return False
-
-
 def _lookup(context: dict[str, Any], name: str, attribute: Optional[str]) -> Any:
+    """A plain name's value without jinja2, or ``_MISSING`` to let jinja2 render (or report) it."""
     value = context.get(name, _MISSING)
-    if isinstance(value, _Env):
-        if attribute is None or attribute not in os.environ:
-            return _MISSING  # jinja2 refuses the whole environment, or reports the missing one
-        return value.lookup(attribute)
+    if name == "env":  # the whole environment, an unset or a refused name: jinja2 says why
+        if attribute is None or attribute not in os.environ or attribute in _MAPPING_METHODS:
+            return _MISSING
+        return _env_values([attribute])[attribute]
     if attribute is None or value is _MISSING:
         return value
-    if isinstance(value, dict) and attribute in value:
-        return dict.__getitem__(value, attribute)  # not __missing__: jinja2 reports those
-    return _MISSING
+    known = isinstance(value, dict) and attribute in value
+    return dict.__getitem__(value, attribute) if known else _MISSING
 
 
 def _undefined_message(raw: str, context: dict[str, Any]) -> str:
-    if raw.startswith("environment variable"):
-        return raw
-    name_missing = re.match(r"'([^']+)' is undefined", raw)
-    if name_missing:
-        name = name_missing.group(1)
-        names = [k for k in context if k not in ("env", "vars")]
-        known = ", ".join(sorted(names)) or "none"
-        return (f"undefined name '{name}'{did_you_mean(name, names)}; names come from 'vars' "
-                f"(defined so far: {known}; a var sees only the vars above it), the environment "
-                f"from {{{{ env.NAME }}}}")
-    return f"template error: {raw}"
+    name = re.match(r"'([^']+)' is undefined", raw)
+    if raw.startswith("environment variable") or not name:
+        return raw if raw.startswith("environment variable") else f"template error: {raw}"
+    names = [k for k in context if k not in ("env", "vars")]
+    return (f"undefined name '{name[1]}'{did_you_mean(name[1], names)}; names come from 'vars' "
+            f"(defined so far: {', '.join(sorted(names)) or 'none'}; a var sees only the vars "
+            f"above it), the environment from {{{{ env.NAME }}}}")
 
 
-_MAPPING_METHODS = frozenset(["items", "keys", "values", "get", "copy", "pop", "setdefault",
-                              "update", "fromkeys", "popitem", "clear"])
+@dataclass
+class _Rendering:
+    """One pass over a document: the names templates see, errors, vars rendered from env."""
+
+    document: Document
+    context: dict[str, Any] = field(default_factory=dict)
+    errors: list[Diagnostic] = field(default_factory=list)
+    tainted: set[str] = field(default_factory=set)
+
+    def tree(self, node: Node, path: tuple) -> bool:
+        """Render the templates under ``node``; whether any of them read the environment."""
+        if isinstance(node.value, (dict, list)):
+            items = node.value.items() if isinstance(node.value, dict) else enumerate(node.value)
+            return any([self.tree(child, path + (key,)) for key, child in items])
+        text = node.value
+        if not is_template(text):
+            return False
+        try:
+            node.value = _as_node(render_value(text, self.context), node).value
+        except ValueError as exc:
+            self.errors.append(Diagnostic(self.document.file, node.line, node.column,
+                                          format_path(path), str(exc), "error", node.origin))
+            return False
+        names = "|".join(re.escape(n) for n in (*self.tainted, "vars"))
+        from_env = any(n in os.environ for n in _ENV_NAME.findall(text)) or \
+            bool(self.tainted and re.search(rf"\b(?:{names})\b", text))  # over-approximated
+        for inner, leaf in node.walk() if from_env else ():
+            for shown in (*inner[-1:], leaf.value):  # keys of rendered mappings, then values
+                register_secret(shown, text)
+        return from_env
 
 
-class _Env:
-    """``env`` in templates: one named variable at a time, never the whole environment.
-
-    Every variable read is registered as a secret (shown as ``{{ env.NAME }}``) and noted in
-    ``read``, so the renderer can register values rendered from it too. A missing variable is
-    undefined with a message that says how to give a default. Anything that would list the
-    environment (``str``, iteration, ``len``, ``items()``) is refused.
-    """
-
-    __slots__ = ("read",)
-
-    def __init__(self):
-        self.read: list[str] = []
-
-    def lookup(self, name: Any) -> Any:
-        from jinja2 import StrictUndefined
-
-        if not isinstance(name, str) or name.startswith("_"):
-            _refuse(f"env[{name!r}]: {_ENV_REFUSAL}")
-        value = os.environ.get(name)
-        if value is None and name in _MAPPING_METHODS:
-            _refuse(_ENV_REFUSAL)
-        if value is None:
-            return StrictUndefined(
-                hint=f"environment variable '{name}' is not set; give a fallback with "
-                     f"{{{{ env.{name} | default('...') }}}}", name=name)
-        register_secret(value, f"{{{{ env.{name} }}}}")
-        self.read.append(name)
-        return value
-
-    def __contains__(self, name: Any) -> bool:
-        return isinstance(name, str) and name in os.environ
-
-    def _refused(self, *_: Any, **__: Any):
-        _refuse(_ENV_REFUSAL)
-
-    __str__ = __repr__ = __iter__ = __len__ = __reversed__ = __format__ = _refused
-    __html__ = __json__ = __getstate__ = __reduce__ = __reduce_ex__ = _refused
-
-    def __getattr__(self, name: str):
-        # Python-level attribute access (a filter calling value.items()); templates use lookup
-        if name.startswith("__"):
-            raise AttributeError(name)
-        _refuse(_ENV_REFUSAL)
+def _as_node(value: Any, at: Node) -> Node:
+    """A rendered value as a node at ``at``'s place (rendered lists and mappings as nodes)."""
+    if isinstance(value, dict):
+        value = {str(k): _as_node(v, at) for k, v in value.items()}
+    elif isinstance(value, (list, tuple)):
+        value = [_as_node(v, at) for v in value]
+    return Node(value, at.line, at.column, origin=at.origin)
 
 
 def render_document(document: Document) -> Document:
@@ -486,92 +370,22 @@ def render_document(document: Document) -> Document:
     Raises:
         SpecError: a template does not compile, names an undefined var, or fails.
     """
-    root = document.root
-    if not any(is_template(node.value) for _, node in root.walk()):
+    if not any(is_template(node.value) for _, node in document.root.walk()):
         return document
-    root = root.copy()
-    errors: list[Diagnostic] = []
-    env = _Env()
-    context: dict[str, Any] = {"env": env}
+    root, rendering = document.root.copy(), _Rendering(document)
     vars_node = root.value.get("vars")
-    rendered_vars: dict[str, Any] = {}
-    tainted: set[str] = set()
-    if vars_node is not None and isinstance(vars_node.value, dict):
-        for key, child in vars_node.value.items():
-            if _render_tree(document, child, ("vars", key), {**rendered_vars, "env": env},
-                            errors, env, tainted):
-                tainted.add(key)
-            rendered_vars[key] = child.to_data()
-    context.update(rendered_vars)
-    context["vars"] = rendered_vars
+    own_vars = vars_node.value if vars_node is not None and isinstance(vars_node.value, dict) \
+        else {}
+    rendered: dict[str, Any] = {}
+    for key, child in own_vars.items():
+        rendering.context = dict(rendered)
+        if rendering.tree(child, ("vars", key)):
+            rendering.tainted.add(key)
+        rendered[key] = child.to_data()
+    rendering.context = {**rendered, "vars": rendered}
     for key, child in root.value.items():
-        # targets are templated when they are merged in (their own validation), not here
-        if key not in ("vars", "targets"):
-            _render_tree(document, child, (key,), context, errors, env, tainted)
-    if errors:
-        raise SpecError(errors)
+        if key not in ("vars", "targets"):  # targets are templated when they are merged in
+            rendering.tree(child, (key,))
+    if rendering.errors:
+        raise SpecError(rendering.errors)
     return Document(document.file, root, document.text)
-
-
-def _uses(text: str, tainted: set[str]) -> bool:
-    """Whether a template may read a var rendered from the environment (over-approximated)."""
-    if not tainted:
-        return False
-    names = "|".join(re.escape(n) for n in sorted((*tainted, "vars"), key=len, reverse=True))
-    return re.search(rf"\b(?:{names})\b", text) is not None
-
-
-def _register_rendered(value: Any, shown_as: str) -> None:
-    if isinstance(value, str):
-        register_secret(value, shown_as)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _register_rendered(key, shown_as)
-            _register_rendered(item, shown_as)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _register_rendered(item, shown_as)
-
-
-def _render_tree(document: Document, node: Node, path: tuple, context: dict[str, Any],
-                 errors: list[Diagnostic], env: "_Env", tainted: set[str]) -> bool:
-    """Render the templates under ``node``; whether any of them read the environment."""
-    if isinstance(node.value, dict):
-        found = [_render_tree(document, child, path + (key,), context, errors, env, tainted)
-                 for key, child in node.value.items()]
-        return any(found)
-    if isinstance(node.value, list):
-        found = [_render_tree(document, child, path + (index,), context, errors, env, tainted)
-                 for index, child in enumerate(node.value)]
-        return any(found)
-    if not is_template(node.value):
-        return False
-    text = node.value
-    read_before = len(env.read)
-    try:
-        rendered = render_value(text, context)
-    except ValueError as exc:
-        errors.append(Diagnostic(document.file, node.line, node.column,
-                                 ".".join(map(str, path)), str(exc), "error", node.origin))
-        return False
-    from_env = len(env.read) > read_before or _uses(text, tainted)
-    if from_env:
-        _register_rendered(rendered, text)
-    _replace(node, rendered)
-    return from_env
-
-
-def _replace(node: Node, value: Any) -> None:
-    """Put a rendered value into a node, turning rendered lists and mappings into nodes."""
-    if isinstance(value, dict):
-        node.value = {str(k): _child(node, v) for k, v in value.items()}
-    elif isinstance(value, (list, tuple)):
-        node.value = [_child(node, v) for v in value]
-    else:
-        node.value = value
-
-
-def _child(parent: Node, value: Any) -> Node:
-    child = Node(None, parent.line, parent.column, origin=parent.origin)
-    _replace(child, value)
-    return child

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from dbspec.errors import SpecError
@@ -104,3 +107,35 @@ def test_unselected_targets_are_not_rendered(write_spec, monkeypatch):
     assert load_spec(write_spec(text)).target == "dev"
     with pytest.raises(SpecError, match="environment variable 'DBSPEC_T_PROD' is not set"):
         load_spec(write_spec(text), target="prod")
+
+
+@pytest.mark.parametrize("template, refusal", [
+    ("{{ 'x'.center(999999999) }}", "access to attribute 'center' of 'str' object is unsafe"),
+    ("{{ 'x'|indent(999999999) }}", "No filter named 'indent'"),
+    ("{{ '{:{}}'.format(1, 999999999) }}", "computed widths"),
+    ("{{ '%*d' % (999999999, 1) }}", "computed widths"),
+    ("{{ '%0999999999d'|format(1) }}", "a width of 999,999,999 would exceed"),
+    ("{{ env.items()|list }}", "the environment cannot be listed"),
+    ("{{ env[name] }}", "the environment cannot be listed"),
+    ("{% set a = 'x'*99999 %}" + "{% set a = a~a %}" * 14 + "{{ a|length }}",
+     "the template (used more than 256 MB|ran longer than 1 s)"),  # whichever comes first
+    ("{{ range(100000)|map('string')|map('replace', '', 'y'*40000)|list }}",
+     "the result would exceed 100,000"),
+    ("{{ range(100000)|map('string')|map('replace', '', 'y'*10000)|list }}",  # in a generator
+     "the template (used more than 256 MB|ran longer than 1 s)"),
+])
+def test_a_limit_refuses_before_the_value_is_built(template, refusal):
+    """In-process, without a memory limit to fall back on: the check itself refuses."""
+    with pytest.raises(SpecError) as info:
+        render(f"a: {json.dumps(template)}\n")
+    (diag,) = info.value.diagnostics
+    assert (diag.line, diag.column) == (1, 4) and re.search(refusal, diag.message)
+
+
+@pytest.mark.parametrize("template, expected", [
+    ("{{ '%.2f'|format(3.14159) }}", "3.14"), ("{{ '{:>4}'.format(7) }}", "   7"),
+    ("{{ [1, 2]|join(',') }}", "1,2"), ("{{ 'a-b'|replace('-', '_') }}", "a_b"),
+    ("{% for i in range(3) %}{{ i }}{% endfor %}", "012"), ("{{ [1] * 3 }}", [1, 1, 1]),
+])
+def test_the_checked_operations_still_work(template, expected):
+    assert render(f"a: {json.dumps(template)}\n")["a"] == expected
