@@ -40,8 +40,7 @@ LONG_FUNCTIONS = {
     "models/network.py:_layer": 61, "models/network.py:_typed": 63,
     "monitoring/monitor.py:scan_table": 66,
     "serving/batch_local.py:predict_local": 71, "serving/http_limits.py:limited_protocol": 193,
-    "spec/templating.py:_environment": 77, "stages/tune.py:TuneStage.run": 74,
-    "tuning/objective.py:Objective.__call__": 66,
+    "spec/templating.py:_environment": 77,
 }
 #: ``__init__.py`` files holding more than re-exports then.
 INIT_WITH_LOGIC: set[str] = set()
