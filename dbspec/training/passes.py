@@ -103,6 +103,7 @@ def run_epoch(network: nn.Module, batches: Batches, training: TrainingSpec, loss
     has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in network.modules())
     total = torch.full((), batches.total, device=device)
     timing, clock = StepTiming(), time.perf_counter
+    scaler, on_update = updates.scaler, updates.on_update
     updates.optimizer.zero_grad(set_to_none=True)
     iterator = batches.iterator
     for step in range(batches.start, steps):
@@ -116,15 +117,15 @@ def run_epoch(network: nn.Module, batches: Batches, training: TrainingSpec, loss
         with autocast():
             loss = loss_fn(network(xb), yb)
         scaled = loss / accumulate if accumulate > 1 else loss
-        if updates.scaler is not None:
-            updates.scaler.scale(scaled).backward()
+        if scaler is not None:
+            scaler.scale(scaled).backward()
         else:
             scaled.backward()
         total += loss.detach() * len(xb)
         if (step + 1) % accumulate == 0 or step + 1 == steps:
             _update(network, training, updates)
-            if updates.on_update is not None:
-                updates.on_update(batches.epoch, step + 1, total)
+            if on_update is not None:
+                on_update(batches.epoch, step + 1, total)
         timing.data += gathered - began
         timing.steps.append(clock() - began)
     return float(total), timing
