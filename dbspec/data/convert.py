@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from dbspec.data.shards import (Layout, ShardSet, Tally, check_schema, convert_batches, finish,
-                                open_shard_set, partial_dir, record_batches, shard_identity,
-                                shard_rows)
+from dbspec.data.shard_writing import (Layout, Origin, Tally, check_schema, convert_batches,
+                                       finish, partial_dir, record_batches)
+from dbspec.data.shards import ShardSet, open_shard_set, shard_identity, shard_rows
 from dbspec.data.sources import DataError
 from dbspec.spec.sections.data import DataSpec
 
@@ -236,8 +236,8 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
         if isinstance(exc, (pa.ArrowException, OSError)) and not isinstance(exc, DataError):
             raise DataError(f"data.source: cannot convert {opened.uri}: {exc}") from None
         raise
-    shard_set = finish(directory, root, data, features, tally, version=opened.version,
-                       uri=opened.uri, identity=identity)
+    shard_set = finish(directory, root, data, features, tally,
+                       Origin(version=opened.version, uri=opened.uri, identity=identity))
     seconds = time.monotonic() - started
     say(f"  converted {tally.rows:,} rows into {sum(len(v) for v in tally.shards.values())} "
         f"shards in {seconds:.1f} s ({tally.rows / max(seconds, 1e-9):,.0f} rows/s): {root}")

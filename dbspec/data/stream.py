@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
-from dbspec.data.shards import ShardSet, read_ahead, read_shard
+from dbspec.data.read_ahead import read_ahead
+from dbspec.data.shards import ShardSet, read_shard
 from dbspec.data.sources import DataError
 
 #: The epoch/rank strides of the generator seeds (primes: (seed, epoch, rank) never collide in

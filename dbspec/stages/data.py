@@ -59,7 +59,7 @@ def _load_streaming_spec(ctx: StageContext) -> LoadDataOutput:
     """A spec with ``data.streaming``: convert the source into shards (or find them), or,
     when it fits in memory, read it whole; either way the split is the hash split."""
     from dbspec.data.convert import convert_source, count_rows, decide, open_source
-    from dbspec.data.shards import check_schema
+    from dbspec.data.shard_writing import check_schema
 
     import pyarrow as pa
 
@@ -105,7 +105,7 @@ def _load_in_memory(ctx: StageContext, opened, limit) -> LoadDataOutput:
     import pyarrow as pa
 
     from dbspec.data.convert import first_rows
-    from dbspec.data.shards import record_batches
+    from dbspec.data.shard_writing import record_batches
 
     data = ctx.spec.data
     # batch by batch on this thread: Dataset.to_table()'s thread pool aborted the process at

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from dbspec.stages.base import StageContext
 from dbspec.stages.outputs import LoadDataOutput, TuneOutput
@@ -16,6 +17,39 @@ from dbspec.tuning.study import default_study_name, direction, make_pruner, make
 SMOKE_TRIALS = 3
 
 
+@dataclass(frozen=True)
+class TrialBudget:
+    """How a run of the stage makes its trials.
+
+    Attributes:
+        n_trials: Trials the study should hold (a smoke run: at most :data:`SMOKE_TRIALS`).
+        parallelism: Trials at a time (a smoke run: 1).
+        epochs: Epochs a trial trains at most (a smoke run: 1).
+        seed: The sampler's seed (``search.sampler.seed``, else ``training.seed``); worker
+            ``i`` samples with ``seed + i``.
+        timeout: ``search.timeout``.
+        smoke: Whether this is a smoke run.
+    """
+
+    n_trials: int
+    parallelism: int
+    epochs: int
+    seed: int
+    timeout: Optional[float]
+    smoke: bool
+
+    @classmethod
+    def of(cls, spec, smoke: bool) -> "TrialBudget":
+        """The budget of ``spec``'s search, cut down for a smoke run."""
+        search = spec.search
+        return cls(n_trials=min(search.n_trials, SMOKE_TRIALS) if smoke else search.n_trials,
+                   parallelism=1 if smoke else search.parallelism,
+                   epochs=1 if smoke else spec.training.epochs,
+                   seed=search.sampler.seed if search.sampler.seed is not None
+                   else spec.training.seed,
+                   timeout=search.timeout, smoke=smoke)
+
+
 class TuneStage:
     """Run (or continue) the study; hand the best parameters to ``train``."""
 
@@ -25,52 +59,21 @@ class TuneStage:
         self.fingerprint = fingerprint
 
     def run(self, ctx: StageContext) -> TuneOutput:
-        import optuna
-
         from dbspec.tuning.objective import StudySetup
 
         spec, search = ctx.spec, ctx.spec.search
-        smoke = ctx.options.smoke
-        name = default_study_name(spec, ctx.loaded.target, self.fingerprint, smoke)
+        budget = TrialBudget.of(spec, ctx.options.smoke)
+        name = default_study_name(spec, ctx.loaded.target, self.fingerprint, budget.smoke)
         remote = _trials_on_other_machines(ctx)
         studies = (Path(ctx.options.shared_dir) / "studies") if remote else None
         storage = storage_url(search, ctx.project_dir, studies)
-        n_trials = min(search.n_trials, SMOKE_TRIALS) if smoke else search.n_trials
-        parallelism = 1 if smoke else search.parallelism
-        epochs = 1 if smoke else spec.training.epochs
-        seed = search.sampler.seed if search.sampler.seed is not None else spec.training.seed
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(study_name=name, storage=open_storage(storage),
-                                    load_if_exists=True,
-                                    direction=direction(search),
-                                    sampler=make_sampler(search, seed),
-                                    pruner=make_pruner(search, epochs))
-        recorded = study.user_attrs.get("dbspec.search")
-        if recorded is None:
-            study.set_user_attr("dbspec.search", self.fingerprint)
-        elif recorded != self.fingerprint:
-            raise TrialFailed(f"study '{name}' in {storage} was made for a different search; "
-                              "give search.study_name a new name, or remove it to let dbspec "
-                              "name the study")
-        interrupted, elsewhere = fail_stale_trials(study)
-        done = len(study.trials)
-        remaining = max(0, n_trials - done)
-        notes = [f"{interrupted} of dead workers, marked failed"] if interrupted else []
-        notes += [f"{elsewhere} running elsewhere, left alone"] if elsewhere else []
-        ctx.reporter.line(f"  study {name}: {done} trial(s) recorded"
-                          + (f" ({'; '.join(notes)})" if notes else "")
-                          + f", {remaining} to run, {parallelism} at a time")
+        study = self._open_study(search, name, storage, budget)
+        remaining = _report_recorded(ctx, study, name, budget)
         tracker = ctx.tracker
         with tracker.run(tags={"dbspec.spec": spec.name, "dbspec.study": name,
                                "dbspec.target": ctx.loaded.target or "",
-                               "dbspec.smoke": str(smoke).lower()}) as run_id:
-            tracker.log_params({"search.n_trials": str(n_trials), "search.storage": storage,
-                                "search.sampler": search.sampler.name,
-                                "search.pruner": search.pruner.name,
-                                "search.metric": search.metric,
-                                "search.direction": direction(search),
-                                "search.space": json.dumps(search.model_dump(
-                                    mode="json", by_alias=True)["space"])})
+                               "dbspec.smoke": str(budget.smoke).lower()}) as run_id:
+            _log_search(tracker, search, storage, budget.n_trials)
             setup = StudySetup(
                 source=ctx.loaded.source, target=ctx.loaded.target,
                 # absolute: workers (Spark tasks above all) may run in another directory
@@ -79,25 +82,80 @@ class TuneStage:
                 tune_dir=str(trials_dir(ctx, name, remote).resolve()),
                 tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
                 parent_run_id=run_id, study_name=name, storage=storage,
-                epochs=epochs if smoke else None, seed=seed,
+                epochs=budget.epochs if budget.smoke else None, seed=budget.seed,
                 save_models=search.final_model == "best_trial")
-            _run_trials(ctx, setup, remaining, parallelism, seed, search.timeout, n_trials)
-            study = optuna.load_study(study_name=name, storage=open_storage(storage))
-            # one whose worker died before it named itself: old by now, or given the rest of
-            # its second (a rerun that follows a kill at once can finish within it)
-            fail_stale_trials(study, settle=True)
-            summary = _summarize(study, search.metric)
-            tracker.log_metrics({"best_value": summary["best_value"],
-                                 "epochs_trained": summary["epochs_trained"],
-                                 **{f"trials_{k}": v for k, v in summary["trials"].items()}})
-            tracker.set_tags({"dbspec.best_params": json.dumps(summary["best_params"])})
-            for path in _plots(study, ctx.directory / "plots"):
-                tracker.log_artifact(path, "search")
+            _run_trials(ctx, setup, remaining, budget)
+            summary = _close_study(tracker, name, storage, search.metric, ctx.directory / "plots")
         ctx.reporter.line(f"  best {search.metric} {summary['best_value']:.6g} in trial "
                           f"{summary['best_trial']}: {summary['best_params']}")
         return TuneOutput(study_name=name, storage=storage, run_id=run_id,
                           final_model=search.final_model,
                           trials_dir=str(trials_dir(ctx, name, remote).resolve()), **summary)
+
+    def _open_study(self, search, name: str, storage: str, budget: TrialBudget):
+        """The study, created or continued.
+
+        Raises:
+            TrialFailed: a study of that name was made for a different search.
+        """
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(study_name=name, storage=open_storage(storage),
+                                    load_if_exists=True,
+                                    direction=direction(search),
+                                    sampler=make_sampler(search, budget.seed),
+                                    pruner=make_pruner(search, budget.epochs))
+        recorded = study.user_attrs.get("dbspec.search")
+        if recorded is None:
+            study.set_user_attr("dbspec.search", self.fingerprint)
+        elif recorded != self.fingerprint:
+            raise TrialFailed(f"study '{name}' in {storage} was made for a different search; "
+                              "give search.study_name a new name, or remove it to let dbspec "
+                              "name the study")
+        return study
+
+
+def _report_recorded(ctx: StageContext, study, name: str, budget: TrialBudget) -> int:
+    """Fail the trials of dead workers, say what the study holds; returns the trials to run."""
+    interrupted, elsewhere = fail_stale_trials(study)
+    done = len(study.trials)
+    remaining = max(0, budget.n_trials - done)
+    notes = [f"{interrupted} of dead workers, marked failed"] if interrupted else []
+    notes += [f"{elsewhere} running elsewhere, left alone"] if elsewhere else []
+    ctx.reporter.line(f"  study {name}: {done} trial(s) recorded"
+                      + (f" ({'; '.join(notes)})" if notes else "")
+                      + f", {remaining} to run, {budget.parallelism} at a time")
+    return remaining
+
+
+def _log_search(tracker, search, storage: str, n_trials: int) -> None:
+    """The search's settings as the study run's parameters."""
+    tracker.log_params({"search.n_trials": str(n_trials), "search.storage": storage,
+                        "search.sampler": search.sampler.name,
+                        "search.pruner": search.pruner.name,
+                        "search.metric": search.metric,
+                        "search.direction": direction(search),
+                        "search.space": json.dumps(search.model_dump(
+                            mode="json", by_alias=True)["space"])})
+
+
+def _close_study(tracker, name: str, storage: str, metric: str, plots: Path) -> dict[str, Any]:
+    """The finished study's summary, logged to the study run with its plots."""
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    # one whose worker died before it named itself: old by now, or given the rest of
+    # its second (a rerun that follows a kill at once can finish within it)
+    fail_stale_trials(study, settle=True)
+    summary = _summarize(study, metric)
+    tracker.log_metrics({"best_value": summary["best_value"],
+                         "epochs_trained": summary["epochs_trained"],
+                         **{f"trials_{k}": v for k, v in summary["trials"].items()}})
+    tracker.set_tags({"dbspec.best_params": json.dumps(summary["best_params"])})
+    for path in _plots(study, plots):
+        tracker.log_artifact(path, "search")
+    return summary
 
 
 def trials_dir(ctx: StageContext, study: str, remote: bool = False) -> Path:
@@ -132,8 +190,7 @@ def _trial_data_dirs(ctx: StageContext, remote: bool) -> dict[str, str]:
     return copies
 
 
-def _run_trials(ctx: StageContext, setup, remaining: int, parallelism: int, seed: int,
-                timeout, n_trials: int) -> None:
+def _run_trials(ctx: StageContext, setup, remaining: int, budget: TrialBudget) -> None:
     """Split the remaining trials over this process and ``parallelism - 1`` spawned workers."""
     import multiprocessing
 
@@ -141,7 +198,8 @@ def _run_trials(ctx: StageContext, setup, remaining: int, parallelism: int, seed
 
     if remaining == 0:
         return
-    workers = min(parallelism, remaining)
+    seed, timeout = budget.seed, budget.timeout
+    workers = min(budget.parallelism, remaining)
     quotas = [remaining // workers + (1 if i < remaining % workers else 0) for i in range(workers)]
     if ctx.spark is not None:
         _run_trials_on_spark(ctx, setup, quotas, seed, timeout)

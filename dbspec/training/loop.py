@@ -10,12 +10,12 @@ linear model). So the loop gathers each batch with one index operation on the de
 also keeps it free of a DataLoader's per-batch machinery. Everything else a run needs — early
 stopping with restore-best, schedulers, clipping, accumulation, autocast, atomic checkpoints
 and resume — sits around that inner loop without adding work per step beyond what a
-hand-written loop does.
+hand-written loop does. The per-batch passes themselves are :mod:`dbspec.training.passes`';
+early stopping is :mod:`dbspec.training.early_stopping`'.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -27,9 +27,12 @@ from torch import nn
 from dbspec.errors import DbspecError
 from dbspec.faults import pause_point
 from dbspec.spec.sections.training import TrainingSpec
-from dbspec.spec.semantics import lower_is_better
 from dbspec.training.checkpoints import CheckpointStore
 from dbspec.training.components import build_loss, build_optimizer, build_scheduler
+from dbspec.training.early_stopping import EarlyStopping
+from dbspec.training.passes import (Batches, ScoreFn, UpdateHook, Updates, autocast_for,
+                                    run_engine_epoch, run_epoch, validate_batches,
+                                    validate_tensors)
 
 
 class TrainingError(DbspecError):
@@ -103,7 +106,6 @@ class EpochCallback(Protocol):
     def __call__(self, *, epoch: int, metrics: dict[str, float], **future: Any) -> None: ...
 
 
-ScoreFn = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
 ReduceFn = Callable[[dict[str, float]], None]
 
 
@@ -192,7 +194,7 @@ class _RunState:
                 else math.ceil(len(tensors.x_train) / training.batch_size)
             updates_per_epoch = math.ceil(steps_per_epoch / training.gradient_accumulation)
             self.scheduler = build_scheduler(self.optimizer, training, epochs, updates_per_epoch)
-        self.stopper = _EarlyStopping(training)
+        self.stopper = EarlyStopping(training)
         self.generator = torch.Generator(device="cpu").manual_seed(training.seed)
         self.history: list[dict[str, float]] = []
         self.start_epoch = 0
@@ -260,28 +262,28 @@ class _EpochPass:
         self.score = options.score_validation
         cuda = device.type == "cuda"
         precision = training.precision_on(cuda, cuda and torch.cuda.is_bf16_supported())
-        self.autocast = _autocast("fp32" if self.engine is not None else precision, device)
+        self.autocast = autocast_for("fp32" if self.engine is not None else precision, device)
         self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" and cuda else None
         self.device = device
-        self.on_update: Optional[_UpdateHook] = None
+        self.on_update: Optional[UpdateHook] = None
 
     def run(self, state: _RunState, epoch: int) -> tuple[dict[str, float], float]:
         """Train one epoch; returns its metrics and this process's own training seconds."""
         tensors, rows = self.tensors, _train_rows(self.tensors, epoch)
         started = time.perf_counter()
         self.network.train()
-        batches = _Batches.of(tensors, self.training.batch_size, state, epoch)
+        batches = _epoch_batches(tensors, self.training.batch_size, state, epoch)
         stalled = tensors.train.stall_seconds if is_streamed(tensors) else 0.0
         try:
             if self.engine is not None:
-                total, timing = _run_engine_epoch(self.network, batches, self.loss_fn,
-                                                  self.engine,
-                                                  self.training.gradient_accumulation,
-                                                  self.on_update)
+                total, timing = run_engine_epoch(self.network, batches, self.loss_fn,
+                                                 self.engine,
+                                                 self.training.gradient_accumulation,
+                                                 self.on_update)
             else:
-                total, timing = _run_epoch(self.network, batches, self.training, self.loss_fn,
-                                           state.optimizer, state.scheduler, self.autocast,
-                                           self.scaler, self.on_update)
+                updates = Updates(state.optimizer, state.scheduler, self.scaler, self.on_update)
+                total, timing = run_epoch(self.network, batches, self.training, self.loss_fn,
+                                          self.autocast, updates)
         finally:
             batches.close()
         metrics = {"train_loss": total / rows, **timing.metrics()}
@@ -297,78 +299,38 @@ class _EpochPass:
                                 f"epoch {epoch + 1}; lower training.optimizer.lr or add "
                                 "gradient_clipping")
         if _has_validation(tensors):
-            metrics.update(_validate(self.network, tensors, self.loss_fn, self.autocast,
-                                     self.score, device=self.device))
+            metrics.update(self._validate())
         metrics["lr"] = float(state.optimizer.param_groups[0]["lr"])
         metrics["epoch_seconds"] = time.perf_counter() - started
         metrics["samples_per_second"] = rows / worked if worked else 0.0
         return metrics, worked
 
-
-class StepTiming:
-    """Where an epoch's time went: gathering batches vs the rest of each step.
-
-    Two clock reads per step (~0.1 us); on CUDA the split is of launch time, since kernels run
-    asynchronously, so GPU runs are diagnosed from the GPU's own utilisation instead.
-    """
-
-    __slots__ = ("data", "steps")
-
-    def __init__(self):
-        self.data = 0.0
-        self.steps: list[float] = []
-
-    def metrics(self) -> dict[str, float]:
-        if not self.steps:
-            return {}
-        total = sum(self.steps)
-        mean = total / len(self.steps)
-        spread = (sum((t - mean) ** 2 for t in self.steps) / len(self.steps)) ** 0.5
-        return {"data_seconds": self.data, "compute_seconds": max(total - self.data, 0.0),
-                "step_time_ms": mean * 1000, "step_time_cv": spread / mean if mean else 0.0}
+    def _validate(self) -> dict[str, float]:
+        tensors = self.tensors
+        if is_streamed(tensors):
+            return validate_batches(self.network, tensors.validation, self.loss_fn,
+                                    self.autocast, self.score, self.device)
+        return validate_tensors(self.network, tensors.x_val, tensors.y_val, self.loss_fn,
+                                self.autocast, self.score)
 
 
-#: Called after an optimizer step with (epoch, batches done, the epoch's summed loss so far).
-_UpdateHook = Callable[[int, int, torch.Tensor], None]
-
-
-class _Batches:
-    """One epoch's training batches, from memory (index slicing) or streamed from shards.
-
-    Attributes:
-        epoch: The epoch.
-        steps: Batches in the whole epoch.
-        start: The first batch this pass trains (after a mid-epoch resume, else 0).
-        rows: Rows in the whole epoch.
-        total: The summed loss of the batches before ``start``.
-    """
-
-    def __init__(self, epoch: int, steps: int, start: int, rows: int, total: float, iterator):
-        self.epoch, self.steps, self.start, self.rows = epoch, steps, start, rows
-        self.total, self.iterator = total, iterator
-
-    @classmethod
-    def of(cls, tensors, batch: int, state: _RunState, epoch: int) -> "_Batches":
-        resumed = state.in_epoch if state.in_epoch and state.in_epoch["epoch"] == epoch else None
-        state.in_epoch = None
-        if not is_streamed(tensors):
-            x, y = tensors.x_train, tensors.y_train
-            n = len(x)
-            order = torch.randperm(n, generator=state.generator).to(x.device)
-            iterator = ((x[index], y[index]) for index in
-                        (order[start:start + batch] for start in range(0, n, batch)))
-            return cls(epoch, math.ceil(n / batch), 0, n, 0.0, iterator)
-        start = resumed["step"] if resumed else 0
-        stream = tensors.train
-        total = resumed["loss_totals"][_rank()] if resumed else 0.0  # this rank's own sum
-        return cls(epoch, stream.num_batches(epoch), start, stream.rows(epoch), total,
+def _epoch_batches(tensors, batch: int, state: _RunState, epoch: int) -> Batches:
+    """The batches ``epoch`` trains: the rows in a fresh shuffle, or the stream's from where a
+    mid-epoch checkpoint stopped."""
+    resumed = state.in_epoch if state.in_epoch and state.in_epoch["epoch"] == epoch else None
+    state.in_epoch = None
+    if not is_streamed(tensors):
+        x, y = tensors.x_train, tensors.y_train
+        n = len(x)
+        order = torch.randperm(n, generator=state.generator).to(x.device)
+        iterator = ((x[index], y[index]) for index in
+                    (order[start:start + batch] for start in range(0, n, batch)))
+        return Batches(epoch, math.ceil(n / batch), 0, n, 0.0, iterator)
+    start = resumed["step"] if resumed else 0
+    stream = tensors.train
+    total = resumed["loss_totals"][_rank()] if resumed else 0.0  # this rank's own sum
+    return Batches(epoch, stream.num_batches(epoch), start, stream.rows(epoch), total,
                    stream.batches(epoch, start))
-
-    def close(self) -> None:
-        """Stop a stream's prefetch thread now (an error left the epoch early)."""
-        close = getattr(self.iterator, "close", None)
-        if close is not None:
-            close()
 
 
 def _rank() -> int:
@@ -389,94 +351,8 @@ def _gathered(total: torch.Tensor) -> list[float]:
     return [float(value) for value in every]
 
 
-def _run_epoch(network, batches: _Batches, training, loss_fn, optimizer, scheduler, autocast,
-               scaler, on_update: Optional[_UpdateHook] = None) -> tuple[float, StepTiming]:
-    """One pass over the training rows; returns the summed loss and the step timing."""
-    n, steps, device = batches.rows, batches.steps, _device_of(network)
-    accumulate = training.gradient_accumulation
-    clipping = training.gradient_clipping
-    per_batch_scheduler = scheduler is not None and training.scheduler.name == "onecycle"
-    # batch norm cannot train on one row: a last batch of one is dropped (one row, one epoch)
-    has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in network.modules())
-    total = torch.full((), batches.total, device=device)
-    timing, clock = StepTiming(), time.perf_counter
-    optimizer.zero_grad(set_to_none=True)
-    iterator = batches.iterator
-    for step in range(batches.start, steps):
-        began = clock()
-        xb, yb = next(iterator)
-        if xb.device != device:
-            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-        if has_batch_norm and len(xb) == 1 and n > 1:
-            continue
-        gathered = clock()
-        with autocast():
-            loss = loss_fn(network(xb), yb)
-        scaled = loss / accumulate if accumulate > 1 else loss
-        if scaler is not None:
-            scaler.scale(scaled).backward()
-        else:
-            scaled.backward()
-        total += loss.detach() * len(xb)
-        if (step + 1) % accumulate == 0 or step + 1 == steps:
-            if clipping is not None:
-                if scaler is not None:
-                    scaler.unscale_(optimizer)
-                nn.utils.clip_grad_norm_(network.parameters(), clipping.max_norm,
-                                         norm_type=clipping.norm_type)
-            if scaler is not None:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if per_batch_scheduler:
-                scheduler.step()
-            if on_update is not None:
-                on_update(batches.epoch, step + 1, total)
-        timing.data += gathered - began
-        timing.steps.append(clock() - began)
-    return float(total), timing
-
-
-def _run_engine_epoch(network, batches: _Batches, loss_fn, engine, accumulate: int,
-                      on_update: Optional[_UpdateHook] = None) -> tuple[float, StepTiming]:
-    """One pass where DeepSpeed's engine does backward and step (it counts accumulation)."""
-    device = _device_of(network)
-    total = torch.full((), batches.total, device=device)
-    timing, clock = StepTiming(), time.perf_counter
-    iterator = batches.iterator
-    for step in range(batches.start, batches.steps):
-        began = clock()
-        xb, yb = next(iterator)
-        if xb.device != device:
-            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-        gathered = clock()
-        # the boundaries follow the epoch, as in the loop without DeepSpeed: every
-        # ``accumulate`` batches and at the epoch's last. Left to DeepSpeed's own micro-step
-        # count they ran across epochs, so a checkpoint (at an epoch's end, or mid-epoch)
-        # could fall inside an accumulation and a resumed run lost its partial gradient
-        boundary = (step + 1) % accumulate == 0 or step + 1 == batches.steps
-        if accumulate > 1:
-            engine.set_gradient_accumulation_boundary(boundary)
-        loss = loss_fn(network(xb), yb)
-        engine.backward(loss)
-        engine.step()
-        total += loss.detach().float() * len(xb)
-        if on_update is not None and boundary:
-            on_update(batches.epoch, step + 1, total)
-        timing.data += gathered - began
-        timing.steps.append(clock() - began)
-    return float(total), timing
-
-
-def _device_of(network) -> torch.device:
-    """Where the network's parameters are (the batches go there)."""
-    return next(network.parameters()).device
-
-
 def _step_checkpointer(state: _RunState, checkpoints, training: TrainingSpec,
-                       tensors) -> Optional[_UpdateHook]:
+                       tensors) -> Optional[UpdateHook]:
     """The hook that writes a mid-epoch checkpoint every
     ``training.checkpointing.every_n_steps`` batches (streamed data only), with the loader's
     position and the epoch's loss so far."""
@@ -496,86 +372,3 @@ def _step_checkpointer(state: _RunState, checkpoints, training: TrainingSpec,
 
     return save
 
-
-def _validate(network, tensors, loss_fn, autocast, score, *, device=None) -> dict[str, float]:
-    network.eval()
-    if is_streamed(tensors):
-        return _validate_streamed(network, tensors, loss_fn, autocast, score, device)
-    with torch.inference_mode(), autocast():
-        out = network(tensors.x_val)
-        metrics = {"val_loss": float(loss_fn(out, tensors.y_val))}
-    if score is not None:
-        metrics.update(score(out.float(), tensors.y_val))
-    return metrics
-
-
-def _validate_streamed(network, tensors, loss_fn, autocast, score, device) -> dict[str, float]:
-    """The validation split batch by batch: the loss weighted by rows; the outputs (one small
-    column per row) kept for the scorer."""
-    outputs, targets, loss_sum, rows = [], [], 0.0, 0
-    with torch.inference_mode(), autocast():
-        for xb, yb in tensors.validation():
-            xb, yb = xb.to(device), yb.to(device)
-            out = network(xb)
-            loss_sum += float(loss_fn(out, yb)) * len(xb)
-            rows += len(xb)
-            if score is not None:
-                outputs.append(out.float())
-                targets.append(yb)
-    metrics = {"val_loss": loss_sum / max(rows, 1)}
-    if score is not None and outputs:
-        metrics.update(score(torch.cat(outputs), torch.cat(targets)))
-    return metrics
-
-
-def _autocast(precision: str, device: torch.device):
-    import contextlib
-
-    if precision == "fp32":
-        return contextlib.nullcontext
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return lambda: torch.autocast(device_type=device.type, dtype=dtype)
-
-
-class _EarlyStopping:
-    """Tracks the best epoch of the monitored metric; keeps its weights when asked."""
-
-    def __init__(self, training: TrainingSpec):
-        spec = training.early_stopping
-        self.spec = spec
-        self.monitor = spec.monitor if spec else "val_loss"
-        mode = spec.mode if spec else "auto"
-        self.minimize = lower_is_better(self.monitor) if mode == "auto" else mode == "min"
-        self.best_value: Optional[float] = None
-        self.best_epoch = -1
-        self.best_state: Optional[dict] = None
-        self.wait = 0
-        self.should_stop = False
-
-    def update(self, epoch: int, metrics: dict[str, float], network: nn.Module) -> bool:
-        value = metrics.get(self.monitor, metrics.get("val_loss", metrics["train_loss"]))
-        delta = self.spec.min_delta if self.spec else 0.0
-        better = self.best_value is None or (
-            value < self.best_value - delta if self.minimize else value > self.best_value + delta)
-        if better:
-            self.best_value, self.best_epoch, self.wait = value, epoch, 0
-            if self.spec is not None and self.spec.restore_best:
-                self.best_state = copy.deepcopy(network.state_dict())
-        else:
-            self.wait += 1
-            if self.spec is not None and self.wait >= self.spec.patience:
-                self.should_stop = True
-        return better
-
-    def restore(self, network: nn.Module) -> None:
-        if self.best_state is not None:
-            network.load_state_dict(self.best_state)
-
-    def state(self) -> dict[str, Any]:
-        return {"best_value": self.best_value, "best_epoch": self.best_epoch, "wait": self.wait,
-                "best_state": self.best_state, "should_stop": self.should_stop}
-
-    def load(self, state: dict[str, Any]) -> None:
-        self.best_value, self.best_epoch = state["best_value"], state["best_epoch"]
-        self.wait, self.best_state = state["wait"], state["best_state"]
-        self.should_stop = state.get("should_stop", False)

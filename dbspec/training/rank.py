@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from dbspec.faults import pause_point
 from dbspec.training.job import RankJob, RankReport, RankResult, record_rank_failure
@@ -96,16 +96,9 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
         + [_epoch_logger(logger, checkpoints, rank)],
         engine=engine, reduce=_mean_of_ranks(device))
     started = time.perf_counter()
-    try:
+    with _flushed(logger):
         outcome = train(model, tensors, training, loss=job.card.loss, device=device,
                         options=options)
-    except BaseException:
-        if logger is not None:
-            with contextlib.suppress(Exception):  # the failure itself is what matters
-                logger.flush()
-        raise
-    if logger is not None:
-        logger.flush()  # every epoch is in MLflow before the result says the training ended
     seconds = time.perf_counter() - started
     weights = _full_state(network, engine, spec)
     rows = tensors.train.rows(0) if is_streamed(tensors) else len(tensors.x_train)
@@ -113,18 +106,39 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
                float(sum(v.double().sum() for v in weights.values()))).write(work_dir)
     if rank == 0:
         torch.save(weights, work_dir / "weights.pt")
-        diagnosis: tuple[str, ...] = ()
-        if observer is not None:
-            findings = observer.finish(device=device.type, threads=torch.get_num_threads(),
-                                       batch_size=training.batch_size)
-            observer.__exit__(None, None, None)
-            diagnosis = tuple(f.text() for f in findings)
+        diagnosis = _diagnosis(observer, device, training.batch_size)
         RankResult(outcome, dist.get_world_size(), job.backend, diagnosis).write(work_dir)
     # measured here: ~30% of runs aborted at exit until the model and optimizer were released
     # and collected before tearing the process group down
     del model, network, served, outcome, engine, options, checkpoints
     gc.collect()
     dist.barrier()
+
+
+@contextlib.contextmanager
+def _flushed(logger) -> Iterator[None]:
+    """Rank 0's buffered metrics flushed to MLflow on the way out of the training."""
+    try:
+        yield
+    except BaseException:
+        if logger is not None:
+            with contextlib.suppress(Exception):  # the failure itself is what matters
+                logger.flush()
+        raise
+    if logger is not None:
+        logger.flush()  # every epoch is in MLflow before the result says the training ended
+
+
+def _diagnosis(observer, device, batch_size: int) -> tuple[str, ...]:
+    """Rank 0's observer closed, and what it found, in words (nothing without one)."""
+    if observer is None:
+        return ()
+    import torch
+
+    findings = observer.finish(device=device.type, threads=torch.get_num_threads(),
+                               batch_size=batch_size)
+    observer.__exit__(None, None, None)
+    return tuple(f.text() for f in findings)
 
 
 def _read_shard(work_dir: Path, rank: int, device):

@@ -12,32 +12,22 @@ result, a failed rank leaves its traceback in ``rank-N.error``. Ray's own retrie
 (``max_failures=0``): a failed run is resumed with ``dbspec run --resume`` from dbspec's
 checkpoints, as with the other engines.
 
-Sizing, from ``ray.util.spark.cluster_init`` (Ray 2.60): on a cluster master (``spark://``,
-``local-cluster[...]``, ``yarn``) Spark stage scheduling gives each Ray worker node exactly
-``cpus_per_worker`` CPUs (and one GPU with ``use_gpu``), one node per training worker. A local
-master (``local[N]``) is supported but has no stage scheduling: every worker node gets
-``spark.task.cpus`` CPUs and no GPU, so when the workers do not fit such nodes (GPUs, more CPUs
-per worker than ``spark.task.cpus``, or more nodes than ``local[N]`` runs at once) they run on
-the head node, which is the same machine there.
+How the cluster is sized for the workers is :mod:`dbspec.training.ray_sizing`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Optional
 
 from dbspec.errors import DbspecError
+from dbspec.training.ray_sizing import ray_layout
 
 RAY_INSTALL = "pip install 'dbspec[ray]'"
-#: The object store per Ray node: the ranks read their shards from files, so Ray only carries
-#: the train function and small records (Ray's default is 30% of the node's memory).
-OBJECT_STORE_BYTES = 512 * 1024 * 1024
 #: Environment the training workers get from the driver, as torchrun's ranks do by inheritance
 #: (Ray workers start from the worker node's environment instead): the import path of a custom
 #: network, dbspec's switches, and the tracking server's address and credentials for rank 0.
@@ -66,66 +56,6 @@ def require_ray(*, quick: bool = False) -> None:
     except ImportError as exc:
         raise DbspecError(f"compute.kind ray needs Ray Train and Ray on Spark: {RAY_INSTALL} "
                           f"({exc})") from None
-
-
-@dataclass(frozen=True)
-class RayLayout:
-    """How the Ray cluster is sized for the spec's workers, as ``setup_ray_cluster`` arguments."""
-
-    worker_nodes: int
-    min_worker_nodes: int
-    cpus_per_node: Optional[int]  # None: Spark's task size decides (a local master)
-    gpus_per_node: Optional[int]
-    head_cpus: int
-    head_gpus: int
-    where: str  # in words, for the progress line and the summary
-
-    def setup_arguments(self) -> dict[str, Any]:
-        arguments: dict[str, Any] = {
-            "max_worker_nodes": self.worker_nodes, "min_worker_nodes": self.min_worker_nodes,
-            "num_cpus_head_node": self.head_cpus, "num_gpus_head_node": self.head_gpus,
-            "object_store_memory_worker_node": OBJECT_STORE_BYTES,
-            "head_node_options": {"include_dashboard": False}}
-        if self.cpus_per_node is not None:
-            arguments.update(num_cpus_worker_node=self.cpus_per_node,
-                             num_gpus_worker_node=self.gpus_per_node or 0)
-        if self.head_cpus or self.head_gpus:
-            arguments["object_store_memory_head_node"] = OBJECT_STORE_BYTES
-        return arguments
-
-
-def ray_layout(compute, *, use_gpu: bool, master: str, task_cpus: int = 1,
-               parallelism: int = 1) -> RayLayout:
-    """The Ray cluster for ``compute`` on ``master``.
-
-    Args:
-        compute: ``compute`` of kind ray.
-        use_gpu: Whether the workers train on GPUs (``use_gpu: auto`` already resolved).
-        master: The Spark master URL.
-        task_cpus: ``spark.task.cpus`` (a local master's Ray worker nodes get this many CPUs).
-        parallelism: How many tasks a local master runs at once (``local[N]``: N).
-    """
-    from dbspec.spark.placement import is_local_master
-
-    workers, cpus = compute.num_workers, compute.cpus_per_worker
-    plural = "s" if workers > 1 else ""
-    if not is_local_master(master):
-        gpu = ", 1 GPU" if use_gpu else ""
-        return RayLayout(workers, workers, cpus, 1 if use_gpu else 0, 0, 0,
-                         f"{workers} Ray worker node{plural} on the executors of {master} "
-                         f"({cpus} CPU{'s' if cpus > 1 else ''}{gpu} each)")
-    per_node = task_cpus // cpus
-    nodes = math.ceil(workers / per_node) if per_node else 0
-    slots = max(1, parallelism // max(1, task_cpus))
-    if not use_gpu and per_node and nodes <= slots:
-        return RayLayout(nodes, nodes, None, None, 0, 0,
-                         f"{nodes} Ray worker node{'s' if nodes > 1 else ''} in Spark tasks of "
-                         f"{master} ({task_cpus} CPU{'s' if task_cpus > 1 else ''} each)")
-    why = ("GPUs" if use_gpu else f"{cpus} CPUs per worker > spark.task.cpus {task_cpus}"
-           if not per_node else f"{nodes} worker nodes > {slots} task slots")
-    # at least one worker node is required; with min 0 it is started only on unmet demand
-    return RayLayout(1, 0, None, None, workers * cpus, workers if use_gpu else 0,
-                     f"the Ray head node on this machine ({master}; {why})")
 
 
 def run_on_ray(spec, work_dir: Path, *, use_gpu: bool, backend: str,
@@ -234,36 +164,62 @@ def ray_on_spark(session, compute, *, use_gpu: bool,
     """
     import ray
 
+    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        cluster = _running_cluster(compute, use_gpu=use_gpu, say=say)
+    else:
+        cluster = _cluster_on_spark(session, compute, use_gpu=use_gpu, say=say)
+    with cluster as where:
+        yield where
+
+
+def _needed(compute, use_gpu: bool) -> tuple[int, int]:
+    """The CPUs and GPUs the training workers need in all."""
+    return compute.num_workers * compute.cpus_per_worker, compute.num_workers if use_gpu else 0
+
+
+@contextlib.contextmanager
+def _running_cluster(compute, *, use_gpu: bool, say: Callable[[str], None]) -> Iterator[str]:
+    """The Ray cluster this process uses already, or the one ``RAY_ADDRESS`` names (joined for
+    the block, then left); the cluster itself is left running."""
+    import ray
+
     from dbspec.training.job import DistributedError
 
-    need_cpus = compute.num_workers * compute.cpus_per_worker
-    need_gpus = compute.num_workers if use_gpu else 0
-    if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
-        joined = not ray.is_initialized()
-        if joined:
-            try:
-                with _quiet_ray():
-                    ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-            except Exception as exc:
-                raise DistributedError(f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}: cannot join "
-                                       f"that Ray cluster: {_causes(exc)}") from None
-        have = ray.cluster_resources()
-        where = f"the running Ray cluster ({have.get('CPU', 0):.0f} CPUs, " \
-                f"{have.get('GPU', 0):.0f} GPUs; left running)"
-        say(f"  Ray: using {where}")
-        if have.get("CPU", 0) < need_cpus or have.get("GPU", 0) < need_gpus:
-            say(f"  Ray: the workers need {need_cpus} CPUs and {need_gpus} GPUs; Ray Train "
-                "waits until the cluster has them")
+    need_cpus, need_gpus = _needed(compute, use_gpu)
+    joined = not ray.is_initialized()
+    if joined:
         try:
-            yield where
-        finally:
-            if joined:
-                ray.shutdown()
-        return
-    from ray.util.spark import setup_ray_cluster, shutdown_ray_cluster
+            with _quiet_ray():
+                ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        except Exception as exc:
+            raise DistributedError(f"RAY_ADDRESS={os.environ['RAY_ADDRESS']}: cannot join "
+                                   f"that Ray cluster: {_causes(exc)}") from None
+    have = ray.cluster_resources()
+    where = f"the running Ray cluster ({have.get('CPU', 0):.0f} CPUs, " \
+            f"{have.get('GPU', 0):.0f} GPUs; left running)"
+    say(f"  Ray: using {where}")
+    if have.get("CPU", 0) < need_cpus or have.get("GPU", 0) < need_gpus:
+        say(f"  Ray: the workers need {need_cpus} CPUs and {need_gpus} GPUs; Ray Train "
+            "waits until the cluster has them")
+    try:
+        yield where
+    finally:
+        if joined:
+            ray.shutdown()
+
+
+@contextlib.contextmanager
+def _cluster_on_spark(session, compute, *, use_gpu: bool,
+                      say: Callable[[str], None]) -> Iterator[str]:
+    """A Ray cluster started on ``session`` for the block (``setup_ray_cluster``), connected,
+    and shut down afterwards."""
+    import ray
+    from ray.util.spark import setup_ray_cluster
 
     from dbspec.spark.placement import is_local_master
+    from dbspec.training.job import DistributedError
 
+    need_cpus, need_gpus = _needed(compute, use_gpu)
     context = session.sparkContext
     master = context.master
     if use_gpu and is_local_master(master):
@@ -273,43 +229,63 @@ def ray_on_spark(session, compute, *, use_gpu: bool,
                         parallelism=context.defaultParallelism)
     say(f"  Ray on Spark: starting a head node on the driver, training on {layout.where}")
     started = time.perf_counter()
-    # A ~/.ray/auth_token that any local ray.init() leaves behind turns Ray's token auth on for
-    # the head node, which the worker nodes in Spark tasks then fail (InvalidAuthToken, the
-    # cluster never comes up). The cluster lives for this stage only: its mode is stated, not
-    # read from the home dir; RAY_AUTH_MODE set by the user is kept.
+    with _auth_mode_stated():
+        try:
+            try:
+                with _quiet_ray():
+                    address, _ = setup_ray_cluster(**layout.setup_arguments())
+                    ray.init(address=address, log_to_driver=False)
+            except Exception as exc:
+                raise DistributedError(f"Ray on Spark could not start: {_causes(exc)}") from None
+            have = ray.cluster_resources()
+            if have.get("CPU", 0) < need_cpus or have.get("GPU", 0) < need_gpus:
+                raise DistributedError(
+                    f"Ray on Spark started with {have.get('CPU', 0):.0f} CPUs and "
+                    f"{have.get('GPU', 0):.0f} GPUs; compute.num_workers "
+                    f"{compute.num_workers} x cpus_per_worker {compute.cpus_per_worker} need "
+                    f"{need_cpus} CPUs{f' and {need_gpus} GPUs' if need_gpus else ''}: the "
+                    f"Spark cluster {master} has no room for the worker nodes")
+            say(f"  Ray cluster up in {time.perf_counter() - started:.0f} s "
+                f"({have.get('CPU', 0):.0f} CPUs, {have.get('GPU', 0):.0f} GPUs)")
+            yield layout.where
+        finally:
+            _shut_down_spark_cluster()
+
+
+@contextlib.contextmanager
+def _auth_mode_stated() -> Iterator[None]:
+    """``RAY_AUTH_MODE=disabled`` for the block, unless the user set it.
+
+    A ~/.ray/auth_token that any local ray.init() leaves behind turns Ray's token auth on for
+    the head node, which the worker nodes in Spark tasks then fail (InvalidAuthToken, the
+    cluster never comes up). The cluster lives for this stage only: its mode is stated, not
+    read from the home dir; RAY_AUTH_MODE set by the user is kept.
+    """
     own_mode = "RAY_AUTH_MODE" not in os.environ
     if own_mode:
         os.environ["RAY_AUTH_MODE"] = "disabled"
     try:
-        try:
-            with _quiet_ray():
-                address, _ = setup_ray_cluster(**layout.setup_arguments())
-                ray.init(address=address, log_to_driver=False)
-        except Exception as exc:
-            raise DistributedError(f"Ray on Spark could not start: {_causes(exc)}") from None
-        have = ray.cluster_resources()
-        if have.get("CPU", 0) < need_cpus or have.get("GPU", 0) < need_gpus:
-            raise DistributedError(
-                f"Ray on Spark started with {have.get('CPU', 0):.0f} CPUs and "
-                f"{have.get('GPU', 0):.0f} GPUs; compute.num_workers "
-                f"{compute.num_workers} x cpus_per_worker {compute.cpus_per_worker} need "
-                f"{need_cpus} CPUs{f' and {need_gpus} GPUs' if need_gpus else ''}: the Spark "
-                f"cluster {master} has no room for the worker nodes")
-        say(f"  Ray cluster up in {time.perf_counter() - started:.0f} s "
-            f"({have.get('CPU', 0):.0f} CPUs, {have.get('GPU', 0):.0f} GPUs)")
-        yield layout.where
+        yield
     finally:
-        with _quiet_ray():
-            head = _head_process()
-            with contextlib.suppress(Exception):
-                ray.shutdown()
-            with contextlib.suppress(Exception):  # nothing to shut down when it never started
-                shutdown_ray_cluster()
-            if head is not None:  # its last words come while the quiet lasts
-                with contextlib.suppress(Exception):
-                    head.wait(timeout=15)
         if own_mode:
             os.environ.pop("RAY_AUTH_MODE", None)
+
+
+def _shut_down_spark_cluster() -> None:
+    """Disconnect and stop the Ray-on-Spark cluster (nothing to stop when it never started),
+    waiting for its head node's last words while Ray is kept quiet."""
+    import ray
+    from ray.util.spark import shutdown_ray_cluster
+
+    with _quiet_ray():
+        head = _head_process()
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        with contextlib.suppress(Exception):  # nothing to shut down when it never started
+            shutdown_ray_cluster()
+        if head is not None:  # its last words come while the quiet lasts
+            with contextlib.suppress(Exception):
+                head.wait(timeout=15)
 
 
 def _head_process():
@@ -357,7 +333,7 @@ def _quiet_ray() -> Iterator[None]:
 
 def _causes(exc: BaseException) -> str:
     """The first line of an exception and of each cause under it."""
-    parts = []
+    parts: list[str] = []
     seen: Optional[BaseException] = exc
     while seen is not None and len(parts) < 4:
         text = str(seen).strip().splitlines()

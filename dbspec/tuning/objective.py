@@ -75,10 +75,6 @@ class Objective:
     def __call__(self, trial) -> float:
         import optuna
 
-        from dbspec.observability.observer import TrainingObserver
-        from dbspec.spec.loader import apply_values
-        from dbspec.training.fit import FitOptions, fit_spec, fit_streamed
-
         search = self.loaded.spec.search
         elapsed = timed()
         trial.set_user_attr(WORKER_ATTR, worker_attr())  # lets a rerun see this worker die
@@ -90,33 +86,9 @@ class Objective:
         events = Path(scratch.name) / "tensorboard"
         state, value, error = "failed", None, ""
         try:
-            try:
-                trial_spec = apply_values(self.loaded, values).spec
-            except DbspecError as exc:
-                raise TrialFailed(f"the suggested values make the spec invalid: {exc}") from None
-            if trial_spec.data != self.loaded.spec.data:
-                raise TrialFailed("the suggested values change the data section, which is "
-                                  "prepared once per study")
-
-            def on_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
-                history.append(metrics)
-                stamps.append(_now_ms())
-                reported = metrics.get(search.metric)
-                if reported is None or not math.isfinite(reported):
-                    raise TrialFailed(f"search.metric {search.metric} is {reported} at epoch "
-                                      f"{epoch + 1}")
-                trial.report(reported, epoch)
-                if trial.should_prune():
-                    raise optuna.TrialPruned(f"pruned at epoch {epoch + 1}")
-
-            observer = TrainingObserver(trial_spec, log_dir=events, say=lambda text: None)
-            options = FitOptions(epochs=self.setup.epochs, callbacks=[on_epoch],
-                                 observer=observer)
-            with observer:
-                if self.streamed is not None:
-                    result = fit_streamed(trial_spec, *self.streamed, self.fitted, options)
-                else:
-                    result = fit_spec(trial_spec, self.table, self.splits, self.fitted, options)
+            trial_spec = self._trial_spec(values)
+            on_epoch = _epoch_reporter(trial, search.metric, history, stamps)
+            result = self._fit(trial_spec, on_epoch, events)
             early = trial_spec.training.early_stopping
             value = best_value_of(result.outcome.history, search.metric,
                                   result.outcome.best_epoch, bool(early and early.restore_best))
@@ -139,6 +111,36 @@ class Objective:
             self.report(TrialRecord(trial.number, state, value, values, len(history),
                                     elapsed(), error))
 
+    def _trial_spec(self, values: dict[str, Any]):
+        """The spec with a trial's suggested values applied.
+
+        Raises:
+            TrialFailed: the values make the spec invalid, or change its data section.
+        """
+        from dbspec.spec.loader import apply_values
+
+        try:
+            trial_spec = apply_values(self.loaded, values).spec
+        except DbspecError as exc:
+            raise TrialFailed(f"the suggested values make the spec invalid: {exc}") from None
+        if trial_spec.data != self.loaded.spec.data:
+            raise TrialFailed("the suggested values change the data section, which is "
+                              "prepared once per study")
+        return trial_spec
+
+    def _fit(self, trial_spec, on_epoch, events: Path):
+        """Train the trial's model on the study's prepared data, watched by an observer that
+        writes its TensorBoard events to ``events``."""
+        from dbspec.observability.observer import TrainingObserver
+        from dbspec.training.fit import FitOptions, fit_spec, fit_streamed
+
+        observer = TrainingObserver(trial_spec, log_dir=events, say=lambda text: None)
+        options = FitOptions(epochs=self.setup.epochs, callbacks=[on_epoch], observer=observer)
+        with observer:
+            if self.streamed is not None:
+                return fit_streamed(trial_spec, *self.streamed, self.fitted, options)
+            return fit_spec(trial_spec, self.table, self.splits, self.fitted, options)
+
     def _save(self, number: int, result) -> None:
         from dataclasses import asdict
 
@@ -152,6 +154,29 @@ class Objective:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _epoch_reporter(trial, metric: str, history: list[dict[str, float]], stamps: list[int]):
+    """The epoch callback of a trial: keeps each epoch's metrics and when they came, reports
+    ``metric`` to the trial and prunes it when the pruner says so.
+
+    Raises (from the callback):
+        TrialFailed: the metric is missing or not finite.
+        optuna.TrialPruned: the pruner stopped the trial.
+    """
+    import optuna
+
+    def on_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
+        history.append(metrics)
+        stamps.append(_now_ms())
+        reported = metrics.get(metric)
+        if reported is None or not math.isfinite(reported):
+            raise TrialFailed(f"search.metric {metric} is {reported} at epoch {epoch + 1}")
+        trial.report(reported, epoch)
+        if trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at epoch {epoch + 1}")
+
+    return on_epoch
 
 
 def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional[float],

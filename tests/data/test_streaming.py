@@ -20,8 +20,9 @@ import torch
 from dbspec.data.access import sample_rows
 from dbspec.data.convert import convert_source, count_rows, decide, open_source
 from dbspec.data.prepare import build_table, fit_preprocessing
-from dbspec.data.shards import (Layout, Tally, check_schema, convert_batches, finish,
-                                hash_split_rows, key_values, partial_dir, read_shard, split_of)
+from dbspec.data.shard_writing import (Layout, Origin, Tally, check_schema, convert_batches,
+                                       finish, partial_dir)
+from dbspec.data.shards import hash_split_rows, key_values, read_shard, split_of
 from dbspec.data.sources import DataError
 from dbspec.data.statistics import fit_streamed
 from dbspec.data.stream import StreamedSplit, StreamSettings
@@ -85,7 +86,7 @@ def handmade_set(location: Path, table: pa.Table, data: DataSpec, rows_per_shard
         batches = table.slice(low, high - low).to_batches(max_chunksize=700)
         tally.merge(convert_batches(batches, layout, directory, part, first_row=low))
     return finish(directory, location / "shards-handmade", data, features, tally,
-                  version="handmade", uri=str(location), identity="handmade")
+                  Origin(version="handmade", uri=str(location), identity="handmade"))
 
 
 def stream_set(tmp_path: Path, rows: int = 5000, rows_per_shard: int = 400,

@@ -411,7 +411,7 @@ def test_a_location_that_cannot_be_written_is_a_data_error(tmp_path):
 # -- 9. stale partial sets ------------------------------------------------------------------
 
 def test_a_stale_partial_set_is_removed_and_a_fresh_one_kept(tmp_path):
-    from dbspec.data.shards import STALE_PARTIAL_SECONDS
+    from dbspec.data.shard_writing import STALE_PARTIAL_SECONDS
 
     location = tmp_path / "shards"
     ages = {"stale": STALE_PARTIAL_SECONDS + 3600, "fresh": STALE_PARTIAL_SECONDS - 3600}

@@ -51,7 +51,7 @@ def test_a_typed_example_runs_and_its_model_takes_raw_rows(workdir, name):
 def test_the_digits_table_holds_png_bytes():
     from deltalake import DeltaTable
 
-    from dbspec.data.shards import record_batches
+    from dbspec.data.shard_writing import record_batches
 
     dataset = DeltaTable(str(ROOT / "specs" / "data" / "digits_png")).to_pyarrow_dataset()
     # batch by batch on this thread (a threaded scanner can abort the process at exit)

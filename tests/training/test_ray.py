@@ -148,7 +148,7 @@ def test_without_ray_the_run_stops_before_any_stage_naming_the_extra(workdir, mo
 
 def test_the_ray_cluster_is_sized_from_the_spec():
     from dbspec.compute.ray import RayCompute
-    from dbspec.training.ray_launch import ray_layout
+    from dbspec.training.ray_sizing import ray_layout
 
     four = RayCompute(kind="ray", num_workers=4, cpus_per_worker=2)
     cluster = ray_layout(four, use_gpu=True, master="spark://driver:7077").setup_arguments()
