@@ -243,15 +243,15 @@ class _SplitWriter:
         self.name = f"{self.split}/shard-{self.part:05d}-{len(self.written):05d}.arrow"
         path = self.directory / self.name
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.sink = pa.OSFile(str(path) + ".partial", "wb")
+        # no temporary name: the whole set is written in a staging directory, renamed into
+        # place when complete
+        self.sink = pa.OSFile(str(path), "wb")
         self.writer = pa.ipc.new_file(self.sink, schema)
         self.count = 0
 
     def _close(self) -> None:
         self.writer.close()
         self.sink.close()
-        path = self.directory / self.name
-        os.replace(str(path) + ".partial", path)
         self.written.append({"file": self.name, "rows": self.count})
         self.writer = self.sink = None
 

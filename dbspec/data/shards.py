@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
+from dbspec.atomic import atomic_file
 from dbspec.data.sources import DataError
 from dbspec.spec.sections.data import DataSpec
 
@@ -177,10 +177,8 @@ def write_shard(path: Path, x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> N
     arrays = [pa.array(x[:, j], mask=np.isnan(x[:, j])) for j in range(x.shape[1])]
     names = [f"f{j}" for j in range(x.shape[1])] + ["y", "row"]
     table = pa.table(arrays + [pa.array(y), pa.array(rows)], names=names)
-    partial = path.with_name(path.name + ".partial")
-    with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+    with atomic_file(path, durable=False) as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    os.replace(partial, path)
 
 
 def read_shard(path: Path, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

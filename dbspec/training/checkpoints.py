@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
+
+from dbspec.atomic import atomic_file
 
 _NAME = re.compile(r"^epoch-(\d+)\.pt$")
 _STEP = re.compile(r"^epoch-(\d+)-step-(\d+)\.pt$")
@@ -58,12 +59,8 @@ class CheckpointStore:
     def _write(self, final: Path, state: dict[str, Any]) -> None:
         """To a temporary name, fsync, then rename: a crash leaves the old file or the new."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        partial = final.with_suffix(".pt.partial")
-        with open(partial, "wb") as handle:
+        with atomic_file(final) as handle:
             torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, final)
 
     def steps(self) -> list[tuple[int, int]]:
         """``(epoch, step)`` of the mid-epoch checkpoints, oldest first."""

@@ -110,7 +110,7 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
 def test_checkpoints_are_written_atomically(tmp_path):
     store = CheckpointStore(tmp_path, keep=1)
     store.save(0, {"x": 1})
-    (tmp_path / "epoch-1.pt.partial").write_bytes(b"half a file")
+    (tmp_path / ".epoch-1.pt.123-abcdef01.partial").write_bytes(b"half a file")  # a kill mid-write
     assert store.epochs() == [0] and store.load_latest() == {"x": 1}
 
 
