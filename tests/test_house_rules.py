@@ -51,8 +51,8 @@ KIND_FILES = {"single_gpu": 3, "torch_distributor": 3, "deepspeed": 3, "ray": 3,
 #: none is left, and none may come back).
 MAX_KIND_SWITCHES = 0
 #: Entries of the ratchets in pyproject.toml when they began.
-RUFF_RATCHET_FILES = 20
-MYPY_RATCHET_MODULES = 56
+RUFF_RATCHET_FILES = 7
+MYPY_RATCHET_MODULES = 55
 
 
 def modules() -> list[Path]:

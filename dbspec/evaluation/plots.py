@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -17,9 +18,19 @@ def _pyplot():
     return plt
 
 
-def write_plots(names: list[str], directory: Path, *, task: str, history: list[dict[str, float]],
-                y_true: np.ndarray, predictions: np.ndarray, classes: Optional[list[Any]],
-                threshold: float = 0.5) -> list[Path]:
+@dataclass(frozen=True)
+class PlotData:
+    """What the plots draw: one split's truth and predictions, and the training history."""
+
+    task: str
+    history: list[dict[str, float]]
+    y_true: np.ndarray
+    predictions: np.ndarray
+    classes: Optional[list[Any]]
+    threshold: float = 0.5
+
+
+def write_plots(names: list[str], directory: Path, data: PlotData) -> list[Path]:
     """Write each named plot as ``<name>.png`` into ``directory``; returns the paths."""
     plt = _pyplot()
     directory.mkdir(parents=True, exist_ok=True)
@@ -27,8 +38,7 @@ def write_plots(names: list[str], directory: Path, *, task: str, history: list[d
     for name in names:
         fig, ax = plt.subplots(figsize=(6, 4.5), dpi=100)
         try:
-            _DRAW[name](ax, task=task, history=history, y_true=y_true, predictions=predictions,
-                        classes=classes, threshold=threshold)
+            _DRAW[name](ax, **vars(data))
             fig.tight_layout()
             path = directory / f"{name}.png"
             fig.savefig(path)

@@ -18,12 +18,13 @@ from __future__ import annotations
 import contextlib
 import time
 import traceback
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
 from dbspec.executors.cache import RERUN_FROM_CACHE, inputs_of, keep_from_env, run_dir_for
+from dbspec.executors.failures import failure_message
 from dbspec.executors.lock import RunLock
 from dbspec.executors.records import (DONE, FAILED, RUNNING, RunRecord, RunState, StageEntry,
                                       StageRecord)
@@ -35,6 +36,17 @@ from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
 from dbspec.stages.base import Reporter, RunOptions, StageContext
 
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One pass over a plan: what every stage of it is run against."""
+
+    loaded: LoadedSpec
+    plan: Plan
+    store: LocalState
+    state: RunState
+    only: tuple[str, ...]
 
 class StageFailed(DbspecError):
     """A stage raised; the run stopped there and can be resumed."""
@@ -288,14 +300,14 @@ class LocalExecutor:
                 records.append(StageRecord(planned.name, "cached", 0.0, cached.output))
                 continue
             resume = self.options.resume and current and not recorded.done
-            records.append(self._run_stage(loaded, plan, planned, store, state, recorded,
-                                           inputs=inputs, resume=resume, only=only))
+            records.append(self._run_stage(_Pass(loaded, plan, store, state, only), planned,
+                                           recorded, inputs=inputs, resume=resume))
         return RunRecord(loaded.spec.name, loaded.target, store.run_dir, records)
 
-    def _run_stage(self, loaded: LoadedSpec, plan: Plan, planned, store: LocalState,
-                   state: RunState, recorded: Optional[StageEntry], *, inputs: dict[str, str],
-                   resume: bool, only: tuple[str, ...]) -> StageRecord:
+    def _run_stage(self, run: _Pass, planned, recorded: Optional[StageEntry], *,
+                   inputs: dict[str, str], resume: bool) -> StageRecord:
         """Run one stage: record it running, run it, record it done (or failed)."""
+        loaded, plan, store, state, only = run.loaded, run.plan, run.store, run.state, run.only
         directory = store.prepare(planned.name, planned.fingerprint, resume=resume)
         ancestors = plan.ancestors(planned.name)
         store.fetch([d for d in ancestors if not store.stage_dir(d).exists() or only
@@ -325,7 +337,7 @@ class LocalExecutor:
             self._fail(store, state, planned.name, directory, exc)
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            raise StageFailed(self._failure_message(loaded, planned.name, exc, directory)) \
+            raise StageFailed(failure_message(loaded.spec, planned.name, exc, directory, self.resume_command)) \
                 from None if isinstance(exc, DbspecError) else exc
         self._tracker = ctx._tracker
         self._stage_now = None
@@ -353,47 +365,6 @@ class LocalExecutor:
         state.stages[name] = replace(state.stages[name], status=FAILED,
                                      error=f"{type(exc).__name__}: {exc}")
         store.save(state, changed=(name,))
-
-    def _failure_message(self, loaded, name, exc, directory) -> str:
-        from dbspec.data.sources import DataError
-
-        if isinstance(exc, DataError):
-            # the data or a setting that reads it: the same command would fail the same way
-            cause = str(exc)
-            hint = ("\n  fix the data or the spec (or its --set values), then run again; "
-                    "finished stages are kept" + (f": {self.resume_command}"
-                                                  if self.resume_command else ""))
-        elif isinstance(exc, DbspecError):
-            cause = str(exc)
-            hint = f"\n  resume with: {self.resume_command} --resume" \
-                if self.resume_command else ""
-        elif _refused(exc):  # a tracking server with auth refused MLFLOW_TRACKING_USERNAME
-            cause = _refusal(loaded.spec, name, exc)
-            hint = f"\n  then resume with: {self.resume_command} --resume" \
-                if self.resume_command else ""
-        else:
-            cause = f"{type(exc).__name__}: {exc} (traceback in {directory / 'error.txt'})"
-            hint = f"\n  resume with: {self.resume_command} --resume" \
-                if self.resume_command else ""
-        return f"stage '{name}' failed: {cause}{hint}"
-
-
-def _refused(exc: BaseException) -> bool:
-    from dbspec.registry.errors import is_permission_denied
-
-    return is_permission_denied(exc)
-
-
-def _refusal(spec, stage: str, exc: BaseException) -> str:
-    """Who may not do what in ``stage``, and the permission it takes (roles, README)."""
-    from dbspec.registry.errors import denied
-
-    if stage in ("register", "promote"):
-        what, needs = f"registered model '{spec.registry.name}'", "EDIT on the registered model"
-    else:
-        what = f"experiment '{spec.tracking.experiment or spec.name}'"
-        needs = "EDIT on the experiment (roles.data_scientist or roles.admin)"
-    return str(denied(exc, f"write the {stage} stage's results to the {what}", needs))
 
 
 def _now() -> str:

@@ -154,16 +154,7 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
     if kind == "extra_forbidden":
         return _unknown_key(loc, root, document), True
     if kind == "literal_error":
-        choices = _choices(error)
-        if str(value) in choices and not isinstance(value, bool):
-            return f"{_show(value)} is a string here; write {value} without quotes", False
-        hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""
-        known = _OTHER_NAMES.get(str(value).lower().replace("-", "_")) \
-            if loc and loc[-1] == "loss" else None
-        if known in choices:  # another library's name for one of ours
-            return (f"unknown value {_show(value)}: dbspec calls this loss '{known}'; expected "
-                    f"{one_of(choices)}"), False
-        return f"unknown value {_show(value)}{_suggest(str(value), choices)}{hint}", False
+        return _literal_message(error, loc, value), False
     if kind == "union_tag_invalid":
         return _unknown_kind(ctx, loc), False
     if kind == "union_tag_not_found" and not keyed:
@@ -185,13 +176,32 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
     if kind == "string_pattern_mismatch":
         rule = _PATTERN_WORDS.get(str(loc[-1]), f"it must match {ctx.get('pattern')}")
         return f"{_show(value)} is not allowed here: {rule}", False
+    return _reworded(error, kind, value), False
+
+
+def _literal_message(error: dict, loc: tuple, value: Any) -> str:
+    """A value that is none of the allowed ones."""
+    choices = _choices(error)
+    if str(value) in choices and not isinstance(value, bool):
+        return f"{_show(value)} is a string here; write {value} without quotes"
+    hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""
+    known = _OTHER_NAMES.get(str(value).lower().replace("-", "_")) \
+        if loc and loc[-1] == "loss" else None
+    if known in choices:  # another library's name for one of ours
+        return (f"unknown value {_show(value)}: dbspec calls this loss '{known}'; expected "
+                f"{one_of(choices)}")
+    return f"unknown value {_show(value)}{_suggest(str(value), choices)}{hint}"
+
+
+def _reworded(error: dict, kind: str, value: Any) -> str:
+    """pydantic's own message, in the house's words."""
     msg = error["msg"]
     if kind == "distribution_kind":
-        return msg, False
+        return msg
     msg = msg.replace("Input should be", "must be").replace("List should", "the list should")
     if value is not None and not isinstance(value, (dict, list)):
         msg += f", got {_show(value)}"
-    return msg[0].lower() + msg[1:], False
+    return msg[0].lower() + msg[1:]
 
 
 _PATTERN_WORDS = {

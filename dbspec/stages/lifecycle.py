@@ -37,7 +37,7 @@ class EvaluateStage:
 
     def run(self, ctx: StageContext) -> EvaluateOutput:
         from dbspec.evaluation.metrics import confusion, predicted_labels, task_metrics
-        from dbspec.evaluation.plots import write_plots
+        from dbspec.evaluation.plots import PlotData, write_plots
         from dbspec.models.served import load_served_model
         from dbspec.evaluation.curves import (DIAGNOSIS_DETAIL_TAG, DIAGNOSIS_TAG,
                                               diagnose_curves)
@@ -64,9 +64,9 @@ class EvaluateStage:
         plots = []
         if plot_split in predictions:
             plots = write_plots(list(spec.evaluation.plots or DEFAULT_PLOTS[task]),
-                                ctx.directory / "plots", task=task, history=history,
-                                y_true=truth[plot_split], predictions=predictions[plot_split],
-                                classes=data.classes, threshold=threshold)
+                                ctx.directory / "plots",
+                                PlotData(task, history, truth[plot_split],
+                                         predictions[plot_split], data.classes, threshold))
         matrix = None
         if task != "regression" and "test" in predictions:
             labels = predicted_labels(task, predictions["test"], threshold)
