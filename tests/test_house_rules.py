@@ -31,8 +31,7 @@ MAX_FUNCTION_LINES = 60
 #: Modules over 400 lines when the rule began to be enforced: path -> lines then.
 LONG_MODULES = {
     "data/shards.py": 587, "models/encoding.py": 413,
-    "serving/app.py": 410,
-    "serving/inference_table.py": 402, "spec/templating.py": 577,
+    "spec/templating.py": 577,
     "training/loop.py": 581,
 }
 #: Functions over 60 lines then: "path:qualified name" -> lines then.
