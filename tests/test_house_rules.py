@@ -36,10 +36,8 @@ LONG_MODULES = {
 }
 #: Functions over 60 lines then: "path:qualified name" -> lines then.
 LONG_FUNCTIONS = {
-    "executors/summary.py:render_summary": 65, "jobs/build.py:build_job": 65,
     "models/network.py:_layer": 61, "models/network.py:_typed": 63,
-    "monitoring/monitor.py:scan_table": 66,
-    "serving/batch_local.py:predict_local": 71, "serving/http_limits.py:limited_protocol": 193,
+    "serving/http_limits.py:limited_protocol": 193,
     "spec/templating.py:_environment": 77, "stages/tune.py:TuneStage.run": 74,
     "training/rank.py:train_rank": 62, "training/ray_launch.py:ray_on_spark": 90,
     "tuning/objective.py:Objective.__call__": 66,
