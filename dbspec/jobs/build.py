@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Optional
 from dbspec.jobs.resources import endpoint_task, resource_warnings, role_permissions
 from dbspec.jobs.tasks import cluster, mlflow_env, task_extras, task_libraries, task_settings
 from dbspec.plan import Plan, compile_plan
+from dbspec.seams.targets import job_warnings
 from dbspec.spec.clusters import TRAINING_GROUPS, resolve_cluster, serverless
 from dbspec.spec.sections.jobs import check_shared_dir
 
@@ -256,10 +257,6 @@ def warnings_for(spec) -> list[str]:
     if chosen.startswith(tuple(h + "/" for h in _NODE_LOCAL_HINTS)) or chosen in _NODE_LOCAL_HINTS:
         found.append(f"jobs.shared_dir '{chosen}' is on each node's own disk; ranks and tasks on "
                      "other nodes will not see each other's files (use a /Volumes path)")
-    if spec.serving.mode == "batch" and spec.serving.batch is not None:
-        if spec.serving.batch.input.startswith((".", "/tmp")):
-            found.append(f"serving.batch.input '{spec.serving.batch.input}' is a local path; a "
-                         "job needs a table name, a /Volumes path or cloud storage")
-
+    found += job_warnings(spec)  # the serving mode's targets say what breaks in a job
     found += resource_warnings(spec)
     return found
