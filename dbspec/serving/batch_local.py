@@ -22,8 +22,8 @@ from dbspec.data.sources import DataError
 from dbspec.serving.app import LoadedModel
 from dbspec.serving.batch import (BATCH_ROWS, OUT_OF_RANGE_COLUMN, BatchResult, RangeCheck,
                                   batch_matrix, check_model_columns, check_new_columns,
-                                  check_paths, model_columns, open_input, score_matrix,
-                                  unscorable_rows)
+                                  check_paths, model_columns, score_matrix, unscorable_rows)
+from dbspec.serving.batch_input import open_input
 
 _PART = "part-dbspec-"  # the only Parquet files a rerun replaces
 
