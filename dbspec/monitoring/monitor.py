@@ -106,22 +106,40 @@ def open_inference_table(path: str):
     Raises:
         DbspecError: no table there, not a Delta table, or a Delta table of another kind.
     """
-    from deltalake import DeltaTable
-
     if "://" not in path and not (Path(path) / "_delta_log").is_dir():
         where = "does not exist" if not Path(path).exists() else "is not a Delta table"
         raise DbspecError(f"inference table {path} {where}: serve the model with an "
                           "inference table (serving.realtime.inference_table or dbspec serve "
                           "--inference-table PATH) first, or give --table PATH")
-    try:
-        dataset = DeltaTable(path).to_pyarrow_dataset()
-    except Exception as exc:  # deltalake raises its own families for a damaged or absent log
-        raise DbspecError(f"cannot open the inference table {path}: {exc}") from None
+    dataset = _open_delta(path)
     missing = [c for c in BASE_COLUMNS if c not in dataset.schema.names]
     if missing:
         raise DbspecError(f"{path} is not an inference table: it has no {', '.join(missing)} "
                           "column(s)")
     return dataset
+
+
+def _open_delta(path: str) -> Any:
+    """The Delta table's dataset, opened by the ``delta`` source kind; a URI by ``deltalake``
+    itself, as the source kinds read local paths only.
+
+    Raises:
+        DbspecError: the table cannot be opened.
+    """
+    from dbspec.data.sources import DataError
+    from dbspec.serving.batch_input import open_table, reason_of
+
+    try:
+        if "://" in path:
+            from deltalake import DeltaTable
+
+            return DeltaTable(path).to_pyarrow_dataset()
+        return open_table(Path(path))
+    except DataError as refused:
+        raise DbspecError(f"cannot open the inference table {path}: {reason_of(refused)}") \
+            from None
+    except Exception as exc:  # deltalake raises its own families for a damaged or absent log
+        raise DbspecError(f"cannot open the inference table {path}: {exc}") from None
 
 
 class _VersionScan:

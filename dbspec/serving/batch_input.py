@@ -91,6 +91,25 @@ def open_input(source: str, version: Optional[int]) -> tuple[Any, Optional[str]]
     return opened.dataset, opened.version
 
 
+def open_table(path: Path) -> Any:
+    """The Arrow dataset of the Delta table, Parquet or CSV at ``path``, opened by its source
+    kind (CSV: every column's type inferred); for readers that word errors themselves
+    (monitoring's inference table and labels).
+
+    Raises:
+        DataError: the kind's, naming ``data.source``: the caller words it for its own input.
+    """
+    kind, section = input_section(path, str(path), None)
+    if kind.name in _LOCAL_READERS:
+        return _LOCAL_READERS[kind.name](path, str(path))
+    return kind.open(_Input(section), base=path.parent).dataset
+
+
+def reason_of(refused: DataError) -> str:
+    """A source kind's error without its ``data.source`` location: what went wrong."""
+    return str(refused).split(": ", 1)[-1]
+
+
 def _open_csv(path: Path, source: str) -> Any:
     import pyarrow.dataset as ds
 
@@ -124,7 +143,7 @@ def input_error(refused: DataError, source: str, version: Optional[int]) -> Data
         reason = text.split(" as ", 1)[-1].split(": ", 1)[-1]
         return DataError(f"input {source} is not a Delta table, Parquet or CSV: "
                          f"{reason.splitlines()[0]}")
-    return DataError(f"input {source}: {text.split(': ', 1)[-1]}")
+    return DataError(f"input {source}: {reason_of(refused)}")
 
 
 def spark_input(spark, source: str,
