@@ -115,11 +115,10 @@ class ScoringApp:
     async def shutdown(self) -> None:
         """Finish queued batches, stop background work, write the inference table's tail."""
         self.batcher.close()
-        batcher, *others = self._tasks or [None]
-        for task in others:
+        for task in self._tasks[1:]:  # the background jobs; the batcher finishes its queue
             task.cancel()
-        if batcher is not None:
-            await batcher
+        if self._tasks:
+            await self._tasks[0]
         if self.table is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.table.close)
 
@@ -203,10 +202,10 @@ class ScoringApp:
         """Count rows far outside the training range; refuse them, or return the warnings."""
         if self.config.out_of_range == "off":
             return None
-        ranges = self._ranges.get(model.version, False)
-        if ranges is False:
-            ranges = self._ranges[model.version] = FeatureRanges.of_card(
+        if model.version not in self._ranges:
+            self._ranges[model.version] = FeatureRanges.of_card(
                 model.model.card, self.config.out_of_range_tolerance)
+        ranges = self._ranges[model.version]
         if ranges is None:  # logged before ranges were recorded
             return None
         outside = ranges.outside(x)
