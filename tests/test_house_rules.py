@@ -29,15 +29,10 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 #: Modules over 400 lines when the rule began to be enforced: path -> lines then.
-LONG_MODULES = {
-    "serving/app.py": 410,
-    "serving/inference_table.py": 402,
-}
+LONG_MODULES: dict[str, int] = {}
 #: Functions over 60 lines then: "path:qualified name" -> lines then.
 LONG_FUNCTIONS = {
-    "executors/summary.py:render_summary": 65, "jobs/build.py:build_job": 65,
-    "monitoring/monitor.py:scan_table": 66,
-    "serving/batch_local.py:predict_local": 71, "serving/http_limits.py:limited_protocol": 193,
+    "serving/http_limits.py:limited_protocol": 193,
 }
 #: ``__init__.py`` files holding more than re-exports then.
 INIT_WITH_LOGIC: set[str] = set()
@@ -52,7 +47,7 @@ KIND_FILES = {"single_gpu": 3, "torch_distributor": 3, "deepspeed": 3, "ray": 3,
 MAX_KIND_SWITCHES = 0
 #: Entries of the ratchets in pyproject.toml when they began.
 RUFF_RATCHET_FILES = 7
-MYPY_RATCHET_MODULES = 55
+MYPY_RATCHET_MODULES = 48
 
 
 def modules() -> list[Path]:

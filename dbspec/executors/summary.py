@@ -118,28 +118,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         rows.append(("promotion", summary["promotion"] + (f" ({moved})" if moved else "")))
         for gate in summary["gates"]:
             rows.append(("  gate", gate))
-    batch = summary.get("batch_predict") or {}
-    if batch:
-        written = f"Delta v{batch['output_version']}" if batch.get("output_version") is not None \
-            else batch["format"]
-        rows.append(("predictions", f"{batch['rows']:,} rows -> {batch['output']} ({written}) "
-                                    f"with {batch['model_uri']} (v{batch['model_version']})"))
-    serve = summary.get("serve") or {}
-    if serve.get("problem"):
-        rows.append(("serving", serve["problem"]))
-    elif serve:
-        rows.append(("serving", f"{serve['model_uri']} (v{serve['model_version']}) answers; "
-                                f"start it with: {serve['command']}"))
-    search = summary.get("search") or {}
-    if search:
-        trials = ", ".join(f"{v} {k}" for k, v in search["trials"].items())
-        rows.append(("search", f"study {search['study_name']} ({trials}; "
-                               f"{search['epochs_trained']} epochs trained)"))
-        rows.append(("  storage", search["storage"]))
-        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in search["best_params"].items())
-        rows.append(("  best", f"{search['metric']}={search['best_value']:.6g} (trial "
-                               f"{search['best_trial']}): {params}"))
+    rows += _outcome_rows(summary)
     training = summary.get("training", {})
     if training:
         rows.append(("training", f"{training.get('epochs_run')} epochs (best "
@@ -164,3 +143,31 @@ def render_summary(summary: dict[str, Any]) -> str:
     title = f"dbspec run {summary['spec']}" + (f" --target {summary['target']}"
                                                if summary.get("target") else "")
     return "\n".join([title] + [f"  {label.ljust(width)}  {value}" for label, value in rows])
+
+
+def _outcome_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The rows of what the run left behind besides the model: predictions, serving, search."""
+    rows: list[tuple[str, str]] = []
+    batch = summary.get("batch_predict") or {}
+    if batch:
+        written = f"Delta v{batch['output_version']}" if batch.get("output_version") is not None \
+            else batch["format"]
+        rows.append(("predictions", f"{batch['rows']:,} rows -> {batch['output']} ({written}) "
+                                    f"with {batch['model_uri']} (v{batch['model_version']})"))
+    serve = summary.get("serve") or {}
+    if serve.get("problem"):
+        rows.append(("serving", serve["problem"]))
+    elif serve:
+        rows.append(("serving", f"{serve['model_uri']} (v{serve['model_version']}) answers; "
+                                f"start it with: {serve['command']}"))
+    search = summary.get("search") or {}
+    if search:
+        trials = ", ".join(f"{v} {k}" for k, v in search["trials"].items())
+        rows.append(("search", f"study {search['study_name']} ({trials}; "
+                               f"{search['epochs_trained']} epochs trained)"))
+        rows.append(("  storage", search["storage"]))
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in search["best_params"].items())
+        rows.append(("  best", f"{search['metric']}={search['best_value']:.6g} (trial "
+                               f"{search['best_trial']}): {params}"))
+    return rows

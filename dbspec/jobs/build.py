@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Optional
 from dbspec.jobs.resources import endpoint_task, resource_warnings, role_permissions
 from dbspec.jobs.tasks import cluster, mlflow_env, task_extras, task_libraries, task_settings
 from dbspec.plan import Plan, compile_plan
+from dbspec.seams.targets import job_warnings
 from dbspec.spec.clusters import TRAINING_GROUPS, resolve_cluster, serverless
 from dbspec.spec.sections.jobs import check_shared_dir
 
@@ -149,52 +150,17 @@ def build_job(spec, where: JobTarget):
     """The job for ``spec`` as ``jobs.JobSettings``."""
     from databricks.sdk.service import jobs as j
 
-    plan = compile_plan(spec)
     settings = spec.jobs
-    env = mlflow_env(spec)
-    groups = task_groups(plan)
+    groups = task_groups(compile_plan(spec))
     clusters: dict[str, Any] = {}
     if serverless(spec):
         tasks = [ai_runtime_task(spec, where, groups)]
     else:
-        clusters["main"] = cluster(resolve_cluster(spec, "main"), env,
-                                   current_user=where.current_user)
-        if any(key in TRAINING_GROUPS for key, _, _ in groups):
-            training = cluster(resolve_cluster(spec, "training"), env,
-                               current_user=where.current_user)
-            if training != clusters["main"]:  # else the tasks share one cluster
-                clusters["training"] = training
-        tasks = []
-        for key, stages, upstream in groups:
-            tasks.append(j.Task(
-                task_key=key,
-                description=f"dbspec stages: {', '.join(stages)}",
-                depends_on=[j.TaskDependency(task_key=u) for u in upstream] or None,
-                job_cluster_key="training" if key in TRAINING_GROUPS and "training" in clusters
-                else "main",
-                python_wheel_task=j.PythonWheelTask(
-                    package_name="dbspec", entry_point="dbspec",
-                    parameters=task_parameters(spec, where, stages)),
-                libraries=task_libraries(spec, stages, where.wheel),
-                **task_settings(settings, key)))
-
+        clusters = job_clusters(spec, where, groups)
+        tasks = [wheel_task(spec, where, group, clusters) for group in groups]
     update = endpoint_task(spec, where)  # the endpoint follows the alias (realtime serving)
     if update is not None:
         tasks.append(update)
-    notifications = None
-    if settings.notifications is not None:
-        n = settings.notifications
-        notifications = j.JobEmailNotifications(
-            on_start=n.on_start or None, on_success=n.on_success or None,
-            on_failure=n.on_failure or None,
-            no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
-    schedule = None
-    if settings.schedule is not None:
-        schedule = j.CronSchedule(
-            quartz_cron_expression=settings.schedule.quartz_cron,
-            timezone_id=settings.schedule.timezone,
-            pause_status=j.PauseStatus.PAUSED if settings.schedule.paused
-            else j.PauseStatus.UNPAUSED)
     tags = {"dbspec_spec": spec.name, **({"dbspec_target": where.target} if where.target
                                           else {}), **settings.tags}
     return j.JobSettings(
@@ -203,13 +169,69 @@ def build_job(spec, where: JobTarget):
         tasks=tasks,
         job_clusters=[j.JobCluster(job_cluster_key=k, new_cluster=c)
                       for k, c in clusters.items()] or None,
-        email_notifications=notifications, schedule=schedule,
+        email_notifications=_notifications(settings), schedule=_schedule(settings),
         tags=dict(sorted(tags.items())),
         max_concurrent_runs=settings.max_concurrent_runs,
         timeout_seconds=settings.timeout_seconds or None,
         parameters=[j.JobParameterDefinition(name=name, default=default)
                     for name, default in where.parameters] or None,
         queue=j.QueueSettings(enabled=True))
+
+
+def job_clusters(spec, where: JobTarget, groups) -> dict[str, Any]:
+    """The job clusters by key: ``main``, and ``training`` where training tasks need another."""
+    env = mlflow_env(spec)
+    clusters = {"main": cluster(resolve_cluster(spec, "main"), env,
+                                current_user=where.current_user)}
+    if any(key in TRAINING_GROUPS for key, _, _ in groups):
+        training = cluster(resolve_cluster(spec, "training"), env,
+                           current_user=where.current_user)
+        if training != clusters["main"]:  # else the tasks share one cluster
+            clusters["training"] = training
+    return clusters
+
+
+def wheel_task(spec, where: JobTarget, group: tuple[str, tuple[str, ...], tuple[str, ...]],
+               clusters: dict[str, Any]):
+    """The ``python_wheel_task`` running one group of stages (see :func:`task_groups`)."""
+    from databricks.sdk.service import jobs as j
+
+    key, stages, upstream = group
+    return j.Task(
+        task_key=key,
+        description=f"dbspec stages: {', '.join(stages)}",
+        depends_on=[j.TaskDependency(task_key=u) for u in upstream] or None,
+        job_cluster_key="training" if key in TRAINING_GROUPS and "training" in clusters
+        else "main",
+        python_wheel_task=j.PythonWheelTask(
+            package_name="dbspec", entry_point="dbspec",
+            parameters=task_parameters(spec, where, stages)),
+        libraries=task_libraries(spec, stages, where.wheel),
+        **task_settings(spec.jobs, key))
+
+
+def _notifications(settings):
+    from databricks.sdk.service import jobs as j
+
+    n = settings.notifications
+    if n is None:
+        return None
+    return j.JobEmailNotifications(
+        on_start=n.on_start or None, on_success=n.on_success or None,
+        on_failure=n.on_failure or None,
+        no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
+
+
+def _schedule(settings):
+    from databricks.sdk.service import jobs as j
+
+    if settings.schedule is None:
+        return None
+    return j.CronSchedule(
+        quartz_cron_expression=settings.schedule.quartz_cron,
+        timezone_id=settings.schedule.timezone,
+        pause_status=j.PauseStatus.PAUSED if settings.schedule.paused
+        else j.PauseStatus.UNPAUSED)
 
 
 def access_control(spec) -> list:
@@ -235,10 +257,6 @@ def warnings_for(spec) -> list[str]:
     if chosen.startswith(tuple(h + "/" for h in _NODE_LOCAL_HINTS)) or chosen in _NODE_LOCAL_HINTS:
         found.append(f"jobs.shared_dir '{chosen}' is on each node's own disk; ranks and tasks on "
                      "other nodes will not see each other's files (use a /Volumes path)")
-    if spec.serving.mode == "batch" and spec.serving.batch is not None:
-        if spec.serving.batch.input.startswith((".", "/tmp")):
-            found.append(f"serving.batch.input '{spec.serving.batch.input}' is a local path; a "
-                         "job needs a table name, a /Volumes path or cloud storage")
-
+    found += job_warnings(spec)  # the serving mode's targets say what breaks in a job
     found += resource_warnings(spec)
     return found

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import PurePosixPath
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import yaml
 
@@ -112,7 +112,7 @@ def bundle_target(spec, mode: str, is_default: bool, base_dir: str) -> dict[str,
     return entry
 
 
-def bundle_files(specs: dict[str, Any], modes: dict[str, str], default: Optional[str], *,
+def bundle_files(specs: dict[str, Any], modes: Mapping[str, str], default: Optional[str], *,
                  spec_file: str, spec_text: str, command: str,
                  spec_targets: dict[str, Optional[str]], base: Any) -> dict[str, str]:
     """Relative path -> content of the bundle for the resolved spec of each bundle target

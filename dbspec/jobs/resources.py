@@ -63,7 +63,9 @@ def endpoint_name(spec, target: str) -> str:
 
 def serves_realtime(spec) -> bool:
     """Whether the job keeps a serving endpoint (realtime serving of a registered model)."""
-    return spec.registry is not None and spec.serving.mode == "realtime"
+    from dbspec.seams.targets import job_tasks
+
+    return spec.registry is not None and UPDATE_ENDPOINT in job_tasks(spec.serving.mode)
 
 
 def trains_on_gpu(spec) -> bool:

@@ -226,8 +226,8 @@ def compare_column(name: str, accumulator: ColumnAccumulator,
     if present:
         if result.psi > thresholds.psi and result.psi_p < thresholds.p_value:
             result.findings.append(("drift", f"PSI {result.psi:.3g}"))
-        if result.ks is not None and result.ks > thresholds.ks and \
-                result.ks_p < thresholds.p_value:
+        if result.ks is not None and result.ks_p is not None and result.ks > thresholds.ks \
+                and result.ks_p < thresholds.p_value:
             result.findings.append(("drift", f"KS {result.ks:.3g}"))
         if result.out_of_range_rate > thresholds.out_of_range and \
                 _outside_p(round(result.out_of_range_rate * present), present, profile,

@@ -63,24 +63,20 @@ def read_labels(path: str, key: str, column: str) -> Labels:
 
 
 def _read_table(path: str):
-    import pyarrow.csv
-    import pyarrow.parquet
+    """The labels' rows, read by the source kind of their shape (Delta, Parquet or CSV)."""
+    from dbspec.data.sources import DataError
+    from dbspec.serving.batch_input import is_csv_input, is_delta_table, open_table, reason_of
 
     location = Path(path)
     if not location.exists():
         raise DbspecError(f"labels {path} do not exist")
+    if not (is_delta_table(location) or is_csv_input(location) or location.is_dir()
+            or location.suffix in (".parquet", ".pq")):
+        raise DbspecError(f"labels {path}: expected a Delta table, a Parquet file or "
+                          "directory, or a .csv file")
     try:
-        if (location / "_delta_log").is_dir():
-            from deltalake import DeltaTable
-
-            return DeltaTable(path).to_pyarrow_table()
-        if location.suffix == ".csv":
-            return pyarrow.csv.read_csv(location)
-        if location.is_dir() or location.suffix in (".parquet", ".pq"):
-            return pyarrow.parquet.read_table(location)
-    except DbspecError:
-        raise
-    except Exception as exc:
+        return open_table(location).to_table()
+    except DataError as refused:
+        raise DbspecError(f"cannot read the labels {path}: {reason_of(refused)}") from None
+    except Exception as exc:  # pyarrow's errors reading the rows
         raise DbspecError(f"cannot read the labels {path}: {exc}") from None
-    raise DbspecError(f"labels {path}: expected a Delta table, a Parquet file or directory, or "
-                      "a .csv file")

@@ -106,22 +106,40 @@ def open_inference_table(path: str):
     Raises:
         DbspecError: no table there, not a Delta table, or a Delta table of another kind.
     """
-    from deltalake import DeltaTable
-
     if "://" not in path and not (Path(path) / "_delta_log").is_dir():
         where = "does not exist" if not Path(path).exists() else "is not a Delta table"
         raise DbspecError(f"inference table {path} {where}: serve the model with an "
                           "inference table (serving.realtime.inference_table or dbspec serve "
                           "--inference-table PATH) first, or give --table PATH")
-    try:
-        dataset = DeltaTable(path).to_pyarrow_dataset()
-    except Exception as exc:  # deltalake raises its own families for a damaged or absent log
-        raise DbspecError(f"cannot open the inference table {path}: {exc}") from None
+    dataset = _open_delta(path)
     missing = [c for c in BASE_COLUMNS if c not in dataset.schema.names]
     if missing:
         raise DbspecError(f"{path} is not an inference table: it has no {', '.join(missing)} "
                           "column(s)")
     return dataset
+
+
+def _open_delta(path: str) -> Any:
+    """The Delta table's dataset, opened by the ``delta`` source kind; a URI by ``deltalake``
+    itself, as the source kinds read local paths only.
+
+    Raises:
+        DbspecError: the table cannot be opened.
+    """
+    from dbspec.data.sources import DataError
+    from dbspec.serving.batch_input import open_table, reason_of
+
+    try:
+        if "://" in path:
+            from deltalake import DeltaTable
+
+            return DeltaTable(path).to_pyarrow_dataset()
+        return open_table(Path(path))
+    except DataError as refused:
+        raise DbspecError(f"cannot open the inference table {path}: {reason_of(refused)}") \
+            from None
+    except Exception as exc:  # deltalake raises its own families for a damaged or absent log
+        raise DbspecError(f"cannot open the inference table {path}: {exc}") from None
 
 
 class _VersionScan:
@@ -168,7 +186,48 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[st
         progress: Called with (rows so far, seconds since the start) every few seconds.
     """
     import pyarrow as pa
-    import pyarrow.compute as pc
+
+    names = dataset.schema.names
+    wanted = [c for c in names if c != "model_name"]
+    scans: dict[str, Optional[_VersionScan]] = {}  # None: a version left out
+    window_us = settings.window_s * 1_000_000
+    carried: tuple[Optional[str], int] = (None, 0)  # the request running on from the last batch
+    rows, started, told = 0, time.monotonic(), time.monotonic()
+    # little read-ahead: memory stays a few row groups whatever the table's size
+    for batch in dataset.to_batches(columns=wanted, filter=_condition(name, version, settings),
+                                    batch_size=BATCH_ROWS, batch_readahead=2,
+                                    fragment_readahead=1, use_threads=False):
+        if batch.num_rows == 0:
+            continue
+        starts, row_in_request, carried = _request_rows(batch.column("request_id"), carried)
+        windows = batch.column("timestamp").cast(pa.int64()).to_numpy() // window_us
+        versions = batch.column("model_version").to_numpy(zero_copy_only=False)
+        latency = batch.column("latency_ms").to_numpy(zero_copy_only=False)
+        labelled = _label_rows(batch, labels, row_in_request) if labels is not None else None
+        for found in _distinct(versions):
+            if found not in scans:
+                profile = profile_for(found)
+                scans[found] = None if profile is None else \
+                    _VersionScan(name, found, profile, names)
+            scan = scans[found]
+            if scan is None:
+                continue
+            in_version = None if _all_equal(versions) else np.flatnonzero(versions == found)
+            values = {c: batch.column(t).to_numpy(zero_copy_only=False)
+                      for c, t in scan.columns.items()}
+            for index, rows_of in _groups(windows, in_version):
+                _update(scan.window(int(index), settings.window_s), values, rows_of, starts,
+                        latency, labelled, scan.profile)
+        rows += batch.num_rows
+        if progress is not None and time.monotonic() - told > 5:
+            told = time.monotonic()
+            progress(rows, told - started)
+    return [scan for scan in scans.values() if scan is not None]
+
+
+def _condition(name: str, version: Optional[str], settings: MonitorSettings):
+    """The pushed-down filter: the model's rows (of ``version``), since ``settings.since``."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     condition = ds.field("model_name") == name
@@ -177,50 +236,25 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[st
     if settings.since is not None:
         since = pa.scalar(int(settings.since * 1e6), pa.timestamp("us", tz="UTC"))
         condition = condition & (ds.field("timestamp") >= since)
-    names = dataset.schema.names
-    wanted = [c for c in names if c != "model_name"]
-    scans: dict[str, Optional[_VersionScan]] = {}  # None: a version left out
-    window_us = settings.window_s * 1_000_000
-    last_id, position = None, 0  # the request running on from the previous batch
-    rows, started, told = 0, time.monotonic(), time.monotonic()
-    # little read-ahead: memory stays a few row groups whatever the table's size
-    for batch in dataset.to_batches(columns=wanted, filter=condition, batch_size=BATCH_ROWS,
-                                    batch_readahead=2, fragment_readahead=1, use_threads=False):
-        n = batch.num_rows
-        if n == 0:
-            continue
-        ids = batch.column("request_id")
-        starts = np.ones(n, dtype=bool)
-        if n > 1:
-            starts[1:] = pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(
-                zero_copy_only=False)
-        first_continues = last_id is not None and ids[0].as_py() == last_id
-        starts[0] = not first_continues
-        row_in_request = _positions(starts, position if first_continues else 0)
-        last_id, position = ids[n - 1].as_py(), int(row_in_request[-1]) + 1
-        windows = batch.column("timestamp").cast(pa.int64()).to_numpy() // window_us
-        versions = batch.column("model_version").to_numpy(zero_copy_only=False)
-        latency = batch.column("latency_ms").to_numpy(zero_copy_only=False)
-        labelled = _label_rows(batch, labels, row_in_request) if labels is not None else None
-        for version in _distinct(versions):
-            if version not in scans:
-                profile = profile_for(version)
-                scans[version] = None if profile is None else \
-                    _VersionScan(name, version, profile, names)
-            scan = scans[version]
-            if scan is None:
-                continue
-            in_version = None if _all_equal(versions) else np.flatnonzero(versions == version)
-            values = {c: batch.column(t).to_numpy(zero_copy_only=False)
-                      for c, t in scan.columns.items()}
-            for index, rows_of in _groups(windows, in_version):
-                _update(scan.window(int(index), settings.window_s), values, rows_of, starts,
-                        latency, labelled, scan.profile)
-        rows += n
-        if progress is not None and time.monotonic() - told > 5:
-            told = time.monotonic()
-            progress(rows, told - started)
-    return [scan for scan in scans.values() if scan is not None]
+    return condition
+
+
+def _request_rows(ids, carried: tuple[Optional[str], int]):
+    """(whether each row starts a request, each row's position in its request, what runs on
+    into the next batch) for a batch's ``request_id`` column; ``carried``: the previous
+    batch's last request id and the position its next row would have."""
+    import pyarrow.compute as pc
+
+    n = len(ids)
+    starts = np.ones(n, dtype=bool)
+    if n > 1:
+        starts[1:] = pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(
+            zero_copy_only=False)
+    last_id, position = carried
+    first_continues = last_id is not None and ids[0].as_py() == last_id
+    starts[0] = not first_continues
+    row_in_request = _positions(starts, position if first_continues else 0)
+    return starts, row_in_request, (ids[n - 1].as_py(), int(row_in_request[-1]) + 1)
 
 
 def _positions(starts: np.ndarray, carried: int) -> np.ndarray:

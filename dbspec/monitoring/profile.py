@@ -41,7 +41,8 @@ def profile_column(values: np.ndarray, *, coarse_bins: int = COARSE_BINS,
     else:
         present = np.asarray([v for v in values.tolist() if v is not None], dtype=object)
     missing = len(values) - len(present)
-    found, counts = np.unique(present, return_counts=True) if len(present) else ([], [])
+    found, counts = np.unique(present, return_counts=True) if len(present) else \
+        (np.array([], dtype=object), np.array([], dtype=np.int64))
     numeric = present.dtype.kind == "f"
     if not numeric or len(found) <= max_categories:
         return {"kind": "discrete", "count": int(len(present)), "missing": int(missing),

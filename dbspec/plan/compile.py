@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
+from dbspec.seams.targets import serving_stages
 from dbspec.spec.sections import Spec
 
 #: The stages whose work the executor does (through Spark with ``--executor spark``).
@@ -136,10 +137,8 @@ def _edges(spec: Spec) -> dict[str, tuple[str, ...]]:
         if spec.registry.promotion is not None:
             edges["promote"] = ("register", "evaluate")
             last = "promote"
-    if spec.serving.mode == "realtime":
-        edges["serve"] = (last,)
-    elif spec.serving.mode == "batch":
-        edges["batch_predict"] = (last,)
+    for stage in serving_stages(spec.serving.mode):  # what the mode's targets run as
+        edges[stage] = (last,)
     return edges
 
 

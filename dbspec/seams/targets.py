@@ -9,7 +9,11 @@ Serving endpoint (``dbspec endpoint`` and the generated job's ``update_endpoint`
 A target says which ``serving.mode`` it carries out and, within that mode, the *engine* that
 picks it: the batch engine (``serving.batch.engine``, ``predict --engine``) or where a realtime
 endpoint runs. Callers find it with :func:`find_target` (``find_target("batch",
-spec.serving.batch.engine)``) and hand it one request; they never switch on its name.
+spec.serving.batch.engine)``) and hand it one request; they never switch on its name. What a
+``serving.mode`` compiles to is asked of its targets too: the plan stage that runs it
+(:func:`serving_stages`), the job task that keeps it up to date (:func:`job_tasks`), its checks
+at validate (:func:`serving_findings`) and what would break in a Databricks job
+(:func:`job_warnings`).
 
 Adding a target: write its module with a ``TARGET`` object implementing
 :class:`ServingTarget`, then add one line to ``TARGETS`` below (built-in) or register it as an
@@ -20,10 +24,15 @@ target whose engine is new is then chosen by ``dbspec predict --engine <engine>`
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, NamedTuple, Optional, Protocol, runtime_checkable
+from typing import (TYPE_CHECKING, Any, Callable, Iterable, NamedTuple, Optional, Protocol,
+                    runtime_checkable)
 
 from dbspec.errors import UsageError
 from dbspec.plugins import KindRegistry
+from dbspec.seams.compute import ComputeFinding as Finding
+
+if TYPE_CHECKING:
+    from dbspec.spec.sections import Spec
 
 
 def _quiet(text: str) -> None:
@@ -120,6 +129,10 @@ class ServingTarget(Protocol):
             ``databricks``).
         reads_table_names: Whether its input may name a catalog table rather than a path.
         summary: Where it runs, in a few words, for progress lines (``on Spark``).
+        stage: The plan stage that carries out its mode in ``dbspec run`` (``serve``,
+            ``batch_predict``); None: no stage, it runs from a command or a job task only.
+        job_task: The task a generated Databricks job adds for it beyond the stages' tasks
+            (``update_endpoint``); None: none.
     """
 
     @property
@@ -136,6 +149,19 @@ class ServingTarget(Protocol):
 
     @property
     def summary(self) -> str: ...
+
+    @property
+    def stage(self) -> Optional[str]: ...
+
+    @property
+    def job_task(self) -> Optional[str]: ...
+
+    def check(self, spec: Spec) -> Iterable[Finding]:
+        """Problems of ``spec.serving`` that types alone cannot express, found at validate
+        (asked of every target of the spec's ``serving.mode``)."""
+
+    def job_warnings(self, spec: Spec) -> Iterable[str]:
+        """What would break in a Databricks job although the spec is valid."""
 
     def run(self, request: Any) -> Any:
         """Carry out one request of the kind its mode takes (:class:`BatchRequest`,
@@ -180,3 +206,32 @@ def find_target(mode: str, engine: str) -> ServingTarget:
     raise UsageError(f"no {mode} serving target runs on {engine!r}{hint}; known engines: "
                      f"{', '.join(found) or 'none'} (more come from packages registering "
                      f"entry points in {TARGETS.group!r}){broken}")
+
+
+def serving_stages(mode: str) -> tuple[str, ...]:
+    """The plan stages that carry out ``serving.mode``: its targets' stages, each once (none
+    for a mode no target carries out, such as ``none``)."""
+    return tuple(dict.fromkeys(t.stage for t in engines(mode).values() if t.stage))
+
+
+def job_tasks(mode: str) -> tuple[str, ...]:
+    """The tasks a generated job adds for ``serving.mode`` beyond the stages' tasks."""
+    return tuple(dict.fromkeys(t.job_task for t in engines(mode).values() if t.job_task))
+
+
+def serving_findings(spec: Spec) -> list[Finding]:
+    """Problems of ``spec.serving`` at validate: a mode some target carries out loads a
+    registered model, then each of the mode's targets checks the spec (each problem once)."""
+    mode = spec.serving.mode
+    targets = list(engines(mode).values())
+    found = [Finding(("serving", "mode"), f"{mode} serving loads a registered model; add a "
+                     "registry section with a name")] if targets and spec.registry is None \
+        else []
+    found += [finding for target in targets for finding in target.check(spec)]
+    return list(dict.fromkeys(found))
+
+
+def job_warnings(spec: Spec) -> list[str]:
+    """What the targets of ``spec.serving.mode`` say would break in a Databricks job."""
+    return list(dict.fromkeys(warning for target in engines(spec.serving.mode).values()
+                              for warning in target.job_warnings(spec)))

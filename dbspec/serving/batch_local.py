@@ -22,8 +22,8 @@ from dbspec.data.sources import DataError
 from dbspec.serving.app import LoadedModel
 from dbspec.serving.batch import (BATCH_ROWS, OUT_OF_RANGE_COLUMN, BatchResult, RangeCheck,
                                   batch_matrix, check_model_columns, check_new_columns,
-                                  check_paths, model_columns, open_input, score_matrix,
-                                  unscorable_rows)
+                                  check_paths, model_columns, score_matrix, unscorable_rows)
+from dbspec.serving.batch_input import open_input
 
 _PART = "part-dbspec-"  # the only Parquet files a rerun replaces
 
@@ -39,66 +39,86 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
     Raises:
         DataError: bad input, rows the model cannot score, or (``reject``) rows out of range.
     """
-    import pyarrow.types as pat
-
     started = time.perf_counter()
     check_paths(source, output)
     dataset, version = open_input(source, input_version)
-    card = loaded.model.card
-    names = model_columns(card)
-    types = {field.name: field.type for field in dataset.schema}
-    check_model_columns(types, card, source,
-                        lambda t: pat.is_integer(t) or pat.is_floating(t) or pat.is_decimal(t))
-    empty = score_matrix(loaded.model, np.zeros((0, len(card.feature_names)), dtype=np.float32))
-    check = RangeCheck(loaded.model.card, *out_of_range)
-    added = list(empty) + ([OUT_OF_RANGE_COLUMN] if check.adds_column else [])
-    check_new_columns(list(types), added, source)
-    schema = dataset.schema
-    for name, values in empty.items():
-        schema = schema.append(pa.field(name, pa.array(values).type))
-    if check.adds_column:
-        schema = schema.append(pa.field(OUT_OF_RANGE_COLUMN, pa.string()))
-    schema = schema.append(pa.field("model_name", pa.string()))
-    schema = schema.append(pa.field("model_version", pa.string()))
-    done, flagged, failure = [0], [0], []
-
-    def batches() -> Iterator[Any]:
-        for batch in dataset.to_batches(batch_size=batch_rows):
-            if batch.num_rows == 0:
-                continue
-            try:
-                x = batch_matrix(card, [batch.column(name) for name in names], source, done[0])
-            except DataError as refused:
-                failure.append(refused)
-                raise
-            try:
-                ranged, count = check.column(x, source, done[0])
-            except DataError as refused:
-                failure.append(refused)
-                raise
-            columns = score_matrix(loaded.model, x)
-            problem = unscorable_rows(x, columns, card.feature_names)
-            if problem:
-                failure.append(DataError(f"input {source}: {problem}"))
-                raise failure[-1]
-            flagged[0] += count
-            arrays = batch.columns + [pa.array(v) for v in columns.values()] + (
-                [ranged] if ranged is not None else []) + [
-                pa.array([loaded.name] * batch.num_rows, pa.string()),
-                pa.array([loaded.version] * batch.num_rows, pa.string())]
-            done[0] += batch.num_rows
-            progress(done[0], time.perf_counter() - started)
-            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-    reader = pa.RecordBatchReader.from_batches(schema, batches())
+    scoring = _Scoring(loaded, RangeCheck(loaded.model.card, *out_of_range), source,
+                       lambda rows: progress(rows, time.perf_counter() - started))
+    schema = scoring.output_schema(dataset.schema)
+    reader = pa.RecordBatchReader.from_batches(
+        schema, scoring.batches(dataset.to_batches(batch_size=batch_rows), schema))
     try:
         output_version = _write(reader, output, fmt)
     except Exception:
-        if failure:  # the writer wraps our error in its own; nothing was committed
-            raise failure[0] from None
+        if scoring.failure:  # the writer wraps our error in its own; nothing was committed
+            raise scoring.failure[0] from None
         raise
-    return BatchResult(done[0], output, fmt, version, output_version,
-                       time.perf_counter() - started, loaded.name, loaded.version, flagged[0])
+    return BatchResult(scoring.done, output, fmt, version, output_version,
+                       time.perf_counter() - started, loaded.name, loaded.version,
+                       scoring.flagged)
+
+
+class _Scoring:
+    """The input's batches with their predictions, and what scoring them found."""
+
+    def __init__(self, loaded: LoadedModel, check: RangeCheck, source: str,
+                 progress: Callable[[int], None]):
+        self.loaded, self.check, self.source, self.progress = loaded, check, source, progress
+        self.names = model_columns(loaded.model.card)
+        self.done = self.flagged = 0
+        self.failure: list[DataError] = []  # what stopped the stream, as the user's error
+
+    def output_schema(self, schema: Any) -> Any:
+        """The input's columns, the predictions', ``out_of_range``, the model's name and version.
+
+        Raises:
+            DataError: the input lacks a feature column or already has an added one.
+        """
+        import pyarrow.types as pat
+
+        card = self.loaded.model.card
+        types = {field.name: field.type for field in schema}
+        check_model_columns(types, card, self.source,
+                            lambda t: pat.is_integer(t) or pat.is_floating(t) or pat.is_decimal(t))
+        empty = score_matrix(self.loaded.model,
+                             np.zeros((0, len(card.feature_names)), dtype=np.float32))
+        adds = [OUT_OF_RANGE_COLUMN] if self.check.adds_column else []
+        check_new_columns(list(types), list(empty) + adds, self.source)
+        for name, values in empty.items():
+            schema = schema.append(pa.field(name, pa.array(values).type))
+        if adds:
+            schema = schema.append(pa.field(OUT_OF_RANGE_COLUMN, pa.string()))
+        schema = schema.append(pa.field("model_name", pa.string()))
+        return schema.append(pa.field("model_version", pa.string()))
+
+    def batches(self, batches: Iterator[Any], schema: Any) -> Iterator[Any]:
+        """Each non-empty input batch with the columns :meth:`output_schema` adds."""
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            try:
+                arrays = self._score(batch)
+            except DataError as refused:
+                self.failure.append(refused)
+                raise
+            self.done += batch.num_rows
+            self.progress(self.done)
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def _score(self, batch: Any) -> list[Any]:
+        card, loaded = self.loaded.model.card, self.loaded
+        x = batch_matrix(card, [batch.column(name) for name in self.names],
+                         self.source, self.done)
+        ranged, count = self.check.column(x, self.source, self.done)
+        columns = score_matrix(loaded.model, x)
+        problem = unscorable_rows(x, columns, card.feature_names)
+        if problem:
+            raise DataError(f"input {self.source}: {problem}")
+        self.flagged += count
+        return batch.columns + [pa.array(v) for v in columns.values()] + (
+            [ranged] if ranged is not None else []) + [
+            pa.array([loaded.name] * batch.num_rows, pa.string()),
+            pa.array([loaded.version] * batch.num_rows, pa.string())]
 
 
 def _write(reader, output: str, fmt: str) -> Optional[int]:

@@ -26,8 +26,8 @@ from dbspec.data.sources import DataError
 from dbspec.serving.app import LoadedModel
 from dbspec.serving.batch import (BATCH_ROWS, OUT_OF_RANGE_COLUMN, BatchResult, RangeCheck,
                                   batch_matrix, check_model_columns, check_new_columns,
-                                  check_paths, is_csv_input, is_delta_table, model_columns,
-                                  open_delta_version, score_matrix, unscorable_rows)
+                                  check_paths, model_columns, score_matrix, unscorable_rows)
+from dbspec.serving.batch_input import spark_input
 
 _WORKER_MODELS: dict[str, Any] = {}
 
@@ -89,22 +89,12 @@ def _worker_model(payload: tuple[str, dict, bytes]):
 
 
 def read_spark_input(spark, source: str, version: Optional[int]):
-    """A Spark DataFrame over a Parquet or CSV path, a Delta table (any version) or a table
-    name."""
-    from dbspec.data.spark_sources import read_delta
-
-    path = Path(source).expanduser()
+    """A Spark DataFrame over a Parquet or CSV path or a Delta table (any version), read by its
+    source kind (:func:`~dbspec.serving.batch_input.spark_input`), or over a table name."""
     try:
-        if path.exists() and is_delta_table(path):
-            return read_delta(spark, path, lambda: open_delta_version(path, version, source),
-                              what=f"input {source}", version=version)
-        if path.exists():
-            if version is not None:
-                raise DataError(f"input {source} is not a Delta table, so it has no version "
-                                f"{version}")
-            if is_csv_input(path):
-                return spark.read.csv(str(path), header=True, inferSchema=True), None
-            return spark.read.parquet(str(path)), None
+        found = spark_input(spark, source, version)
+        if found is not None:
+            return found
         if "/" in source or source.startswith("."):
             raise DataError(f"input {source} does not exist")
         frame = spark.table(source)

@@ -15,108 +15,25 @@ At the next start, :meth:`InferenceTable.recover` commits the segments of server
 server holds a lock on its own lock file while it runs): a segment whose number the table already
 records was committed before the kill and is only deleted, so no request is logged twice. At most
 ``queue_size`` records wait for Delta; more are dropped and counted
-(``dbspec_inference_log_dropped_total``), not logged.
+(``dbspec_inference_log_dropped_total``), not logged. The log's file format is
+:mod:`dbspec.serving.wal`.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import struct
 import sys
 import threading
 import time
-import zlib
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from dbspec.faults import pause_point
+from dbspec.serving.wal import WAL_DIR, Record, Segment, read_segment
 
-WAL_DIR = ".dbspec-wal"
-_FRAME = struct.Struct("<II")  # payload length, crc32 of the payload
-
-try:
-    import orjson
-
-    def _encode(value: dict) -> bytes:
-        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=_tolist)
-
-    _decode = orjson.loads
-except ImportError:  # pragma: no cover - orjson comes with the serve extra
-    def _encode(value: dict) -> bytes:
-        return json.dumps(value, default=_tolist, separators=(",", ":")).encode()
-
-    _decode = json.loads
-
-
-def _tolist(value: Any) -> Any:
-    if isinstance(value, (np.ndarray, np.generic)):
-        return value.tolist()
-    raise TypeError(f"cannot log {type(value).__name__}")
-
-
-class Record(NamedTuple):
-    request_id: str
-    timestamp: float
-    model_name: str
-    model_version: str
-    latency_ms: float
-    feature_names: tuple
-    features: np.ndarray
-    predictions: dict[str, np.ndarray]
-
-
-class _Segment:
-    """One write-ahead file and the records it holds, committed to Delta as one version."""
-
-    def __init__(self, directory: Path, writer: str, number: int):
-        self.number = number
-        self.path = directory / f"{writer}.{number:08d}.wal"
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self.records: list[Record] = []
-        self.rows = 0
-        self.attempts = 0
-
-    def append(self, record: Record) -> None:
-        """Write ``record`` to the file (raises OSError), then hold it for the Delta commit."""
-        payload = _encode({"id": record.request_id, "ts": record.timestamp,
-                           "model": record.model_name, "version": record.model_version,
-                           "latency_ms": record.latency_ms, "features": record.feature_names,
-                           "x": record.features, "p": record.predictions,
-                           "dtypes": {k: v.dtype.str for k, v in record.predictions.items()}})
-        view = memoryview(_FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
-        while view:
-            view = view[os.write(self.fd, view):]
-        self.records.append(record)
-        self.rows += len(record.features)
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-def read_segment(path: Path) -> tuple[list[Record], int]:
-    """The records of a segment file, and how many bytes at its end were not a whole record
-    (a write cut by the kill; that request was not answered, as records are written first)."""
-    data = path.read_bytes()
-    records, at = [], 0
-    while at + _FRAME.size <= len(data):
-        size, crc = _FRAME.unpack_from(data, at)
-        payload = data[at + _FRAME.size: at + _FRAME.size + size]
-        if len(payload) < size or zlib.crc32(payload) != crc:
-            break
-        value = _decode(payload)
-        names = tuple(value["features"])
-        records.append(Record(
-            value["id"], value["ts"], value["model"], value["version"], value["latency_ms"],
-            names, np.asarray(value["x"], dtype=np.float32).reshape(-1, len(names)),
-            {k: np.asarray(v, dtype=value["dtypes"][k]) for k, v in value["p"].items()}))
-        at += _FRAME.size + size
-    return records, len(data) - at
-
+__all__ = ["InferenceTable", "Record", "app_id"]
 
 class InferenceTable:
     """A write-ahead log on the request path and a background Delta writer."""
@@ -136,8 +53,8 @@ class InferenceTable:
         self.wal_errors = 0
         self.replayed_requests = 0
         self._lock = threading.Lock()  # the current segment, the sealed ones, the pending count
-        self._current: Optional[_Segment] = None
-        self._sealed: list[_Segment] = []
+        self._current: Optional[Segment] = None
+        self._sealed: list[Segment] = []
         self._pending = 0
         self._numbers = iter(range(1, sys.maxsize))
         self._lock_fd = -1
@@ -238,7 +155,7 @@ class InferenceTable:
             segment = self._current
             if segment is None:
                 try:
-                    segment = self._current = _Segment(self.wal, self.writer, next(self._numbers))
+                    segment = self._current = Segment(self.wal, self.writer, next(self._numbers))
                 except OSError as exc:
                     self._wal_failed(exc)
                     return
@@ -305,7 +222,7 @@ class InferenceTable:
             if stopping:
                 return
 
-    def _write(self, segment: _Segment) -> bool:
+    def _write(self, segment: Segment) -> bool:
         try:
             if segment.attempts and (_committed_version(self.path, self.app_id) or 0) \
                     >= segment.number:

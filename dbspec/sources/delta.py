@@ -79,6 +79,17 @@ class DeltaKind(FileSource):
 
         return collect_spark(spark, read)
 
+    def spark_frame(self, spark, data, path: Path) -> Any:
+        """The version's rows as a Spark DataFrame, not collected (batch scoring reads it)."""
+        from dbspec.data.sources import open_delta
+        from dbspec.data.spark_sources import read_delta
+
+        source = data.source.model_copy(update={"path": str(path)})
+        frame, _ = read_delta(spark, path, lambda: open_delta(source, path),
+                              what=f"data.source: Delta table {path}",
+                              version=source.version, timestamp=source.timestamp)
+        return frame
+
     def open(self, data, *, base: Path, spark: Any = None):
         """The version's Parquet files as an Arrow dataset (Spark tasks may open them)."""
         import pyarrow.dataset as ds

@@ -383,15 +383,9 @@ def _check_evaluation(spec: Spec, found: _Findings) -> None:
 
 
 def _check_serving(spec: Spec, found: _Findings) -> None:
-    serving = spec.serving
-    if serving.mode != "none" and spec.registry is None:
-        found.error(("serving", "mode"), f"{serving.mode} serving loads a registered model; add "
-                    "a registry section with a name")
-    if serving.mode == "batch" and serving.batch is None:
-        found.error(("serving",), "mode batch needs a 'batch' section with input and output")
-    realtime = serving.realtime
-    if serving.mode == "realtime" and realtime.host not in ("127.0.0.1", "localhost", "::1") \
-            and realtime.auth.token_env is None and not realtime.auth.tokens:
-        found.error(("serving", "realtime", "auth", "token_env"), f"binding {realtime.host} "
-                    "without a token would expose the model to the network; name a token_env "
-                    "(or tokens per role)")
+    """The serving mode's targets' checks (:func:`dbspec.seams.targets.serving_findings`)."""
+    from dbspec.seams.targets import serving_findings
+
+    for finding in serving_findings(spec):
+        (found.warning if finding.warning else found.error)(finding.path, finding.message,
+                                                            at_key=finding.at_key)

@@ -6,15 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from dbspec.seams.targets import BatchRequest
+from dbspec.targets.common import BatchTarget
 
 
-class LocalBatchTarget:
+class LocalBatchTarget(BatchTarget):
     """Score a Parquet, CSV or Delta path in this process, larger than memory or not."""
 
     name = "batch_local"
-    mode = "batch"
     engine = "local"
-    reads_table_names = False
     summary = "in this process"
 
     def run(self, request: BatchRequest) -> Any:

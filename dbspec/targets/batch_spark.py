@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from dbspec.seams.targets import BatchRequest
+from dbspec.targets.common import BatchTarget
 
 
-class SparkBatchTarget:
+class SparkBatchTarget(BatchTarget):
     """Score a path or a catalog table on Spark: the request's session, else one started for
     the request (``local[*]`` unless a master URL or the spec says otherwise)."""
 
     name = "batch_spark"
-    mode = "batch"
     engine = "spark"
     reads_table_names = True
     summary = "on Spark"

@@ -7,16 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 from dbspec.seams.targets import EndpointRequest
+from dbspec.targets.common import Target
 
 
-class DatabricksEndpointTarget:
+class DatabricksEndpointTarget(Target):
     """Create the endpoint on the alias holder, or move its served version there."""
 
     name = "databricks_endpoint"
     mode = "realtime"
     engine = "databricks"
-    reads_table_names = False
     summary = "on Databricks Model Serving"
+    job_task = "update_endpoint"  # the generated job keeps the endpoint on the alias
 
     def run(self, request: EndpointRequest) -> Any:
         """Follow the alias with the workspace's credentials; returns the ``EndpointUpdate``.

@@ -3,17 +3,29 @@ protocol on uvicorn (``dbspec serve``; :mod:`dbspec.serving.server`)."""
 
 from __future__ import annotations
 
-from dbspec.seams.targets import ServeRequest
+from typing import Iterable
+
+from dbspec.seams.targets import Finding, ServeRequest
+from dbspec.targets.common import LOOPBACK_HOSTS, Target
 
 
-class RestTarget:
+class RestTarget(Target):
     """Serve a loaded version over HTTP on this machine until SIGINT or SIGTERM."""
 
     name = "rest"
     mode = "realtime"
     engine = "local"
-    reads_table_names = False
     summary = "over HTTP in this process"
+    stage = "serve"
+
+    def check(self, spec) -> Iterable[Finding]:
+        """A server bound beyond this machine without a token."""
+        realtime = spec.serving.realtime
+        if realtime.host not in LOOPBACK_HOSTS and realtime.auth.token_env is None \
+                and not realtime.auth.tokens:
+            yield Finding(("serving", "realtime", "auth", "token_env"), f"binding "
+                          f"{realtime.host} without a token would expose the model to the "
+                          "network; name a token_env (or tokens per role)")
 
     def run(self, request: ServeRequest) -> None:
         """Serve ``request.loaded`` with ``request.options``; returns once stopped."""

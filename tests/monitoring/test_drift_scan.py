@@ -244,3 +244,15 @@ def test_a_table_without_the_model_features_is_a_clear_error(tmp_path):
     scans = scan_table(open_inference_table(str(tmp_path / "t")), "m", lambda v: some,
                        MonitorSettings())
     assert scans[0].missing == ["z1"] and set(scans[0].columns) == {"x0", "prediction"}
+
+
+def test_tables_it_cannot_read_are_clear_errors(tmp_path):
+    """The inference table and the labels are read by their source kinds; the kinds' errors
+    name the table, not ``data.source``."""
+    (tmp_path / "t" / "_delta_log").mkdir(parents=True)
+    with pytest.raises(DbspecError, match="cannot open the inference table") as refused:
+        open_inference_table(str(tmp_path / "t"))
+    assert "data.source" not in str(refused.value)
+    (tmp_path / "l.parquet").write_text("not parquet")
+    with pytest.raises(DbspecError, match="cannot read the labels .*l.parquet"):
+        read_labels(str(tmp_path / "l.parquet"), "request_id", "y")

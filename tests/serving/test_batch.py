@@ -544,3 +544,22 @@ def test_a_classifier_row_that_scored_nan_is_caught_by_its_probabilities():
         "1 row(s) scored NaN (missing values in a)")
     columns["probability"] = np.array([0.2, 0.7])
     assert unscorable_rows(x, columns, ["a", "b"]) is None
+
+
+def test_the_input_is_read_by_its_source_kind(tmp_path):
+    """Delta and Parquet inputs open through the source kinds (the same reader training uses):
+    a hive-partitioned directory keeps its partition column, a Delta table its version, and a
+    damaged table is an error about the input, not about ``data.source``."""
+    from dbspec.serving.batch_input import input_kind, open_input
+
+    (tmp_path / "parts" / "bucket=1").mkdir(parents=True)
+    pq.write_table(rows_table(5), tmp_path / "parts" / "bucket=1" / "a.parquet")
+    dataset, label = open_input(str(tmp_path / "parts"), None)
+    assert "bucket" in dataset.schema.names and label.startswith("parquet-")
+    write_deltalake(str(tmp_path / "t"), rows_table(5))
+    assert input_kind(tmp_path / "t") == "delta"
+    assert open_input(str(tmp_path / "t"), 0)[1] == "delta-v0"
+    (tmp_path / "broken" / "_delta_log").mkdir(parents=True)
+    with pytest.raises(DataError, match=r"^input .*broken: .*is not a Delta table") as refused:
+        open_input(str(tmp_path / "broken"), None)
+    assert "data.source" not in str(refused.value)

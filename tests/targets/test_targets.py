@@ -185,9 +185,17 @@ class EchoTarget:
     engine = "echo"
     reads_table_names = True
     summary = "by the test's echo target"
+    stage = "batch_predict"
+    job_task = None
 
     def __init__(self):
         self.requests: list[BatchRequest] = []
+
+    def check(self, spec):
+        return ()
+
+    def job_warnings(self, spec):
+        return ()
 
     def run(self, request: BatchRequest):
         from dbspec.serving.batch import BatchResult
@@ -238,3 +246,36 @@ def test_the_batch_stage_asks_the_target_whether_its_input_may_be_a_table(engine
             BatchPredictStage.check(spec)
     else:  # a catalog table's name, read by Spark
         BatchPredictStage.check(spec)
+
+
+def test_the_serving_mode_compiles_to_what_its_targets_say():
+    """Plan stages, job tasks, validate checks and job warnings come from the mode's targets."""
+    from dbspec.seams.targets import job_tasks, serving_stages
+
+    assert serving_stages("batch") == ("batch_predict",)
+    assert serving_stages("realtime") == ("serve",)
+    assert serving_stages("none") == job_tasks("none") == ()
+    assert job_tasks("realtime") == ("update_endpoint",)
+
+
+def test_a_target_registered_at_run_time_adds_its_stage_and_checks(own_registry):
+    from dbspec.seams.targets import Finding, serving_findings, serving_stages
+    from dbspec.spec.sections import Spec
+
+    class Nightly(EchoTarget):
+        engine = "nightly"
+        stage = "nightly_scoring"
+
+        def check(self, spec):
+            yield Finding(("serving", "batch"), "the nightly target wants a batch section")
+
+    own_registry.register("nightly", Nightly())
+    assert serving_stages("batch") == ("batch_predict", "nightly_scoring")
+    spec = Spec.model_validate({
+        "name": "x", "data": {"source": {"kind": "sklearn", "name": "diabetes"},
+                              "task": "regression"},
+        "model": {"layers": [{"linear": {"out": 1}}]}, "serving": {"mode": "batch"}})
+    assert [f.message for f in serving_findings(spec)] == [
+        "batch serving loads a registered model; add a registry section with a name",
+        "mode batch needs a 'batch' section with input and output",
+        "the nightly target wants a batch section"]
