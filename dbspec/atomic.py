@@ -115,6 +115,18 @@ def remove_leftovers(target: Path) -> list[Path]:
     return handled
 
 
+def remove_partial_files(target: Path) -> list[Path]:
+    """Delete the temporary files killed :func:`atomic_file` writes of ``target`` left (those
+    of live processes stay: they are still writing); returns what was deleted."""
+    removed = []
+    for path in sorted(target.parent.glob(f".{target.name}.*.partial")):
+        pid = path.name[len(f".{target.name}."):].split("-", 1)[0]
+        if not (pid.isdigit() and is_alive(int(pid))):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 def is_alive(pid: int) -> bool:
     """Whether ``pid`` is a live process other than this one (an earlier, interrupted call of
     this process left what it left for good)."""

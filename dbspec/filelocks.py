@@ -101,6 +101,8 @@ class HostLock:
             return
         try:
             _write(self.path, b"")
+        except FileNotFoundError:
+            pass  # the holder removed its file before letting go (nothing to empty)
         finally:
             lock.release()
 

@@ -39,3 +39,19 @@ def test_concurrent_writers_each_land_whole(tmp_path):
         thread.join(60)
     assert target.read_text() in bodies
     assert [p.name for p in tmp_path.iterdir()] == ["shared.txt"]
+
+
+def test_leftovers_of_dead_writers_are_removed_and_live_ones_kept(tmp_path):
+    import subprocess
+
+    from dbspec.atomic import remove_partial_files
+
+    target = tmp_path / "out.bin"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = tmp_path / f".out.bin.{dead.pid}-0123abcd.partial"
+    live = tmp_path / ".out.bin.1-0123abcd.partial"  # pid 1 never dies
+    for path in (left, live):
+        path.write_bytes(b"half")
+    assert remove_partial_files(target) == [left]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]

@@ -237,3 +237,29 @@ def test_init_rule_refuses_a_class_and_accepts_lazy_exports():
     assert all(_is_plain(n) for n in lazy.body)
     logic = ast.parse("class Spec:\n    pass\n")
     assert not all(_is_plain(n) for n in logic.body)
+
+
+#: Where ``os.replace`` may be called: the one atomic write, and the cache's re-pointing of a
+#: stage's symlink (a link, not a file's content).
+REPLACE_ALLOWED = {"atomic.py", "executors/cache.py"}
+
+
+def test_one_file_lock_and_one_atomic_write():
+    """Issue 31: locks through dbspec.filelocks (the filelock package), whole-file writes
+    through dbspec.atomic; no second copy of either mechanism."""
+    problems = []
+    for path in modules():
+        tree = parsed(path)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) \
+                    else [node.module or ""]
+                if any(n.split(".")[0] in ("fcntl", "msvcrt") for n in names):
+                    problems.append(f"{rel(path)}:{node.lineno}: a lock of its own (use "
+                                    "dbspec.filelocks.HostLock)")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "replace" and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id == "os" and rel(path) not in REPLACE_ALLOWED:
+                problems.append(f"{rel(path)}:{node.lineno}: an atomic write of its own (use "
+                                "dbspec.atomic.atomic_file / write_atomic)")
+    assert not problems, "\n".join(problems)

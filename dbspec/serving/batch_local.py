@@ -8,16 +8,14 @@ into place (a killed write leaves the old file, and the next run removes its lef
 
 from __future__ import annotations
 
-import os
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
 
-from dbspec.atomic import is_alive
+from dbspec.atomic import atomic_file, remove_partial_files
 from dbspec.data.sources import DataError
 from dbspec.serving.app import LoadedModel
 from dbspec.serving.batch import (BATCH_ROWS, OUT_OF_RANGE_COLUMN, BatchResult, RangeCheck,
@@ -139,47 +137,24 @@ def _write(reader, output: str, fmt: str) -> Optional[int]:
                             f"{str(exc).splitlines()[0][:300]}") from exc
     import pyarrow.parquet as pq
 
-    _remove_leftovers(target)
     final = target / _OUTPUT
-    stale = sorted(p for p in target.glob(f"{_PART}*.parquet") if p != final) \
+    others = [p.name for p in target.iterdir() if p.suffix == ".parquet" and p != final] \
         if target.is_dir() else []
-    others = [p.name for p in target.iterdir() if p.suffix == ".parquet" and p not in stale
-              and p != final] if target.is_dir() else []
     if others:
         raise DataError(f"output {output} holds Parquet files dbspec did not write "
                         f"({', '.join(others[:3])}); give an empty or new directory")
-    # a hidden name (readers skip '.' and '_' files), in the output directory (so the rename
-    # is atomic), with this process's id (so the next run knows a dead writer's leftover)
-    partial = target / f"{_HIDDEN}{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet.partial"
     try:
         target.mkdir(parents=True, exist_ok=True)
-        with pq.ParquetWriter(partial, reader.schema) as writer:
+        remove_partial_files(final)  # what killed writes left
+        # a hidden temporary name beside it (readers skip '.' files): the old predictions
+        # or the new ones, never half
+        with atomic_file(final, durable=False) as sink, \
+                pq.ParquetWriter(sink, reader.schema) as writer:
             for batch in reader:
                 writer.write_batch(batch)
-        partial.replace(final)  # the old predictions or the new ones, never half
-    except BaseException as exc:
-        partial.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise DataError(f"cannot write {output}: {exc.strerror or exc}") from None
-        raise
-    for old in stale:  # predictions of an earlier dbspec, under other names
-        old.unlink(missing_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot write {output}: {exc.strerror or exc}") from None
     return None
 
 
 _OUTPUT = f"{_PART}predictions.parquet"  # one name: a rerun replaces the file in one rename
-_HIDDEN = f".{_PART}"
-
-
-def _remove_leftovers(target: Path) -> None:
-    """Delete what killed Parquet writes left in ``target``: hidden partial files of dead
-    processes, and the visible ``.partial`` files of earlier dbspec versions (those made the
-    directory unreadable to ``pyarrow.dataset``)."""
-    if not target.is_dir():
-        return
-    for path in target.glob(f"{_PART}*.parquet.partial"):
-        path.unlink(missing_ok=True)
-    for path in target.glob(f"{_HIDDEN}*.parquet.partial"):
-        pid = path.name[len(_HIDDEN):].split("-", 1)[0]
-        if not pid.isdigit() or not is_alive(int(pid)):
-            path.unlink(missing_ok=True)

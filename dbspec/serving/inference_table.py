@@ -31,6 +31,7 @@ from typing import Any, Optional
 import numpy as np
 
 from dbspec.faults import pause_point
+from dbspec.filelocks import HostLock, LockBusy
 from dbspec.serving.wal import WAL_DIR, Record, Segment, read_segment
 
 __all__ = ["InferenceTable", "Record", "app_id"]
@@ -57,7 +58,7 @@ class InferenceTable:
         self._sealed: list[Segment] = []
         self._pending = 0
         self._numbers = iter(range(1, sys.maxsize))
-        self._lock_fd = -1
+        self._writer_lock: Optional[HostLock] = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dbspec-inference-table",
@@ -133,7 +134,7 @@ class InferenceTable:
                     path.unlink()
                 (self.wal / f"{writer}.lock").unlink(missing_ok=True)
             finally:
-                os.close(held)
+                held.release()
         self.replayed_requests = committed
         return committed, skipped
 
@@ -141,8 +142,7 @@ class InferenceTable:
         """Hold this server's lock, then start the writer (``dbspec serve`` runs :meth:`check`
         and :meth:`recover` before it serves)."""
         self.wal.mkdir(parents=True, exist_ok=True)
-        held = _take_lock(self.wal / f"{self.writer}.lock")
-        self._lock_fd = -1 if held is None else held
+        self._writer_lock = _take_lock(self.wal / f"{self.writer}.lock")
         self._thread.start()
 
     def offer(self, record: Record) -> None:
@@ -184,11 +184,11 @@ class InferenceTable:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
-        if self._lock_fd >= 0:
+        if self._writer_lock is not None:
             if not list(self.wal.glob(f"{self.writer}.*.wal")):
                 (self.wal / f"{self.writer}.lock").unlink(missing_ok=True)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+            self._writer_lock.release()
+            self._writer_lock = None
 
     def _wal_failed(self, exc: OSError) -> None:
         self.wal_errors += 1
@@ -303,17 +303,9 @@ def _committed_version(path: Path, app: str) -> Optional[int]:
     return DeltaTable(str(path)).transaction_version(app)
 
 
-def _take_lock(path: Path) -> Optional[int]:
-    """An open descriptor holding an exclusive lock on ``path``; None when another process
-    holds it. Without ``fcntl`` (Windows) every lock is taken: one server per table there."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def _take_lock(path: Path) -> Optional[HostLock]:
+    """The writer lock at ``path``, held; None when another live process holds it."""
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return fd
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+        return HostLock(path).acquire(f"the inference-table writer lock {path}")
+    except LockBusy:
         return None
-    return fd
