@@ -285,8 +285,10 @@ def require_deployer(tracking_uri: str, name: str, action: str) -> None:
 
 
 def registry_uri(client: Any) -> str:
-    """The registry URI of an ``MlflowClient`` (the server whose auth guards the models)."""
-    return getattr(client, "_registry_uri", None) or client.tracking_uri
+    """The server whose auth guards the models of an ``MlflowClient``: its tracking server
+    (MLflow's auth app guards the registry of the server it runs in; a registry elsewhere,
+    such as Unity Catalog, has its own permissions, which dbspec jobs grants)."""
+    return client.tracking_uri
 
 
 def grant_spec(spec: Any, tracking_uri: str, *, smoke: bool = False) -> RolesReport:
