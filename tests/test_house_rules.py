@@ -47,7 +47,7 @@ KIND_FILES = {"single_gpu": 3, "torch_distributor": 3, "deepspeed": 3, "ray": 3,
 MAX_KIND_SWITCHES = 0
 #: Entries of the ratchets in pyproject.toml when they began.
 RUFF_RATCHET_FILES = 6
-MYPY_RATCHET_MODULES = 48
+MYPY_RATCHET_MODULES = 39
 
 
 def modules() -> list[Path]:

@@ -30,6 +30,7 @@ def _grant(args: argparse.Namespace) -> int:
         raise RegistryError("dbspec grant needs a tracking server: give --tracking-uri, "
                             "MLFLOW_TRACKING_URI or tracking.tracking_uri")
     report = grant_spec(spec, uri, smoke=args.smoke)
+    assert report.user is not None  # grant_spec refuses a server without auth
     print(f"roles of {spec.name} on {uri}, as {report.user.name}"
           + (" (MLflow admin)" if report.user.is_admin else ""))
     for line in report.lines:

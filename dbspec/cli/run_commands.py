@@ -97,11 +97,13 @@ def _executor(args: argparse.Namespace, loaded):
     options = RunOptions(smoke=args.smoke, resume=args.resume, show_progress=not args.quiet,
                          shared_dir=resolve_shared_dir(loaded.spec, args.shared_dir),
                          master=args.master)
-    common = {"options": options, "reporter": Reporter(enabled=not args.quiet),
-              "resume_command": shlex.join(_resume_command(args, loaded.target, kind))}
+    reporter = Reporter(enabled=not args.quiet)
+    resume = shlex.join(_resume_command(args, loaded.target, kind))
     if kind == "spark":
-        return SparkExecutor(Path(args.state_dir), master=args.master, **common)
-    return LocalExecutor(Path(args.state_dir), **common)
+        return SparkExecutor(Path(args.state_dir), master=args.master, options=options,
+                             reporter=reporter, resume_command=resume)
+    return LocalExecutor(Path(args.state_dir), options=options, reporter=reporter,
+                         resume_command=resume)
 
 
 def _run_executor(args: argparse.Namespace, spec) -> str:
@@ -198,7 +200,7 @@ def _training_run_of_spec(args: argparse.Namespace, state_dir) -> tuple[str, str
     from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
 
     loaded = load_spec(args.run, target=args.target)
-    trainings = {}
+    trainings: dict[bool, str] = {}
     for smoke in ((True,) if args.smoke else (False, True)):
         run_dir = LocalExecutor(state_dir, options=RunOptions(smoke=smoke)).run_dir(loaded)
         train = LocalState(run_dir).load().entry("train")
@@ -210,7 +212,7 @@ def _training_run_of_spec(args: argparse.Namespace, state_dir) -> tuple[str, str
     if False not in trainings:
         print(f"{args.run}: showing its --smoke training (there is no full one)",
               file=sys.stderr)
-    run_id = trainings.get(False, trainings.get(True))
+    run_id = trainings[False] if False in trainings else trainings[True]
     return run_id, args.tracking_uri or resolve_tracking_uri(loaded.spec, state_dir)
 
 

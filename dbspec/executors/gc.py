@@ -133,7 +133,7 @@ def _spec_of(run_dir_name: str) -> str:
     return base.split("@", 1)[0]
 
 
-def _human(size: int) -> str:
+def _human(size: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if size < 1024 or unit == "GB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"

@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
 from dbspec.executors.cache import RERUN_FROM_CACHE, inputs_of, keep_from_env, run_dir_for
@@ -61,7 +61,7 @@ class LocalExecutor:
         self.options = options
         self.reporter = reporter or Reporter(enabled=options.show_progress)
         self.resume_command = resume_command
-        self.spark = None
+        self.spark: Any = None  # the Spark session of a run on Spark (executors.spark)
         self._tracker = None
         self._guarded_depth = 0
         self._stage_now: Optional[str] = None
@@ -276,17 +276,19 @@ class LocalExecutor:
             recorded = state.entry(planned.name)
             current = recorded is not None and recorded.fingerprint == planned.fingerprint \
                 and store.holds(planned.name, planned.fingerprint)
+            # the current files of a finished run of this stage (what it can be skipped for)
+            finished = recorded if current and recorded is not None and recorded.done else None
             if only and planned.name not in only:
-                if current and recorded.done:  # for the summary only
+                if finished is not None:  # for the summary only
                     store.use(planned.name, planned.fingerprint)
-                    records.append(StageRecord(planned.name, "cached", 0.0, recorded.output))
+                    records.append(StageRecord(planned.name, "cached", 0.0, finished.output))
                 continue
             skip = not only and planned.name not in forced and \
                 not getattr(build_stage(planned), "always_runs", False)
-            if skip and current and recorded.done:
+            if skip and finished is not None:
                 store.use(planned.name, planned.fingerprint)
                 self.reporter.line(f"= {planned.name:<11} unchanged, skipped")
-                records.append(StageRecord(planned.name, "cached", 0.0, recorded.output))
+                records.append(StageRecord(planned.name, "cached", 0.0, finished.output))
                 continue
             inputs = inputs_of(planned.depends_on, state.stages_json())
             cached = store.reuse(planned.name, planned.fingerprint, inputs) \
@@ -299,7 +301,7 @@ class LocalExecutor:
                                    f"({planned.fingerprint})")
                 records.append(StageRecord(planned.name, "cached", 0.0, cached.output))
                 continue
-            resume = self.options.resume and current and not recorded.done
+            resume = self.options.resume and current and finished is None
             records.append(self._run_stage(_Pass(loaded, plan, store, state, only), planned,
                                            recorded, inputs=inputs, resume=resume))
         return RunRecord(loaded.spec.name, loaded.target, store.run_dir, records)

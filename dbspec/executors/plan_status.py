@@ -22,7 +22,7 @@ def stage_statuses(run_dir: Path, plan) -> dict[str, str]:
     run_dir = Path(run_dir)
     state, cache = RunState.from_json(read_state(run_dir)), StageCache(run_dir)
     statuses: dict[str, str] = {}
-    would = {}  # the entries (JSON) the run would use: a stage that runs makes a new one
+    would: dict[str, dict] = {}  # the entries (JSON) the run would use: a stage that runs makes a new one
     for planned in plan:
         name, fingerprint = planned.name, planned.fingerprint
         recorded = state.entry(name)
@@ -35,7 +35,7 @@ def stage_statuses(run_dir: Path, plan) -> dict[str, str]:
             if fresh else None
         if name == BatchPredictStage.name and BatchPredictStage.always_runs:
             statuses[name] = "stale" if recorded is not None or stage_root.is_dir() else "new"
-        elif here and recorded.done:
+        elif here and recorded is not None and recorded.done:
             statuses[name], would[name] = "cached", recorded.to_json()
         elif found is not None and name not in RERUN_FROM_CACHE:
             statuses[name], would[name] = "cached", found

@@ -85,7 +85,7 @@ class TrainingObserver:
         self.flops_per_row = training_flops_per_row(network, example)
         if self.tensorboard is not None:
             self.tensorboard.close()
-        if self.tensorboard_settings is not None:
+        if self.tensorboard_settings is not None and self.log_dir is not None:
             self.tensorboard = TensorboardLog(self.log_dir, self.tensorboard_settings, network,
                                               example)
 

@@ -219,6 +219,7 @@ def _grant_one(auth: Any, report: RolesReport, user: str, target: str, resource:
     if current == target:
         return "unchanged"
     caller = report.user
+    assert caller is not None  # apply_roles grants nothing on a server without auth
     if user == caller.name and not caller.is_admin:
         # revoking first would take the caller's MANAGE, and with it the right to grant again
         return (f"left as {current or 'it is'} (dbspec does not change its caller's own "

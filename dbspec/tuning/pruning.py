@@ -94,7 +94,7 @@ def _finished_states_only(states: Optional[Container[Any]]) -> Optional[tuple]:
     if states is None:
         return None
     try:
-        wanted = tuple(states)  # type: ignore[arg-type]
+        wanted: tuple = tuple(states)  # type: ignore[arg-type]
     except TypeError:  # a container that cannot be listed: ask the study
         return None
     return wanted if wanted and all(state.is_finished() for state in wanted) else None
