@@ -46,7 +46,7 @@ KIND_FILES = {"single_gpu": 3, "torch_distributor": 3, "deepspeed": 3, "ray": 3,
 #: none is left, and none may come back).
 MAX_KIND_SWITCHES = 0
 #: Entries of the ratchets in pyproject.toml when they began.
-RUFF_RATCHET_FILES = 6
+RUFF_RATCHET_FILES = 5
 MYPY_RATCHET_MODULES = 39
 
 

@@ -12,18 +12,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
 from dbspec.errors import DbspecError
-from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator, category_key,
-                                     compare_column, finite_or_none, latency_quantile,
-                                     quality_drop)
+from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator, finite_or_none)
 from dbspec.monitoring.labels import Labels, read_labels
 
 __all__ = ["MonitorSettings", "Labels", "read_labels", "open_inference_table", "scan_table",
-           "evaluate_windows", "VersionReport", "WindowReport"]
+           "VersionReport", "WindowReport"]
 
 #: The inference table's own columns (features are renamed ``feature_<name>`` on a clash).
 BASE_COLUMNS = ("request_id", "timestamp", "model_name", "model_version", "latency_ms")
@@ -40,6 +38,7 @@ class MonitorSettings:
     min_rows: int = 100
     thresholds: Thresholds = Thresholds()
     checks: tuple = CHECKS
+    version: Optional[str] = None  # only this model version's rows; None: every version
 
 
 @dataclass
@@ -142,7 +141,7 @@ def _open_delta(path: str) -> Any:
         raise DbspecError(f"cannot open the inference table {path}: {exc}") from None
 
 
-class _VersionScan:
+class VersionScan:
     """The windows of one version seen so far, and the table columns its profile maps to."""
 
     def __init__(self, name: str, version: str, profile: dict[str, Any], schema_names: list):
@@ -174,27 +173,25 @@ class _VersionScan:
 
 
 def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[str, Any]]],
-               settings: MonitorSettings, *, version: Optional[str] = None,
-               labels: Optional[Labels] = None,
-               progress: Optional[Callable[[int, float], None]] = None) -> list[_VersionScan]:
+               settings: MonitorSettings, *, labels: Optional[Labels] = None,
+               progress: Optional[Callable[[int, float], None]] = None) -> list[VersionScan]:
     """Stream the rows of model ``name`` (since ``settings.since``) into window accumulators.
 
     Args:
         dataset: The inference table (:func:`open_inference_table`).
         profile_for: A version's reference profile; None: leave that version's rows out.
-        version: Only this version's rows; None: every version in the table.
         progress: Called with (rows so far, seconds since the start) every few seconds.
     """
     import pyarrow as pa
 
     names = dataset.schema.names
     wanted = [c for c in names if c != "model_name"]
-    scans: dict[str, Optional[_VersionScan]] = {}  # None: a version left out
+    scans: dict[str, Optional[VersionScan]] = {}  # None: a version left out
     window_us = settings.window_s * 1_000_000
     carried: tuple[Optional[str], int] = (None, 0)  # the request running on from the last batch
     rows, started, told = 0, time.monotonic(), time.monotonic()
     # little read-ahead: memory stays a few row groups whatever the table's size
-    for batch in dataset.to_batches(columns=wanted, filter=_condition(name, version, settings),
+    for batch in dataset.to_batches(columns=wanted, filter=_condition(name, settings),
                                     batch_size=BATCH_ROWS, batch_readahead=2,
                                     fragment_readahead=1, use_threads=False):
         if batch.num_rows == 0:
@@ -208,16 +205,17 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[st
             if found not in scans:
                 profile = profile_for(found)
                 scans[found] = None if profile is None else \
-                    _VersionScan(name, found, profile, names)
+                    VersionScan(name, found, profile, names)
             scan = scans[found]
             if scan is None:
                 continue
             in_version = None if _all_equal(versions) else np.flatnonzero(versions == found)
             values = {c: batch.column(t).to_numpy(zero_copy_only=False)
                       for c, t in scan.columns.items()}
+            requests = _Requests(starts, latency, labelled)
             for index, rows_of in _groups(windows, in_version):
-                _update(scan.window(int(index), settings.window_s), values, rows_of, starts,
-                        latency, labelled, scan.profile)
+                _update(scan.window(int(index), settings.window_s), values, rows_of, requests,
+                        scan.profile["outputs"])
         rows += batch.num_rows
         if progress is not None and time.monotonic() - told > 5:
             told = time.monotonic()
@@ -225,14 +223,15 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[st
     return [scan for scan in scans.values() if scan is not None]
 
 
-def _condition(name: str, version: Optional[str], settings: MonitorSettings):
-    """The pushed-down filter: the model's rows (of ``version``), since ``settings.since``."""
+def _condition(name: str, settings: MonitorSettings):
+    """The pushed-down filter: the model's rows (of ``settings.version``), since
+    ``settings.since``."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
     condition = ds.field("model_name") == name
-    if version is not None:
-        condition = condition & (ds.field("model_version") == version)
+    if settings.version is not None:
+        condition = condition & (ds.field("model_version") == settings.version)
     if settings.since is not None:
         since = pa.scalar(int(settings.since * 1e6), pa.timestamp("us", tz="UTC"))
         condition = condition & (ds.field("timestamp") >= since)
@@ -308,87 +307,24 @@ def _groups(windows: np.ndarray, rows: Optional[np.ndarray]):
         yield index, inside if rows is None else rows[inside]
 
 
+class _Requests(NamedTuple):
+    """Per row of a batch: where each request starts, its latency, its label row (-1: none)."""
+
+    starts: np.ndarray
+    latency: np.ndarray
+    labelled: Optional[np.ndarray]
+
+
 def _update(window: WindowAccumulator, values: dict, rows: Optional[np.ndarray],
-            starts: np.ndarray, latency: np.ndarray, labelled: Optional[np.ndarray],
-            profile: dict) -> None:
+            requests: _Requests, outputs: list[str]) -> None:
     def pick(array):
         return array if rows is None else array[rows]
 
     columns = {c: pick(v) for c, v in values.items()}
-    window.update(columns, pick(latency)[pick(starts)])
-    if labelled is not None:
-        found = pick(labelled)
+    window.update(columns, pick(requests.latency)[pick(requests.starts)])
+    if requests.labelled is not None:
+        found = pick(requests.labelled)
         keep = found >= 0
         if keep.any():
             window.add_labels(found[keep], {c: v[keep] for c, v in columns.items()
-                                            if c in profile["outputs"]})
-
-
-def evaluate_windows(scan: _VersionScan, settings: MonitorSettings, *,
-                     labels: Optional[Labels] = None,
-                     score: Optional[Callable[..., dict[str, float]]] = None,
-                     reference_metrics: Optional[dict[str, float]] = None) -> VersionReport:
-    """Each window's statistics and alerts.
-
-    Args:
-        score: ``score(task, y_true, predictions, names, threshold=...)`` giving metrics by
-            name (:func:`dbspec.evaluation.metrics.task_metrics`); with ``labels``.
-        reference_metrics: The version's registered test metrics, by bare name (``rmse``).
-    """
-    profile, thresholds = scan.profile, settings.thresholds
-    outputs = set(profile["outputs"])
-    reports = []
-    for number, (index, window) in enumerate(sorted(scan.windows.items())):
-        latency_p50 = latency_quantile(window.latency, 0.5)
-        report = WindowReport(number, window.start, window.start + settings.window_s,
-                              window.rows, window.requests, latency_p50,
-                              latency_quantile(window.latency, 0.95))
-        report.columns = [compare_column(c, a, thresholds) for c, a in window.columns.items()]
-        report.counts = {c: a.counts.tolist() for c, a in window.columns.items()}
-        report.checked = window.rows >= settings.min_rows
-        if report.checked:
-            for column in report.columns:
-                drift = "predictions" if column.column in outputs else "features"
-                found = [what for check, what in column.findings
-                         if (drift if check == "drift" else check) in settings.checks]
-                if found:
-                    report.alerts.append(f"{column.column}: {', '.join(found)}")
-        if labels is not None and score is not None:
-            _quality(report, window, labels, profile, score, reference_metrics or {},
-                     settings)
-        reports.append(report)
-    return VersionReport(scan.name, scan.version, profile, reports)
-
-
-def _quality(report: WindowReport, window: WindowAccumulator, labels: Labels,
-             profile: dict, score, reference: dict[str, float],
-             settings: MonitorSettings) -> None:
-    found, outputs = window.labels()
-    report.labelled = len(found)
-    if not len(found) or not reference:
-        return
-    task = profile["task"]
-    y_true = labels.values[found]
-    if task == "regression":
-        y_true, predictions = y_true.astype(np.float64), outputs["prediction"]
-    else:
-        index = {category_key(c): i for i, c in enumerate(profile["classes"])}
-        y_true = np.array([index.get(category_key(v), -1) for v in y_true.tolist()])
-        known = y_true >= 0
-        y_true = y_true[known]
-        if task == "binary":
-            predictions = outputs["probability"][known]
-        else:
-            predictions = np.column_stack([outputs[f"probability_{c}"][known]
-                                           for c in profile["classes"]])
-    if not len(y_true):
-        return
-    values = score(task, y_true, predictions, sorted(reference),
-                   threshold=profile.get("threshold", 0.5))
-    for metric, value in values.items():
-        drop = quality_drop(metric, reference[metric], value)
-        report.quality[metric] = {"value": value, "reference": reference[metric], "drop": drop}
-        if report.labelled >= settings.min_rows and "quality" in settings.checks and \
-                np.isfinite(drop) and drop > settings.thresholds.quality_drop:
-            report.alerts.append(f"quality: {metric} {value:.4g} vs test {reference[metric]:.4g} "
-                                 f"({drop:.0%} worse)")
+                                            if c in outputs})

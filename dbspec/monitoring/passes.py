@@ -7,6 +7,7 @@ profile, one MLflow run per version, tagging and rolling back) is here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import tempfile
@@ -57,11 +58,12 @@ def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
     Raises:
         DbspecError: no rows to monitor, or only versions without a reference profile.
     """
-    from dbspec.monitoring.monitor import evaluate_windows, scan_table
+    from dbspec.monitoring.monitor import scan_table
+    from dbspec.monitoring.windows import evaluate_windows
 
     client, target, settings = registry.client, run.target, run.settings
     section, labels = run.section, run.labels
-    version_filter = target.version  # models:/NAME/VERSION: that version only
+    settings = dataclasses.replace(settings, version=target.version)  # NAME/VERSION: only it
     skipped: dict[str, str] = {}  # version -> why it has no profile
 
     def profile_for(version: str) -> Optional[dict]:
@@ -77,8 +79,8 @@ def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
               flush=True)
 
     started = time.monotonic()
-    scans = scan_table(run.dataset, target.name, profile_for, settings, version=version_filter,
-                       labels=labels, progress=progress)
+    scans = scan_table(run.dataset, target.name, profile_for, settings, labels=labels,
+                       progress=progress)
     if not scans:
         raise _nothing_to_monitor(run, skipped, since)
     rows = sum(w.rows for s in scans for w in s.windows.values())
