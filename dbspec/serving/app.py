@@ -179,7 +179,7 @@ class Batcher:
 
 
 def _forward(model, x: np.ndarray) -> np.ndarray:
-    if _runtime(model) == "numpy":
+    if _runtime(model) != "torch":  # scores numpy rows itself
         return model(x)
     import torch  # loaded with the model already
 
@@ -188,7 +188,8 @@ def _forward(model, x: np.ndarray) -> np.ndarray:
 
 
 def _runtime(model) -> str:
-    """``numpy`` for a :class:`~dbspec.serving.numpy_model.NumpyServedModel`, else ``torch``."""
+    """An :class:`~dbspec.serving.onnx_model.OnnxServedModel`'s ``onnxruntime <version>``,
+    else ``torch``."""
     return getattr(model, "runtime", "torch")
 
 
