@@ -20,12 +20,15 @@ import io
 import logging
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import torch
 
 from dbspec.models.card import ONNX_FILE, ONNX_INPUT, ONNX_OUTPUT
+
+if TYPE_CHECKING:  # served.py imports this module when it saves a model
+    from dbspec.models.served import ServedModel
 
 #: How far the graph's predictions may lie from torch's on the check rows: float32 rounding
 #: of sums taken in another order, not a different function.
@@ -36,7 +39,7 @@ _LOG = logging.getLogger("dbspec.model")
 _CHATTY = ("torch", "onnxscript", "onnx_ir")
 
 
-def export_onnx(model: torch.nn.Module, directory: Path) -> Optional[Path]:
+def export_onnx(model: ServedModel, directory: Path) -> Optional[Path]:
     """Write ``model`` (a served model) as ``directory/model.onnx``; the file, or None (and a
     line on the ``dbspec.model`` logger saying why) when it is served with torch instead.
 

@@ -39,8 +39,9 @@ def run_unpacked(rnn: nn.RNNBase, x: torch.Tensor, lengths: torch.Tensor) -> tor
 
 def _direction(rnn: nn.RNNBase, layer: int, suffix: str, x: torch.Tensor) -> torch.Tensor:
     """One direction of one layer of ``rnn`` over ``x``, read from the first step."""
-    single = type(rnn)(x.shape[-1], rnn.hidden_size, bias=rnn.bias, batch_first=True,
-                       device="meta")  # its own weights are never used: no memory, no RNG
+    kind = nn.LSTM if isinstance(rnn, nn.LSTM) else nn.GRU  # the two Recurrent builds
+    single = kind(x.shape[-1], rnn.hidden_size, bias=rnn.bias, batch_first=True,
+                  device="meta")  # its own weights are never used: no memory, no RNG
     weights = {f"{name}_l0": getattr(rnn, f"{name}_l{layer}{suffix}")
                for name in _WEIGHTS if rnn.bias or name.startswith("weight")}
     return torch.func.functional_call(single, weights, (x,))[0]

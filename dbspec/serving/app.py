@@ -188,8 +188,7 @@ def _forward(model, x: np.ndarray) -> np.ndarray:
 
 
 def _runtime(model) -> str:
-    """An :class:`~dbspec.serving.onnx_model.OnnxServedModel`'s ``onnxruntime <version>``,
-    else ``torch``."""
+    """``onnxruntime <version>`` (:mod:`dbspec.serving.onnx_model`), else ``torch``."""
     return getattr(model, "runtime", "torch")
 
 
