@@ -9,7 +9,7 @@ matrix before the graph, in numpy, as for the torch module.
 A network the exporter cannot trace (a data-dependent step, such as packing a recurrent
 encoder's padded sequences) is not exported: the model is logged without ``model.onnx`` and
 served with torch. So is one whose graph does not give torch's predictions on check rows, and
-every model when ``onnx``/``onnxscript``/``onnxruntime`` (``pip install 'dbspec[serve]'``) are
+every model when ``onnx``/``onnxscript``/``onnxruntime`` (``pip install 'dbspec[train]'``) are
 not installed.
 """
 
@@ -51,7 +51,7 @@ def export_onnx(model: ServedModel, directory: Path) -> Optional[Path]:
         import onnxruntime  # noqa: F401  (the check below needs it; so does serving it)
         import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
     except ImportError as exc:
-        _LOG.info("not exported to ONNX (%s; pip install 'dbspec[serve]'): served with torch",
+        _LOG.info("not exported to ONNX (%s; pip install 'dbspec[train]'): served with torch",
                   exc.name)
         return None
     width = len(model.card.feature_names)
@@ -59,12 +59,12 @@ def export_onnx(model: ServedModel, directory: Path) -> Optional[Path]:
     model.eval()
     try:
         graph = _export(model, width)
+        problem = _mismatch(model, graph, _check_rows(model.card, width))
     except Exception as exc:  # whatever the exporter trips on, torch still serves the model
         _LOG.info("not exported to ONNX (%s): served with torch", _first_line(exc))
         return None
     finally:
         model.train(training)
-    problem = _mismatch(model, graph, _check_rows(model.card, width))
     if problem:
         _LOG.warning("the ONNX export differs from the torch module (%s): served with torch",
                      problem)

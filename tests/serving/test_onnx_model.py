@@ -192,6 +192,21 @@ def test_a_network_that_does_not_export_is_served_with_torch(tmp_path, caplog):
     assert load_onnx_model(directory) is None
 
 
+class NoisyAtInference(torch.nn.Module):
+    """Exports (to ONNX's RandomUniformLike), but never scores the same twice."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, :1] + torch.rand_like(x[:, :1])
+
+
+def test_a_graph_that_disagrees_with_torch_is_not_kept(tmp_path, caplog):
+    model = ServedModel(card([{"linear": {"out": 1}}]), network=NoisyAtInference()).eval()
+    with caplog.at_level("WARNING", logger="dbspec.model"):
+        directory = save_served_model(model, tmp_path / "served", onnx=True)
+    assert "the ONNX export differs from the torch module" in caplog.text
+    assert not (directory / ONNX_FILE).exists()
+
+
 def test_saved_without_onnx_unless_logged(tmp_path):
     """Tuning trials and checkpoints are saved without the export (it costs seconds)."""
     directory = save_served_model(ServedModel(card([{"linear": {"out": 1}}])), tmp_path / "s")
