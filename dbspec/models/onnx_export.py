@@ -6,9 +6,10 @@ output head: raw float32 rows in training column order -> predictions), with ``t
 ``torch.export``-based exporter and a dynamic batch axis. Typed features are encoded into that
 matrix before the graph, in numpy, as for the torch module.
 
-A network the exporter cannot trace (a data-dependent step, such as packing a recurrent
-encoder's padded sequences) is not exported: the model is logged without ``model.onnx`` and
-served with torch. So is one whose graph does not give torch's predictions on check rows, and
+Every network dbspec builds from layers and encoders exports (recurrent encoders are read
+unpacked while exporting: :mod:`dbspec.models.unpacked_rnn`). A network the exporter cannot
+trace (a custom class whose control flow depends on the values) is not exported: the model is
+logged without ``model.onnx`` and served with torch. So is one whose graph does not give torch's predictions on check rows, and
 every model when ``onnx``/``onnxscript``/``onnxruntime`` (``pip install 'dbspec[train]'``) are
 not installed.
 """

@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from dbspec.models.images import IMAGENET_MEAN, IMAGENET_STD
-from dbspec.models.unpacked_rnn import run_unpacked
+from dbspec.models.unpacked_rnn import exporting, run_unpacked
 from dbspec.spec.sections.features import AugmentSpec, ImageFeature
 
 
@@ -72,7 +72,7 @@ class Recurrent(nn.Module):
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         if mask is None:
             return self.rnn(x)[0]
-        if torch.compiler.is_exporting():  # packed shapes depend on the data: not traceable
+        if exporting():  # packed shapes depend on the data: not traceable
             return run_unpacked(self.rnn, x, _lengths(mask))
         packed = pack_padded_sequence(x, _lengths(mask).cpu(), batch_first=True,
                                       enforce_sorted=False)

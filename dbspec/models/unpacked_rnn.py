@@ -18,6 +18,14 @@ from torch import nn
 _WEIGHTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
 
+def exporting() -> bool:
+    """Whether ``torch.export`` is tracing the module (``torch.compiler.is_exporting``, torch
+    2.6 and later; an older torch is never exporting here: its export fails earlier and the
+    model is served with torch)."""
+    check = getattr(torch.compiler, "is_exporting", None)
+    return bool(check is not None and check())
+
+
 def run_unpacked(rnn: nn.RNNBase, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """``rnn`` (batch first, eval mode) over ``x`` (B, L, E), each row read up to ``lengths``
     (B,) items; (B, L, hidden x directions), zeros past each row's end."""
