@@ -1,6 +1,6 @@
 """A served model's card (``model.json``) and its output as named columns: no torch here, so
 ``dbspec serve`` can read a model and answer with it without importing torch
-(:mod:`dbspec.serving.numpy_model`). :mod:`dbspec.models.served` re-exports both names.
+(:mod:`dbspec.serving.onnx_model`). :mod:`dbspec.models.served` re-exports both names.
 """
 
 from __future__ import annotations
@@ -11,6 +11,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 FORMAT_VERSION = 1
+#: The served model exported to ONNX, next to ``model.json`` (:mod:`dbspec.models.onnx_export`),
+#: and its graph's input (float32 rows in training column order) and output (predictions).
+ONNX_FILE = "model.onnx"
+ONNX_INPUT, ONNX_OUTPUT = "x", "prediction"
 
 
 @dataclass

@@ -4,8 +4,9 @@ Raw feature rows go in; predictions in the target's own units come out (regressi
 are un-standardised, classifiers return probabilities). The same module scores the test split
 in ``evaluate``, so the metrics are those of what gets served.
 
-On disk a served model is a directory: ``model.json`` (everything needed to rebuild it) and
-``weights.pt`` (its state dict).
+On disk a served model is a directory: ``model.json`` (everything needed to rebuild it),
+``weights.pt`` (its state dict) and, for a logged model whose network exports, ``model.onnx``
+(the same module as an ONNX graph, which ``dbspec serve`` scores without torch).
 """
 
 from __future__ import annotations
@@ -113,11 +114,17 @@ class ServedModel(nn.Module):
         return pd.DataFrame(prediction_columns(self.card, out))
 
 
-def save_served_model(model: ServedModel, directory: Path) -> Path:
-    """Write ``model.json`` and ``weights.pt`` into ``directory``."""
+def save_served_model(model: ServedModel, directory: Path, *, onnx: bool = False) -> Path:
+    """Write ``model.json`` and ``weights.pt`` into ``directory``; with ``onnx`` (a model to
+    be logged and served), ``model.onnx`` too when the network exports
+    (:func:`dbspec.models.onnx_export.export_onnx`)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "model.json").write_text(json.dumps(asdict(model.card), indent=2, default=str))
     torch.save(model.state_dict(), directory / "weights.pt")
+    if onnx:
+        from dbspec.models.onnx_export import export_onnx
+
+        export_onnx(model, directory)
     return directory
 
 

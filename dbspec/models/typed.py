@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from dbspec.models.images import IMAGENET_MEAN, IMAGENET_STD
+from dbspec.models.unpacked_rnn import exporting, run_unpacked
 from dbspec.spec.sections.features import AugmentSpec, ImageFeature
 
 
@@ -51,11 +52,8 @@ def _key_padding(mask: torch.Tensor) -> torch.Tensor:
     """Attention's key padding mask (True: ignore). A row of padding alone would attend to
     nothing and give NaN: its first item is left visible."""
     ignore = ~mask
-    empty = ignore.all(dim=1)
-    if empty.any():
-        ignore = ignore.clone()
-        ignore[empty, 0] = False
-    return ignore
+    first = torch.arange(mask.shape[1], device=mask.device) == 0  # no branch on the data: the
+    return ignore & ~(ignore.all(dim=1, keepdim=True) & first)  # ONNX export traces this
 
 
 class Recurrent(nn.Module):
@@ -74,6 +72,8 @@ class Recurrent(nn.Module):
     def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         if mask is None:
             return self.rnn(x)[0]
+        if exporting():  # packed shapes depend on the data: not traceable
+            return run_unpacked(self.rnn, x, _lengths(mask))
         packed = pack_padded_sequence(x, _lengths(mask).cpu(), batch_first=True,
                                       enforce_sorted=False)
         return pad_packed_sequence(self.rnn(packed)[0], batch_first=True,

@@ -141,7 +141,7 @@ class Batcher:
 
 def forward(model, x: np.ndarray) -> np.ndarray:
     """The model's outputs for the rows ``x``, without autograd for a torch model."""
-    if model_runtime(model) == "numpy":
+    if model_runtime(model) != "torch":  # scores numpy rows itself
         return model(x)
     import torch  # loaded with the model already
 
@@ -150,7 +150,7 @@ def forward(model, x: np.ndarray) -> np.ndarray:
 
 
 def model_runtime(model) -> str:
-    """``numpy`` for a :class:`~dbspec.serving.numpy_model.NumpyServedModel`, else ``torch``."""
+    """``onnxruntime <version>`` (:mod:`dbspec.serving.onnx_model`), else ``torch``."""
     return getattr(model, "runtime", "torch")
 
 

@@ -152,9 +152,12 @@ def load_version(client, target: ModelTarget, version: str, *, without_torch: bo
     """A version's artifacts, read in place when they are on this disk (downloaded through
     MLflow otherwise), rebuilt as its served model; a ``LoadedModel``.
 
-    ``without_torch``: a model numpy can score (:mod:`dbspec.serving.numpy_model`) is loaded
-    as a :class:`~dbspec.serving.numpy_model.NumpyServedModel`, so torch is never imported
-    (``dbspec serve``); any other stays the torch module.
+    ``without_torch``: a model logged with its ONNX export is loaded on ONNX Runtime
+    (:class:`~dbspec.serving.onnx_model.OnnxServedModel`), so torch is never imported
+    (``dbspec serve``); any other is the torch module.
+
+    Raises:
+        RegistryError: no such version, not a dbspec model, or an ONNX file that cannot load.
     """
     from dbspec.serving.app import LoadedModel
 
@@ -166,9 +169,9 @@ def load_version(client, target: ModelTarget, version: str, *, without_torch: bo
                             "serve instead")
     model = None
     if without_torch:
-        from dbspec.serving.numpy_model import load_numpy_model
+        from dbspec.serving.onnx_model import load_onnx_model
 
-        model = load_numpy_model(cards[0].parent)
+        model = load_onnx_model(cards[0].parent)
     if model is None:
         from dbspec.models.served import load_served_model
 

@@ -179,7 +179,7 @@ def _log_served_model(job: _TrainingJob, tracker, result) -> str:
     from dbspec.models.served import save_served_model
 
     served, outcome = result.served, result.outcome
-    served_dir = save_served_model(served, job.ctx.directory / "served")
+    served_dir = save_served_model(served, job.ctx.directory / "served", onnx=True)
     write_json(job.ctx.directory / "history.json", outcome.history)
     example = _example_frame(job.data)
     model_uri = tracker.log_model(served_dir, example, served.predict_frame(example))

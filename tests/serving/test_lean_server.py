@@ -1,5 +1,6 @@
 """``dbspec serve`` on a SQLite store and a dense model runs without torch and MLflow (issue 16:
-they were most of its start time and memory), and answers as the torch model does."""
+they were most of its start time and memory): ONNX Runtime scores the model's ONNX export, and
+answers as the torch model does."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def test_serve_imports_neither_torch_nor_mlflow(registered, tmp_path):
                       "Content-Type": "application/json"}})
         print(urllib.request.urlopen(request, timeout=30).read().decode())
         print(sorted(m for m in ("torch", "mlflow", "sqlalchemy", "pandas")
-                     if m in sys.modules), flush=True)
+                     if m in sys.modules))
+        print("onnxruntime" in sys.modules, flush=True)
         # leave without finalising the interpreter under the server's daemon thread (its event
         # loop still running): that teardown crashed once with SIGSEGV in a CI run, after the
         # answer was printed; stopping the server cleanly is tested with dbspec serve itself
@@ -51,8 +53,9 @@ def test_serve_imports_neither_torch_nor_mlflow(registered, tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=registered.workdir, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    answer, imported = result.stdout.strip().splitlines()[-2:]
+    answer, imported, on_onnx = result.stdout.strip().splitlines()[-3:]
     assert imported == "[]", f"dbspec serve imported {imported}"
+    assert on_onnx == "True"  # the model's ONNX export scored it
 
     # the same rows through the torch module of the same version
     import torch
@@ -69,7 +72,10 @@ def test_serve_imports_neither_torch_nor_mlflow(registered, tmp_path):
 
 def test_the_version_says_which_runtime_scores(serve):
     server = serve(f"models:/{NAME}/1")
-    assert httpx.get(server.url + "/version", headers=AUTH).json()["runtime"] == "numpy"
+    import onnxruntime
+
+    runtime = httpx.get(server.url + "/version", headers=AUTH).json()["runtime"]
+    assert runtime == f"onnxruntime {onnxruntime.__version__}"
     answer = httpx.post(server.url + "/invocations", headers=AUTH,
                         json={"dataframe_split": {"columns": FEATURES, "data": ROWS}})
     assert answer.status_code == 200 and len(answer.json()["predictions"]) == 2

@@ -118,6 +118,9 @@ def test_raw_rows_in_every_format_get_the_in_process_predictions(typed_server,
     with httpx.Client(timeout=30) as client:
         health = client.get(typed_server.url + "/health").json()
         assert (health["model_name"], health["model_version"]) == (NAME, "1")
+        # text (gru), categorical and image encoders: all in the model's ONNX export
+        version = client.get(typed_server.url + "/version").json()
+        assert version["runtime"].startswith("onnxruntime "), version
         for name, body in bodies.items():
             got = predictions(client.post(typed_server.url + "/invocations", json=body))
             assert got == pytest.approx(want.tolist(), rel=1e-5), name
