@@ -39,7 +39,7 @@ LONG_MODULES = {
 LONG_FUNCTIONS = {
     "executors/summary.py:render_summary": 65, "jobs/build.py:build_job": 65,
     "monitoring/monitor.py:scan_table": 66,
-    "serving/batch_local.py:predict_local": 71, "serving/http_limits.py:limited_protocol": 193,
+    "serving/batch_local.py:predict_local": 71,
     "spec/templating.py:_environment": 77, "stages/tune.py:TuneStage.run": 74,
     "training/rank.py:train_rank": 62, "training/ray_launch.py:ray_on_spark": 90,
     "tuning/objective.py:Objective.__call__": 66,

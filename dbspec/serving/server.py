@@ -19,7 +19,8 @@ from typing import Callable, NamedTuple, Optional
 
 from dbspec.errors import DbspecError, UsageError
 from dbspec.serving.app import LoadedModel, ScoringApp, ServingConfig
-from dbspec.serving.http_limits import ConnectionLimits, limited_protocol
+from dbspec.serving.http_limits import (ConnectionLimits, Guard, guard_app, guard_protocol,
+                                        uvicorn_settings)
 from dbspec.serving.inference_table import InferenceTable
 from dbspec.serving.source import ModelTarget, load_version, resolve_version
 
@@ -196,15 +197,15 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
                                            options.max_body_bytes, options.out_of_range,
                                            options.out_of_range_tolerance, tokens=tokens),
                      table=table, background=background)
-    limits = options.limits
-    protocol = limited_protocol(limits, app.metrics)
     sock = bind(options.host, options.port)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
-        app, loop=_best("uvloop", "asyncio"), http=protocol, ws="none", lifespan="on",
+        guard_app(app), loop=_best("uvloop", "asyncio"), ws="none", lifespan="on",
         access_log=False, log_level="warning", server_header=False, date_header=False,
-        timeout_keep_alive=limits.keep_alive_timeout_s,  # type: ignore[arg-type]
-        timeout_graceful_shutdown=30)
+        **uvicorn_settings(options.limits))
+    config.load()  # then its HTTP protocol goes behind the guard of http_limits
+    config.http_protocol_class = guard_protocol(config.http_protocol_class,
+                                                Guard(options.limits, app.metrics))
     server = _Server(config)
     auth = describe_auth(options, token)
     say(f"serving {loaded.name} v{loaded.version} ({loaded.source}) on "
