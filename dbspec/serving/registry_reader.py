@@ -15,6 +15,7 @@ A failure in the child comes back as the same dbspec error, with the same messag
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -24,11 +25,12 @@ from urllib.parse import unquote, urlparse
 
 from dbspec.errors import DbspecError, UsageError
 from dbspec.registry.errors import RegistryError, RegistryUnavailable
+from dbspec.tracking.stores import TrackingError
 
 #: The errors the child hands back by name; any other dbspec error comes back as the nearest
 #: of these among its bases (a permission refusal stays a RegistryUnavailable).
 _ERRORS = {cls.__name__: cls for cls in (DbspecError, UsageError, RegistryError,
-                                         RegistryUnavailable)}
+                                         RegistryUnavailable, TrackingError)}
 _CHILD_TIMEOUT_S = 600  # a remote store's download can take minutes; a hang must still end
 
 
@@ -52,9 +54,7 @@ class ServingRegistry:
         """The ``mlflow.MlflowClient`` (imports MLflow on first use)."""
         with self._opening:
             if self._client is None:
-                from dbspec.registry.commands import open_registry
-
-                self._client = open_registry(self._tracking_uri, self._state_dir).client
+                self._client = open_mlflow_client(self._tracking_uri, self._state_dir)
             return self._client
 
     def __getattr__(self, name: str) -> Any:
@@ -127,16 +127,46 @@ def local_artifacts(uri: str) -> Optional[Path]:
     return None
 
 
+def open_mlflow_client(tracking_uri: Optional[str], state_dir: Path) -> Any:
+    """``mlflow.MlflowClient`` on ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the
+    state directory's SQLite store.
+
+    An existing SQLite database is not probed first (MLflow's probe, a tracking query, costs
+    about 2 s at every start): a store MLflow cannot read fails the first read, and
+    :func:`_answer` says why then. Any other store is probed, a missing database included
+    (MLflow would create an empty one).
+
+    Raises:
+        TrackingError: the store cannot be used.
+    """
+    import mlflow
+
+    from dbspec.tracking.mlflow_tracking import quiet_mlflow
+    from dbspec.tracking.stores import check_tracking_server, sqlite_path
+
+    quiet_mlflow()
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or \
+        f"sqlite:///{(state_dir / 'mlflow.db').resolve()}"
+    database = sqlite_path(uri)
+    if database is None or not database.is_file():
+        check_tracking_server(uri, must_exist=True)
+    return mlflow.MlflowClient(tracking_uri=uri)
+
+
 def _answer(request: dict) -> dict:
     """The child's work: resolve with ``MlflowClient``, and bring the files onto this disk."""
-    from dbspec.registry.commands import open_registry
     from dbspec.serving.source import ModelTarget, _artifacts, resolve_version
+    from dbspec.tracking.stores import check_tracking_server
 
     target = ModelTarget(*request["target"])
     try:
-        client = open_registry(request["tracking_uri"], Path(request["state_dir"])).client
-        version = resolve_version(client, target)
-        location = _artifacts(client, target, version)
+        client = open_mlflow_client(request["tracking_uri"], Path(request["state_dir"]))
+        try:
+            version = resolve_version(client, target)
+            location = _artifacts(client, target, version)
+        except Exception:  # a store MLflow cannot use: say so in one line, else a bug
+            check_tracking_server(client.tracking_uri, must_exist=True)
+            raise
     except DbspecError as exc:
         classes = [cls.__name__ for cls in type(exc).__mro__]
         return {"error": {"classes": classes, "message": str(exc)}}
