@@ -4,7 +4,7 @@
 target names (an alias, a number, or the latest) and where that version's files are. Importing
 MLflow for them costs about 2 s and 150 MB, which a long-lived server would then hold for
 nothing. :class:`ServingRegistry` asks them once, at start, of an ``mlflow.MlflowClient`` in a
-short-lived child process (``python -m dbspec.serving.registry_reader``) that prints one JSON
+short-lived child process (``python -m dbspec.serving.registry_child``) that prints one JSON
 answer and exits: the server pays the import's time once and never its memory. Later reads
 (``--watch-alias`` polls) go through an ``MlflowClient`` in this process, opened on first use
 off the request path (the watcher runs in a daemon thread).
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from urllib.parse import unquote, urlparse
 
 from dbspec.errors import DbspecError, UsageError
@@ -42,8 +42,10 @@ class ServingRegistry:
     takes a client (alias lookups, :func:`dbspec.serving.source.resolve_version`) takes this.
     """
 
-    def __init__(self, tracking_uri: Optional[str], state_dir: Path):
+    def __init__(self, tracking_uri: Optional[str], state_dir: Path,
+                 resolve_here: Callable[[Any, Any], str]):
         self._tracking_uri, self._state_dir = tracking_uri, state_dir
+        self._resolve_here = resolve_here  # with a client in this process
         self._client: Any = None
         self._asked_child = False
         self._locations: dict[tuple[str, str], str] = {}  # (name, version): files, from the child
@@ -70,10 +72,8 @@ class ServingRegistry:
             RegistryError: no such model, version or alias; the registry did not answer.
             DbspecError: the store cannot be used.
         """
-        from dbspec.serving.source import resolve_version
-
         if self._asked_child:
-            return resolve_version(self.client, target)
+            return self._resolve_here(self.client, target)
         self._asked_child = True
         answer = ask_child(self._tracking_uri, self._state_dir, target)
         self._locations[(target.name, answer["version"])] = answer["location"]
@@ -96,7 +96,7 @@ def ask_child(tracking_uri: Optional[str], state_dir: Path, target: Any) -> dict
     request = {"tracking_uri": tracking_uri, "state_dir": str(state_dir),
                "target": list(target)}
     try:
-        done = subprocess.run([sys.executable, "-m", "dbspec.serving.registry_reader",
+        done = subprocess.run([sys.executable, "-m", "dbspec.serving.registry_child",
                                json.dumps(request)], capture_output=True, text=True,
                               timeout=_CHILD_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -132,8 +132,8 @@ def open_mlflow_client(tracking_uri: Optional[str], state_dir: Path) -> Any:
     state directory's SQLite store.
 
     An existing SQLite database is not probed first (MLflow's probe, a tracking query, costs
-    about 2 s at every start): a store MLflow cannot read fails the first read, and
-    :func:`_answer` says why then. Any other store is probed, a missing database included
+    about 2 s at every start): a store MLflow cannot read fails the first read, and the child
+    (:mod:`dbspec.serving.registry_child`) says why then. Any other store is probed, a missing database included
     (MLflow would create an empty one).
 
     Raises:
@@ -151,27 +151,3 @@ def open_mlflow_client(tracking_uri: Optional[str], state_dir: Path) -> Any:
     if database is None or not database.is_file():
         check_tracking_server(uri, must_exist=True)
     return mlflow.MlflowClient(tracking_uri=uri)
-
-
-def _answer(request: dict) -> dict:
-    """The child's work: resolve with ``MlflowClient``, and bring the files onto this disk."""
-    from dbspec.serving.source import ModelTarget, _artifacts, resolve_version
-    from dbspec.tracking.stores import check_tracking_server
-
-    target = ModelTarget(*request["target"])
-    try:
-        client = open_mlflow_client(request["tracking_uri"], Path(request["state_dir"]))
-        try:
-            version = resolve_version(client, target)
-            location = _artifacts(client, target, version)
-        except Exception:  # a store MLflow cannot use: say so in one line, else a bug
-            check_tracking_server(client.tracking_uri, must_exist=True)
-            raise
-    except DbspecError as exc:
-        classes = [cls.__name__ for cls in type(exc).__mro__]
-        return {"error": {"classes": classes, "message": str(exc)}}
-    return {"version": version, "location": str(location)}
-
-
-if __name__ == "__main__":
-    print(json.dumps(_answer(json.loads(sys.argv[1]))), flush=True)

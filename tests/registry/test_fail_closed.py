@@ -30,10 +30,10 @@ registry:
 def test_the_holder_is_none_only_when_the_registry_says_so(store, tmp_path):
     """With MLflow's client and with serving's registry (which reads through one) alike."""
     from dbspec.registry import alias_holder
-    from dbspec.serving.registry_reader import ServingRegistry
+    from dbspec.serving.source import open_client
 
     uri, client, _ = store
-    reader = ServingRegistry(uri, tmp_path)
+    reader = open_client(uri, tmp_path)
     for registry in (client, reader):
         assert alias_holder(registry, NAME, "production") is None  # SQL: INVALID_PARAMETER
         assert alias_holder(registry, "no_such_model", "production") is None
