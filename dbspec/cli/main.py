@@ -69,7 +69,7 @@ _EXTRAS = {
                      "pandas", "pyarrow", "deltalake", "psutil", "pynvml", "nvidia-ml-py",
                      "matplotlib", "tensorboard", "scipy", "sqlalchemy"), "train"),
     "pyspark": "spark", "py4j": "spark",
-    **dict.fromkeys(("uvicorn", "h11", "uvloop", "orjson", "httpx"), "serve"),
+    **dict.fromkeys(("uvicorn", "httptools", "uvloop", "orjson", "httpx"), "serve"),
 }
 
 

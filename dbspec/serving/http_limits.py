@@ -1,12 +1,13 @@
 """The HTTP layer's limits: uvicorn's public settings, and a guard around each connection.
 
-uvicorn (``http="h11"``) carries what its settings offer: ``h11_max_incomplete_event_size``
-bounds a request's head, ``timeout_keep_alive`` closes a connection idle after a response,
+uvicorn (``http="httptools"``: about twice h11's requests/s here) carries what its settings
+offer: ``timeout_keep_alive`` closes a connection idle after a response,
 ``timeout_graceful_shutdown`` bounds the drain at exit, and malformed HTTP is answered 400 and
-closed (uvicorn's own text/plain answer). What no setting gives is added here, through public
-interfaces only: :func:`guard_protocol` wraps the ``asyncio.Protocol`` uvicorn builds for each
-connection (it only calls that protocol's ``asyncio.Protocol`` methods), and :func:`guard_app`
-wraps the ASGI app. They add:
+closed (uvicorn's own text/plain answer, "Invalid HTTP request received."). What no setting
+gives is added here, through public interfaces only: :func:`guard_protocol` wraps the
+``asyncio.Protocol`` uvicorn builds for each connection (it calls only that protocol's
+``asyncio.Protocol`` methods; no uvicorn class is subclassed or reached into), and
+:func:`guard_app` wraps the ASGI app. They add:
 
 - a connection cap: at ``max_connections`` open connections a new one first closes the oldest
   that has not sent a byte (it asked nothing); when there is none, the new one is answered a
@@ -14,10 +15,11 @@ wraps the ASGI app. They add:
 - a connection that sends nothing is closed after ``keep_alive_timeout_s`` from the moment it
   opens (uvicorn's timer starts only after a first response);
 - a request's head must arrive within ``header_timeout_s`` of its first byte (JSON 408) and
-  stay within ``max_header_bytes`` (JSON 431, before the bytes over the limit reach h11, so an
-  unfinished 20 MB header costs one read of memory);
-- HTTP versions other than 1.0/1.1 (h11 parses ``HTTP/7.0`` and ``PRI * HTTP/2.0``) and a
-  request with both Content-Length and Transfer-Encoding get a JSON 400 and a close.
+  stay within ``max_header_bytes`` (JSON 431), counted before the bytes reach the parser, so an
+  unfinished 20 MB header costs one read of memory (httptools has no limit of its own);
+- an Upgrade or CONNECT request with a body (httptools stops parsing at an upgrade, so the body
+  would never be read) gets a JSON 400 and a close; a bodiless upgrade request (curl
+  ``--http2``) is answered in HTTP/1.1, then the connection closes.
 
 After a refusal the connection answers, sends FIN, drops what the client still sends for a
 moment and closes; closing at once would reset the connection and lose the answer.
@@ -54,8 +56,8 @@ _CONNECTION: contextvars.ContextVar[Optional["GuardedConnection"]] = \
 
 def uvicorn_settings(limits: ConnectionLimits) -> dict[str, Any]:
     """The limits uvicorn's own settings carry (keyword arguments of ``uvicorn.Config``)."""
-    return {"http": "h11", "h11_max_incomplete_event_size": limits.max_header_bytes,
-            "timeout_keep_alive": limits.keep_alive_timeout_s, "timeout_graceful_shutdown": 30}
+    return {"http": "httptools", "timeout_keep_alive": limits.keep_alive_timeout_s,
+            "timeout_graceful_shutdown": 30}
 
 
 class Guard:
@@ -78,7 +80,7 @@ def guard_protocol(protocol_class: Callable[..., asyncio.Protocol], guard: Guard
 
 
 def guard_app(app: Callable) -> Callable:
-    """The ASGI app, refusing HTTP versions and framings h11 accepts but dbspec does not, and
+    """The ASGI app, refusing what the parser passes on but cannot serve (see the module), and
     telling the connection when a request is done (its next head starts then)."""
 
     async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
@@ -87,12 +89,12 @@ def guard_app(app: Callable) -> Callable:
             return
         connection = _CONNECTION.get()
         try:
-            problem = _unsupported(scope)
+            problem, upgrade = _unsupported(scope)
             if problem is None:
-                await app(scope, receive, send)
+                await app(scope, receive, _closing(send) if upgrade else send)
                 return
             if connection is not None:
-                connection.guard.metrics.refused["malformed"] += 1
+                connection.guard.metrics.refused["upgrade"] += 1
             body = error_body(400, problem)
             await send({"type": "http.response.start", "status": 400, "headers": [
                 (b"content-type", b"application/json"), (b"connection", b"close"),
@@ -105,15 +107,34 @@ def guard_app(app: Callable) -> Callable:
     return guarded
 
 
-def _unsupported(scope: dict) -> Optional[str]:
-    if scope.get("http_version") not in ("1.0", "1.1"):
-        return (f"HTTP/{scope.get('http_version')} is not supported: send HTTP/1.1 (curl: "
-                "without --http2)")
-    names = {name for name, _ in scope["headers"]}
-    if b"content-length" in names and b"transfer-encoding" in names:
-        return ("malformed HTTP request: both Content-Length and Transfer-Encoding: send "
-                "one of them")
-    return None
+def _unsupported(scope: dict) -> tuple[Optional[str], bool]:
+    """(why the request is refused, or None; whether it asks for a protocol upgrade)."""
+    asks, named, body = False, False, False  # Connection: upgrade; an Upgrade header; a body
+    for name, value in scope["headers"]:
+        if name == b"connection" and b"upgrade" in value.lower():
+            asks = True
+        elif name == b"upgrade":
+            named = True
+        elif name == b"transfer-encoding" or name == b"content-length" and value.strip() != b"0":
+            body = True
+    upgrade = scope["method"] == "CONNECT" or asks and named  # as httptools tells an upgrade
+    if upgrade and body:  # httptools stops parsing at an upgrade: such a body is never read
+        return ("protocol upgrades are not supported, and the body of an Upgrade or CONNECT "
+                "request cannot be read: send plain HTTP/1.1 (curl: without --http2)"), True
+    return None, upgrade
+
+
+def _closing(send: Callable) -> Callable:
+    """``send`` adding ``connection: close``: after an upgrade request httptools reads no more,
+    so the connection ends with its answer (which is plain HTTP/1.1)."""
+
+    async def closing(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()),
+                                              (b"connection", b"close")]}
+        await send(message)
+
+    return closing
 
 
 class GuardedConnection(asyncio.Protocol):
