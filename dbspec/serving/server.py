@@ -10,12 +10,15 @@ limits are in :mod:`dbspec.serving.http_limits`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import ipaddress
 import os
+import signal
 import socket
+import threading
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional
 
 from dbspec.errors import DbspecError, UsageError
 from dbspec.serving.app import LoadedModel, ScoringApp, ServingConfig
@@ -148,8 +151,6 @@ def _load_without_torch(client, target: ModelTarget, version: str) -> LoadedMode
 async def in_daemon_thread(function, *args):
     """``function(*args)`` on a daemon thread: a registry call stuck in its retries must not
     hold up the server's shutdown (the default executor's threads are joined at exit)."""
-    import threading
-
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -176,7 +177,6 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     """Serve ``loaded`` until SIGINT/SIGTERM, then drain in-flight requests and stop."""
     import uvicorn
 
-    _Server = _server_class()
     token, tokens = resolve_token(options), resolve_tokens(options)
     background = ()
     if options.watch_alias:
@@ -206,7 +206,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     config.load()  # then its HTTP protocol goes behind the guard of http_limits
     config.http_protocol_class = guard_protocol(config.http_protocol_class,
                                                 Guard(options.limits, app.metrics))
-    server = _Server(config)
+    server = uvicorn.Server(config)
     auth = describe_auth(options, token)
     say(f"serving {loaded.name} v{loaded.version} ({loaded.source}) on "
         f"http://{_url_host(host)}:{port}  auth: {auth}  batching: up to "
@@ -218,7 +218,8 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     gc.collect()
     gc.freeze()
     try:
-        server.run(sockets=[sock])
+        with _stop_signals_end_cleanly():
+            server.run(sockets=[sock])
     except SystemExit:  # uvicorn exits when the app's start-up fails; say it our way
         raise DbspecError("the server did not start (see the messages above)") from None
     finally:
@@ -228,22 +229,21 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     say("stopped")
 
 
-def _server_class():
-    import contextlib
-
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, so the process would
-        die by the signal; here a drained, clean stop exits normally instead."""
-
-        @contextlib.contextmanager
-        def capture_signals(self):
-            with super().capture_signals():
-                yield
-                getattr(self, "_captured_signals", []).clear()
-
-    return Server
+@contextlib.contextmanager
+def _stop_signals_end_cleanly() -> Iterator[None]:
+    """uvicorn re-raises the SIGINT/SIGTERM that stopped it, after its graceful drain, to the
+    handlers it found; the process would die by the signal. Handlers that ignore them, around
+    ``server.run``, let a drained, clean stop exit normally (a signal only in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {stop: signal.signal(stop, signal.SIG_IGN) for stop in stops}
+    try:
+        yield
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
 
 
 def _best(preferred: str, fallback: str) -> str:
