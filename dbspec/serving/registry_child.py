@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from dbspec.errors import DbspecError
-from dbspec.serving.registry_reader import open_mlflow_client
+from dbspec.serving.registry_reader import open_mlflow_client, store_uri
 from dbspec.serving.source import ModelTarget, _artifacts, resolve_version
 
 
@@ -22,13 +22,14 @@ def _answer(request: dict) -> dict:
     from dbspec.tracking.stores import check_tracking_server
 
     target = ModelTarget(*request["target"])
+    uri = store_uri(request["tracking_uri"], Path(request["state_dir"]))
     try:
-        client = open_mlflow_client(request["tracking_uri"], Path(request["state_dir"]))
         try:
+            client = open_mlflow_client(uri)
             version = resolve_version(client, target)
             location = _artifacts(client, target, version)
         except Exception:  # a store MLflow cannot use: say so in one line, else a bug
-            check_tracking_server(client.tracking_uri, must_exist=True)
+            check_tracking_server(uri, must_exist=True)
             raise
     except DbspecError as exc:
         classes = [cls.__name__ for cls in type(exc).__mro__]

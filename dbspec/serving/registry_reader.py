@@ -56,7 +56,8 @@ class ServingRegistry:
         """The ``mlflow.MlflowClient`` (imports MLflow on first use)."""
         with self._opening:
             if self._client is None:
-                self._client = open_mlflow_client(self._tracking_uri, self._state_dir)
+                self._client = open_mlflow_client(store_uri(self._tracking_uri,
+                                                            self._state_dir))
             return self._client
 
     def __getattr__(self, name: str) -> Any:
@@ -127,14 +128,19 @@ def local_artifacts(uri: str) -> Optional[Path]:
     return None
 
 
-def open_mlflow_client(tracking_uri: Optional[str], state_dir: Path) -> Any:
-    """``mlflow.MlflowClient`` on ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the
-    state directory's SQLite store.
+def store_uri(tracking_uri: Optional[str], state_dir: Path) -> str:
+    """``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the state directory's SQLite store."""
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or \
+        f"sqlite:///{(state_dir / 'mlflow.db').resolve()}"
+
+
+def open_mlflow_client(uri: str) -> Any:
+    """``mlflow.MlflowClient`` on ``uri``.
 
     An existing SQLite database is not probed first (MLflow's probe, a tracking query, costs
-    about 2 s at every start): a store MLflow cannot read fails the first read, and the child
-    (:mod:`dbspec.serving.registry_child`) says why then. Any other store is probed, a missing database included
-    (MLflow would create an empty one).
+    about 2 s at every start): a store MLflow cannot read fails on opening or at the first
+    read, and the caller asks :func:`~dbspec.tracking.stores.check_tracking_server` why then.
+    Any other store is probed, a missing database included (MLflow would create an empty one).
 
     Raises:
         TrackingError: the store cannot be used.
@@ -145,8 +151,6 @@ def open_mlflow_client(tracking_uri: Optional[str], state_dir: Path) -> Any:
     from dbspec.tracking.stores import check_tracking_server, sqlite_path
 
     quiet_mlflow()
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or \
-        f"sqlite:///{(state_dir / 'mlflow.db').resolve()}"
     database = sqlite_path(uri)
     if database is None or not database.is_file():
         check_tracking_server(uri, must_exist=True)

@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from dbspec.registry import RegistryError
+from dbspec.registry import RegistryError, RegistryUnavailable
 from dbspec.errors import DbspecError
 from dbspec.serving.registry_reader import ServingRegistry, local_artifacts
 from dbspec.serving.source import ModelTarget, open_client, resolve_version
+from dbspec.tracking.stores import TrackingError
 
 NAME = "reader_model"
 
@@ -107,12 +108,26 @@ def test_open_client_needs_a_store(store, clean_env, tmp_path):
         open_client(None, tmp_path / "nowhere")
 
 
-def test_a_store_mlflow_cannot_use_is_its_error(clean_env, tmp_path):
+def test_a_store_mlflow_cannot_use_is_named_in_one_line(clean_env, tmp_path):
     (tmp_path / "text.db").write_text("not a database")
     registry = open_client(f"sqlite:///{tmp_path / 'text.db'}", tmp_path)
-    with pytest.raises(DbspecError) as raised:
+    with pytest.raises(TrackingError, match=r"text.db is not a SQLite database$"):
         resolve_version(registry, ModelTarget(NAME, version="1"))
-    assert "Traceback" not in str(raised.value) and str(raised.value)
+    with pytest.raises(TrackingError, match="missing.db"):  # not created empty by MLflow
+        resolve_version(open_client(f"sqlite:///{tmp_path / 'missing.db'}", tmp_path),
+                        ModelTarget(NAME, version="1"))
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_a_child_that_does_not_answer_in_time_is_a_registry_error(store, clean_env, tmp_path,
+                                                                   monkeypatch):
+    from dbspec.serving import registry_reader
+
+    uri, _, _ = store
+    monkeypatch.setattr(registry_reader, "_CHILD_TIMEOUT_S", 0.01)  # no registry that slow here
+    with pytest.raises(RegistryUnavailable, match=r"^the registry did not answer: resolving "
+                                                  r"models:/reader_model/1 took over"):
+        resolve_version(open_client(uri, tmp_path), ModelTarget(NAME, version="1"))
 
 
 def test_a_child_that_dies_is_a_clear_error(store, clean_env, tmp_path, monkeypatch):
