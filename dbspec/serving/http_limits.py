@@ -149,6 +149,8 @@ class GuardedConnection(asyncio.Protocol):
         self.tail = b""  # its last 3 bytes, to find its end across reads
         self.timer: Optional[asyncio.TimerHandle] = None  # idle before a first byte, or head
         self.lingering: Optional[int] = None  # bytes dropped since a refusal
+        self.answered_at: Optional[float] = None  # when its last request was answered
+        self.peer_closed = False  # the client sent FIN
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -180,12 +182,15 @@ class GuardedConnection(asyncio.Protocol):
         self.guard.silent.pop(self, None)
         if not self.accepted:
             return
+        if exc is None and not self.peer_closed and self._idle_since_answer():
+            self.guard.metrics.idle_closed += 1  # by uvicorn's keep-alive timeout
         self.accepted = False
         self.guard.open -= 1
         self.guard.metrics.connections_open -= 1
         self.inner.connection_lost(exc)
 
     def eof_received(self) -> Optional[bool]:
+        self.peer_closed = True
         if self.lingering is not None or not self.accepted:
             self.transport.close()
             return None
@@ -239,6 +244,15 @@ class GuardedConnection(asyncio.Protocol):
     def request_done(self) -> None:
         """The app answered: the next bytes begin a new head."""
         self.reading_head, self.head_bytes, self.tail = True, 0, b""
+        self.answered_at = asyncio.get_running_loop().time()
+
+    def _idle_since_answer(self) -> bool:
+        """Whether nothing came since the last answer, for the keep-alive timeout."""
+        if self.answered_at is None or not self.reading_head or self.head_bytes \
+                or self.lingering is not None:
+            return False
+        idle = asyncio.get_running_loop().time() - self.answered_at
+        return idle >= self.guard.limits.keep_alive_timeout_s * 0.99
 
     def idle_timed_out(self) -> None:
         self.timer = None

@@ -100,10 +100,14 @@ def ask(server, request: bytes, sock: Optional[socket.socket] = None) -> Answer:
 
 
 def open_connections(server, sock: socket.socket) -> int:
+    return metric(server, "dbspec_http_connections_open", sock)
+
+
+def metric(server, name: str, sock: Optional[socket.socket] = None) -> int:
     request = (b"GET /metrics HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + TOKEN.encode()
                + b"\r\n\r\n")
     text = ask(server, request, sock).body.decode()
-    return int(text.split("\ndbspec_http_connections_open ")[1].split()[0])
+    return int(text.split(f"\n{name} ")[1].split()[0])
 
 
 def rss_mb(pid: int) -> float:
@@ -145,6 +149,7 @@ def test_oversized_heads_are_refused_at_once_with_bounded_memory(server):
 
 
 def test_slow_heads_and_idle_connections_are_closed_after_their_timeouts(server):
+    idle_closed = metric(server, "dbspec_http_idle_closed_total")
     unfinished, trickled, silent, kept = (connect(server) for _ in range(4))
     opened = time.monotonic()
     unfinished.sendall(b"POST /invocations HTTP/1.1\r\nHost: t\r\n")
@@ -167,6 +172,8 @@ def test_slow_heads_and_idle_connections_are_closed_after_their_timeouts(server)
             assert answer.status == status, answer.raw[:300]
             if status:
                 assert "header_timeout_seconds" in answer.json()["message"]
+        # the silent one and the kept-alive one
+        assert metric(server, "dbspec_http_idle_closed_total") == idle_closed + 2
     finally:
         stop.set()
         thread.join()
