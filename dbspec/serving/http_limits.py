@@ -88,6 +88,8 @@ def guard_app(app: Callable) -> Callable:
             await app(scope, receive, send)
             return
         connection = _CONNECTION.get()
+        if connection is not None:
+            connection.dispatched = True
         try:
             problem, upgrade = _unsupported(scope)
             if problem is None:
@@ -151,6 +153,7 @@ class GuardedConnection(asyncio.Protocol):
         self.lingering: Optional[int] = None  # bytes dropped since a refusal
         self.answered_at: Optional[float] = None  # when its last request was answered
         self.peer_closed = False  # the client sent FIN
+        self.dispatched = False  # the app was called for the last complete head
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -182,8 +185,11 @@ class GuardedConnection(asyncio.Protocol):
         self.guard.silent.pop(self, None)
         if not self.accepted:
             return
-        if exc is None and not self.peer_closed and self._idle_since_answer():
-            self.guard.metrics.idle_closed += 1  # by uvicorn's keep-alive timeout
+        if exc is None and not self.peer_closed and self.lingering is None:  # closed by uvicorn
+            if self._idle_since_answer():  # for its keep-alive timeout
+                self.guard.metrics.idle_closed += 1
+            elif self.head_bytes or not (self.reading_head or self.dispatched):
+                self.guard.metrics.refused["malformed"] += 1  # its 400 to what httptools refused
         self.accepted = False
         self.guard.open -= 1
         self.guard.metrics.connections_open -= 1
@@ -233,7 +239,7 @@ class GuardedConnection(asyncio.Protocol):
             return False
         if end >= 0:  # the rest is the body, or requests pipelined behind this one
             self.cancel_timer()
-            self.reading_head, self.head_bytes, self.tail = False, 0, b""
+            self.reading_head, self.head_bytes, self.tail, self.dispatched = False, 0, b"", False
             return True
         if self.timer is None:  # its first bytes: the head's deadline starts now
             self.timer = asyncio.get_running_loop().call_later(limits.header_timeout_s,
@@ -248,8 +254,7 @@ class GuardedConnection(asyncio.Protocol):
 
     def _idle_since_answer(self) -> bool:
         """Whether nothing came since the last answer, for the keep-alive timeout."""
-        if self.answered_at is None or not self.reading_head or self.head_bytes \
-                or self.lingering is not None:
+        if self.answered_at is None or not self.reading_head or self.head_bytes:
             return False
         idle = asyncio.get_running_loop().time() - self.answered_at
         return idle >= self.guard.limits.keep_alive_timeout_s * 0.99

@@ -228,10 +228,12 @@ def test_over_max_connections_a_new_one_gets_a_json_503_and_others_are_answered(
 def test_malformed_http_is_refused_at_once_and_closed(server, raw):
     """The parser's refusals, answered by uvicorn: a 400 that says so (text/plain since
     uvicorn answers them itself, not a JSON body), then a close."""
+    refused = metric(server, 'dbspec_http_refused_total{reason="malformed"}')
     with _sent(server, raw) as sock:
         answer = read_answer(sock, to_close=True)
     assert answer.status == 400 and answer.closed and answer.seconds < 2, answer.raw[:300]
     assert b"Invalid HTTP request" in answer.body
+    assert metric(server, 'dbspec_http_refused_total{reason="malformed"}') == refused + 1
 
 
 def test_an_upgrade_request_with_a_body_gets_a_json_400(server):
