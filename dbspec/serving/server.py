@@ -238,12 +238,17 @@ def _stop_signals_end_cleanly() -> Iterator[None]:
         yield
         return
     stops = (signal.SIGINT, signal.SIGTERM)
-    previous = {stop: signal.signal(stop, signal.SIG_IGN) for stop in stops}
+    # a handler that does nothing, not SIG_IGN: a process started meanwhile must not inherit it
+    previous = {stop: signal.signal(stop, _ignore) for stop in stops}
     try:
         yield
     finally:
         for stop, handler in previous.items():
             signal.signal(stop, handler)
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """A stop signal that uvicorn already acted on."""
 
 
 def _best(preferred: str, fallback: str) -> str:
