@@ -31,9 +31,7 @@ MAX_FUNCTION_LINES = 60
 #: Modules over 400 lines when the rule began to be enforced: path -> lines then.
 LONG_MODULES: dict[str, int] = {}
 #: Functions over 60 lines then: "path:qualified name" -> lines then.
-LONG_FUNCTIONS = {
-    "serving/http_limits.py:limited_protocol": 193,
-}
+LONG_FUNCTIONS: dict[str, int] = {}
 #: ``__init__.py`` files holding more than re-exports then.
 INIT_WITH_LOGIC: set[str] = set()
 #: Modules outside dbspec/cli that imported argparse then.
@@ -46,7 +44,7 @@ KIND_FILES = {"single_gpu": 3, "torch_distributor": 3, "deepspeed": 3, "ray": 3,
 #: none is left, and none may come back).
 MAX_KIND_SWITCHES = 0
 #: Entries of the ratchets in pyproject.toml when they began.
-RUFF_RATCHET_FILES = 5
+RUFF_RATCHET_FILES = 4
 MYPY_RATCHET_MODULES = 39
 
 

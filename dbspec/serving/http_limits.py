@@ -1,18 +1,39 @@
-"""The HTTP layer's limits: uvicorn's httptools protocol with header, time and connection caps.
+"""The HTTP layer's limits: uvicorn's public settings, and a guard around each connection.
 
-uvicorn's httptools protocol has no limit on header size (httptools concatenates a header's
-bytes as they come, so an 80 MB header took 12 s of the event loop), no timeout while a head is
-read, and its keep-alive timer starts only after a first response, so a connection that never
-sends a byte is held forever. :func:`limited_protocol` adds those limits and a connection cap,
-and answers every refusal, malformed HTTP included, with a JSON body.
+uvicorn (``http="httptools"``: about twice h11's requests/s here) carries what its settings
+offer: ``timeout_keep_alive`` closes a connection idle after a response,
+``timeout_graceful_shutdown`` bounds the drain at exit, and malformed HTTP is answered 400 and
+closed (uvicorn's own text/plain answer, "Invalid HTTP request received."). What no setting
+gives is added here, through public interfaces only: :func:`guard_protocol` wraps the
+``asyncio.Protocol`` uvicorn builds for each connection (it calls only that protocol's
+``asyncio.Protocol`` methods; no uvicorn class is subclassed or reached into), and
+:func:`guard_app` wraps the ASGI app. They add:
+
+- a connection cap: at ``max_connections`` open connections a new one first closes the oldest
+  that has not sent a byte (it asked nothing); when there is none, the new one is answered a
+  JSON 503 and closed (uvicorn's ``limit_concurrency`` would accept it, then answer text);
+- a connection that sends nothing is closed after ``keep_alive_timeout_s`` from the moment it
+  opens (uvicorn's timer starts only after a first response);
+- a request's head must arrive within ``header_timeout_s`` of its first byte (JSON 408) and
+  stay within ``max_header_bytes`` (JSON 431), counted before the bytes reach the parser, so an
+  unfinished 20 MB header costs one read of memory (httptools has no limit of its own);
+- an Upgrade or CONNECT request with a body (httptools stops parsing at an upgrade, so the body
+  would never be read) gets a JSON 400 and a close; a bodiless upgrade request (curl
+  ``--http2``) is answered in HTTP/1.1, then the connection closes.
+
+After a refusal the connection answers, sends FIN, drops what the client still sends for a
+moment and closes; closing at once would reset the connection and lose the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, NamedTuple, Optional
+import contextvars
+import http
+from collections import OrderedDict
+from typing import Any, Callable, NamedTuple, Optional
 
-from dbspec.errors import UsageError
+from dbspec.serving.protocol import error_body
 
 
 class ConnectionLimits(NamedTuple):
@@ -26,198 +47,254 @@ class ConnectionLimits(NamedTuple):
 
 _LINGER_S = 1.0  # after a refusal, read (and drop) what the client still sends for this long...
 _LINGER_BYTES = 1 << 20  # ...or this much, so it reads the answer instead of a reset
+_HEAD_END = b"\r\n\r\n"
+#: The connection whose bytes are being handed to uvicorn: the task uvicorn starts for a
+#: request copies it, so :func:`guard_app` knows whose request ended.
+_CONNECTION: contextvars.ContextVar[Optional["GuardedConnection"]] = \
+    contextvars.ContextVar("dbspec_connection", default=None)
 
 
-def limited_protocol(limits: ConnectionLimits, metrics) -> type:
-    """uvicorn's httptools protocol with ``limits`` and JSON refusals (a class for ``http=``).
+def uvicorn_settings(limits: ConnectionLimits) -> dict[str, Any]:
+    """The limits uvicorn's own settings carry (keyword arguments of ``uvicorn.Config``)."""
+    return {"http": "httptools", "timeout_keep_alive": limits.keep_alive_timeout_s,
+            "timeout_graceful_shutdown": 30}
 
-    - at ``max_connections`` open connections a new one first closes the oldest connection
-      that has not sent a byte (nothing is lost: it asked nothing); when there is none, the
-      new one is answered 503 and closed;
-    - a connection with no request in progress is closed after ``keep_alive_timeout_s``, from
-      the moment it opens (uvicorn starts that timer only after a first response);
-    - a request's head (request line and headers) must arrive within ``header_timeout_s`` of its
-      first byte (408) and stay within ``max_header_bytes`` (431): httptools only hands over
-      whole headers, so an unfinished one is bounded by what was read (at most one read more);
-    - malformed HTTP gets a JSON 400 instead of uvicorn's text/plain one; so do an upgrade
-      request with a body and CONNECT (a bodiless ``Upgrade: h2c`` request is answered in
-      HTTP/1.1, then the connection closes).
 
-    After a refusal the connection answers, sends FIN, drops what the client still sends for a
-    moment and closes; closing at once would reset the connection and lose the answer.
-    """
-    try:
-        import httptools
-        from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
-    except ImportError:
-        raise UsageError("dbspec serve needs httptools: pip install 'dbspec[serve]'") from None
-    from collections import OrderedDict
+class Guard:
+    """What the connections share: the limits, the metrics, and who has sent nothing yet."""
 
-    from dbspec.serving.protocol import error_body
+    def __init__(self, limits: ConnectionLimits, metrics: Any):
+        self.limits, self.metrics = limits, metrics
+        self.open = 0
+        self.silent: OrderedDict[GuardedConnection, bool] = OrderedDict()  # oldest first
 
-    silent: OrderedDict = OrderedDict()  # accepted connections that have sent nothing, oldest first
 
-    class LimitedHttpProtocol(HttpToolsProtocol):
-        def __init__(self, *args: Any, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self.accepted = False
-            self.reading_head = True  # the next bytes belong to a request's head
-            self.head_bytes = 0  # read since that head began (whole reads)
-            self.head_size = 0  # of the head's completed request line and headers
-            self.head_timer: Optional[asyncio.TimerHandle] = None
-            self.refusal: Optional[tuple[int, str, str]] = None
-            self.lingering: Optional[int] = None  # bytes dropped since the refusal
+def guard_protocol(protocol_class: Callable[..., asyncio.Protocol], guard: Guard) -> Callable:
+    """A protocol factory for uvicorn: ``protocol_class`` (as uvicorn builds it) behind a
+    :class:`GuardedConnection`."""
 
-        def connection_made(self, transport) -> None:
-            if len(self.connections) >= limits.max_connections and silent:
-                oldest, _ = silent.popitem(last=False)
-                self.connections.discard(oldest)
-                metrics.idle_closed += 1
-                oldest.transport.close()
-            if len(self.connections) >= limits.max_connections:
-                self.transport = transport
-                self.refuse(503, "too_many_connections",
-                            f"the server holds its limit of {limits.max_connections} open "
-                            "connections (serving.realtime.max_connections): retry shortly")
+    def build(*args: Any, **kwargs: Any) -> GuardedConnection:
+        return GuardedConnection(protocol_class(*args, **kwargs), guard)
+
+    return build
+
+
+def guard_app(app: Callable) -> Callable:
+    """The ASGI app, refusing what the parser passes on but cannot serve (see the module), and
+    telling the connection when a request is done (its next head starts then)."""
+
+    async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        connection = _CONNECTION.get()
+        if connection is not None:
+            connection.dispatched = True
+        try:
+            problem, upgrade = _unsupported(scope)
+            if problem is None:
+                await app(scope, receive, _closing(send) if upgrade else send)
                 return
-            self.accepted = True
-            metrics.connections_open += 1
-            super().connection_made(transport)
-            silent[self] = None
-            self.timeout_keep_alive_task = self.loop.call_later(
-                limits.keep_alive_timeout_s, self.timeout_keep_alive_handler)
+            if connection is not None:
+                connection.guard.metrics.refused["upgrade"] += 1
+            body = error_body(400, problem)
+            await send({"type": "http.response.start", "status": 400, "headers": [
+                (b"content-type", b"application/json"), (b"connection", b"close"),
+                (b"content-length", b"%d" % len(body))]})
+            await send({"type": "http.response.body", "body": body})
+        finally:
+            if connection is not None:
+                connection.request_done()
 
-        def connection_lost(self, exc) -> None:
-            self.cancel_head_timer()
-            silent.pop(self, None)
-            if not self.accepted:
-                return
-            self.accepted = False
-            metrics.connections_open -= 1
-            super().connection_lost(exc)
+    return guarded
 
-        def timeout_keep_alive_handler(self) -> None:
-            if not self.transport.is_closing():
-                metrics.idle_closed += 1
-            super().timeout_keep_alive_handler()
 
-        def eof_received(self) -> None:
-            if self.lingering is not None:
+def _unsupported(scope: dict) -> tuple[Optional[str], bool]:
+    """(why the request is refused, or None; whether it asks for a protocol upgrade)."""
+    asks, named, body = False, False, False  # Connection: upgrade; an Upgrade header; a body
+    for name, value in scope["headers"]:
+        if name == b"connection" and b"upgrade" in value.lower():
+            asks = True
+        elif name == b"upgrade":
+            named = True
+        elif name == b"transfer-encoding" or name == b"content-length" and value.strip() != b"0":
+            body = True
+    upgrade = scope["method"] == "CONNECT" or asks and named  # as httptools tells an upgrade
+    if upgrade and body:  # httptools stops parsing at an upgrade: such a body is never read
+        return ("protocol upgrades are not supported, and the body of an Upgrade or CONNECT "
+                "request cannot be read: send plain HTTP/1.1 (curl: without --http2)"), True
+    return None, upgrade
+
+
+def _closing(send: Callable) -> Callable:
+    """``send`` adding ``connection: close``: after an upgrade request httptools reads no more,
+    so the connection ends with its answer (which is plain HTTP/1.1)."""
+
+    async def closing(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()),
+                                              (b"connection", b"close")]}
+        await send(message)
+
+    return closing
+
+
+class GuardedConnection(asyncio.Protocol):
+    """One connection: the limits of the module docstring around uvicorn's protocol."""
+
+    def __init__(self, inner: asyncio.Protocol, guard: Guard):
+        self.inner, self.guard = inner, guard
+        self.transport: Any = None
+        self.accepted = False
+        self.reading_head = True  # the next bytes belong to a request's head
+        self.head_bytes = 0  # of that head so far
+        self.tail = b""  # its last 3 bytes, to find its end across reads
+        self.timer: Optional[asyncio.TimerHandle] = None  # idle before a first byte, or head
+        self.lingering: Optional[int] = None  # bytes dropped since a refusal
+        self.answered_at: Optional[float] = None  # when its last request was answered
+        self.peer_closed = False  # the client sent FIN
+        self.dispatched = False  # the app was called for the last complete head
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        guard, limits = self.guard, self.guard.limits
+        if guard.open >= limits.max_connections and guard.silent:
+            oldest, _ = guard.silent.popitem(last=False)
+            guard.metrics.idle_closed += 1
+            oldest.transport.close()
+            oldest.release(None)  # now: its connection_lost comes after this one is counted
+        if guard.open >= limits.max_connections:
+            self.refuse(503, "too_many_connections",
+                        f"the server holds its limit of {limits.max_connections} open "
+                        "connections (serving.realtime.max_connections): retry shortly")
+            return
+        self.accepted = True
+        guard.open += 1
+        guard.metrics.connections_open += 1
+        guard.silent[self] = True
+        self.timer = asyncio.get_running_loop().call_later(limits.keep_alive_timeout_s,
+                                                           self.idle_timed_out)
+        self.inner.connection_made(transport)
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.release(exc)
+
+    def release(self, exc: Optional[Exception]) -> None:
+        """Stop counting this connection, and tell uvicorn's protocol it is gone (once)."""
+        self.cancel_timer()
+        self.guard.silent.pop(self, None)
+        if not self.accepted:
+            return
+        if exc is None and not self.peer_closed and self.lingering is None:  # closed by uvicorn
+            if self._idle_since_answer():  # for its keep-alive timeout
+                self.guard.metrics.idle_closed += 1
+            elif self.head_bytes or not (self.reading_head or self.dispatched):
+                self.guard.metrics.refused["malformed"] += 1  # its 400 to what httptools refused
+        self.accepted = False
+        self.guard.open -= 1
+        self.guard.metrics.connections_open -= 1
+        self.inner.connection_lost(exc)
+
+    def eof_received(self) -> Optional[bool]:
+        self.peer_closed = True
+        if self.lingering is not None or not self.accepted:
+            self.transport.close()
+            return None
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        if self.accepted:
+            self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.accepted:
+            self.inner.resume_writing()
+
+    def data_received(self, data: bytes) -> None:
+        if self.lingering is not None:
+            self.lingering += len(data)
+            if self.lingering > _LINGER_BYTES:
                 self.transport.close()
+            return
+        if self.guard.silent.pop(self, None) is not None:
+            self.cancel_timer()  # the idle timer: it has spoken
+        if self.reading_head and not self.read_head(data):
+            return
+        token = _CONNECTION.set(self)
+        try:
+            self.inner.data_received(data)
+        finally:
+            _CONNECTION.reset(token)
 
-        def data_received(self, data: bytes) -> None:
-            if self.lingering is not None:
-                self.lingering += len(data)
-                if self.lingering > _LINGER_BYTES:
-                    self.transport.close()
-                return
-            self._unset_keepalive_if_required()
-            silent.pop(self, None)
-            if self.reading_head:
-                self.head_bytes += len(data)
-                if self.head_timer is None:
-                    self.head_timer = self.loop.call_later(limits.header_timeout_s,
-                                                           self.head_timed_out)
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserUpgrade:
-                pass  # on_headers_complete refused it
-            except httptools.HttpParserError as exc:
-                if self.refusal is None:
-                    self.refusal = (400, "malformed", f"malformed HTTP request ({exc}): send "
-                                                      "HTTP/1.1, e.g. POST /invocations with a "
-                                                      "JSON body")
-            if self.refusal is None and self.reading_head and \
-                    self.head_bytes > limits.max_header_bytes:
-                self.refusal = self.too_large()
-            if self.refusal is not None:
-                self.refuse(self.refusal[0], self.refusal[1], self.refusal[2])
+    def read_head(self, data: bytes) -> bool:
+        """Count ``data`` into the head; False when the head is refused."""
+        limits = self.guard.limits
+        seen = self.tail + data
+        end = seen.find(_HEAD_END)
+        size = self.head_bytes + (len(data) if end < 0 else end + len(_HEAD_END) - len(self.tail))
+        if size > limits.max_header_bytes:
+            self.refuse(431, "headers_too_large",
+                        f"the request line and headers are over the {limits.max_header_bytes}"
+                        "-byte limit (serving.realtime.max_header_bytes)")
+            return False
+        if end >= 0:  # the rest is the body, or requests pipelined behind this one
+            self.cancel_timer()
+            self.reading_head, self.head_bytes, self.tail, self.dispatched = False, 0, b"", False
+            return True
+        if self.timer is None:  # its first bytes: the head's deadline starts now
+            self.timer = asyncio.get_running_loop().call_later(limits.header_timeout_s,
+                                                               self.head_timed_out)
+        self.head_bytes, self.tail = size, seen[-3:]
+        return True
 
-        def too_large(self) -> tuple[int, str, str]:
-            return (431, "headers_too_large",
-                    f"the request line and headers are over the {limits.max_header_bytes}-byte "
-                    "limit (serving.realtime.max_header_bytes)")
+    def request_done(self) -> None:
+        """The app answered: the next bytes begin a new head."""
+        self.reading_head, self.head_bytes, self.tail = True, 0, b""
+        self.answered_at = asyncio.get_running_loop().time()
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self.head_size = 0
+    def _idle_since_answer(self) -> bool:
+        """Whether nothing came since the last answer, for the keep-alive timeout."""
+        if self.answered_at is None or not self.reading_head or self.head_bytes:
+            return False
+        idle = asyncio.get_running_loop().time() - self.answered_at
+        return idle >= self.guard.limits.keep_alive_timeout_s * 0.99
 
-        def on_url(self, url: bytes) -> None:
-            super().on_url(url)
-            self.head_size += len(url)
+    def idle_timed_out(self) -> None:
+        self.timer = None
+        if self.guard.silent.pop(self, None) is not None and not self.transport.is_closing():
+            self.guard.metrics.idle_closed += 1
+            self.transport.close()
 
-        def on_header(self, name: bytes, value: bytes) -> None:
-            super().on_header(name, value)
-            self.head_size += len(name) + len(value) + 4
+    def head_timed_out(self) -> None:
+        self.timer = None
+        if self.reading_head and not self.transport.is_closing():
+            self.refuse(408, "header_timeout",
+                        f"the request's headers did not arrive within "
+                        f"{self.guard.limits.header_timeout_s:g} s "
+                        "(serving.realtime.header_timeout_seconds)")
 
-        def on_headers_complete(self) -> None:
-            self.cancel_head_timer()
-            self.reading_head, self.head_bytes = False, 0
-            if self.refusal is not None:
-                return
-            if self.head_size > limits.max_header_bytes:
-                self.refusal = self.too_large()
-            elif self.parser.should_upgrade() and (self.parser.get_method() == b"CONNECT" or any(
-                    name == b"transfer-encoding" or name == b"content-length"
-                    and value.strip() != b"0" for name, value in self.headers)):
-                # httptools stops parsing at an upgrade, so such a body would never be read
-                self.refusal = (400, "upgrade", "protocol upgrades are not supported, and the "
-                                                "body of an Upgrade or CONNECT request cannot "
-                                                "be read: send plain HTTP/1.1 (curl: without "
-                                                "--http2)")
-            else:
-                super().on_headers_complete()
-                if self.parser.should_upgrade():  # answered as plain HTTP/1.1, then closed,
-                    self.cycle.keep_alive = False  # as the parser reads no further
+    def cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
-        def on_body(self, body: bytes) -> None:
-            if self.refusal is None:
-                super().on_body(body)
-
-        def on_message_complete(self) -> None:
-            if self.refusal is None:
-                super().on_message_complete()
-                self.reading_head = True
-
-        def head_timed_out(self) -> None:
-            self.head_timer = None
-            if self.reading_head and self.refusal is None and not self.transport.is_closing():
-                self.refusal = (408, "header_timeout",
-                                f"the request's headers did not arrive within "
-                                f"{limits.header_timeout_s:g} s "
-                                "(serving.realtime.header_timeout_seconds)")
-                self.refuse(*self.refusal)
-
-        def cancel_head_timer(self) -> None:
-            if self.head_timer is not None:
-                self.head_timer.cancel()
-                self.head_timer = None
-
-        def send_400_response(self, msg: str) -> None:  # uvicorn's own, text/plain
-            self.refuse(400, "malformed", f"malformed HTTP request: {msg}")
-
-        def refuse(self, status: int, reason: str, message: str) -> None:
-            """Answer ``status`` with a JSON body, then linger and close (see above)."""
-            if self.lingering is not None:
-                return
-            self.lingering = 0
-            metrics.refused[reason] += 1
-            self.cancel_head_timer()
-            self._unset_keepalive_if_required()
-            transport = self.transport
-            if transport.is_closing():
-                return
-            if self.cycle is not None and not self.cycle.response_complete:
-                transport.close()  # a pipelined head went wrong while a response is being sent
-                return
-            body = error_body(status, message)
-            retry = b"retry-after: 1\r\n" if status == 503 else b""
-            transport.write(STATUS_LINE[status] + b"content-type: application/json\r\n"
-                            b"content-length: %d\r\nconnection: close\r\n%s\r\n%s"
-                            % (len(body), retry, body))
-            if transport.can_write_eof():
-                transport.write_eof()
-            transport.resume_reading()
-            self.loop.call_later(_LINGER_S, transport.close)
-
-    return LimitedHttpProtocol
+    def refuse(self, status: int, reason: str, message: str) -> None:
+        """Answer ``status`` with a JSON body, then linger and close (see the module)."""
+        if self.lingering is not None:
+            return
+        self.lingering = 0
+        self.guard.metrics.refused[reason] += 1
+        self.cancel_timer()
+        transport = self.transport
+        if transport.is_closing():
+            return
+        body = error_body(status, message)
+        retry = b"retry-after: 1\r\n" if status == 503 else b""
+        transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n"
+                        b"content-length: %d\r\nconnection: close\r\n%s\r\n%s"
+                        % (status, http.HTTPStatus(status).phrase.encode(), len(body), retry,
+                           body))
+        if transport.can_write_eof():
+            transport.write_eof()
+        transport.resume_reading()
+        asyncio.get_running_loop().call_later(_LINGER_S, transport.close)

@@ -40,7 +40,7 @@ class Histogram:
         return lines
 
 
-#: Connections the HTTP layer refused or cut, by reason (see ``server.LimitedHttpProtocol``).
+#: Connections the HTTP layer refused or cut, by reason (see :mod:`dbspec.serving.http_limits`).
 HTTP_REFUSALS = ("too_many_connections", "headers_too_large", "header_timeout", "malformed",
                  "upgrade")
 

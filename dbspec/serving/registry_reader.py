@@ -1,135 +1,121 @@
-"""A read-only registry client for SQLite stores that does not import MLflow.
+"""Registry reads for serving, through MLflow's public client, with MLflow kept out of the server.
 
-``dbspec serve`` needs three reads from the registry: which version an alias (or number, or
-"latest") names, where that version's files are, and, with ``--watch-alias``, the same again
-every few seconds. Importing MLflow for them costs about 2 s and 150-200 MB of the server's
-memory (its tracking, GenAI and SQLAlchemy store modules), several times what the model needs.
-On a ``sqlite:///`` store, the default of dbspec's local runs, those reads are three SQL
-queries, done here with the standard library's ``sqlite3``.
+``dbspec serve`` needs two answers from the registry before it loads a model: which version the
+target names (an alias, a number, or the latest) and where that version's files are. Importing
+MLflow for them costs about 2 s and 150 MB, which a long-lived server would then hold for
+nothing. :class:`ServingRegistry` asks them once, at start, of an ``mlflow.MlflowClient`` in a
+short-lived child process (``python -m dbspec.serving.registry_child``) that prints one JSON
+answer and exits: the server pays the import's time once and never its memory. Later reads
+(``--watch-alias`` polls) go through an ``MlflowClient`` in this process, opened on first use
+off the request path (the watcher runs in a daemon thread).
 
-:class:`SqliteRegistryReader` answers the calls of ``mlflow.MlflowClient`` that serving makes,
-with the same shapes (objects with ``.version``, ``.aliases``) and the same error codes
-(``RESOURCE_DOES_NOT_EXIST``, ``INVALID_PARAMETER_VALUE``) as MLflow's own SQL store, so the
-code that takes a client (alias lookups, :mod:`dbspec.serving.source`) works unchanged on
-either. It is used only where it is known to agree with MLflow (:func:`open_sqlite_reader`):
-a store whose tables hold the columns it reads, MLflow's workspaces off, and a version whose
-files are on the local disk; everywhere else serving goes through MLflow. Tests compare its
-answers with ``MlflowClient``'s on the same store.
+A failure in the child comes back as the same dbspec error, with the same message.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
-import sqlite3
+import subprocess
+import sys
+import threading
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Any, Callable, Optional
 from urllib.parse import unquote, urlparse
 
-#: What MLflow's SQL store marks a deleted version with (it keeps the row).
-_DELETED_STAGE = "Deleted_Internal"
-#: Columns the queries read, per table; a store without one of them is left to MLflow.
-_NEEDED = {"registered_models": {"name"},
-           "model_versions": {"name", "version", "current_stage", "source", "storage_location"},
-           "registered_model_aliases": {"alias", "name", "version"}}
-_DEFAULT_WORKSPACE = "default"
+from dbspec.errors import DbspecError, UsageError
+from dbspec.registry.errors import RegistryError, RegistryUnavailable
+from dbspec.tracking.stores import TrackingError
+
+#: The errors the child hands back by name; any other dbspec error comes back as the nearest
+#: of these among its bases (a permission refusal stays a RegistryUnavailable).
+_ERRORS = {cls.__name__: cls for cls in (DbspecError, UsageError, RegistryError,
+                                         RegistryUnavailable, TrackingError)}
+_CHILD_TIMEOUT_S = 600  # a remote store's download can take minutes; a hang must still end
 
 
-class RegistryReadError(Exception):
-    """A failed read, with the error code MLflow's SQL store would give (``error_code``)."""
+class ServingRegistry:
+    """The registry as serving reads it: the first resolution in a child process (see the
+    module docstring), every other read through ``mlflow.MlflowClient`` opened on first use.
 
-    def __init__(self, message: str, error_code: str):
-        super().__init__(message)
-        self.error_code = error_code
-
-
-class VersionRecord(NamedTuple):
-    """The fields of a model version that serving reads (as ``ModelVersion`` names them)."""
-
-    name: str
-    version: str
-    source: str
-    storage_location: Optional[str]
-
-
-class ModelRecord(NamedTuple):
-    """A registered model's name and aliases (as ``RegisteredModel`` names them)."""
-
-    name: str
-    aliases: dict[str, str]
-
-
-class SqliteRegistryReader:
-    """Reads of an MLflow SQLite registry (see the module docstring); never writes.
-
-    Each call opens the database read-only and closes it: the server holds no connection
-    between ``--watch-alias`` polls, and MLflow's writers are never blocked by a reader.
+    Any attribute of ``MlflowClient`` is available on it (opening the client), so code that
+    takes a client (alias lookups, :func:`dbspec.serving.source.resolve_version`) takes this.
     """
 
-    def __init__(self, database: Path, tracking_uri: str, workspace_column: bool):
-        self.database = database
-        self.tracking_uri = tracking_uri
-        self._workspace = " AND workspace = ?" if workspace_column else ""
-        self._workspace_args: tuple = (_DEFAULT_WORKSPACE,) if workspace_column else ()
+    def __init__(self, tracking_uri: Optional[str], state_dir: Path,
+                 resolve_here: Callable[[Any, Any], str]):
+        self._tracking_uri, self._state_dir = tracking_uri, state_dir
+        self._resolve_here = resolve_here  # with a client in this process
+        self._client: Any = None
+        self._asked_child = False
+        self._locations: dict[tuple[str, str], str] = {}  # (name, version): files, from the child
+        self._opening = threading.Lock()
 
-    def _query(self, sql: str, *args) -> list[tuple]:
-        try:
-            with _connect(self.database) as connection:
-                return connection.execute(sql, args + self._workspace_args).fetchall()
-        except sqlite3.Error as exc:
-            raise RegistryReadError(f"cannot read {self.database}: {exc}",
-                                    "INTERNAL_ERROR") from None
+    @property
+    def client(self) -> Any:
+        """The ``mlflow.MlflowClient`` (imports MLflow on first use)."""
+        with self._opening:
+            if self._client is None:
+                self._client = open_mlflow_client(store_uri(self._tracking_uri,
+                                                            self._state_dir))
+            return self._client
 
-    def get_registered_model(self, name: str) -> ModelRecord:
-        if not self._query(f"SELECT name FROM registered_models WHERE name = ?{self._workspace}",
-                           name):
-            raise RegistryReadError(f"Registered Model with name={name} not found",
-                                    "RESOURCE_DOES_NOT_EXIST")
-        rows = self._query("SELECT alias, version FROM registered_model_aliases WHERE name = ?"
-                           f"{self._workspace}", name)
-        return ModelRecord(name, {alias: str(version) for alias, version in rows})
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # never open MLflow for a lookup of this object's internals
+            raise AttributeError(name)
+        return getattr(self.client, name)
 
-    def get_model_version(self, name: str, version) -> VersionRecord:
-        try:
-            number = int(version)
-        except (TypeError, ValueError):
-            raise RegistryReadError(f"Parameter 'version' must be an integer, got '{version}'.",
-                                    "INVALID_PARAMETER_VALUE") from None
-        rows = self._query("SELECT name, version, source, storage_location FROM model_versions "
-                           f"WHERE name = ? AND version = ? AND current_stage != ?"
-                           f"{self._workspace}", name, number, _DELETED_STAGE)
-        if not rows:
-            raise RegistryReadError(f"Model Version (name={name}, version={number}) not found",
-                                    "RESOURCE_DOES_NOT_EXIST")
-        return _version(rows[0])
+    def resolve(self, target: Any) -> str:
+        """The version ``target`` names now: the first time in a child process (which also
+        finds the version's files on this disk), then with the client here.
 
-    def get_model_version_by_alias(self, name: str, alias: str) -> VersionRecord:
-        if alias.lower() == "latest":  # MLflow's reserved alias: the highest version
-            versions = self.search_model_versions(f"name = '{name}'", _name=name)
-            if not versions:
-                raise RegistryReadError(f"Latest version not found for model {name}.",
-                                        "RESOURCE_DOES_NOT_EXIST")
-            return max(versions, key=lambda v: int(v.version))
-        self.get_registered_model(name)  # MLflow says "no such model" before "no such alias"
-        rows = self._query("SELECT version FROM registered_model_aliases WHERE name = ? AND "
-                           f"alias = ?{self._workspace}", name, alias)
-        if not rows:
-            raise RegistryReadError(f"Registered model alias {alias} not found.",
-                                    "INVALID_PARAMETER_VALUE")
-        return self.get_model_version(name, rows[0][0])
+        Raises:
+            RegistryError: no such model, version or alias; the registry did not answer.
+            DbspecError: the store cannot be used.
+        """
+        if self._asked_child:
+            return self._resolve_here(self.client, target)
+        self._asked_child = True
+        answer = ask_child(self._tracking_uri, self._state_dir, target)
+        self._locations[(target.name, answer["version"])] = answer["location"]
+        return answer["version"]
 
-    def search_model_versions(self, filter_string: str, *, _name: Optional[str] = None
-                              ) -> list[VersionRecord]:
-        """Only the ``name = '...'`` filter that serving sends is understood."""
-        name = _name if _name is not None else _name_filter(filter_string)
-        rows = self._query("SELECT name, version, source, storage_location FROM model_versions "
-                           f"WHERE name = ? AND current_stage != ?{self._workspace}",
-                           name, _DELETED_STAGE)
-        return [_version(row) for row in rows]
+    def get_model_version_download_uri(self, name: str, version: Any) -> str:
+        """Where the version's files are: the child's answer for the version it resolved."""
+        found = self._locations.get((name, str(version)))
+        if found is not None:
+            return found
+        return self.client.get_model_version_download_uri(name, version)
 
-    def get_model_version_download_uri(self, name: str, version) -> str:
-        found = self.get_model_version(name, version)
-        return found.storage_location or found.source
+
+def ask_child(tracking_uri: Optional[str], state_dir: Path, target: Any) -> dict[str, str]:
+    """``{"version": ..., "location": ...}`` of ``target``, from a child process with MLflow.
+
+    Raises:
+        DbspecError: the child's error, as the same class (or its nearest base here).
+    """
+    request = {"tracking_uri": tracking_uri, "state_dir": str(state_dir),
+               "target": list(target)}
+    try:
+        done = subprocess.run([sys.executable, "-m", "dbspec.serving.registry_child",
+                               json.dumps(request)], capture_output=True, text=True,
+                              timeout=_CHILD_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise RegistryUnavailable(f"the registry did not answer: resolving {target.uri} took "
+                                  f"over {_CHILD_TIMEOUT_S} s") from None
+    lines = done.stdout.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if done.returncode != 0 or not isinstance(answer, dict):
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        raise DbspecError(f"reading {target.uri} from the registry failed: {tail[0]}")
+    if "error" in answer:
+        found = next((_ERRORS[name] for name in answer["error"]["classes"] if name in _ERRORS),
+                     DbspecError)
+        raise found(answer["error"]["message"])
+    return answer
 
 
 def local_artifacts(uri: str) -> Optional[Path]:
@@ -142,52 +128,30 @@ def local_artifacts(uri: str) -> Optional[Path]:
     return None
 
 
-def open_sqlite_reader(tracking_uri: str) -> Optional[SqliteRegistryReader]:
-    """A reader for ``tracking_uri`` when it can stand in for MLflow there, else None.
+def store_uri(tracking_uri: Optional[str], state_dir: Path) -> str:
+    """``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else the state directory's SQLite store."""
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or \
+        f"sqlite:///{(state_dir / 'mlflow.db').resolve()}"
 
-    None for: a URI that is not ``sqlite:///FILE``; a registry URI of its own
-    (``MLFLOW_REGISTRY_URI``), or MLflow's workspaces switched on (they choose rows by
-    settings this reader does not follow); a file that is missing, not a database, or lacks a
-    table or column the reads need (a store MLflow has not created or must migrate). MLflow
-    then opens the store and says what is wrong with it.
+
+def open_mlflow_client(uri: str) -> Any:
+    """``mlflow.MlflowClient`` on ``uri``.
+
+    An existing SQLite database is not probed first (MLflow's probe, a tracking query, costs
+    about 2 s at every start): a store MLflow cannot read fails on opening or at the first
+    read, and the caller asks :func:`~dbspec.tracking.stores.check_tracking_server` why then.
+    Any other store is probed, a missing database included (MLflow would create an empty one).
+
+    Raises:
+        TrackingError: the store cannot be used.
     """
-    from dbspec.tracking.stores import sqlite_path
+    import mlflow
 
-    registry_uri = os.environ.get("MLFLOW_REGISTRY_URI")
-    if registry_uri and registry_uri != tracking_uri:
-        return None
-    if os.environ.get("MLFLOW_ENABLE_WORKSPACES", "").strip().lower() in ("1", "true", "yes") \
-            or os.environ.get("MLFLOW_WORKSPACE"):
-        return None
-    database = sqlite_path(tracking_uri)
+    from dbspec.tracking.mlflow_tracking import quiet_mlflow
+    from dbspec.tracking.stores import check_tracking_server, sqlite_path
+
+    quiet_mlflow()
+    database = sqlite_path(uri)
     if database is None or not database.is_file():
-        return None
-    try:
-        with _connect(database) as connection:
-            columns = {table: {row[1] for row in connection.execute(
-                f"PRAGMA table_info({table})")} for table in _NEEDED}
-    except sqlite3.Error:
-        return None
-    if any(not needed <= columns[table] for table, needed in _NEEDED.items()):
-        return None
-    workspace = all("workspace" in found for found in columns.values())
-    return SqliteRegistryReader(database, tracking_uri, workspace)
-
-
-def _connect(database: Path) -> "contextlib.closing[sqlite3.Connection]":
-    # read-only; and closed on exit (sqlite3's own context manager only commits)
-    return contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro",
-                                              uri=True, timeout=30))
-
-
-def _version(row: tuple) -> VersionRecord:
-    name, version, source, storage_location = row
-    return VersionRecord(name, str(version), source, storage_location)
-
-
-def _name_filter(filter_string: str) -> str:
-    prefix, suffix = "name = '", "'"
-    if not (filter_string.startswith(prefix) and filter_string.endswith(suffix)):
-        raise RegistryReadError(f"unsupported filter {filter_string!r}: only name = '...'",
-                                "INVALID_PARAMETER_VALUE")
-    return filter_string[len(prefix):-len(suffix)].replace("''", "'")
+        check_tracking_server(uri, must_exist=True)
+    return mlflow.MlflowClient(tracking_uri=uri)

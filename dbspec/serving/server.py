@@ -10,16 +10,20 @@ limits are in :mod:`dbspec.serving.http_limits`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import ipaddress
 import os
+import signal
 import socket
+import threading
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional
 
 from dbspec.errors import DbspecError, UsageError
 from dbspec.serving.app import LoadedModel, ScoringApp, ServingConfig
-from dbspec.serving.http_limits import ConnectionLimits, limited_protocol
+from dbspec.serving.http_limits import (ConnectionLimits, Guard, guard_app, guard_protocol,
+                                        uvicorn_settings)
 from dbspec.serving.inference_table import InferenceTable
 from dbspec.serving.source import ModelTarget, load_version, resolve_version
 
@@ -147,8 +151,6 @@ def _load_without_torch(client, target: ModelTarget, version: str) -> LoadedMode
 async def in_daemon_thread(function, *args):
     """``function(*args)`` on a daemon thread: a registry call stuck in its retries must not
     hold up the server's shutdown (the default executor's threads are joined at exit)."""
-    import threading
-
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -175,7 +177,6 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     """Serve ``loaded`` until SIGINT/SIGTERM, then drain in-flight requests and stop."""
     import uvicorn
 
-    _Server = _server_class()
     token, tokens = resolve_token(options), resolve_tokens(options)
     background = ()
     if options.watch_alias:
@@ -196,16 +197,16 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
                                            options.max_body_bytes, options.out_of_range,
                                            options.out_of_range_tolerance, tokens=tokens),
                      table=table, background=background)
-    limits = options.limits
-    protocol = limited_protocol(limits, app.metrics)
     sock = bind(options.host, options.port)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
-        app, loop=_best("uvloop", "asyncio"), http=protocol, ws="none", lifespan="on",
+        guard_app(app), loop=_best("uvloop", "asyncio"), ws="none", lifespan="on",
         access_log=False, log_level="warning", server_header=False, date_header=False,
-        timeout_keep_alive=limits.keep_alive_timeout_s,  # type: ignore[arg-type]
-        timeout_graceful_shutdown=30)
-    server = _Server(config)
+        **uvicorn_settings(options.limits))
+    config.load()  # then its HTTP protocol goes behind the guard of http_limits
+    config.http_protocol_class = guard_protocol(config.http_protocol_class,
+                                                Guard(options.limits, app.metrics))
+    server = uvicorn.Server(config)
     auth = describe_auth(options, token)
     say(f"serving {loaded.name} v{loaded.version} ({loaded.source}) on "
         f"http://{_url_host(host)}:{port}  auth: {auth}  batching: up to "
@@ -217,7 +218,8 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     gc.collect()
     gc.freeze()
     try:
-        server.run(sockets=[sock])
+        with _stop_signals_end_cleanly():
+            server.run(sockets=[sock])
     except SystemExit:  # uvicorn exits when the app's start-up fails; say it our way
         raise DbspecError("the server did not start (see the messages above)") from None
     finally:
@@ -227,22 +229,26 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     say("stopped")
 
 
-def _server_class():
-    import contextlib
+@contextlib.contextmanager
+def _stop_signals_end_cleanly() -> Iterator[None]:
+    """uvicorn re-raises the SIGINT/SIGTERM that stopped it, after its graceful drain, to the
+    handlers it found; the process would die by the signal. Handlers that ignore them, around
+    ``server.run``, let a drained, clean stop exit normally (a signal only in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stops = (signal.SIGINT, signal.SIGTERM)
+    # a handler that does nothing, not SIG_IGN: a process started meanwhile must not inherit it
+    previous = {stop: signal.signal(stop, _ignore) for stop in stops}
+    try:
+        yield
+    finally:
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
 
-    import uvicorn
 
-    class Server(uvicorn.Server):
-        """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, so the process would
-        die by the signal; here a drained, clean stop exits normally instead."""
-
-        @contextlib.contextmanager
-        def capture_signals(self):
-            with super().capture_signals():
-                yield
-                getattr(self, "_captured_signals", []).clear()
-
-    return Server
+def _ignore(signum: int, frame: object) -> None:
+    """A stop signal that uvicorn already acted on."""
 
 
 def _best(preferred: str, fallback: str) -> str:

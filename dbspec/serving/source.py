@@ -68,36 +68,36 @@ def tracking_uri_for(spec, given: Optional[str]) -> Optional[str]:
 
 
 def open_client(tracking_uri: Optional[str], state_dir: Path):
-    """A registry client for serving: on a SQLite store MLflow can be stood in for, the
-    MLflow-free :class:`~dbspec.serving.registry_reader.SqliteRegistryReader` (it keeps about
-    2 s and 150 MB of MLflow out of ``dbspec serve``); elsewhere an ``mlflow.MlflowClient``.
+    """The registry as serving reads it: a
+    :class:`~dbspec.serving.registry_reader.ServingRegistry` (``mlflow.MlflowClient``, with the
+    first resolution done in a child process so that ``dbspec serve`` never holds MLflow).
 
     Raises:
         RegistryError: no store at the default location.
-        TrackingError: the store cannot be used.
     """
-    from dbspec.serving.registry_reader import open_sqlite_reader
+    from dbspec.serving.registry_reader import ServingRegistry
 
     default = state_dir / "mlflow.db"
-    uri = tracking_uri or (f"sqlite:///{default.resolve()}" if default.is_file() else None)
-    reader = open_sqlite_reader(uri) if uri else None
-    if reader is not None:
-        return reader
-    from dbspec.registry.commands import open_registry
-
-    return open_registry(tracking_uri, state_dir).client
+    if not (tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")) and not default.exists():
+        raise RegistryError(f"no tracking store at {default}: run a spec first, or give "
+                            "--tracking-uri / MLFLOW_TRACKING_URI")
+    return ServingRegistry(tracking_uri, state_dir, resolve_here=resolve_version)
 
 
 def resolve_version(client, target: ModelTarget) -> str:
     """The version number ``target`` points at now.
 
-    ``client``: an ``mlflow.MlflowClient`` or a reader of :func:`open_client`; both raise
-    errors carrying MLflow's ``error_code``, which is how they are told from bugs here (so
-    MLflow is not imported for its exception class).
+    ``client``: an ``mlflow.MlflowClient``, or the registry of :func:`open_client` (which asks
+    one); registry errors are told from bugs here by MLflow's ``error_code`` (so MLflow is not
+    imported for its exception class).
 
     Raises:
         RegistryError: no such model, version or alias.
     """
+    from dbspec.serving.registry_reader import ServingRegistry
+
+    if isinstance(client, ServingRegistry):
+        return client.resolve(target)
     if target.alias:  # the one alias lookup, which never takes an error for "not set"
         holder = alias_holder(client, target.name, target.alias)
         if holder is None:
@@ -161,7 +161,7 @@ def load_version(client, target: ModelTarget, version: str, *, without_torch: bo
     """
     from dbspec.serving.app import LoadedModel
 
-    local = _artifacts(client, target, version)
+    local = version_artifacts(client, target, version)
     cards = sorted(local.glob("artifacts/*/model.json"))
     if not cards:
         raise RegistryError(f"models:/{target.name}/{version} was not logged by dbspec (no "
@@ -179,7 +179,7 @@ def load_version(client, target: ModelTarget, version: str, *, without_torch: bo
     return LoadedModel(model, target.name, version, target.uri)
 
 
-def _artifacts(client, target: ModelTarget, version: str) -> Path:
+def version_artifacts(client, target: ModelTarget, version: str) -> Path:
     from dbspec.serving.registry_reader import local_artifacts
 
     where = f"models:/{target.name}/{version}"

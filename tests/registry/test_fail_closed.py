@@ -28,13 +28,12 @@ registry:
 
 
 def test_the_holder_is_none_only_when_the_registry_says_so(store, tmp_path):
-    """With MLflow's client and with serving's MLflow-free SQLite reader alike."""
+    """With MLflow's client and with serving's registry (which reads through one) alike."""
     from dbspec.registry import alias_holder
-    from dbspec.serving.registry_reader import open_sqlite_reader
+    from dbspec.serving.source import open_client
 
     uri, client, _ = store
-    reader = open_sqlite_reader(uri)
-    assert reader is not None
+    reader = open_client(uri, tmp_path)
     for registry in (client, reader):
         assert alias_holder(registry, NAME, "production") is None  # SQL: INVALID_PARAMETER
         assert alias_holder(registry, "no_such_model", "production") is None
@@ -42,20 +41,6 @@ def test_the_holder_is_none_only_when_the_registry_says_so(store, tmp_path):
     client.set_registered_model_alias(NAME, "production", version)
     for registry in (client, reader):
         assert str(alias_holder(registry, NAME, "production").version) == str(version)
-
-
-def test_a_store_that_cannot_be_read_is_an_error_not_no_holder(store, tmp_path):
-    """Serving's SQLite reader on a database that went away under it."""
-    import shutil
-
-    from dbspec.registry import RegistryUnavailable, alias_holder
-    from dbspec.serving.registry_reader import open_sqlite_reader
-
-    uri, _, _ = store
-    reader = open_sqlite_reader(uri)
-    shutil.rmtree(tmp_path)
-    with pytest.raises(RegistryUnavailable, match="did not answer"):
-        alias_holder(reader, NAME, "production")
 
 
 def test_a_registry_answering_errors_is_an_error_not_no_holder(erroring_registry):

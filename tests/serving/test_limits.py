@@ -100,10 +100,14 @@ def ask(server, request: bytes, sock: Optional[socket.socket] = None) -> Answer:
 
 
 def open_connections(server, sock: socket.socket) -> int:
+    return metric(server, "dbspec_http_connections_open", sock)
+
+
+def metric(server, name: str, sock: Optional[socket.socket] = None) -> int:
     request = (b"GET /metrics HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer " + TOKEN.encode()
                + b"\r\n\r\n")
     text = ask(server, request, sock).body.decode()
-    return int(text.split("\ndbspec_http_connections_open ")[1].split()[0])
+    return int(text.split(f"\n{name} ")[1].split()[0])
 
 
 def rss_mb(pid: int) -> float:
@@ -145,6 +149,7 @@ def test_oversized_heads_are_refused_at_once_with_bounded_memory(server):
 
 
 def test_slow_heads_and_idle_connections_are_closed_after_their_timeouts(server):
+    idle_closed = metric(server, "dbspec_http_idle_closed_total")
     unfinished, trickled, silent, kept = (connect(server) for _ in range(4))
     opened = time.monotonic()
     unfinished.sendall(b"POST /invocations HTTP/1.1\r\nHost: t\r\n")
@@ -167,6 +172,8 @@ def test_slow_heads_and_idle_connections_are_closed_after_their_timeouts(server)
             assert answer.status == status, answer.raw[:300]
             if status:
                 assert "header_timeout_seconds" in answer.json()["message"]
+        # the silent one and the kept-alive one
+        assert metric(server, "dbspec_http_idle_closed_total") == idle_closed + 2
     finally:
         stop.set()
         thread.join()
@@ -217,14 +224,26 @@ def test_over_max_connections_a_new_one_gets_a_json_503_and_others_are_answered(
     b"GET /ping HTTP/7.0\r\n\r\n",
     b"GET /pi\x00ng HTTP/1.1\r\n\r\n",
     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-    b"POST /invocations HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-    b"Content-Length: 2\r\n\r\n{}",
-], ids=["garbage", "length", "length+chunked", "header", "version", "nul", "http2", "upgrade"])
-def test_malformed_http_gets_a_json_400(server, raw):
-    answer = ask(server, raw)
-    assert answer.status == 400, answer.raw[:300]
+], ids=["garbage", "length", "length+chunked", "header", "version", "nul", "http2"])
+def test_malformed_http_is_refused_at_once_and_closed(server, raw):
+    """The parser's refusals, answered by uvicorn: a 400 that says so (text/plain since
+    uvicorn answers them itself, not a JSON body), then a close."""
+    refused = metric(server, 'dbspec_http_refused_total{reason="malformed"}')
+    with _sent(server, raw) as sock:
+        answer = read_answer(sock, to_close=True)
+    assert answer.status == 400 and answer.closed and answer.seconds < 2, answer.raw[:300]
+    assert b"Invalid HTTP request" in answer.body
+    assert metric(server, 'dbspec_http_refused_total{reason="malformed"}') == refused + 1
+
+
+def test_an_upgrade_request_with_a_body_gets_a_json_400(server):
+    raw = (b"POST /invocations HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\n"
+           b"Upgrade: websocket\r\nContent-Length: 2\r\n\r\n{}")
+    with _sent(server, raw) as sock:
+        answer = read_answer(sock, to_close=True)
+    assert answer.status == 400 and answer.closed, answer.raw[:300]
     assert answer.json()["error_code"] == "BAD_REQUEST"
-    assert answer.json()["message"]
+    assert "upgrades are not supported" in answer.json()["message"]
 
 
 def test_a_bodiless_upgrade_request_is_answered_in_http_1_1_then_closed(server):
@@ -236,6 +255,12 @@ def test_a_bodiless_upgrade_request_is_answered_in_http_1_1_then_closed(server):
     # httptools reads nothing after an upgrade: a next request on this connection would hang
     assert answer.headers.get(b"connection") == b"close" and answer.closed
     assert answer.seconds < 2
+
+
+def _sent(server, raw: bytes) -> socket.socket:
+    sock = connect(server)
+    sock.sendall(raw)
+    return sock
 
 
 def test_an_input_whose_prediction_overflows_is_refused_naming_its_rows(server):

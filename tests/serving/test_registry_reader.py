@@ -1,17 +1,18 @@
-"""The MLflow-free registry reader of ``dbspec serve`` answers as ``mlflow.MlflowClient`` does."""
+"""Serving's registry (MLflow's client, its first read in a child process) answers as
+``mlflow.MlflowClient`` does, with the same errors, and keeps MLflow out of the server."""
 
 from __future__ import annotations
 
-import sqlite3
 import subprocess
 import sys
 
 import pytest
 
-from dbspec.registry import RegistryError
-from dbspec.serving.registry_reader import (RegistryReadError, SqliteRegistryReader,
-                                            local_artifacts, open_sqlite_reader)
-from dbspec.serving.source import ModelTarget, _artifacts, open_client, resolve_version
+from dbspec.registry import RegistryError, RegistryUnavailable
+from dbspec.errors import DbspecError
+from dbspec.serving.registry_reader import ServingRegistry, local_artifacts
+from dbspec.serving.source import ModelTarget, open_client, resolve_version
+from dbspec.tracking.stores import TrackingError
 
 NAME = "reader_model"
 
@@ -64,39 +65,32 @@ TARGETS = [ModelTarget(NAME, alias="champion"), ModelTarget(NAME, alias="challen
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=[t.uri for t in TARGETS])
-def test_it_resolves_every_target_as_mlflow_does(store, clean_env, target):
+def test_it_resolves_every_target_as_mlflow_does(store, clean_env, target, tmp_path):
     uri, client, _ = store
-    reader = open_sqlite_reader(uri)
-    assert isinstance(reader, SqliteRegistryReader)
-    assert outcome(reader, target) == outcome(client, target)
+    assert outcome(open_client(uri, tmp_path), target) == outcome(client, target)
 
 
-def test_the_download_location_is_mlflows(store, clean_env):
+def test_the_files_are_where_mlflow_says(store, clean_env, tmp_path):
     uri, client, sources = store
-    reader = open_sqlite_reader(uri)
-    for version in ("1", "3"):
-        assert reader.get_model_version_download_uri(NAME, version) == \
-            client.get_model_version_download_uri(NAME, version)
-    assert local_artifacts(reader.get_model_version_download_uri(NAME, "1")) == sources[0]
-    with pytest.raises(RegistryReadError) as missing:
-        reader.get_model_version_download_uri(NAME, "2")  # deleted
-    assert missing.value.error_code == "RESOURCE_DOES_NOT_EXIST"
+    registry = open_client(uri, tmp_path)
+    assert resolve_version(registry, ModelTarget(NAME, version="3")) == "3"
+    assert registry.get_model_version_download_uri(NAME, "3") == str(sources[2])
+    assert local_artifacts(client.get_model_version_download_uri(NAME, "3")) == sources[2]
+    # a version the child did not resolve is asked of the client here
+    assert registry.get_model_version_download_uri(NAME, "1") == \
+        client.get_model_version_download_uri(NAME, "1")
 
 
 def test_files_that_are_gone_are_a_clear_error(store, clean_env, tmp_path):
-    uri, _, _ = store
-    reader = open_sqlite_reader(uri)
-    gone = ModelTarget(NAME, version="3")
-    with pytest.raises(RegistryError, match=r"cannot download .*/2: Model Version .* not found"):
-        _artifacts(reader, ModelTarget(NAME, version="2"), "2")
+    uri, _, sources = store
     moved = tmp_path / "v3"
-    (store[2][2]).rename(moved)
+    sources[2].rename(moved)
     try:
         with pytest.raises(RegistryError, match=r"cannot download models:/reader_model/3: its "
                                                 r"files are not at .*v3"):
-            _artifacts(reader, gone, "3")
+            resolve_version(open_client(uri, tmp_path), ModelTarget(NAME, version="3"))
     finally:
-        moved.rename(store[2][2])
+        moved.rename(sources[2])
 
 
 def test_local_artifacts_only_for_this_disk():
@@ -107,56 +101,70 @@ def test_local_artifacts_only_for_this_disk():
         assert local_artifacts(remote) is None
 
 
-def test_stores_it_cannot_stand_in_for_are_left_to_mlflow(store, clean_env, tmp_path):
+def test_open_client_needs_a_store(store, clean_env, tmp_path):
     uri, _, _ = store
-    assert open_sqlite_reader("http://127.0.0.1:5000") is None
-    assert open_sqlite_reader("databricks") is None
-    assert open_sqlite_reader(f"sqlite:///{tmp_path / 'missing.db'}") is None
-    (tmp_path / "text.db").write_text("not a database")
-    assert open_sqlite_reader(f"sqlite:///{tmp_path / 'text.db'}") is None
-    sqlite3.connect(tmp_path / "empty.db").close()  # no MLflow tables yet
-    assert open_sqlite_reader(f"sqlite:///{tmp_path / 'empty.db'}") is None
-    clean_env.setenv("MLFLOW_REGISTRY_URI", f"sqlite:///{tmp_path / 'other.db'}")
-    assert open_sqlite_reader(uri) is None
-    clean_env.delenv("MLFLOW_REGISTRY_URI")
-    clean_env.setenv("MLFLOW_ENABLE_WORKSPACES", "true")
-    assert open_sqlite_reader(uri) is None
-    clean_env.delenv("MLFLOW_ENABLE_WORKSPACES")
-    assert open_sqlite_reader(uri) is not None
-
-
-def test_open_client_falls_back_to_mlflow(store, clean_env, tmp_path):
-    import mlflow
-
-    uri, _, _ = store
-    assert isinstance(open_client(uri, tmp_path), SqliteRegistryReader)
+    assert isinstance(open_client(uri, tmp_path), ServingRegistry)
     with pytest.raises(RegistryError, match="no tracking store at"):
         open_client(None, tmp_path / "nowhere")
-    sqlite3.connect(tmp_path / "empty.db").close()
-    fallback = open_client(f"sqlite:///{tmp_path / 'empty.db'}", tmp_path)
-    assert isinstance(fallback, mlflow.MlflowClient)
 
 
-def test_a_database_that_breaks_after_opening_is_a_registry_error(tmp_path, clean_env, store):
+def test_a_store_mlflow_cannot_use_is_named_in_one_line(clean_env, tmp_path):
+    (tmp_path / "text.db").write_text("not a database")
+    registry = open_client(f"sqlite:///{tmp_path / 'text.db'}", tmp_path)
+    with pytest.raises(TrackingError, match=r"text.db is not a SQLite database$"):
+        resolve_version(registry, ModelTarget(NAME, version="1"))
+    with pytest.raises(TrackingError, match="missing.db"):  # not created empty by MLflow
+        resolve_version(open_client(f"sqlite:///{tmp_path / 'missing.db'}", tmp_path),
+                        ModelTarget(NAME, version="1"))
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_a_child_that_does_not_answer_in_time_is_a_registry_error(store, clean_env, tmp_path,
+                                                                   monkeypatch):
+    from dbspec.serving import registry_reader
+
     uri, _, _ = store
-    copy = tmp_path / "copy.db"
-    copy.write_bytes(open(uri[len("sqlite:///"):], "rb").read())
-    reader = open_sqlite_reader(f"sqlite:///{copy}")
-    copy.write_text("truncated")
-    with pytest.raises(RegistryError, match="the registry did not answer: cannot read"):
-        resolve_version(reader, ModelTarget(NAME, version="1"))
+    monkeypatch.setattr(registry_reader, "_CHILD_TIMEOUT_S", 0.01)  # no registry that slow here
+    with pytest.raises(RegistryUnavailable, match=r"^the registry did not answer: resolving "
+                                                  r"models:/reader_model/1 took over"):
+        resolve_version(open_client(uri, tmp_path), ModelTarget(NAME, version="1"))
 
 
-def test_reading_imports_no_mlflow(store):
+def test_a_child_that_dies_is_a_clear_error(store, clean_env, tmp_path, monkeypatch):
+    """A child that fails without an answer (here: an interpreter that cannot start)."""
+    uri, _, _ = store
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(DbspecError, match=r"reading models:/reader_model/1 from the registry "
+                                          r"failed: exit status 1"):
+        resolve_version(open_client(uri, tmp_path), ModelTarget(NAME, version="1"))
+
+
+def test_later_reads_follow_the_alias_with_the_client_here(store, clean_env, tmp_path):
+    """What ``--watch-alias`` does: the first read in the child, the next ones here."""
+    uri, client, _ = store
+    registry = open_client(uri, tmp_path)
+    target = ModelTarget(NAME, alias="champion")
+    assert resolve_version(registry, target) == "1"
+    client.set_registered_model_alias(NAME, "champion", "3")
+    try:
+        assert resolve_version(registry, target) == "3"
+        assert registry.get_model_version_download_uri(NAME, "3") == \
+            client.get_model_version_download_uri(NAME, "3")
+    finally:
+        client.set_registered_model_alias(NAME, "champion", "1")
+
+
+def test_reading_imports_no_mlflow(store, tmp_path):
     uri, _, _ = store
     code = ("import sys\n"
             "from dbspec.serving.source import ModelTarget, open_client, resolve_version\n"
             "from pathlib import Path\n"
             f"client = open_client({uri!r}, Path('.'))\n"
             f"print(resolve_version(client, ModelTarget({NAME!r}, alias='champion')))\n"
+            f"print(client.get_model_version_download_uri({NAME!r}, '1'))\n"
             "assert 'mlflow' not in sys.modules, 'mlflow was imported'\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120, env={k: v for k, v in __import__("os").environ.items()
                                               if not k.startswith("MLFLOW_")})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "1"
+    assert result.stdout.split() == ["1", str(store[2][0])]
