@@ -50,8 +50,12 @@ def _promote(args: argparse.Namespace) -> int:
                        args.version, args.alias, force=args.force)
     for gate in decision.gates:
         print(f"  gate {gate}")
-    was = f" (was v{decision.previous})" if decision.previous else ""
-    print(f"{decision.name}@{decision.alias} -> v{decision.version}{was}")
+    if not decision.moved:  # nothing written: the alias was there already
+        print(f"{decision.name}@{decision.alias} holds v{decision.version} already: "
+              "nothing moved")
+    else:
+        was = f" (was v{decision.previous})" if decision.previous else ""
+        print(f"{decision.name}@{decision.alias} -> v{decision.version}{was}")
     _warn(decision.warning)
     return 0
 

@@ -123,10 +123,10 @@ MOVE = "needs EDIT or MANAGE on the registered model; ask an admin (roles.admin)
 
 
 @pytest.mark.parametrize("command, refusal", [
-    (("promote", MODEL, "1", "--alias", "challenger"),
-     f"alice@example.com may not move @challenger of {MODEL}: {MOVE}"),
-    # a move the analyst asks for, on an alias no other test sets (a rollback to where the
-    # alias is already is only told so: nothing would be written)
+    # aliases no other test sets: a request that needs no write (the alias holds the version
+    # already) is only told so, as MLflow answers reads
+    (("promote", MODEL, "1", "--alias", "audit"),
+     f"alice@example.com may not move @audit of {MODEL}: {MOVE}"),
     (("rollback", MODEL, "--alias", "audit", "--to", "1"),
      f"alice@example.com may not move @audit of {MODEL}: {MOVE}"),
     (("approve", MODEL, "1", "--alias", "production"),
@@ -135,7 +135,7 @@ MOVE = "needs EDIT or MANAGE on the registered model; ask an admin (roles.admin)
 def test_an_analyst_may_not_move_an_alias(auth_server, registered, command, refusal):
     work, _ = registered
     before = {alias: _holder(auth_server, alias)
-              for alias in ("challenger", "staging", "production")}
+              for alias in ("audit", "challenger", "staging", "production")}
     result = run_in_process(*command, cwd=work, env=auth_server.env("alice@example.com"))
     assert result.returncode == 1, result.stdout + result.stderr
     assert refusal in result.stderr, result.stderr

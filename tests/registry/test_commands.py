@@ -22,6 +22,8 @@ def test_rollback_steps_back_through_history(workdir):
         assert code == 0
         steps.append(out.split("-> v")[1].split()[0])
     assert steps == ["2", "1"]
+    code, out, _ = run("promote", name, "1", "--alias", "prod", "--force")
+    assert code == 0 and out.strip() == f"{name}@prod holds v1 already: nothing moved"
 
 
 def test_bad_alias_is_a_clear_error(workdir):
