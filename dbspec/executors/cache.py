@@ -20,10 +20,6 @@ and ``state.json`` is repaired by the next run), and an entry is evicted by dele
 before its folder (a folder without JSON is never reused, and the next eviction deletes it).
 Everything here runs under the run directory's :class:`~dbspec.executors.lock.RunLock`.
 
-Old layouts (``stages/<stage>/`` real folders, no ``layout``) are migrated by :meth:`migrate`:
-each recorded stage's folder is renamed into the cache and linked back, so absolute paths in
-recorded outputs still lead to the same files.
-
 ``dbspec gc`` is :mod:`dbspec.executors.gc`; ``dbspec plan``'s status column is
 :mod:`dbspec.executors.plan_status`.
 """
@@ -95,7 +91,10 @@ def read_state(run_dir: Path) -> dict[str, Any]:
     if path.exists():
         try:
             state = json.loads(path.read_text())
-            if isinstance(state, dict) and isinstance(state.get("stages"), dict):
+            # a state without the cache's layout was written before the cache, by a dbspec
+            # that was never released: start over, as for a damaged file
+            if isinstance(state, dict) and isinstance(state.get("stages"), dict) \
+                    and state.get("layout") == LAYOUT:
                 return state
         except (OSError, ValueError):
             pass  # a state file from a crash mid-write: start over rather than guess
@@ -181,34 +180,14 @@ class StageCache:
         os.replace(temporary, link)  # one rename: the old target or the new one, never none
         return link
 
-    def migrate(self, state: dict[str, Any]) -> bool:
-        """Move an old layout's stage folders into the cache (idempotent: a kill part-way is
-        finished by the next call). Returns whether ``state`` changed (the caller saves it)."""
-        self._remove_temporary_links()
-        if state.get("layout") == LAYOUT:
-            return False
-        for name, entry in state["stages"].items():
-            fingerprint = entry.get("fingerprint")
-            if not isinstance(fingerprint, str) or not fingerprint:
-                continue
-            old = inside(self.run_dir, "stages", name)
-            folder = self.folder(name, fingerprint)
-            if old.is_dir() and not old.is_symlink():
-                if folder.exists():
-                    shutil.rmtree(folder)  # cannot be: the rename below is one step
-                folder.parent.mkdir(parents=True, exist_ok=True)
-                os.rename(old, folder)
-            if folder.is_dir():
-                if entry.get("status") == "done" and self.lookup(name, fingerprint) is None:
-                    # an old state is consistent (a rerun dropped what followed it): what this
-                    # entry was made from is what the state records for the other stages
-                    entry.setdefault("inputs", {other: entry_identity(recorded) for other,
-                                                recorded in state["stages"].items()
-                                                if other != name})
-                    self.record(name, entry)
-                self.point(name, fingerprint)
-        state["layout"] = LAYOUT
-        return True
+    def tidy(self) -> None:
+        """Remove the temporary links of writers that died while re-pointing a stage."""
+        if not self.links.is_dir():
+            return
+        for path in self.links.glob(".*.link-*"):
+            pid = path.name.rsplit(".link-", 1)[1].split("-", 1)[0]
+            if not (pid.isdigit() and is_alive(int(pid))):
+                path.unlink(missing_ok=True)
 
     def evict(self, state: Mapping[str, Any], keep: int, *,
               dry_run: bool = False) -> list[Removal]:
@@ -252,14 +231,6 @@ class StageCache:
     def _linked(self, name: str) -> Optional[str]:
         link = self.links / name
         return Path(os.readlink(link)).name if link.is_symlink() else None
-
-    def _remove_temporary_links(self) -> None:
-        if not self.links.is_dir():
-            return
-        for path in self.links.glob(".*.link-*"):
-            pid = path.name.rsplit(".link-", 1)[1].split("-", 1)[0]
-            if not (pid.isdigit() and is_alive(int(pid))):
-                path.unlink(missing_ok=True)
 
 
 def entry_identity(entry: Optional[Mapping[str, Any]]) -> str:

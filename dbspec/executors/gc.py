@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from dbspec.errors import UsageError
-from dbspec.executors.cache import (LAYOUT, Removal, StageCache, check_keep, keep_from_env,
+from dbspec.executors.cache import (Removal, StageCache, check_keep, keep_from_env,
                                     read_state)
 
 
@@ -55,8 +55,6 @@ def collect_garbage(state_dir: Path, *, spec_name: Optional[str] = None, keep: i
             continue
         try:
             state = read_state(run_dir)
-            if state.get("layout") != LAYOUT:
-                continue  # an old layout keeps one slot per stage: nothing to evict
             report.removed += StageCache(run_dir).evict(state, keep, dry_run=dry_run)
         finally:
             lock.release()

@@ -95,7 +95,7 @@ class LocalExecutor:
         with self.guarded(loaded, run_key):
             store = self.state_store(loaded, run_key)
             state = store.load()
-            store.migrate(state)  # an old layout's stage folders into the cache
+            store.tidy()
             if only:
                 self._check_inputs(plan, only, state)
             status = "FAILED"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from dbspec.errors import UsageError
-from dbspec.executors.cache import (LAYOUT, RERUN_FROM_CACHE, StageCache, inputs_of,
+from dbspec.executors.cache import (RERUN_FROM_CACHE, StageCache, inputs_of,
                                     read_state, run_dir_for)
 from dbspec.executors.records import RunState
 
@@ -26,9 +26,8 @@ def stage_statuses(run_dir: Path, plan) -> dict[str, str]:
     for planned in plan:
         name, fingerprint = planned.name, planned.fingerprint
         recorded = state.entry(name)
-        migrated = state.layout == LAYOUT
         here = recorded is not None and recorded.fingerprint == fingerprint and (
-            not migrated or cache.holds(name, fingerprint))
+            cache.holds(name, fingerprint))
         stage_root = run_dir / "cache" / name
         fresh = all(d in would for d in planned.depends_on)
         found = cache.lookup(name, fingerprint, inputs_of(planned.depends_on, would)) \

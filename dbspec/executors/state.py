@@ -59,13 +59,9 @@ class LocalState:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_json(self.run_dir / "state.json", {**state.to_json(), "layout": LAYOUT})
 
-    def migrate(self, state: RunState) -> None:
-        """Bring an old layout's stage folders into the cache (under the run lock)."""
-        recorded = state.to_json()
-        if self.cache.migrate(recorded):  # it completes old entries (their inputs) in place
-            migrated = RunState.from_json(recorded)
-            state.stages, state.layout = migrated.stages, migrated.layout
-            self.save(state)
+    def tidy(self) -> None:
+        """Clean up after writers that died re-pointing a stage (under the run lock)."""
+        self.cache.tidy()
 
     def stage_dir(self, name: str) -> Path:
         return inside(self.run_dir, "stages", name)
@@ -171,7 +167,7 @@ class MlflowState(LocalState):
     def stage_dir(self, name: str) -> Path:
         return inside(self.run_dir / "stages", name)
 
-    def migrate(self, state: RunState) -> None:
+    def tidy(self) -> None:
         pass
 
     def holds(self, name: str, fingerprint: str) -> bool:

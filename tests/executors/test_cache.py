@@ -213,61 +213,14 @@ def test_a_bad_cache_bound_stops_the_run_before_any_work(workdir):
     assert not (workdir / ".dbspec" / "runs").exists()
 
 
-def _to_old_layout(run_dir: Path) -> None:
-    """What dbspec wrote before the cache: stages/<name>/ folders, no layout, no cache."""
-    for link in (run_dir / "stages").iterdir():
-        target = link.resolve()
-        link.unlink()
-        target.rename(link)
-    shutil.rmtree(run_dir / "cache")
+def test_a_state_from_before_the_cache_is_started_over(copied):
+    """A state.json without the cache's layout (written by a dbspec that was never released)
+    is not migrated: the run starts over, as for a damaged file."""
+    run_dir = copied / RUN_DIR
     state = json.loads((run_dir / "state.json").read_text())
     del state["layout"]
     (run_dir / "state.json").write_text(json.dumps(state))
-
-
-def test_an_old_layout_is_migrated_and_its_stages_reused(copied):
-    run_dir = copied / RUN_DIR
-    _to_old_layout(run_dir)
-    result = _run(copied)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stderr.count("unchanged, skipped") == 8  # nothing lost in the move
-    state = read_state(run_dir)
-    assert state["layout"] == 2 and (run_dir / "stages" / "train").is_symlink()
-    assert StageCache(run_dir).lookup("train", state["stages"]["train"]["fingerprint"])
-
-
-def test_an_old_layout_interrupted_training_resumes(copied):
-    run_dir = copied / RUN_DIR
-    _to_old_layout(run_dir)
-    state = json.loads((run_dir / "state.json").read_text())
-    state["stages"]["train"].update(status="running", output={})  # as a kill -9 leaves it
-    for name in ("evaluate", "register", "promote", "serve"):
-        state["stages"].pop(name)
-    (run_dir / "state.json").write_text(json.dumps(state))
-    assert list((run_dir / "stages" / "train" / "checkpoints").glob("epoch-*.pt"))
-    result = _run(copied, "--resume")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "> train (resuming)" in result.stderr
-    assert read_state(run_dir)["layout"] == 2
-
-
-def test_migration_finishes_after_a_kill_part_way(tmp_path):
-    run_dir = tmp_path / "run"
-    for name, fingerprint in (("a", "f1"), ("b", "f2")):
-        (run_dir / "stages" / name).mkdir(parents=True)
-        (run_dir / "stages" / name / "out.txt").write_text(name)
-    state = {"stages": {"a": {"fingerprint": "f1", "status": "done", "output": {"x": 1}},
-                        "b": {"fingerprint": "f2", "status": "failed", "output": {}}}}
-    (run_dir / "cache" / "a").mkdir(parents=True)
-    os.rename(run_dir / "stages" / "a", run_dir / "cache" / "a" / "f1")  # killed after this
-    cache = StageCache(run_dir)
-    assert cache.migrate(state) and state["layout"] == 2
-    assert (run_dir / "stages" / "a" / "out.txt").read_text() == "a"
-    assert (run_dir / "stages" / "b" / "out.txt").read_text() == "b"
-    assert cache.lookup("a", "f1")["output"] == {"x": 1}
-    assert cache.lookup("b", "f2") is None  # unfinished: resumable, never reused
-    assert not cache.migrate(state)
-
+    assert read_state(run_dir) == {"stages": {}}
 
 def test_eviction_keeps_current_drops_unfinished_and_ignores_broken_entries(tmp_path):
     cache = StageCache(tmp_path)
@@ -299,7 +252,7 @@ def test_a_kill_while_relinking_leaves_a_leftover_the_next_run_removes(tmp_path)
     cache.prepare("split", "f1", keep_files=False)
     leftover = tmp_path / "stages" / ".split.link-999999999-deadbeef"
     os.symlink("../cache/split/f1", leftover)
-    cache.migrate({"stages": {}, "layout": 2})
+    cache.tidy()
     assert not os.path.lexists(leftover) and (tmp_path / "stages" / "split").is_dir()
 
 
