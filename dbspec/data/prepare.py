@@ -60,12 +60,7 @@ def build_table(frame, data: DataSpec) -> Table:
     frame = frame.rename(columns={c: str(c) for c in frame.columns})
     _require_target(columns, data)
     features = data.feature_names or [c for c in columns if c != data.target]
-    missing = [c for c in features if c not in columns]
-    if missing:
-        raise DataError(f"data.features: no column {missing[0]!r}"
-                        f"{did_you_mean(missing[0], columns)}; the data has: {_listing(columns)}")
-    if not features:
-        raise DataError("data.features: the data has no column besides the target")
+    require_features(features, columns)
     non_numeric = [f"{c} ({frame[c].dtype})" for c in features
                    if not _is_numeric(frame[c].dtype)]
     if non_numeric:
@@ -148,6 +143,20 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
         return float(value)
     return value.item() if hasattr(value, "item") else value
+
+
+def require_features(features: list[str], columns: list[str]) -> None:
+    """The feature columns exist in ``columns``, and there is at least one.
+
+    Raises:
+        DataError: a missing column (the message lists those that exist), or none left.
+    """
+    missing = [c for c in features if c not in columns]
+    if missing:
+        raise DataError(f"data.features: no column {missing[0]!r}"
+                        f"{did_you_mean(missing[0], columns)}; the data has: {_listing(columns)}")
+    if not features:
+        raise DataError("data.features: the data has no column besides the target")
 
 
 def _listing(names: list[str]) -> str:

@@ -81,7 +81,7 @@ def check_schema(schema, data: DataSpec) -> list[str]:
     """
     import pyarrow as pa
 
-    from dbspec.data.prepare import _listing
+    from dbspec.data.prepare import _listing, require_features
 
     columns = list(schema.names)
     if data.target not in columns:
@@ -89,12 +89,7 @@ def check_schema(schema, data: DataSpec) -> list[str]:
                         f"; the data has: {_listing(columns)}")
     key = data.streaming.key if data.streaming is not None else None
     features = data.feature_names or [c for c in columns if c not in (data.target, key)]
-    missing = [c for c in features if c not in columns]
-    if missing:
-        raise DataError(f"data.features: no column {missing[0]!r}"
-                        f"{did_you_mean(missing[0], columns)}; the data has: {_listing(columns)}")
-    if not features:
-        raise DataError("data.features: the data has no column besides the target")
+    require_features(features, columns)
     if key is not None and key not in columns:
         raise DataError(f"data.streaming.key: no column '{key}'{did_you_mean(key, columns)}; "
                         f"the data has: {_listing(columns)}")
