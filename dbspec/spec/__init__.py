@@ -1,6 +1,6 @@
 """The spec language: models, loading, templating, validation and the JSON schema.
 
-Imports only pydantic, PyYAML and (when a spec has templates) jinja2.
+Imports only pydantic and PyYAML.
 """
 
 from dbspec.spec.loader import LoadedSpec, apply_values, load_spec, validate_file

@@ -1,6 +1,6 @@
 """A core-only install (no extras): the light commands work, the others name the extra.
 
-A real core-only virtualenv would need its own copy of pydantic, jinja2 and databricks-sdk
+A real core-only virtualenv would need its own copy of pydantic, PyYAML and databricks-sdk
 (minutes of installs); instead each command runs in a fresh interpreter in which importing
 any extra's module fails, and importlib.metadata knows none of their distributions, exactly
 as where they were never installed.

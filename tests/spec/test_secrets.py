@@ -79,10 +79,10 @@ def test_a_long_value_shortened_in_a_message_is_redacted(tmp_path, monkeypatch, 
 
 
 @pytest.mark.parametrize("expression", [
-    "{{ env|string }}", "{{ env }}", "x{{ env }}", "{% for k in env %}{{ k }}{% endfor %}",
-    "{{ env.items()|list }}", "{{ env|list }}", "{{ env|length }}", "{{ env.__dict__ }}",
+    "{{ env|string }}", "{{ env }}", "x{{ env }}", "{{ env.items()|list }}", "{{ env|list }}", "{{ env|length }}", "{{ env.__dict__ }}",
     "{{ env|pprint }}", "{{ env|dictsort }}", "{{ [env]|string }}", "{{ env.keys() }}",
-    "{{ '%s'|format(env) }}", "{{ env ~ '' }}", "{{ env|attr('items') }}",
+    "{{ '%s'|format(env) }}", "{{ env|attr('items') }}", "{{ env.__dict__ }}",
+    "{{ env['PATH' + ''] }}", "{{ [env][0] }}",
 ])
 def test_the_environment_cannot_be_listed(tmp_path, token, expression):
     status, printed = validate(tmp_path, BASE + f'description: "{expression}"\n')
@@ -92,6 +92,16 @@ def test_the_environment_cannot_be_listed(tmp_path, token, expression):
     assert f"{tmp_path / 'spec.yaml'}:4:14: description: template refused by the sandbox: " \
         in printed, printed
     assert "the environment cannot be listed" in printed
+
+
+@pytest.mark.parametrize("expression", ["{% for k in env %}{{ k }}{% endfor %}",
+                                        "{{ env ~ '' }}", "{# env #}{{ 1 }}"])
+def test_statements_and_jinja_only_syntax_are_refused_without_reading_the_environment(
+        tmp_path, token, expression):
+    status, printed = validate(tmp_path, BASE + f'description: "{expression}"\n')
+    assert status == 1, printed
+    assert token not in printed and "PATH" not in printed
+    assert f"{tmp_path / 'spec.yaml'}:4:14: description: template " in printed, printed
 
 
 def test_refusals_name_the_way_to_read_one_variable(tmp_path):
