@@ -261,3 +261,13 @@ def test_one_file_lock_and_one_atomic_write():
                 problems.append(f"{rel(path)}:{node.lineno}: an atomic write of its own (use "
                                 "dbspec.atomic.atomic_file / write_atomic)")
     assert not problems, "\n".join(problems)
+
+
+#: Issue 31: templating is variable substitution plus bounded arithmetic, in at most 300 lines
+#: (it was a 577-line hand-built sandbox).
+MAX_TEMPLATING_LINES = 300
+
+
+def test_templating_stays_small():
+    lines = len((PACKAGE / "spec" / "templating.py").read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_TEMPLATING_LINES, f"dbspec/spec/templating.py: {lines} lines"
