@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Iterator, Literal, Mapping
 
-from dbspec.compute.common import RankKind, resolve_backend
+from dbspec.compute.common import NO_RESOURCES, RankKind, resolve_backend
 from dbspec.errors import did_you_mean
 from dbspec.seams.compute import ComputeFinding, RankSettings
 from dbspec.spec.databricks import Resources
@@ -85,21 +85,15 @@ class DeepspeedKind(RankKind):
 
     def check_runnable(self, spec, *, quick: bool) -> None:
         """DeepSpeed parses the generated config (before any stage runs)."""
-        from dbspec.training.deepspeed_config import (
-            check_deepspeed_config,
-            deepspeed_config,
-        )
-
-        check_deepspeed_config(deepspeed_config(spec))
+        self.rank_settings(spec)
 
     def world_size(self, compute) -> int:
-        """GPUs (or CPU processes) per node times nodes."""
         return compute.num_gpus * compute.num_nodes
 
     def resources(self, compute) -> Resources:
         """``num_gpus`` per node; on executors when more than one node or not local."""
         if not compute.use_gpu:
-            return Resources(0, 0, False)
+            return NO_RESOURCES
         if compute.local_mode and compute.num_nodes == 1:
             return Resources(compute.num_gpus, 0, False)
         return Resources(compute.num_gpus, compute.num_nodes, True)
@@ -117,7 +111,6 @@ class DeepspeedKind(RankKind):
         return RankSettings(use_gpu, resolve_backend("auto", use_gpu), config)
 
     def distributor(self, compute, settings: RankSettings):
-        """pyspark's ``DeepspeedTorchDistributor`` with the generated config."""
         from pyspark.ml.deepspeed.deepspeed_distributor import DeepspeedTorchDistributor
 
         return DeepspeedTorchDistributor(

@@ -66,11 +66,9 @@ class ServerlessGpuKind(InProcessKind):
                                      "this section", warning=True)
 
     def gpu_expected(self, compute) -> bool:
-        """Always a GPU."""
         return True
 
     def trains_on_gpu(self, compute) -> bool:
-        """AI Runtime trains on its accelerators."""
         return True
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from dbspec.compute.common import Backend, GpuChoice, RankKind, ddp_findings
+from dbspec.compute.common import NO_RESOURCES, Backend, GpuChoice, RankKind, ddp_findings
 from dbspec.seams.compute import RankSettings
 from dbspec.spec.databricks import Resources
 from dbspec.spec.sections.base import SpecModel, d
@@ -31,23 +31,20 @@ class TorchDistributorKind(RankKind):
     model = TorchDistributorCompute
 
     def check(self, spec):
-        """nccl without GPUs."""
         return ddp_findings(spec.compute)
 
     def world_size(self, compute) -> int:
-        """``num_processes``."""
         return compute.num_processes
 
     def resources(self, compute) -> Resources:
         """On the driver: one GPU per process on one node; on executors: one GPU per worker."""
         if compute.use_gpu is False:
-            return Resources(0, 0, False)
+            return NO_RESOURCES
         if compute.local_mode:
             return Resources(compute.num_processes, 0, False)
         return Resources(1, compute.num_processes, True)
 
     def distributor(self, compute, settings: RankSettings):
-        """pyspark's ``TorchDistributor``."""
         from pyspark.ml.torch.distributor import TorchDistributor
 
         return TorchDistributor(num_processes=compute.num_processes,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 from dbspec.faults import pause_point
 from dbspec.training.job import RankJob, RankReport, RankResult, record_rank_failure
@@ -186,11 +186,11 @@ def _checkpoints(job: RankJob, engine, rank: int):
         return None
     every = job.spec.training.checkpointing.every_n_epochs
     keep = job.spec.training.checkpointing.keep_last
+    from dbspec.training.checkpoints import CheckpointStore, DeepspeedCheckpoints
+
     if engine is not None:
         return DeepspeedCheckpoints(engine, job.checkpoint_dir, every=every, keep=keep,
                                     writer=rank == 0)
-    from dbspec.training.checkpoints import CheckpointStore
-
     return CheckpointStore(job.checkpoint_dir, writer=rank == 0, every=every, keep=keep)
 
 
@@ -260,73 +260,6 @@ def _epoch_logger(logger, checkpoints, rank: int):
         pause_point(f"train.rank{rank}.epoch.{epoch}")
 
     return log_epoch
-
-
-class DeepspeedCheckpoints:
-    """Checkpoints through ``engine.save_checkpoint``: every rank writes its ZeRO partition.
-
-    Same interface as :class:`~dbspec.training.checkpoints.CheckpointStore`. The loop's own
-    state (epoch, history, early stopping, random generators) travels as DeepSpeed's
-    client state; the engine restores weights and optimizer partitions itself.
-    """
-
-    def __init__(self, engine, directory: Path, *, every: int, keep: int, writer: bool):
-        self.engine, self.directory = engine, Path(directory)
-        self.every, self.keep, self.writer = every, keep, writer
-
-    def due(self, epoch: int, *, last: bool) -> bool:
-        return last or (epoch + 1) % self.every == 0
-
-    def _complete(self) -> list[tuple[int, float, str]]:
-        """``(epoch, step or inf, tag)`` of every complete checkpoint, oldest first."""
-        import re
-
-        if not self.directory.is_dir():
-            return []
-        found = []
-        for path in self.directory.glob("epoch-*"):
-            match = re.match(r"^epoch-(\d+)(?:-step-(\d+))?$", path.name)
-            if match and path.is_dir() and (path / ".complete").exists():
-                step = float(match.group(2)) if match.group(2) else float("inf")
-                found.append((int(match.group(1)), step, path.name))
-        return sorted(found)
-
-    def epochs(self) -> list[int]:
-        return [epoch for epoch, step, _ in self._complete() if step == float("inf")]
-
-    def save(self, epoch: int, state: dict[str, Any]) -> Path:
-        return self._save(f"epoch-{epoch}", state, keep_epochs=True)
-
-    def save_step(self, epoch: int, step: int, state: dict[str, Any]) -> Path:
-        """A mid-epoch checkpoint (streamed data); the one before it goes."""
-        return self._save(f"epoch-{epoch}-step-{step}", state, keep_epochs=False)
-
-    def _save(self, tag: str, state: dict[str, Any], *, keep_epochs: bool) -> Path:
-        import shutil
-
-        import torch.distributed as dist
-
-        client = {k: v for k, v in state.items() if k not in ("network", "optimizer")}
-        self.engine.save_checkpoint(str(self.directory), tag=tag, client_state=client)
-        dist.barrier()  # every partition is on disk before the checkpoint counts as complete
-        if self.writer:
-            (self.directory / tag / ".complete").touch()
-            done = self._complete()
-            steps = [name for _, step, name in done if step != float("inf") and name != tag]
-            epochs = [name for _, step, name in done if step == float("inf")]
-            for old in steps + (epochs[:-self.keep] if keep_epochs else []):
-                shutil.rmtree(self.directory / old, ignore_errors=True)
-        return self.directory / tag
-
-    def load_latest(self) -> Optional[dict[str, Any]]:
-        done = self._complete()
-        if not done:
-            return None
-        _, client = self.engine.load_checkpoint(str(self.directory), tag=done[-1][2])
-        return client
-
-    def clear(self) -> None:
-        """Cleared by the driver before launch, like the single-process store."""
 
 
 def _full_state(network, engine, spec) -> dict:

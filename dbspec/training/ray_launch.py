@@ -1,18 +1,11 @@
 """``compute.kind: ray``: the DDP ranks as Ray Train workers in a Ray cluster started on Spark.
 
-:func:`dbspec.training.distributed.launch` prepares the work directory exactly as for
-TorchDistributor (one shard per rank, the :class:`~dbspec.training.job.RankJob`) and hands
-over to :func:`run_on_ray`, which starts Ray on the active Spark session
-(``ray.util.spark.setup_ray_cluster``: a head node on the driver, worker nodes as long-running
-Spark tasks), runs Ray Train's ``TorchTrainer`` with one worker per rank, and shuts Ray down
-again. Ray Train joins the process group itself; each worker
-then runs :func:`dbspec.training.rank.train_rank`, the same rank body as under
-TorchDistributor: same shards, rank 0 alone logs to MLflow and writes checkpoints and the
-result, a failed rank leaves its traceback in ``rank-N.error``. Ray's own retries are off
-(``max_failures=0``): a failed run is resumed with ``dbspec run --resume`` from dbspec's
-checkpoints, as with the other engines.
-
-How the cluster is sized for the workers is :mod:`dbspec.training.ray_sizing`'s.
+The work directory is prepared as for TorchDistributor (:mod:`dbspec.training.distributed`);
+:func:`run_on_ray` starts Ray on the active Spark session (``setup_ray_cluster``: a head node on
+the driver, worker nodes as Spark tasks; sized by :mod:`dbspec.training.ray_sizing`) and runs
+``TorchTrainer`` with one worker per rank, each running
+:func:`~dbspec.training.rank.train_rank`. Ray's retries are off (``max_failures=0``): a failed
+run is resumed with ``dbspec run --resume`` from dbspec's checkpoints, as with the other engines.
 """
 
 from __future__ import annotations
@@ -42,17 +35,14 @@ def require_ray(*, quick: bool = False) -> None:
     Raises:
         DbspecError: naming the extra to install.
     """
-    if quick:
-        from importlib.util import find_spec
+    from importlib.util import find_spec
 
-        if find_spec("ray") is None:
-            raise DbspecError(f"compute.kind ray needs Ray Train and Ray on Spark: "
-                              f"{RAY_INSTALL} (no module named 'ray')")
-        return
     try:
-        import ray  # noqa: F401
-        import ray.train  # noqa: F401
-        import ray.util.spark  # noqa: F401
+        if quick and find_spec("ray") is None:
+            raise ImportError("no module named 'ray'")
+        if not quick:
+            import ray.train  # noqa: F401
+            import ray.util.spark  # noqa: F401
     except ImportError as exc:
         raise DbspecError(f"compute.kind ray needs Ray Train and Ray on Spark: {RAY_INSTALL} "
                           f"({exc})") from None
@@ -217,6 +207,7 @@ def _cluster_on_spark(session, compute, *, use_gpu: bool,
     from ray.util.spark import setup_ray_cluster
 
     from dbspec.spark.placement import is_local_master
+    from dbspec.spark.session import environment_variable
     from dbspec.training.job import DistributedError
 
     need_cpus, need_gpus = _needed(compute, use_gpu)
@@ -229,7 +220,11 @@ def _cluster_on_spark(session, compute, *, use_gpu: bool,
                         parallelism=context.defaultParallelism)
     say(f"  Ray on Spark: starting a head node on the driver, training on {layout.where}")
     started = time.perf_counter()
-    with _auth_mode_stated():
+    # a ~/.ray/auth_token that any local ray.init() leaves turns token auth on for the head
+    # node, which the worker nodes in Spark tasks then fail (InvalidAuthToken): the cluster
+    # lives for this stage only, so its mode is stated (a user's RAY_AUTH_MODE is kept)
+    auth_mode = None if "RAY_AUTH_MODE" in os.environ else "disabled"
+    with environment_variable("RAY_AUTH_MODE", auth_mode):
         try:
             try:
                 with _quiet_ray():
@@ -250,25 +245,6 @@ def _cluster_on_spark(session, compute, *, use_gpu: bool,
             yield layout.where
         finally:
             _shut_down_spark_cluster()
-
-
-@contextlib.contextmanager
-def _auth_mode_stated() -> Iterator[None]:
-    """``RAY_AUTH_MODE=disabled`` for the block, unless the user set it.
-
-    A ~/.ray/auth_token that any local ray.init() leaves behind turns Ray's token auth on for
-    the head node, which the worker nodes in Spark tasks then fail (InvalidAuthToken, the
-    cluster never comes up). The cluster lives for this stage only: its mode is stated, not
-    read from the home dir; RAY_AUTH_MODE set by the user is kept.
-    """
-    own_mode = "RAY_AUTH_MODE" not in os.environ
-    if own_mode:
-        os.environ["RAY_AUTH_MODE"] = "disabled"
-    try:
-        yield
-    finally:
-        if own_mode:
-            os.environ.pop("RAY_AUTH_MODE", None)
 
 
 def _shut_down_spark_cluster() -> None:
