@@ -31,7 +31,7 @@ from dbspec.training.checkpoints import CheckpointStore
 from dbspec.training.components import build_loss, build_optimizer, build_scheduler
 from dbspec.training.early_stopping import EarlyStopping
 from dbspec.training.passes import (Batches, ScoreFn, UpdateHook, Updates, autocast_for,
-                                    run_engine_epoch, run_epoch, validate_batches,
+                                    engine_step, plain_step, run_epoch, validate_batches,
                                     validate_tensors)
 
 
@@ -274,16 +274,14 @@ class _EpochPass:
         self.network.train()
         batches = _epoch_batches(tensors, self.training.batch_size, state, epoch)
         stalled = tensors.train.stall_seconds if is_streamed(tensors) else 0.0
+        accumulate = self.training.gradient_accumulation
+        if self.engine is not None:
+            step = engine_step(self.network, self.loss_fn, self.engine, accumulate)
+        else:
+            step = plain_step(self.network, self.training, self.loss_fn, self.autocast,
+                              Updates(state.optimizer, state.scheduler, self.scaler), rows)
         try:
-            if self.engine is not None:
-                total, timing = run_engine_epoch(self.network, batches, self.loss_fn,
-                                                 self.engine,
-                                                 self.training.gradient_accumulation,
-                                                 self.on_update)
-            else:
-                updates = Updates(state.optimizer, state.scheduler, self.scaler, self.on_update)
-                total, timing = run_epoch(self.network, batches, self.training, self.loss_fn,
-                                          self.autocast, updates)
+            total, timing = run_epoch(self.network, batches, step, accumulate, self.on_update)
         finally:
             batches.close()
         metrics = {"train_loss": total / rows, **timing.metrics()}

@@ -9,6 +9,7 @@ it, kept to what a hand-written loop does per batch plus two clock reads.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional
@@ -25,6 +26,9 @@ Autocast = Callable[[], ContextManager[Any]]
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
 #: A batch of inputs and targets.
 Batch = tuple[torch.Tensor, torch.Tensor]
+#: One training step on a batch, told whether it ends an accumulation; returns the batch's
+#: loss, or None for a batch it skipped.
+StepFn = Callable[[torch.Tensor, torch.Tensor, bool], Optional[torch.Tensor]]
 
 
 class StepTiming:
@@ -43,9 +47,8 @@ class StepTiming:
     def metrics(self) -> dict[str, float]:
         if not self.steps:
             return {}
-        total = sum(self.steps)
-        mean = total / len(self.steps)
-        spread = (sum((t - mean) ** 2 for t in self.steps) / len(self.steps)) ** 0.5
+        total, mean = sum(self.steps), statistics.fmean(self.steps)
+        spread = statistics.pstdev(self.steps, mean)
         return {"data_seconds": self.data, "compute_seconds": max(total - self.data, 0.0),
                 "step_time_ms": mean * 1000, "step_time_cv": spread / mean if mean else 0.0}
 
@@ -85,35 +88,55 @@ class Updates:
         optimizer: The optimizer.
         scheduler: The learning-rate scheduler; stepped per update only for ``onecycle``.
         scaler: The fp16 gradient scaler, or None.
-        on_update: Called after each optimizer step.
     """
 
     optimizer: Any
     scheduler: Any = None
     scaler: Optional[torch.amp.GradScaler] = None
-    on_update: Optional[UpdateHook] = None
 
 
-def run_epoch(network: nn.Module, batches: Batches, training: TrainingSpec, loss_fn: nn.Module,
-              autocast: Autocast, updates: Updates) -> tuple[float, StepTiming]:
-    """One pass over the training rows; returns the summed loss and the step timing."""
-    n, steps, device = batches.rows, batches.steps, device_of(network)
-    accumulate = training.gradient_accumulation
-    # batch norm cannot train on one row: a last batch of one is dropped (one row, one epoch)
-    has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in network.modules())
+def run_epoch(network: nn.Module, batches: Batches, step: StepFn, accumulate: int,
+              on_update: Optional[UpdateHook] = None) -> tuple[float, StepTiming]:
+    """One pass over the training rows; returns the summed loss and the step timing.
+
+    The accumulation boundaries follow the epoch: every ``accumulate`` batches and at its last
+    (left to DeepSpeed's own micro-step count they ran across epochs, so a checkpoint could
+    fall inside an accumulation and a resumed run lost its partial gradient).
+    """
+    device = device_of(network)
     total = torch.full((), batches.total, device=device)
     timing, clock = StepTiming(), time.perf_counter
-    scaler, on_update = updates.scaler, updates.on_update
-    updates.optimizer.zero_grad(set_to_none=True)
     iterator = batches.iterator
-    for step in range(batches.start, steps):
+    for index in range(batches.start, batches.steps):
         began = clock()
         xb, yb = next(iterator)
         if xb.device != device:
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-        if has_batch_norm and len(xb) == 1 and n > 1:
-            continue
         gathered = clock()
+        boundary = (index + 1) % accumulate == 0 or index + 1 == batches.steps
+        loss = step(xb, yb, boundary)
+        if loss is None:
+            continue
+        total += loss.detach().float() * len(xb)
+        if on_update is not None and boundary:
+            on_update(batches.epoch, index + 1, total)
+        timing.data += gathered - began
+        timing.steps.append(clock() - began)
+    return float(total), timing
+
+
+def plain_step(network: nn.Module, training: TrainingSpec, loss_fn: nn.Module,
+               autocast: Autocast, updates: Updates, rows: int) -> StepFn:
+    """A step without DeepSpeed: forward, backward (scaled under fp16, divided over the
+    accumulated batches), and at a boundary the update (:func:`_update`)."""
+    accumulate = training.gradient_accumulation
+    # batch norm cannot train on one row: a last batch of one is dropped (one row, one epoch)
+    has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in network.modules())
+    scaler = updates.scaler
+
+    def step(xb: torch.Tensor, yb: torch.Tensor, boundary: bool) -> Optional[torch.Tensor]:
+        if has_batch_norm and len(xb) == 1 and rows > 1:
+            return None
         with autocast():
             loss = loss_fn(network(xb), yb)
         scaled = loss / accumulate if accumulate > 1 else loss
@@ -121,14 +144,12 @@ def run_epoch(network: nn.Module, batches: Batches, training: TrainingSpec, loss
             scaler.scale(scaled).backward()
         else:
             scaled.backward()
-        total += loss.detach() * len(xb)
-        if (step + 1) % accumulate == 0 or step + 1 == steps:
+        if boundary:
             _update(network, training, updates)
-            if on_update is not None:
-                on_update(batches.epoch, step + 1, total)
-        timing.data += gathered - began
-        timing.steps.append(clock() - began)
-    return float(total), timing
+        return loss
+
+    updates.optimizer.zero_grad(set_to_none=True)
+    return step
 
 
 def _update(network: nn.Module, training: TrainingSpec, updates: Updates) -> None:
@@ -151,36 +172,18 @@ def _update(network: nn.Module, training: TrainingSpec, updates: Updates) -> Non
         updates.scheduler.step()
 
 
-def run_engine_epoch(network: nn.Module, batches: Batches, loss_fn: nn.Module, engine: Any,
-                     accumulate: int, on_update: Optional[UpdateHook] = None
-                     ) -> tuple[float, StepTiming]:
-    """One pass where DeepSpeed's engine does backward and step (it counts accumulation)."""
-    device = device_of(network)
-    total = torch.full((), batches.total, device=device)
-    timing, clock = StepTiming(), time.perf_counter
-    iterator = batches.iterator
-    for step in range(batches.start, batches.steps):
-        began = clock()
-        xb, yb = next(iterator)
-        if xb.device != device:
-            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-        gathered = clock()
-        # the boundaries follow the epoch, as in the loop without DeepSpeed: every
-        # ``accumulate`` batches and at the epoch's last. Left to DeepSpeed's own micro-step
-        # count they ran across epochs, so a checkpoint (at an epoch's end, or mid-epoch)
-        # could fall inside an accumulation and a resumed run lost its partial gradient
-        boundary = (step + 1) % accumulate == 0 or step + 1 == batches.steps
+def engine_step(network: nn.Module, loss_fn: nn.Module, engine: Any, accumulate: int) -> StepFn:
+    """A step where DeepSpeed's engine does backward and step (told the epoch's boundaries)."""
+
+    def step(xb: torch.Tensor, yb: torch.Tensor, boundary: bool) -> torch.Tensor:
         if accumulate > 1:
             engine.set_gradient_accumulation_boundary(boundary)
         loss = loss_fn(network(xb), yb)
         engine.backward(loss)
         engine.step()
-        total += loss.detach().float() * len(xb)
-        if on_update is not None and boundary:
-            on_update(batches.epoch, step + 1, total)
-        timing.data += gathered - began
-        timing.steps.append(clock() - began)
-    return float(total), timing
+        return loss
+
+    return step
 
 
 def device_of(network: nn.Module) -> torch.device:
