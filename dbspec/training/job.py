@@ -151,7 +151,7 @@ class RankResult:
         path = Path(work_dir) / RESULT_FILE
         return _read(cls, path) if path.exists() else None
 
-    def with_placement(self, placement: str) -> "RankResult":
+    def with_placement(self, placement: Optional[str]) -> "RankResult":
         """The same result, saying where the ranks ran."""
         return replace(self, placement=placement)
 
