@@ -1,17 +1,11 @@
 """The training loop: in-memory tensors batched by index slicing, not a per-sample DataLoader.
 
-Measured with ``benchmarks/train_overhead.py`` (100,000 x 100 synthetic rows, MLP
-100-256-128-1, batch 256, 1 thread; samples per CPU-second relative to a hand-written
-``x[perm[i:i + bs]]`` loop, medians of 3 interleaved repeats on the shared 2-core machine):
-this loop 1.03x; a ``DataLoader`` fed by a ``BatchSampler`` (``batch_size=None``, one gather
-per batch, the documented fast way) 0.92x; Lightning's ``Trainer`` over that DataLoader
-0.68x. A ``DataLoader`` that collates sample by sample is the slow way (0.21-0.25x for a
-linear model). So the loop gathers each batch with one index operation on the device, which
-also keeps it free of a DataLoader's per-batch machinery. Everything else a run needs — early
-stopping with restore-best, schedulers, clipping, accumulation, autocast, atomic checkpoints
-and resume — sits around that inner loop without adding work per step beyond what a
-hand-written loop does. The per-batch passes themselves are :mod:`dbspec.training.passes`';
-early stopping is :mod:`dbspec.training.early_stopping`'.
+Measured with ``benchmarks/train_overhead.py`` (samples per CPU-second relative to a
+hand-written ``x[perm[i:i + bs]]`` loop): this loop 1.03x; a ``DataLoader`` fed by a
+``BatchSampler`` (the documented fast way) 0.92x; Lightning's ``Trainer`` over it 0.68x; a
+``DataLoader`` collating sample by sample 0.21-0.25x. Early stopping, schedulers, clipping,
+accumulation, autocast, checkpoints and resume sit around the inner loop
+(:mod:`dbspec.training.passes`) without adding work per step.
 """
 
 from __future__ import annotations
@@ -31,8 +25,7 @@ from dbspec.training.checkpoints import CheckpointStore
 from dbspec.training.components import build_loss, build_optimizer, build_scheduler
 from dbspec.training.early_stopping import EarlyStopping
 from dbspec.training.passes import (Batches, ScoreFn, UpdateHook, Updates, autocast_for,
-                                    engine_step, plain_step, run_epoch, validate_batches,
-                                    validate_tensors)
+                                    engine_step, plain_step, run_epoch, validate)
 
 
 class TrainingError(DbspecError):
@@ -67,7 +60,6 @@ class StreamedTensors:
 
 
 def is_streamed(tensors) -> bool:
-    """Whether ``tensors`` streams (:class:`StreamedTensors`) rather than holds the rows."""
     return isinstance(tensors, StreamedTensors)
 
 
@@ -137,16 +129,10 @@ class TrainOptions:
 
 def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss: str,
           device: torch.device, options: TrainOptions = TrainOptions()) -> TrainOutcome:
-    """Train ``network`` in place and return its history.
+    """Train ``network`` in place (it and ``tensors`` on ``device``) and return its history.
 
-    Args:
-        network: The module to train (on ``device``).
-        tensors: Inputs and targets on ``device``.
-        training: The spec's training section.
-        loss: The resolved loss name.
-        device: Where the tensors live.
-        options: Epoch override, validation scoring, checkpoints and resume, callbacks, and
-            the hooks of a distributed rank.
+    ``loss`` is the resolved loss name; ``options`` adds the epoch override, validation
+    scoring, checkpoints and resume, callbacks, and the hooks of a distributed rank.
 
     Raises:
         TrainingError: the loss became NaN or infinite.
@@ -264,7 +250,6 @@ class _EpochPass:
         precision = training.precision_on(cuda, cuda and torch.cuda.is_bf16_supported())
         self.autocast = autocast_for("fp32" if self.engine is not None else precision, device)
         self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" and cuda else None
-        self.device = device
         self.on_update: Optional[UpdateHook] = None
 
     def run(self, state: _RunState, epoch: int) -> tuple[dict[str, float], float]:
@@ -305,11 +290,9 @@ class _EpochPass:
 
     def _validate(self) -> dict[str, float]:
         tensors = self.tensors
-        if is_streamed(tensors):
-            return validate_batches(self.network, tensors.validation, self.loss_fn,
-                                    self.autocast, self.score, self.device)
-        return validate_tensors(self.network, tensors.x_val, tensors.y_val, self.loss_fn,
-                                self.autocast, self.score)
+        batches = tensors.validation if is_streamed(tensors) \
+            else lambda: [(tensors.x_val, tensors.y_val)]
+        return validate(self.network, batches, self.loss_fn, self.autocast, self.score)
 
 
 def _epoch_batches(tensors, batch: int, state: _RunState, epoch: int) -> Batches:

@@ -1,10 +1,6 @@
 """One pass over an epoch's batches: the training steps (plain, or under DeepSpeed's engine) and
-validation.
-
-The training loop (:mod:`dbspec.training.loop`) decides what an epoch is (its batches, its
-optimizer and scheduler, early stopping, checkpoints); a pass here is the per-step work inside
-it, kept to what a hand-written loop does per batch plus two clock reads.
-"""
+validation; per batch, what a hand-written loop does plus two clock reads. What an epoch is
+(batches, optimizer, early stopping, checkpoints) is :mod:`dbspec.training.loop`'s."""
 
 from __future__ import annotations
 
@@ -199,29 +195,18 @@ def autocast_for(precision: str, device: torch.device) -> Autocast:
     return lambda: torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def validate_tensors(network: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module,
-                     autocast: Autocast, score: Optional[ScoreFn]) -> dict[str, float]:
-    """``val_loss`` (and the scorer's metrics) of validation rows held in memory."""
+def validate(network: nn.Module, batches: Callable[[], Iterable[Batch]], loss_fn: nn.Module,
+             autocast: Autocast, score: Optional[ScoreFn]) -> dict[str, float]:
+    """``val_loss`` (weighted by rows) and the scorer's metrics of the validation batches
+    (``batches()`` yields them: one batch held in memory, or a stream); the outputs, one small
+    column per row, are kept for the scorer."""
     network.eval()
-    with torch.inference_mode(), autocast():
-        out = network(x)
-        metrics = {"val_loss": float(loss_fn(out, y))}
-    if score is not None:
-        metrics.update(score(out.float(), y))
-    return metrics
-
-
-def validate_batches(network: nn.Module, validation: Callable[[], Iterable[Batch]],
-                     loss_fn: nn.Module, autocast: Autocast, score: Optional[ScoreFn],
-                     device: torch.device) -> dict[str, float]:
-    """The validation split batch by batch (``validation()`` yields them): the loss weighted by
-    rows; the outputs (one small column per row) kept for the scorer."""
-    network.eval()
+    device = device_of(network)
     outputs: list[torch.Tensor] = []
     targets: list[torch.Tensor] = []
     loss_sum, rows = 0.0, 0
     with torch.inference_mode(), autocast():
-        for xb, yb in validation():
+        for xb, yb in batches():
             xb, yb = xb.to(device), yb.to(device)
             out = network(xb)
             loss_sum += float(loss_fn(out, yb)) * len(xb)
