@@ -62,13 +62,8 @@ def check_placement(spec, *, master: str, executor: str, shared_dir: Optional[st
                     tracking_uri: str, study_storage: Optional[str]) -> list[str]:
     """Refuse a run whose executors would need the driver's disk; returns notes to show.
 
-    Args:
-        spec: The validated spec.
-        master: The Spark master the run uses.
-        executor: ``local`` or ``spark``.
-        shared_dir: The resolved shared dir, or None.
-        tracking_uri: The MLflow tracking URI the run logs to.
-        study_storage: ``search.storage`` as given (None: dbspec's default).
+    ``executor`` is ``local`` or ``spark``, ``shared_dir`` resolved (or None),
+    ``study_storage`` the ``search.storage`` as given (None: dbspec's default).
 
     Raises:
         PlacementError: naming the field or variable to set.

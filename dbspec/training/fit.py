@@ -67,24 +67,18 @@ class Fitted:
     batch_size: Optional[int] = None  # what training ended with (auto_batch_size may halve it)
 
 
-def _quiet(text: str) -> None:
-    """No progress lines."""
-
-
 @dataclass(frozen=True)
 class FitOptions:
     """How :func:`fit_spec` runs one training, beyond the spec.
 
     Attributes:
         epochs: Epoch override (smoke runs).
-        checkpoints: Where to checkpoint (a
-            :class:`~dbspec.training.checkpoints.CheckpointStore`), or None.
+        checkpoints: A :class:`~dbspec.training.checkpoints.CheckpointStore`, or None.
         resume: Continue from the newest checkpoint.
-        callbacks: Called with each epoch's metrics (single-process training only: the
-            ranks of a distributed training log through ``tracking``).
+        callbacks: Called with each epoch's metrics (in process; ranks log to ``tracking``).
         observer: A :class:`~dbspec.observability.observer.TrainingObserver` that sees every
-            epoch first (single-process training; rank 0 runs its own).
-        work_dir: The ranks' shared files (distributed training; required there).
+            epoch first (in process; rank 0 runs its own).
+        work_dir: The ranks' shared files (required for distributed training).
         tracking: The MLflow run rank 0 logs each epoch to (distributed training).
         say: Progress lines of the launcher (distributed training).
     """
@@ -96,7 +90,7 @@ class FitOptions:
     observer: Any = None
     work_dir: Optional[Path] = None
     tracking: Optional[TrackingTarget] = None
-    say: Callable[[str], None] = _quiet
+    say: Callable[[str], None] = lambda text: None
 
 
 def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
@@ -138,19 +132,11 @@ def fit_streamed(spec: Spec, data, stats: dict[str, Any], fitted: list[FittedSte
 
 def _fit_card(spec: Spec, card, make_tensors, options: FitOptions, shards=None) -> Fitted:
     """Build the network for ``card``, train it, wrap it as a served model (``fit_spec``)."""
-    import torch
-
-    from dbspec.models.network import build_network
-    from dbspec.models.served import ServedModel
-
     distributed = compute_kind(spec).distributed
     device = select_device(spec.compute)
-    torch.manual_seed(spec.training.seed)
-    network = build_network(spec.model, len(card.feature_names), card.out_features,
-                            inputs=card.inputs, load_weights=True)
-    parameters = sum(p.numel() for p in network.parameters())
+    served = _new_served(spec, card)
+    parameters = sum(p.numel() for p in served.network.parameters())
     threads = choose_threads(spec.training.num_threads, parameters)
-    served = ServedModel(card, network)
     if distributed:
         from dbspec.training.distributed import launch
 
@@ -197,11 +183,7 @@ def _ranges(table: Table, train, training_ranges) -> dict[str, list]:
 
 def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
     """Train in this process; on CUDA out-of-memory, again at half the batch size if allowed.
-
-    Returns:
-        The trained served model (on the CPU, in eval mode), the loop's outcome, and the batch
-        size training ended with.
-    """
+    Returns the served model (on the CPU, eval mode), the outcome and the final batch size."""
     import torch
 
     from dbspec.training.loop import is_streamed
@@ -215,7 +197,9 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
             break
         except torch.cuda.OutOfMemoryError:
             training = _halved_batch(training, options.observer)
-            served = _restarted(spec, served)
+            served.network.cpu()  # the failed one's memory freed
+            torch.cuda.empty_cache()
+            served = _new_served(spec, served.card)  # the same start, with a smaller batch
             if is_streamed(tensors):  # the stream cuts the batches: it gets the new size
                 stream = tensors.train
                 stream.settings = replace(stream.settings, batch_size=training.batch_size)
@@ -263,17 +247,14 @@ def _halved_batch(training, observer):
     return halved
 
 
-def _restarted(spec: Spec, served):
-    """A fresh served model with the same initial weights, the failed one's memory freed."""
+def _new_served(spec: Spec, card):
+    """A served model around a new network for ``card``, its initial weights from the seed."""
     import torch
 
     from dbspec.models.network import build_network
     from dbspec.models.served import ServedModel
 
-    served.network.cpu()
-    torch.cuda.empty_cache()
-    torch.manual_seed(spec.training.seed)  # the same start, with a smaller batch
-    card = served.card
+    torch.manual_seed(spec.training.seed)
     return ServedModel(card, build_network(spec.model, len(card.feature_names),
                                            card.out_features, inputs=card.inputs,
                                            load_weights=True))

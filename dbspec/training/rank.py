@@ -1,11 +1,9 @@
 """One rank of a distributed training, under every launcher.
 
-:func:`rank_main` is what TorchDistributor and DeepSpeed's distributor start (it joins the
-process group torchrun's environment describes); Ray Train joins the group itself and calls
-:func:`train_rank` (:mod:`dbspec.training.ray_launch`). A rank reads the :class:`RankJob` and
-its own shard from the work directory, trains under DDP (or the DeepSpeed engine) through the
-same loop as single-process training, and writes its :class:`RankReport`; rank 0 alone logs
-metrics to MLflow, writes checkpoints, the final weights and the :class:`RankResult`.
+TorchDistributor and DeepSpeed's distributor start :func:`rank_main` (it joins the process group
+torchrun's environment describes); Ray Train joins the group itself and calls :func:`train_rank`.
+A rank trains its shard through the same loop as single-process training, under DDP or the
+DeepSpeed engine; rank 0 alone logs to MLflow, checkpoints and writes the weights and result.
 """
 
 from __future__ import annotations
@@ -20,15 +18,10 @@ from dbspec.training.job import RankJob, RankReport, RankResult, record_rank_fai
 
 
 def skip_cpu_shm_op() -> None:
-    """Keep DeepSpeed from JIT-compiling its shared-memory all-reduce op on CPU.
-
-    On CPU, DeepSpeed's communication backend builds the ``deepspeed_shm_comm`` C++ extension
-    the first time it starts (measured: 146-250 s, g++ required, once per torch extensions
-    dir) when it finds the op compatible. Marking it incompatible makes DeepSpeed use
-    ``torch.distributed``'s gloo all-reduce, as it does wherever the op cannot build: CPU
-    training is for development and tests, where minutes of compilation cost more than a
-    faster all-reduce saves. ``DBSPEC_DEEPSPEED_SHM=1`` leaves DeepSpeed's choice alone.
-    """
+    """Keep DeepSpeed from JIT-compiling its shared-memory all-reduce op on CPU (measured:
+    146-250 s, g++ required): marked incompatible, the op gives way to gloo's all-reduce, as
+    wherever it cannot build. CPU training is for development and tests, where the compile
+    costs more than it saves. ``DBSPEC_DEEPSPEED_SHM=1`` leaves DeepSpeed's choice alone."""
     if os.environ.get("DBSPEC_DEEPSPEED_SHM", "") not in ("", "0"):
         return
     import deepspeed.ops
@@ -148,8 +141,8 @@ def _read_shard(work_dir: Path, rank: int, device):
     from dbspec.training.loop import Tensors
 
     data = torch.load(work_dir / f"shard-{rank}.pt", weights_only=True)
-    return Tensors(data["x_train"].to(device), data["y_train"].to(device),
-                   _to(data["x_val"], device), _to(data["y_val"], device))
+    return Tensors(*(None if data[key] is None else data[key].to(device)
+                     for key in ("x_train", "y_train", "x_val", "y_val")))
 
 
 def _streamed(job: RankJob, served, rank: int):
@@ -298,6 +291,3 @@ class _EngineModule:
     def parameters(self):
         return self.engine.module.parameters()
 
-
-def _to(tensor, device):
-    return tensor.to(device) if tensor is not None else None

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterator, Optional
+from typing import Any, Callable, Collection, ContextManager, Iterator, Optional
 
 from dbspec.errors import DbspecError
 from dbspec.training.ray_sizing import ray_layout
@@ -50,18 +50,15 @@ def require_ray(*, quick: bool = False) -> None:
 
 def run_on_ray(spec, work_dir: Path, *, use_gpu: bool, backend: str,
                say: Callable[[str], None] = lambda text: None) -> str:
-    """Train the prepared job in ``work_dir`` on ``compute.num_workers`` Ray Train workers.
-
-    Returns:
-        Where the workers ran, in words.
+    """Train the prepared job in ``work_dir`` on ``compute.num_workers`` Ray Train workers;
+    returns where they ran, in words.
 
     Raises:
-        DistributedError: Ray could not start, or a worker failed (its Python error, no
-            traceback).
+        DistributedError: Ray could not start, or a worker failed (its Python error).
     """
     import shutil
 
-    from dbspec.training.job import DistributedError
+    from dbspec.training.job import DistributedError, rank_errors
 
     require_ray()
     try:
@@ -81,8 +78,6 @@ def run_on_ray(spec, work_dir: Path, *, use_gpu: bool, backend: str,
         try:
             trainer.fit()
         except Exception as exc:  # WorkerGroupError, ControllerError, an actor that died
-            from dbspec.training.job import rank_errors
-
             # the ranks' own records first; Ray's word for the ranks that left none (a worker
             # whose process or node died)
             recorded = {int(p.stem.split("-")[1]) for p in work_dir.glob("rank-*.error")}
@@ -139,27 +134,20 @@ def _worker_loop(config: dict[str, Any]) -> None:
         raise
 
 
-@contextlib.contextmanager
 def ray_on_spark(session, compute, *, use_gpu: bool,
-                 say: Callable[[str], None] = lambda text: None) -> Iterator[str]:
+                 say: Callable[[str], None] = lambda text: None) -> ContextManager[str]:
     """A Ray cluster for ``compute``, connected, for the block; yields where it runs, in words.
 
     A cluster this process already uses (``ray.init`` called, or ``RAY_ADDRESS`` set, as
-    ``setup_ray_cluster`` in a notebook does) is used as it is and left running; otherwise one
-    is started on ``session`` and shut down afterwards, whatever happens in the block.
-
-    Raises:
-        DistributedError: Ray on Spark could not start, or started without room for the
-            workers.
+    ``setup_ray_cluster`` in a notebook does) is used and left running; otherwise one is
+    started on ``session`` and shut down afterwards (:class:`DistributedError` when it cannot
+    start, or starts without room for the workers).
     """
     import ray
 
     if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
-        cluster = _running_cluster(compute, use_gpu=use_gpu, say=say)
-    else:
-        cluster = _cluster_on_spark(session, compute, use_gpu=use_gpu, say=say)
-    with cluster as where:
-        yield where
+        return _running_cluster(compute, use_gpu=use_gpu, say=say)
+    return _cluster_on_spark(session, compute, use_gpu=use_gpu, say=say)
 
 
 def _needed(compute, use_gpu: bool) -> tuple[int, int]:
@@ -248,8 +236,7 @@ def _cluster_on_spark(session, compute, *, use_gpu: bool,
 
 
 def _shut_down_spark_cluster() -> None:
-    """Disconnect and stop the Ray-on-Spark cluster (nothing to stop when it never started),
-    waiting for its head node's last words while Ray is kept quiet."""
+    """Disconnect and stop the Ray-on-Spark cluster, its head node's last words kept quiet."""
     import ray
     from ray.util.spark import shutdown_ray_cluster
 
@@ -265,8 +252,8 @@ def _shut_down_spark_cluster() -> None:
 
 
 def _head_process():
-    """The head node's process of the active Ray-on-Spark cluster, or None (a Ray internal
-    that is only read, to wait for the head's exit)."""
+    """The active Ray-on-Spark cluster's head node process, or None (a Ray internal, only read
+    to wait for the head's exit)."""
     from ray.util.spark import cluster_init
 
     return getattr(getattr(cluster_init, "_active_ray_cluster", None), "head_proc", None)
@@ -285,12 +272,8 @@ def _check_local_gpus(needed: int) -> None:
 
 @contextlib.contextmanager
 def _quiet_ray() -> Iterator[None]:
-    """Ray's start-up chatter off this process's stdout and its INFO logging off stderr.
-
-    ``setup_ray_cluster`` copies the head node's output to ``sys.stdout`` (it keeps the tail
-    for its own error message) and logs its sizing advice for general workloads; the progress
-    lines say what matters.
-    """
+    """Ray's start-up chatter off stdout (``setup_ray_cluster`` copies the head node's output
+    there) and its INFO logging (sizing advice for general workloads) off stderr."""
     import io
 
     loggers = [logging.getLogger(name) for name in (
