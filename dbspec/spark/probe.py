@@ -65,14 +65,9 @@ def _make_probe(paths: tuple[str, ...], markers: tuple[Optional[str], ...]):
 
 def probe_executors(session, *, read: Sequence[str] = (), shared: Sequence[str] = (),
                     tasks: Optional[int] = None) -> list[ExecutorReport]:
-    """Run the probe on (up to) every executor core; raises on the first problem.
-
-    Args:
-        session: The active SparkSession.
-        read: Paths every executor must see (inputs).
-        shared: Directories every executor must see as this machine does, and write (the
-            shared dir, an output's parent); created here if missing.
-        tasks: Probe tasks (default: the cluster's default parallelism).
+    """Run the probe on (up to) every executor core (``tasks``, default: the cluster's default
+    parallelism); raises on the first problem. Every executor must see the ``read`` paths, and
+    see as this machine does and write the ``shared`` directories (created here if missing).
 
     Raises:
         ExecutorCheckFailed: naming the executor, what it lacks and what to do.

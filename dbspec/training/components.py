@@ -60,13 +60,10 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training: TrainingSpec, ep
     if spec.name == "cosine":
         return sched.CosineAnnealingLR(optimizer, T_max=spec.t_max or epochs, eta_min=spec.eta_min)
     if spec.name == "plateau":
-        return sched.ReduceLROnPlateau(optimizer, mode="min" if _minimize(spec.monitor) else "max",
-                                       factor=spec.factor, patience=spec.patience)
+        from dbspec.spec.semantics import lower_is_better
+
+        return sched.ReduceLROnPlateau(optimizer, factor=spec.factor, patience=spec.patience,
+                                       mode="min" if lower_is_better(spec.monitor) else "max")
     return sched.OneCycleLR(optimizer, max_lr=spec.max_lr, epochs=epochs,
                             steps_per_epoch=updates_per_epoch, pct_start=spec.pct_start)
 
-
-def _minimize(metric: str) -> bool:
-    from dbspec.spec.semantics import lower_is_better
-
-    return lower_is_better(metric)

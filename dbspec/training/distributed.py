@@ -29,16 +29,10 @@ if TYPE_CHECKING:
 def launch(spec, tensors_cpu, served, *, options: FitOptions, shards: Optional[Path] = None):
     """Train on the compute kind's ranks; the weights and records come back through files.
 
-    Args:
-        spec: The validated spec (a compute kind that trains on ranks).
-        tensors_cpu: Preprocessed inputs and training targets on the CPU (None when streamed).
-        served: The served model whose network gets rank 0's trained weights.
-        options: Work directory, epochs, resume, tracking, checkpoints, progress lines.
-        shards: The shard set's root every rank streams its part of each epoch from.
-
-    Returns:
-        The trained served model (eval mode) and the loop's outcome, its ``extra`` holding
-        world size, backend, rank 0's diagnosis, placement and every rank's report.
+    ``tensors_cpu`` are the prepared rows, or None when every rank streams its part of each
+    epoch from the shard set at ``shards``. Returns the served model with rank 0's weights
+    (eval mode) and the loop's outcome, its ``extra`` holding world size, backend, rank 0's
+    diagnosis, placement and every rank's report.
 
     Raises:
         DistributedError: a rank failed (its error is in the message) or no result appeared.
@@ -91,15 +85,10 @@ def _prepare_work_dir(work_dir: Path, tensors_cpu, world: int) -> None:
 
 
 def run_distributor(distributor, work_dir: Path, *, watch_executors: bool) -> None:
-    """Start :func:`~dbspec.training.rank.rank_main` on every rank through a pyspark
+    """Start :func:`~dbspec.training.rank.rank_main` on every rank through the kind's pyspark
     distributor (``TorchDistributor``, ``DeepspeedTorchDistributor``); a failure is worded
-    from the ranks' own records.
-
-    Args:
-        distributor: The distributor the compute kind built.
-        work_dir: The prepared work directory.
-        watch_executors: The ranks are Spark tasks: stop the job at the first lost executor.
-    """
+    from the ranks' own records. ``watch_executors``: the ranks are Spark tasks, so the job is
+    stopped at the first lost executor."""
     watch = RankWatcher(distributor.spark) if watch_executors else None
     try:
         with watch or contextlib.nullcontext():
@@ -124,11 +113,8 @@ def _result(work_dir: Path) -> RankResult:
 
 
 def _write_shards(tensors_cpu, work_dir: Path, world: int) -> None:
-    """One file per rank with its rows, and the validation rows: a rank reads only its own.
-
-    Shards are equal (DDP needs the same step count on every rank); the remainder rows are
-    dropped, as a ``DistributedSampler`` with ``drop_last`` does.
-    """
+    """One file per rank with its rows and the validation rows. Shards are equal (DDP needs
+    the same step count on every rank): the remainder is dropped, as ``drop_last`` does."""
     import torch
 
     rows = len(tensors_cpu.x_train) // world
@@ -144,12 +130,9 @@ def _write_shards(tensors_cpu, work_dir: Path, world: int) -> None:
 
 
 class RankWatcher:
-    """Stops a barrier training job as soon as one of its tasks fails or an executor is lost.
-
-    Spark retries a failed barrier stage (and waits minutes for lost slots to come back),
-    while the surviving ranks only fail on a gloo timeout; this thread watches the job and
-    cancels it at the first failure, remembering which executor went away.
-    """
+    """Cancels a barrier training job at its first failed task or lost executor (noting which):
+    Spark would retry the stage and wait minutes for lost slots, the survivors fail only on a
+    gloo timeout."""
 
     def __init__(self, spark, interval: float = 0.5):
         self.context = spark.sparkContext

@@ -95,11 +95,9 @@ class FitOptions:
 
 def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
              options: FitOptions = FitOptions()) -> Fitted:
-    """Build the spec's network for ``table``, train it, and wrap it as a served model.
-
-    With a compute kind that trains on ranks (``distributed``) the training runs on the
-    launcher's ranks. A CUDA out-of-memory error fails with advice, or with
-    ``training.auto_batch_size`` restarts the training at half the batch size.
+    """Build the spec's network for ``table``, train it (in process, or on the compute kind's
+    ranks), and wrap it as a served model. CUDA out of memory fails with advice, or with
+    ``training.auto_batch_size`` restarts at half the batch size.
 
     Raises:
         TrainingError: the loss became non-finite, or CUDA ran out of memory.

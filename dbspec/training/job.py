@@ -1,12 +1,9 @@
 """What the driver of a distributed training and its ranks exchange, as typed records.
 
-The driver writes a :class:`RankJob` to the work directory; every rank (a TorchDistributor or
-DeepSpeed process, a Ray Train worker, on this machine or another) reads it back. Each rank
-writes a :class:`RankReport`, rank 0 a :class:`RankResult`, a failed rank its traceback.
-These files are the only way anything crosses the process boundary: the launchers pickle just
-the rank function and the work directory's path. Each record has one pair of methods that
-write and read its file (JSON, so a person can read it too), and nothing else builds or
-parses them.
+The driver writes a :class:`RankJob`; each rank a :class:`RankReport`, rank 0 a
+:class:`RankResult`, a failed rank its traceback. These JSON files in the work directory are
+all that crosses the process boundary: the launchers pickle just the rank function and the
+work directory's path.
 """
 
 from __future__ import annotations
@@ -49,12 +46,8 @@ class RankJob:
     """Everything a rank needs besides its shard of the data.
 
     Attributes:
-        spec: The validated spec (the rank rebuilds the network and the loop from it).
-        card: The served model's card (to rebuild the network on every rank).
-        backend: The process group's backend (``gloo``, ``nccl``), resolved by the driver.
-        use_gpu: Whether ranks train on their GPU (``use_gpu: auto`` resolved by the driver).
+        backend: The process group's backend, resolved by the driver (as is ``use_gpu``).
         epochs: Epoch override (smoke runs).
-        resume: Continue from the newest checkpoint in ``checkpoint_dir``.
         tracking: The MLflow run rank 0 logs each epoch to, or None.
         deepspeed: The DeepSpeed config (``compute.kind: deepspeed``), else None.
         checkpoint_dir: Where the ranks checkpoint (absolute: ranks may run in another
@@ -129,8 +122,6 @@ class RankResult:
 
     Attributes:
         outcome: The training loop's outcome (its ``extra`` is left empty).
-        world_size: How many ranks trained.
-        backend: The process group's backend.
         diagnosis: Rank 0's monitor findings, in words.
         placement: Where the ranks ran, in words, when the launcher says (Ray); else None.
     """
