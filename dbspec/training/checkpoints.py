@@ -17,14 +17,9 @@ _NAME = re.compile(r"^epoch-(\d+)(?:-step-(\d+))?(\.pt)?$")
 
 
 class CheckpointStore:
-    """``epoch-N.pt`` files in one directory; the newest ``keep`` are kept.
-
-    A mid-epoch checkpoint (streamed data) is ``epoch-N-step-K.pt``: only the newest is kept,
-    and the end of its epoch removes it.
-
-    In distributed training every rank reads the store (to resume) and only the one created
-    with ``writer=True`` writes to it.
-    """
+    """``epoch-N.pt`` files in one directory; the newest ``keep`` are kept. Of the mid-epoch
+    ``epoch-N-step-K.pt`` (streamed data) only the newest is kept, until its epoch ends.
+    Every rank reads the store (to resume); only the one with ``writer=True`` writes."""
 
     suffix = ".pt"
 

@@ -13,7 +13,6 @@ from dbspec.data.prepare import FittedStep, Splits, Table
 from dbspec.seams.compute import COMPUTE, compute_kind
 from dbspec.spec.sections import Spec
 from dbspec.tracking.metrics import TrackingTarget
-from dbspec.training.scoring import validation_scorer
 
 #: Networks smaller than this train on one intra-op thread (see ``choose_threads``).
 SMALL_MODEL_PARAMETERS = 1_000_000
@@ -210,7 +209,7 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
 
 
 def _train_once(spec: Spec, served, tensors, training, device, options: FitOptions):
-    from dbspec.training.loop import TrainOptions, example_rows, train
+    from dbspec.training.loop import TrainOptions, example_rows, train, validation_scorer
 
     network = served.network.to(device)
     callbacks = list(options.callbacks)

@@ -47,10 +47,10 @@ class StreamedTensors:
     """Training batches streamed from shards (``data.streaming``) instead of tensors in memory.
 
     Attributes:
-        train: The training split (a :class:`~dbspec.data.stream.StreamedSplit`): this rank's
-            shuffled batches of each epoch, from any batch on.
-        validation: Called with no argument, the validation split's ``(x, y)`` batches in
-            stored order; None without a validation split.
+        train: This rank's shuffled batches of each epoch, from any batch on (a
+            :class:`~dbspec.data.stream.StreamedSplit`).
+        validation: Called with no argument, the validation split's ``(x, y)`` batches (None
+            without a validation split).
         example: Two prepared training rows (observers trace the model with them).
     """
 
@@ -109,9 +109,6 @@ class TrainOptions:
         epochs: Override of ``training.epochs`` (smoke runs).
         score_validation: Metrics beyond ``val_loss`` from (network outputs, targets), called
             each epoch when a monitored metric needs them.
-        checkpoints: Where to write checkpoints; None writes none.
-        resume: Continue from the newest checkpoint when there is one.
-        callbacks: Called with each epoch's metrics.
         engine: A DeepSpeed engine; it then owns backward, step, accumulation, clipping and
             precision (its optimizer and scheduler replace the spec-built ones).
         reduce: Called on each epoch's metrics before any decision uses them (distributed
@@ -295,6 +292,30 @@ class _EpochPass:
         return validate(self.network, batches, self.loss_fn, self.autocast, self.score)
 
 
+def validation_scorer(spec, served) -> Optional[ScoreFn]:
+    """Per-epoch validation metrics, only when a monitored metric needs more than val_loss."""
+    monitored = {spec.training.early_stopping.monitor if spec.training.early_stopping else "",
+                 spec.training.scheduler.monitor if spec.training.scheduler is not None
+                 and spec.training.scheduler.name == "plateau" else "",
+                 spec.search.metric if spec.search is not None else ""}
+    names = sorted(m[4:] for m in monitored if m.startswith("val_") and m != "val_loss")
+    if not names:
+        return None
+    from dbspec.evaluation.metrics import task_metrics
+
+    def score(out, y):
+        with torch.inference_mode():
+            predictions = served.head(out.cpu()).numpy()
+        y_true = y.cpu().numpy().reshape(-1)
+        if spec.data.task == "regression":
+            y_true = y_true * served.card.target_std + served.card.target_mean
+        found = task_metrics(spec.data.task, y_true, predictions, names,
+                             threshold=spec.evaluation.threshold)
+        return {f"val_{k}": v for k, v in found.items()}
+
+    return score
+
+
 def _epoch_batches(tensors, batch: int, state: _RunState, epoch: int) -> Batches:
     """The batches ``epoch`` trains: the rows in a fresh shuffle, or the stream's from where a
     mid-epoch checkpoint stopped."""
@@ -334,9 +355,8 @@ def _gathered(total: torch.Tensor) -> list[float]:
 
 def _step_checkpointer(state: _RunState, checkpoints, training: TrainingSpec,
                        tensors) -> Optional[UpdateHook]:
-    """The hook that writes a mid-epoch checkpoint every
-    ``training.checkpointing.every_n_steps`` batches (streamed data only), with the loader's
-    position and the epoch's loss so far."""
+    """The hook that checkpoints every ``checkpointing.every_n_steps`` batches (streamed data
+    only), with the stream's position and the epoch's loss so far."""
     every = training.checkpointing.every_n_steps
     if checkpoints is None or not every or not is_streamed(tensors):
         return None

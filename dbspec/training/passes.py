@@ -54,10 +54,8 @@ class Batches:
     """One epoch's training batches, from memory (index slicing) or streamed from shards.
 
     Attributes:
-        epoch: The epoch.
-        steps: Batches in the whole epoch.
+        steps: Batches (and ``rows``: rows) in the whole epoch.
         start: The first batch this pass trains (after a mid-epoch resume, else 0).
-        rows: Rows in the whole epoch.
         total: The summed loss of the batches before ``start``.
         iterator: The ``(x, y)`` batches from ``start`` on.
     """
@@ -78,13 +76,8 @@ class Batches:
 
 @dataclass
 class Updates:
-    """How a pass without DeepSpeed turns losses into weight updates.
-
-    Attributes:
-        optimizer: The optimizer.
-        scheduler: The learning-rate scheduler; stepped per update only for ``onecycle``.
-        scaler: The fp16 gradient scaler, or None.
-    """
+    """How a pass without DeepSpeed turns losses into weight updates: the optimizer, the
+    scheduler (stepped per update only for ``onecycle``) and the fp16 gradient scaler."""
 
     optimizer: Any
     scheduler: Any = None
@@ -183,7 +176,6 @@ def engine_step(network: nn.Module, loss_fn: nn.Module, engine: Any, accumulate:
 
 
 def device_of(network: nn.Module) -> torch.device:
-    """Where the network's parameters are (the batches go there)."""
     return next(network.parameters()).device
 
 

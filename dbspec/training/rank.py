@@ -67,8 +67,7 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     import torch.distributed as dist
 
     from dbspec.models.served import ServedModel
-    from dbspec.training.loop import TrainOptions, is_streamed, train
-    from dbspec.training.scoring import validation_scorer
+    from dbspec.training.loop import TrainOptions, is_streamed, train, validation_scorer
 
     job = RankJob.read(work_dir)
     spec = job.spec
