@@ -128,8 +128,3 @@ class RankKind(_Kind):
         """The pyspark distributor that starts the ranks."""
         raise NotImplementedError
 
-
-def ddp_findings(compute) -> Iterable[ComputeFinding]:
-    """The backend check of a DDP section with ``use_gpu`` and ``backend``."""
-    if compute.backend == "nccl" and compute.use_gpu is False:
-        yield ComputeFinding(("compute", "backend"), "nccl needs GPUs; use gloo, or use_gpu: true")

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Iterator, Literal
 
-from dbspec.compute.common import NO_RESOURCES, Backend, GpuChoice, RankKind, ddp_findings
-from dbspec.seams.compute import RankSettings
+from dbspec.compute.common import NO_RESOURCES, Backend, GpuChoice, RankKind
+from dbspec.seams.compute import ComputeFinding, RankSettings
 from dbspec.spec.databricks import Resources
 from dbspec.spec.sections.base import SpecModel, d
 
@@ -30,8 +30,10 @@ class TorchDistributorKind(RankKind):
     name = "torch_distributor"
     model = TorchDistributorCompute
 
-    def check(self, spec):
-        return ddp_findings(spec.compute)
+    def check(self, spec) -> Iterator[ComputeFinding]:
+        if spec.compute.backend == "nccl" and spec.compute.use_gpu is False:
+            yield ComputeFinding(("compute", "backend"),
+                                 "nccl needs GPUs; use gloo, or use_gpu: true")
 
     def world_size(self, compute) -> int:
         return compute.num_processes

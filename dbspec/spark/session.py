@@ -68,7 +68,8 @@ def quiet_pyspark_warnings() -> None:
 
 def master_url(spec, override: Optional[str] = None) -> str:
     """``--master`` > ``spark.master`` in the spec > ``SPARK_MASTER`` > ``local[*]``."""
-    return override or (spec.spark.master if spec is not None else None) or os.environ.get("SPARK_MASTER") or "local[*]"
+    return (override or (spec.spark.master if spec is not None else None)
+            or os.environ.get("SPARK_MASTER") or "local[*]")
 
 
 def executor_python(spec, master: str) -> Optional[str]:

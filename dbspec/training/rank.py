@@ -74,8 +74,7 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     torch.manual_seed(spec.training.seed)  # identical initial weights on every rank
     served = ServedModel(job.card)
     network = served.network.to(device)
-    tensors = _read_shard(work_dir, rank, device) if job.shards is None \
-        else _streamed(job, served, rank)
+    tensors = _rank_tensors(job, served, work_dir, rank, device)
     model, engine = _parallel_model(network, job, device)
     checkpoints = _checkpoints(job, engine, rank)
     logger = _rank_zero_logger(job, rank)
@@ -133,26 +132,23 @@ def _diagnosis(observer, device, batch_size: int) -> tuple[str, ...]:
     return tuple(f.text() for f in findings)
 
 
-def _read_shard(work_dir: Path, rank: int, device):
-    """This rank's training rows and the validation rows, on ``device``."""
+def _rank_tensors(job: RankJob, served, work_dir: Path, rank: int, device):
+    """This rank's training rows and the validation rows, on ``device``; or its part of each
+    epoch, streamed from the shard set (``data.streaming``)."""
     import torch
+    import torch.distributed as dist
 
     from dbspec.training.loop import Tensors
 
+    if job.shards is not None:
+        from dbspec.data.shards import open_shard_set
+        from dbspec.training.streamed import streamed_tensors
+
+        return streamed_tensors(job.spec, served, open_shard_set(job.shards), rank=rank,
+                                world=dist.get_world_size())
     data = torch.load(work_dir / f"shard-{rank}.pt", weights_only=True)
     return Tensors(*(None if data[key] is None else data[key].to(device)
                      for key in ("x_train", "y_train", "x_val", "y_val")))
-
-
-def _streamed(job: RankJob, served, rank: int):
-    """This rank's part of each epoch, streamed from the shard set (``data.streaming``)."""
-    import torch.distributed as dist
-
-    from dbspec.data.shards import open_shard_set
-    from dbspec.training.streamed import streamed_tensors
-
-    return streamed_tensors(job.spec, served, open_shard_set(job.shards), rank=rank,
-                            world=dist.get_world_size())
 
 
 def _parallel_model(network, job: RankJob, device):
