@@ -135,12 +135,8 @@ def _check_report(report: ExecutorReport, paths, markers, version: str) -> None:
 
 def check_executors(session, spec, *, shared_dir: Optional[str], executor: str,
                     say=lambda text: None) -> None:
-    """Probe the executors when this run hands them work and they are on other machines:
-    the shared dir for ranks and trials, the data source for the spark executor's reads.
-
-    Raises:
-        ExecutorCheckFailed: see :func:`probe_executors`.
-    """
+    """Probe the executors (:func:`probe_executors`) when this run hands them work and they are
+    on other machines: the shared dir for ranks and trials, the source for the spark executor."""
     from dbspec.spark.placement import is_local_master, ranks_on_executors, trials_on_executors
 
     master = session.sparkContext.master

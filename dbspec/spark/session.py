@@ -91,11 +91,8 @@ def executor_python(spec, master: str) -> Optional[str]:
 @contextlib.contextmanager
 def spark_session(spec, master: Optional[str] = None,
                   say: Callable[[str], None] = lambda text: None) -> Iterator[object]:
-    """An active SparkSession for the block; stopped afterwards if this block started it.
-
-    Raises:
-        DbspecError: pyspark is not installed (names the extra to install).
-    """
+    """An active SparkSession for the block; stopped afterwards if this block started it
+    (a :class:`DbspecError` naming the extra when pyspark is not installed)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:

@@ -18,11 +18,8 @@ LOSS_CLASSES: dict[str, type[nn.Module]] = {
 
 
 def build_loss(name: str) -> nn.Module:
-    """The loss module for a resolved loss name.
-
-    Raises:
-        ValueError: ``name`` is not one of the spec's losses (``auto`` is resolved before).
-    """
+    """The loss module for a resolved loss name (``auto`` is resolved before; another name
+    is a ValueError)."""
     if name not in LOSS_CLASSES:
         raise ValueError(f"unknown loss {name!r}; the spec's losses are {', '.join(LOSS_NAMES)}")
     return LOSS_CLASSES[name]()

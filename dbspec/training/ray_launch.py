@@ -30,11 +30,7 @@ PROPAGATED_PREFIXES = ("DBSPEC_", "MLFLOW_", "DATABRICKS_")
 
 def require_ray(*, quick: bool = False) -> None:
     """Ray Train and Ray on Spark are importable (``quick``: Ray is installed, checked without
-    importing it, which takes seconds).
-
-    Raises:
-        DbspecError: naming the extra to install.
-    """
+    importing it, which takes seconds); a :class:`DbspecError` names the extra to install."""
     from importlib.util import find_spec
 
     try:
@@ -192,6 +188,7 @@ def _cluster_on_spark(session, compute, *, use_gpu: bool,
     """A Ray cluster started on ``session`` for the block (``setup_ray_cluster``), connected,
     and shut down afterwards."""
     import ray
+    import torch
     from ray.util.spark import setup_ray_cluster
 
     from dbspec.spark.placement import is_local_master
@@ -201,8 +198,10 @@ def _cluster_on_spark(session, compute, *, use_gpu: bool,
     need_cpus, need_gpus = _needed(compute, use_gpu)
     context = session.sparkContext
     master = context.master
-    if use_gpu and is_local_master(master):
-        _check_local_gpus(need_gpus)
+    if use_gpu and is_local_master(master) and torch.cuda.device_count() < need_gpus:
+        raise DistributedError(f"compute.num_workers: {need_gpus} GPU workers need {need_gpus} "
+                               f"GPUs on this machine (local Spark master); "
+                               f"{torch.cuda.device_count()} present")
     layout = ray_layout(compute, use_gpu=use_gpu, master=master,
                         task_cpus=int(context.getConf().get("spark.task.cpus", "1")),
                         parallelism=context.defaultParallelism)
@@ -257,17 +256,6 @@ def _head_process():
     from ray.util.spark import cluster_init
 
     return getattr(getattr(cluster_init, "_active_ray_cluster", None), "head_proc", None)
-
-
-def _check_local_gpus(needed: int) -> None:
-    import torch
-
-    from dbspec.training.job import DistributedError
-
-    present = torch.cuda.device_count()
-    if present < needed:
-        raise DistributedError(f"compute.num_workers: {needed} GPU workers need {needed} GPUs "
-                               f"on this machine (local Spark master); {present} present")
 
 
 @contextlib.contextmanager
