@@ -1,9 +1,8 @@
 """Where each piece of a run lives when Spark executors do part of the work.
 
-On one machine every process sees the driver's disk. On a cluster an executor sees only the
-data source, the tracking server and a directory every node mounts (the *shared dir*). These
-rules decide, before any work, whether a run can work where it is sent, and fail with the field
-to set when it cannot. Pure: no Spark, no MLflow, no file I/O.
+On a cluster an executor sees only the data source, the tracking server and a directory every
+node mounts (the *shared dir*), not the driver's disk. These rules refuse, before any work, a
+run that cannot work where it is sent, naming the field to set. Pure: no Spark, MLflow or I/O.
 """
 
 from __future__ import annotations
@@ -23,13 +22,9 @@ class PlacementError(DbspecError):
 
 
 def normalise_shared_dir(value: str) -> str:
-    """The shared dir as a path this process opens; ``dbfs:/x`` is the ``/dbfs/x`` FUSE mount
-    every Databricks node has.
-
-    Raises:
-        PlacementError: a relative path, a node-local disk, an object-store URI (see
-            :func:`dbspec.spec.sections.jobs.check_shared_dir`).
-    """
+    """The shared dir as a path this process opens (``dbfs:/x`` is the ``/dbfs/x`` FUSE mount
+    every Databricks node has); a :class:`PlacementError` for what
+    :func:`dbspec.spec.sections.jobs.check_shared_dir` refuses."""
     from dbspec.spec.sections.jobs import check_shared_dir
 
     try:
