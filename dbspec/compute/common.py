@@ -55,22 +55,18 @@ class _Kind:
     extras: ClassVar[Mapping[str, str]] = {}
 
     def check(self, spec) -> Iterable[ComputeFinding]:
-        """No problems beyond the section's types."""
         return ()
 
     def check_runnable(self, spec, *, quick: bool) -> None:
-        """Nothing to check before training."""
+        pass
 
     def gpu_expected(self, compute) -> bool:
-        """A GPU is asked for only where the section says so."""
         return False
 
     def resources(self, compute) -> Resources:
-        """A CPU training cluster of one node."""
         return NO_RESOURCES
 
     def trains_on_gpu(self, compute) -> bool:
-        """The job trains on GPUs when its cluster has them."""
         return self.resources(compute).gpus_per_node > 0
 
 
@@ -80,24 +76,19 @@ class InProcessKind(_Kind):
     distributed: ClassVar[bool] = False
 
     def device(self, compute):
-        """The device the section names (``device: auto`` by default)."""
         return torch_device(getattr(compute, "device", "auto"))
 
     def world_size(self, compute) -> int:
-        """One process."""
         return 1
 
     def remote_ranks(self, compute) -> Optional[str]:
-        """No ranks."""
         return None
 
     def rank_settings(self, spec) -> RankSettings:
-        """In-process kinds have no ranks."""
         raise DbspecError(f"compute.kind {self.name} trains in this process, not on ranks")
 
     def start_ranks(self, spec, settings: RankSettings, work_dir: Path,
                     say: Callable[[str], None]) -> Optional[str]:
-        """In-process kinds have no ranks."""
         raise DbspecError(f"compute.kind {self.name} trains in this process, not on ranks")
 
 
@@ -108,7 +99,7 @@ class RankKind(_Kind):
     distributed: ClassVar[bool] = True
 
     def device(self, compute):
-        """The driver's device: the CPU (the ranks pick their own)."""
+        """The driver's: the CPU (the ranks pick their own)."""
         import torch
 
         return torch.device("cpu")
@@ -122,13 +113,11 @@ class RankKind(_Kind):
         return None if compute.local_mode else "training ranks (compute.local_mode: false)"
 
     def rank_settings(self, spec) -> RankSettings:
-        """``use_gpu`` and ``backend`` resolved; no engine config."""
         use_gpu = resolve_gpu(spec.compute.use_gpu)
         return RankSettings(use_gpu, resolve_backend(spec.compute.backend, use_gpu))
 
     def start_ranks(self, spec, settings: RankSettings, work_dir: Path,
                     say: Callable[[str], None]) -> Optional[str]:
-        """Run the ranks through :meth:`distributor`'s pyspark distributor."""
         from dbspec.training.distributed import run_distributor
 
         distributor = self.distributor(spec.compute, settings)
@@ -139,8 +128,3 @@ class RankKind(_Kind):
         """The pyspark distributor that starts the ranks."""
         raise NotImplementedError
 
-
-def ddp_findings(compute) -> Iterable[ComputeFinding]:
-    """The backend check of a DDP section with ``use_gpu`` and ``backend``."""
-    if compute.backend == "nccl" and compute.use_gpu is False:
-        yield ComputeFinding(("compute", "backend"), "nccl needs GPUs; use gloo, or use_gpu: true")

@@ -1,13 +1,13 @@
 """``compute.kind: deepspeed``: DeepSpeed ZeRO launched by pyspark's
 ``DeepspeedTorchDistributor``; the DeepSpeed config is generated from the spec
-(:mod:`dbspec.training.deepspeed_config`) and checked with DeepSpeed's own classes."""
+(:func:`deepspeed_config`) and checked with DeepSpeed's own classes."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar, Iterator, Literal, Mapping
 
-from dbspec.compute.common import RankKind, resolve_backend
-from dbspec.errors import did_you_mean
+from dbspec.compute.common import NO_RESOURCES, RankKind, resolve_backend
+from dbspec.errors import DbspecError, did_you_mean
 from dbspec.seams.compute import ComputeFinding, RankSettings
 from dbspec.spec.databricks import Resources
 from dbspec.spec.sections.base import SpecModel, d, section
@@ -85,39 +85,27 @@ class DeepspeedKind(RankKind):
 
     def check_runnable(self, spec, *, quick: bool) -> None:
         """DeepSpeed parses the generated config (before any stage runs)."""
-        from dbspec.training.deepspeed_config import (
-            check_deepspeed_config,
-            deepspeed_config,
-        )
-
-        check_deepspeed_config(deepspeed_config(spec))
+        self.rank_settings(spec)
 
     def world_size(self, compute) -> int:
-        """GPUs (or CPU processes) per node times nodes."""
         return compute.num_gpus * compute.num_nodes
 
     def resources(self, compute) -> Resources:
         """``num_gpus`` per node; on executors when more than one node or not local."""
         if not compute.use_gpu:
-            return Resources(0, 0, False)
+            return NO_RESOURCES
         if compute.local_mode and compute.num_nodes == 1:
             return Resources(compute.num_gpus, 0, False)
         return Resources(compute.num_gpus, compute.num_nodes, True)
 
     def rank_settings(self, spec) -> RankSettings:
         """GPUs as the section says; the DeepSpeed config generated and checked."""
-        from dbspec.training.deepspeed_config import (
-            check_deepspeed_config,
-            deepspeed_config,
-        )
-
-        use_gpu = bool(spec.compute.use_gpu)
-        config = deepspeed_config(spec, use_gpu=use_gpu)
+        config = deepspeed_config(spec)
         check_deepspeed_config(config)
+        use_gpu = spec.compute.use_gpu
         return RankSettings(use_gpu, resolve_backend("auto", use_gpu), config)
 
     def distributor(self, compute, settings: RankSettings):
-        """pyspark's ``DeepspeedTorchDistributor`` with the generated config."""
         from pyspark.ml.deepspeed.deepspeed_distributor import DeepspeedTorchDistributor
 
         return DeepspeedTorchDistributor(
@@ -139,6 +127,63 @@ def _config_findings(config: dict) -> Iterator[ComputeFinding]:
         if value == "auto" or (isinstance(value, dict) and "auto" in value.values()):
             yield ComputeFinding(path, "'auto' is resolved by the HuggingFace integration, not "
                                  "by DeepSpeed; give a concrete value")
+
+
+def deepspeed_config(spec) -> dict[str, Any]:
+    """ZeRO stage, offload, precision, micro batch and accumulation from the spec.
+
+    ``compute.config`` is merged over the result (validation keeps it off the keys generated
+    here). The spec's torch optimizer is handed to DeepSpeed, so no DeepSpeed op has to be
+    compiled; ``zero_allow_untested_optimizer`` says that this is intended.
+    """
+    compute, training = spec.compute, spec.training
+    precision = training.precision_on(compute.use_gpu)
+    zero: dict[str, Any] = {"stage": compute.zero_stage}
+    for key, device in (("offload_optimizer", compute.offload.optimizer),
+                        ("offload_param", compute.offload.params)):
+        if device != "none":
+            nvme = {"nvme_path": compute.offload.nvme_path} if device == "nvme" else {}
+            zero[key] = {"device": device, **nvme}
+    config: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": training.batch_size,
+        "gradient_accumulation_steps": training.gradient_accumulation,
+        "zero_optimization": zero,
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 10**9,
+        "bf16": {"enabled": precision == "bf16"},
+        "fp16": {"enabled": precision == "fp16"},
+    }
+    if training.gradient_clipping is not None:
+        config["gradient_clipping"] = training.gradient_clipping.max_norm
+    return _merge(config, compute.config)
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(
+            out.get(key), dict) else value
+    return out
+
+
+def check_deepspeed_config(config: dict[str, Any]) -> None:
+    """Parse the config with DeepSpeed's classes (they reject unknown ZeRO keys and bad values).
+
+    Raises:
+        DbspecError: DeepSpeed refuses the config; its message names the field.
+    """
+    try:
+        from deepspeed.runtime.config import DeepSpeedConfig
+    except ImportError:
+        raise DbspecError("compute.kind deepspeed needs DeepSpeed: "
+                          "pip install 'dbspec[deepspeed]'") from None
+    try:
+        DeepSpeedConfig(dict(config))
+    except Exception as exc:  # pydantic errors and DeepSpeed's own assertions
+        first = str(exc).strip().splitlines()
+        raise DbspecError(f"compute.config: DeepSpeed refuses the generated config: "
+                          f"{' '.join(first[:3])}") from None
 
 
 KIND = DeepspeedKind()

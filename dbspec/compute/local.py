@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from dbspec.compute.common import InProcessKind
+from dbspec.compute.common import NO_RESOURCES, InProcessKind
 from dbspec.spec.databricks import Resources
 from dbspec.spec.sections.base import SpecModel, d
 
@@ -24,12 +24,10 @@ class LocalKind(InProcessKind):
     model = LocalCompute
 
     def gpu_expected(self, compute) -> bool:
-        """``device: cuda`` asks for a GPU."""
         return compute.device == "cuda"
 
     def resources(self, compute) -> Resources:
-        """One GPU on a single node for ``device: cuda``, else a CPU node."""
-        return Resources(1, 0, False) if compute.device == "cuda" else Resources(0, 0, False)
+        return Resources(1, 0, False) if compute.device == "cuda" else NO_RESOURCES
 
 
 KIND = LocalKind()

@@ -40,7 +40,6 @@ class RayKind(RankKind):
         require_ray(quick=quick)
 
     def world_size(self, compute) -> int:
-        """``num_workers``."""
         return compute.num_workers
 
     def remote_ranks(self, compute) -> Optional[str]:
@@ -53,7 +52,6 @@ class RayKind(RankKind):
 
     def start_ranks(self, spec, settings: RankSettings, work_dir: Path,
                     say: Callable[[str], None]) -> Optional[str]:
-        """Ray Train's ``TorchTrainer`` on a Ray cluster started on Spark."""
         from dbspec.training.ray_launch import run_on_ray
 
         where = run_on_ray(spec, work_dir, use_gpu=settings.use_gpu, backend=settings.backend,

@@ -4,7 +4,7 @@ when there is one, else the CPU (as ``kind: local``)."""
 
 from __future__ import annotations
 
-from typing import Iterator, Literal, Optional
+from typing import Iterator, Literal, Optional, get_args
 
 from dbspec.compute.common import InProcessKind
 from dbspec.seams.compute import ComputeFinding
@@ -13,7 +13,8 @@ from dbspec.spec.sections.base import SpecModel, d
 #: AI Runtime (serverless GPU) accelerator types, as databricks-sdk's
 #: ``jobs.ComputeSpecAcceleratorType`` names them (a test keeps the two equal); the number
 #: after ``GPU_`` is the GPUs per node.
-AI_RUNTIME_ACCELERATORS = ("GPU_1xA10", "GPU_1xH100", "GPU_8xB300", "GPU_8xH100")
+Accelerator = Literal["GPU_1xA10", "GPU_1xH100", "GPU_8xB300", "GPU_8xH100"]
+AI_RUNTIME_ACCELERATORS = get_args(Accelerator)
 
 
 class ServerlessGpuCompute(SpecModel):
@@ -21,8 +22,8 @@ class ServerlessGpuCompute(SpecModel):
     on this machine's GPU when there is one, else the CPU (as ``kind: local``)."""
 
     kind: Literal["serverless_gpu"] = d("AI Runtime serverless GPU compute.")
-    accelerator: Literal["GPU_1xA10", "GPU_1xH100", "GPU_8xB300", "GPU_8xH100"] = d(
-        "Accelerator type; GPU_8x... means eight GPUs per node.", default="GPU_1xA10")
+    accelerator: Accelerator = d("Accelerator type; GPU_8x... means eight GPUs per node.",
+                                 default="GPU_1xA10")
     count: int = d("Total accelerators across all nodes; a multiple of the GPUs per node.",
                    default=1, ge=1)
     provisioned_capacity_id: Optional[str] = d("A reserved-capacity id to run on instead of "
@@ -66,11 +67,9 @@ class ServerlessGpuKind(InProcessKind):
                                      "this section", warning=True)
 
     def gpu_expected(self, compute) -> bool:
-        """Always a GPU."""
         return True
 
     def trains_on_gpu(self, compute) -> bool:
-        """AI Runtime trains on its accelerators."""
         return True
 
 

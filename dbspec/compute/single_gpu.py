@@ -24,11 +24,6 @@ class SingleGpuKind(InProcessKind):
     model = SingleGpuCompute
 
     def device(self, compute):
-        """``cuda:<device_index>``.
-
-        Raises:
-            DbspecError: no CUDA GPU is visible, or not that many.
-        """
         import torch
 
         if not torch.cuda.is_available():
@@ -41,11 +36,9 @@ class SingleGpuKind(InProcessKind):
         return torch.device("cuda", compute.device_index)
 
     def gpu_expected(self, compute) -> bool:
-        """Always a GPU."""
         return True
 
     def resources(self, compute) -> Resources:
-        """One GPU on a single node."""
         return Resources(1, 0, False)
 
 

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Iterator, Literal
 
-from dbspec.compute.common import Backend, GpuChoice, RankKind, ddp_findings
-from dbspec.seams.compute import RankSettings
+from dbspec.compute.common import NO_RESOURCES, Backend, GpuChoice, RankKind
+from dbspec.seams.compute import ComputeFinding, RankSettings
 from dbspec.spec.databricks import Resources
 from dbspec.spec.sections.base import SpecModel, d
 
@@ -30,24 +30,23 @@ class TorchDistributorKind(RankKind):
     name = "torch_distributor"
     model = TorchDistributorCompute
 
-    def check(self, spec):
-        """nccl without GPUs."""
-        return ddp_findings(spec.compute)
+    def check(self, spec) -> Iterator[ComputeFinding]:
+        if spec.compute.backend == "nccl" and spec.compute.use_gpu is False:
+            yield ComputeFinding(("compute", "backend"),
+                                 "nccl needs GPUs; use gloo, or use_gpu: true")
 
     def world_size(self, compute) -> int:
-        """``num_processes``."""
         return compute.num_processes
 
     def resources(self, compute) -> Resources:
         """On the driver: one GPU per process on one node; on executors: one GPU per worker."""
         if compute.use_gpu is False:
-            return Resources(0, 0, False)
+            return NO_RESOURCES
         if compute.local_mode:
             return Resources(compute.num_processes, 0, False)
         return Resources(1, compute.num_processes, True)
 
     def distributor(self, compute, settings: RankSettings):
-        """pyspark's ``TorchDistributor``."""
         from pyspark.ml.torch.distributor import TorchDistributor
 
         return TorchDistributor(num_processes=compute.num_processes,

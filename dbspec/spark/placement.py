@@ -1,9 +1,8 @@
 """Where each piece of a run lives when Spark executors do part of the work.
 
-On one machine every process sees the driver's disk. On a cluster an executor sees only the
-data source, the tracking server and a directory every node mounts (the *shared dir*). These
-rules decide, before any work, whether a run can work where it is sent, and fail with the field
-to set when it cannot. Pure: no Spark, no MLflow, no file I/O.
+On a cluster an executor sees only the data source, the tracking server and a directory every
+node mounts (the *shared dir*), not the driver's disk. These rules refuse, before any work, a
+run that cannot work where it is sent, naming the field to set. Pure: no Spark, MLflow or I/O.
 """
 
 from __future__ import annotations
@@ -23,13 +22,9 @@ class PlacementError(DbspecError):
 
 
 def normalise_shared_dir(value: str) -> str:
-    """The shared dir as a path this process opens; ``dbfs:/x`` is the ``/dbfs/x`` FUSE mount
-    every Databricks node has.
-
-    Raises:
-        PlacementError: a relative path, a node-local disk, an object-store URI (see
-            :func:`dbspec.spec.sections.jobs.check_shared_dir`).
-    """
+    """The shared dir as a path this process opens (``dbfs:/x`` is the ``/dbfs/x`` FUSE mount
+    every Databricks node has); a :class:`PlacementError` for what
+    :func:`dbspec.spec.sections.jobs.check_shared_dir` refuses."""
     from dbspec.spec.sections.jobs import check_shared_dir
 
     try:
@@ -62,13 +57,8 @@ def check_placement(spec, *, master: str, executor: str, shared_dir: Optional[st
                     tracking_uri: str, study_storage: Optional[str]) -> list[str]:
     """Refuse a run whose executors would need the driver's disk; returns notes to show.
 
-    Args:
-        spec: The validated spec.
-        master: The Spark master the run uses.
-        executor: ``local`` or ``spark``.
-        shared_dir: The resolved shared dir, or None.
-        tracking_uri: The MLflow tracking URI the run logs to.
-        study_storage: ``search.storage`` as given (None: dbspec's default).
+    ``executor`` is ``local`` or ``spark``, ``shared_dir`` resolved (or None),
+    ``study_storage`` the ``search.storage`` as given (None: dbspec's default).
 
     Raises:
         PlacementError: naming the field or variable to set.

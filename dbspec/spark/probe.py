@@ -1,11 +1,7 @@
-"""Ask the executors, before any work, whether they can do it.
-
-A cluster's executors have their own interpreter and their own disk. A tiny Spark job — one
-task per core — reports from each executor its Python, whether it imports dbspec (and which
-version), and which of the given paths it sees and can write. A missing module, a wrong
-version or an unreachable shared dir then fails in a second with the cause, instead of minutes
-into training as a Java stack.
-"""
+"""Ask the executors, before any work, whether they can do it: a tiny Spark job (a task per
+core) reports each executor's Python, its dbspec version (or import error), and which of the
+given paths it sees and can write. A missing module, a wrong version or an unreachable shared
+dir then fails in a second with the cause, not minutes into training as a Java stack."""
 
 from __future__ import annotations
 
@@ -36,10 +32,11 @@ def _make_probe(paths: tuple[str, ...], markers: tuple[Optional[str], ...]):
     # defined inside a function so cloudpickle ships it by value: unpickling it on an
     # executor must not need dbspec, whose import is what it checks
     def probe(_):
+        import contextlib
         import os
         import socket
         import sys
-        import uuid
+        import tempfile
 
         try:
             import dbspec
@@ -54,14 +51,8 @@ def _make_probe(paths: tuple[str, ...], markers: tuple[Optional[str], ...]):
             seen.append(os.path.exists(os.path.join(path, marker) if marker else path))
             ok = False
             if marker:
-                try:
-                    mine = os.path.join(path, f".dbspec-probe-{uuid.uuid4().hex}")
-                    with open(mine, "w") as handle:
-                        handle.write("x")
-                    os.remove(mine)
+                with contextlib.suppress(OSError), tempfile.TemporaryFile(dir=path):
                     ok = True
-                except OSError:
-                    ok = False
             writes.append(ok)
         # a standalone or YARN executor runs in a directory named after its id
         name = os.path.basename(os.getcwd())
@@ -74,14 +65,9 @@ def _make_probe(paths: tuple[str, ...], markers: tuple[Optional[str], ...]):
 
 def probe_executors(session, *, read: Sequence[str] = (), shared: Sequence[str] = (),
                     tasks: Optional[int] = None) -> list[ExecutorReport]:
-    """Run the probe on (up to) every executor core; raises on the first problem.
-
-    Args:
-        session: The active SparkSession.
-        read: Paths every executor must see (inputs).
-        shared: Directories every executor must see as this machine does, and write (the
-            shared dir, an output's parent); created here if missing.
-        tasks: Probe tasks (default: the cluster's default parallelism).
+    """Run the probe on (up to) every executor core (``tasks``, default: the cluster's default
+    parallelism); raises on the first problem. Every executor must see the ``read`` paths, and
+    see as this machine does and write the ``shared`` directories (created here if missing).
 
     Raises:
         ExecutorCheckFailed: naming the executor, what it lacks and what to do.
@@ -149,12 +135,8 @@ def _check_report(report: ExecutorReport, paths, markers, version: str) -> None:
 
 def check_executors(session, spec, *, shared_dir: Optional[str], executor: str,
                     say=lambda text: None) -> None:
-    """Probe the executors when this run hands them work and they are on other machines:
-    the shared dir for ranks and trials, the data source for the spark executor's reads.
-
-    Raises:
-        ExecutorCheckFailed: see :func:`probe_executors`.
-    """
+    """Probe the executors (:func:`probe_executors`) when this run hands them work and they are
+    on other machines: the shared dir for ranks and trials, the source for the spark executor."""
     from dbspec.spark.placement import is_local_master, ranks_on_executors, trials_on_executors
 
     master = session.sparkContext.master

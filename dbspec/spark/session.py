@@ -1,13 +1,10 @@
 """The Spark session dbspec starts and stops, in one place.
 
 A session dbspec starts is quiet unless ``--verbose`` (``DBSPEC_VERBOSE=1``): the driver's
-log4j starts from :data:`QUIET_LOG4J` (warnings and errors, without the start-up notices a run
-cannot act on: the log4j profile, "Setting default log level", the loopback-hostname and
-native-Hadoop warnings), and pyspark's FutureWarning about pandas 3 is not shown (every Spark
-path dbspec uses, Arrow UDFs and ``toPandas`` included, runs in its tests with the pandas 3 it
-resolves). One line stays: the JVM's own "WARNING: Using incubator modules", which Spark's
-launcher asks for and no setting turns off. A spec's own
-``spark.driver.extraJavaOptions`` with a ``log4j2.configurationFile`` is left alone.
+log4j starts from :data:`QUIET_LOG4J` (no start-up notices a run cannot act on) unless the
+spec's ``spark.driver.extraJavaOptions`` names its own, and pyspark's FutureWarning about
+pandas 3 is hidden (every Spark path dbspec uses runs in its tests with pandas 3). The JVM's
+"WARNING: Using incubator modules" stays: no setting turns it off.
 """
 
 from __future__ import annotations
@@ -71,7 +68,8 @@ def quiet_pyspark_warnings() -> None:
 
 def master_url(spec, override: Optional[str] = None) -> str:
     """``--master`` > ``spark.master`` in the spec > ``SPARK_MASTER`` > ``local[*]``."""
-    return override or (spec.spark.master if spec is not None else None) or os.environ.get("SPARK_MASTER") or "local[*]"
+    return (override or (spec.spark.master if spec is not None else None)
+            or os.environ.get("SPARK_MASTER") or "local[*]")
 
 
 def executor_python(spec, master: str) -> Optional[str]:
@@ -93,11 +91,8 @@ def executor_python(spec, master: str) -> Optional[str]:
 @contextlib.contextmanager
 def spark_session(spec, master: Optional[str] = None,
                   say: Callable[[str], None] = lambda text: None) -> Iterator[object]:
-    """An active SparkSession for the block; stopped afterwards if this block started it.
-
-    Raises:
-        DbspecError: pyspark is not installed (names the extra to install).
-    """
+    """An active SparkSession for the block; stopped afterwards if this block started it
+    (a :class:`DbspecError` naming the extra when pyspark is not installed)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -126,7 +121,7 @@ def spark_session(spec, master: Optional[str] = None,
     try:
         # a SparkContext made from Python reads its executors' interpreter from PYSPARK_PYTHON
         # only (spark.pyspark.python is spark-submit's), and only while it starts
-        with _environment("PYSPARK_PYTHON", python):
+        with environment_variable("PYSPARK_PYTHON", python):
             session = builder.getOrCreate()
     except Exception as exc:  # a bad master URL, no Java: PySparkRuntimeError and friends
         raise DbspecError(f"cannot start Spark on {master_url(spec, master)}: "
@@ -139,7 +134,7 @@ def spark_session(spec, master: Optional[str] = None,
 
 
 @contextlib.contextmanager
-def _environment(name: str, value: Optional[str]) -> Iterator[None]:
+def environment_variable(name: str, value: Optional[str]) -> Iterator[None]:
     """``name=value`` in the environment for the block (nothing when value is None)."""
     if value is None:
         yield

@@ -18,11 +18,8 @@ LOSS_CLASSES: dict[str, type[nn.Module]] = {
 
 
 def build_loss(name: str) -> nn.Module:
-    """The loss module for a resolved loss name.
-
-    Raises:
-        ValueError: ``name`` is not one of the spec's losses (``auto`` is resolved before).
-    """
+    """The loss module for a resolved loss name (``auto`` is resolved before; another name
+    is a ValueError)."""
     if name not in LOSS_CLASSES:
         raise ValueError(f"unknown loss {name!r}; the spec's losses are {', '.join(LOSS_NAMES)}")
     return LOSS_CLASSES[name]()
@@ -60,13 +57,10 @@ def build_scheduler(optimizer: torch.optim.Optimizer, training: TrainingSpec, ep
     if spec.name == "cosine":
         return sched.CosineAnnealingLR(optimizer, T_max=spec.t_max or epochs, eta_min=spec.eta_min)
     if spec.name == "plateau":
-        return sched.ReduceLROnPlateau(optimizer, mode="min" if _minimize(spec.monitor) else "max",
-                                       factor=spec.factor, patience=spec.patience)
+        from dbspec.spec.semantics import lower_is_better
+
+        return sched.ReduceLROnPlateau(optimizer, factor=spec.factor, patience=spec.patience,
+                                       mode="min" if lower_is_better(spec.monitor) else "max")
     return sched.OneCycleLR(optimizer, max_lr=spec.max_lr, epochs=epochs,
                             steps_per_epoch=updates_per_epoch, pct_start=spec.pct_start)
 
-
-def _minimize(metric: str) -> bool:
-    from dbspec.spec.semantics import lower_is_better
-
-    return lower_is_better(metric)

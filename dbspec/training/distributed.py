@@ -1,98 +1,77 @@
-"""Training on a compute kind's ranks (pyspark's ``TorchDistributor`` or DeepSpeed's, Ray
-Train's ``TorchTrainer`` through :mod:`dbspec.training.ray_launch`, or a plugin's launcher):
-the driver's side. The kind decides GPUs, backend, engine config and how the ranks start.
+"""The driver's side of training on a compute kind's ranks (pyspark's ``TorchDistributor`` or
+DeepSpeed's, Ray Train through :mod:`dbspec.training.ray_launch`, or a plugin's launcher).
 
-The driver writes the prepared tensors (one shard per rank) and a
-:class:`~dbspec.training.job.RankJob` to a work directory; every rank reads them and trains
-(:mod:`dbspec.training.rank`). Results come back through files, never through the
-distributor's return value (measured here: in local mode it comes from an arbitrary rank,
-often ``None``), and the driver checks for rank 0's result explicitly, because a failing rank
-can return without an exception.
+The driver writes one shard per rank and a :class:`~dbspec.training.job.RankJob` to a work
+directory; every rank trains from them (:mod:`dbspec.training.rank`). Results come back
+through files, never the distributor's return value (measured: in local mode it comes from an
+arbitrary rank, often ``None``), and rank 0's result is checked for explicitly, because a
+failing rank can return without an exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Optional
 
-from dbspec.seams.compute import RankSettings, compute_kind
-from dbspec.tracking.metrics import TrackingTarget
-from dbspec.training.job import DistributedError, RankJob, RankResult, rank_errors
+from dbspec.errors import DbspecError
+from dbspec.seams.compute import compute_kind
+from dbspec.training.job import DistributedError, RankJob, RankReport, RankResult, rank_errors
 from dbspec.training.rank import rank_main
 
-
-def _quiet(text: str) -> None:
-    """No progress lines."""
-
-
-@dataclass(frozen=True)
-class DistributedRun:
-    """How the driver runs one distributed training, besides the spec.
-
-    Attributes:
-        work_dir: Shared directory for the job, the shards, the per-rank records and the
-            result.
-        epochs: Epoch override (smoke runs).
-        resume: Continue from the newest checkpoint in ``checkpoint_dir``.
-        tracking: The MLflow run rank 0 logs each epoch to, or None.
-        checkpoint_dir: Where the ranks checkpoint, or None.
-        say: Progress lines for people (the reporter's ``line``).
-        shards: The shard set every rank streams its part of each epoch from
-            (``data.streaming``); the tensors are then None and no per-rank file is written.
-    """
-
-    work_dir: Path
-    epochs: Optional[int] = None
-    resume: bool = False
-    tracking: Optional[TrackingTarget] = None
-    checkpoint_dir: Optional[Path] = None
-    say: Callable[[str], None] = _quiet
-    shards: Optional[Path] = None
+if TYPE_CHECKING:
+    from dbspec.training.fit import FitOptions
 
 
-def launch(spec, tensors_cpu, card, run: DistributedRun) -> RankResult:
-    """Train on the compute kind's ranks; returns rank 0's result.
+def launch(spec, tensors_cpu, served, *, options: FitOptions, shards: Optional[Path] = None):
+    """Train on the compute kind's ranks; the weights and records come back through files.
 
-    Args:
-        spec: The validated spec (a compute kind that trains on ranks).
-        tensors_cpu: Preprocessed inputs and training targets on the CPU.
-        card: The served model's card (to rebuild the network on every rank).
-        run: Work directory, epochs, resume, tracking, checkpoints, progress lines.
+    ``tensors_cpu`` are the prepared rows, or None when every rank streams its part of each
+    epoch from the shard set at ``shards``. Returns the served model with rank 0's weights
+    (eval mode) and the loop's outcome, its ``extra`` holding world size, backend, rank 0's
+    diagnosis, placement and every rank's report.
 
     Raises:
         DistributedError: a rank failed (its error is in the message) or no result appeared.
         DbspecError: the kind cannot run here (a missing package, a refused config).
     """
+    import torch
+
+    if options.work_dir is None:
+        raise DbspecError("distributed training needs a work directory")
     kind = compute_kind(spec)
     kind.check_runnable(spec, quick=False)  # before any file is written
     settings = kind.rank_settings(spec)
-    job = rank_job(spec, card, run, settings)
-    work_dir = Path(run.work_dir).resolve()  # ranks may run in another working directory
+    checkpoints = options.checkpoints
+    # absolute paths: ranks may run in another working directory
+    job = RankJob(spec=spec, card=served.card, backend=settings.backend,
+                  use_gpu=settings.use_gpu, epochs=options.epochs, resume=options.resume,
+                  tracking=options.tracking, deepspeed=settings.engine_config,
+                  checkpoint_dir=checkpoints.directory.resolve() if checkpoints else None,
+                  shards=shards.resolve() if shards is not None else None)
+    work_dir = Path(options.work_dir).resolve()
     world = kind.world_size(spec.compute)
-    if run.shards is not None:
+    if shards is not None:
         from dbspec.data.shards import open_shard_set
         from dbspec.data.stream import epoch_plan
         from dbspec.training.streamed import stream_settings
 
-        shards = open_shard_set(run.shards).shards("train")  # enough rows for every rank?
-        epoch_plan(shards, stream_settings(spec), epoch=0, world=world)
+        train_shards = open_shard_set(shards).shards("train")  # enough rows for every rank?
+        epoch_plan(train_shards, stream_settings(spec), epoch=0, world=world)
     _prepare_work_dir(work_dir, tensors_cpu, world)
     job.write(work_dir)
-    placement = kind.start_ranks(spec, settings, work_dir, run.say)
-    result = _result(work_dir)
-    return result.with_placement(placement) if placement else result
-
-
-def rank_job(spec, card, run: DistributedRun, settings: RankSettings) -> RankJob:
-    """The job every rank reads: GPU use, backend and engine config as the kind resolved them."""
-    checkpoint_dir = Path(run.checkpoint_dir).resolve() if run.checkpoint_dir else None
-    return RankJob(spec=spec, card=card, backend=settings.backend, use_gpu=settings.use_gpu,
-                   epochs=run.epochs, resume=run.resume, tracking=run.tracking,
-                   deepspeed=settings.engine_config, checkpoint_dir=checkpoint_dir,
-                   shards=Path(run.shards).resolve() if run.shards is not None else None)
+    placement = kind.start_ranks(spec, settings, work_dir, options.say)
+    result = _result(work_dir).with_placement(placement)
+    served.network.load_state_dict(torch.load(work_dir / "weights.pt", weights_only=True))
+    outcome = result.outcome
+    outcome.extra = {"world_size": result.world_size, "backend": result.backend,
+                     "diagnosis": list(result.diagnosis),
+                     **({"placement": result.placement} if result.placement else {}),
+                     "ranks": [asdict(report) for report in RankReport.read_all(work_dir)]}
+    return served.eval(), outcome
 
 
 def _prepare_work_dir(work_dir: Path, tensors_cpu, world: int) -> None:
@@ -106,22 +85,14 @@ def _prepare_work_dir(work_dir: Path, tensors_cpu, world: int) -> None:
 
 
 def run_distributor(distributor, work_dir: Path, *, watch_executors: bool) -> None:
-    """Start :func:`~dbspec.training.rank.rank_main` on every rank through a pyspark
+    """Start :func:`~dbspec.training.rank.rank_main` on every rank through the kind's pyspark
     distributor (``TorchDistributor``, ``DeepspeedTorchDistributor``); a failure is worded
-    from the ranks' own records.
-
-    Args:
-        distributor: The distributor the compute kind built.
-        work_dir: The prepared work directory.
-        watch_executors: The ranks are Spark tasks: stop the job at the first lost executor.
-    """
+    from the ranks' own records. ``watch_executors``: the ranks are Spark tasks, so the job is
+    stopped at the first lost executor."""
     watch = RankWatcher(distributor.spark) if watch_executors else None
     try:
-        if watch is None:
+        with watch or contextlib.nullcontext():
             distributor.run(rank_main, str(work_dir))
-        else:
-            with watch:
-                distributor.run(rank_main, str(work_dir))
     except Exception as exc:  # the distributor wraps rank failures in several types
         from dbspec.spark.session import python_cause
 
@@ -142,11 +113,8 @@ def _result(work_dir: Path) -> RankResult:
 
 
 def _write_shards(tensors_cpu, work_dir: Path, world: int) -> None:
-    """One file per rank with its rows, and the validation rows: a rank reads only its own.
-
-    Shards are equal (DDP needs the same step count on every rank); the remainder rows are
-    dropped, as a ``DistributedSampler`` with ``drop_last`` does.
-    """
+    """One file per rank with its rows and the validation rows. Shards are equal (DDP needs
+    the same step count on every rank): the remainder is dropped, as ``drop_last`` does."""
     import torch
 
     rows = len(tensors_cpu.x_train) // world
@@ -162,19 +130,15 @@ def _write_shards(tensors_cpu, work_dir: Path, world: int) -> None:
 
 
 class RankWatcher:
-    """Stops a barrier training job as soon as one of its tasks fails or an executor is lost.
-
-    Spark retries a failed barrier stage (and waits minutes for lost slots to come back),
-    while the surviving ranks only fail on a gloo timeout; this thread watches the job and
-    cancels it at the first failure, remembering which executor went away.
-    """
+    """Cancels a barrier training job at its first failed task or lost executor (noting which):
+    Spark would retry the stage and wait minutes for lost slots, the survivors fail only on a
+    gloo timeout."""
 
     def __init__(self, spark, interval: float = 0.5):
         self.context = spark.sparkContext
         self.interval = interval
         self.group = f"dbspec-train-{os.getpid()}-{id(self)}"
         self.gone: list[str] = []
-        self.failed_tasks = 0
 
     def __enter__(self):
         import threading
@@ -225,7 +189,6 @@ class RankWatcher:
                     failed += stage_info.numFailedTasks if stage_info else 0
             if gone or failed:
                 self.gone = gone
-                self.failed_tasks = failed
                 self.context.cancelJobGroup(self.group)
                 self._settle()
                 return

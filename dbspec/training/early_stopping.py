@@ -10,6 +10,9 @@ from torch import nn
 from dbspec.spec.sections.training import TrainingSpec
 from dbspec.spec.semantics import lower_is_better
 
+#: What a checkpoint keeps of an :class:`EarlyStopping`.
+_STATE = ("best_value", "best_epoch", "wait", "best_state", "should_stop")
+
 
 class EarlyStopping:
     """Tracks the best epoch of the monitored metric; keeps its weights when asked."""
@@ -49,11 +52,9 @@ class EarlyStopping:
 
     def state(self) -> dict[str, Any]:
         """What a checkpoint keeps of it."""
-        return {"best_value": self.best_value, "best_epoch": self.best_epoch, "wait": self.wait,
-                "best_state": self.best_state, "should_stop": self.should_stop}
+        return {name: getattr(self, name) for name in _STATE}
 
     def load(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint's :meth:`state`."""
-        self.best_value, self.best_epoch = state["best_value"], state["best_epoch"]
-        self.wait, self.best_state = state["wait"], state["best_state"]
-        self.should_stop = state.get("should_stop", False)
+        for name in _STATE:
+            setattr(self, name, state[name])

@@ -10,11 +10,9 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from dbspec.data.prepare import FittedStep, Splits, Table
-from dbspec.errors import DbspecError
 from dbspec.seams.compute import COMPUTE, compute_kind
 from dbspec.spec.sections import Spec
 from dbspec.tracking.metrics import TrackingTarget
-from dbspec.training.scoring import validation_scorer
 
 #: Networks smaller than this train on one intra-op thread (see ``choose_threads``).
 SMALL_MODEL_PARAMETERS = 1_000_000
@@ -68,24 +66,18 @@ class Fitted:
     batch_size: Optional[int] = None  # what training ended with (auto_batch_size may halve it)
 
 
-def _quiet(text: str) -> None:
-    """No progress lines."""
-
-
 @dataclass(frozen=True)
 class FitOptions:
     """How :func:`fit_spec` runs one training, beyond the spec.
 
     Attributes:
         epochs: Epoch override (smoke runs).
-        checkpoints: Where to checkpoint (a
-            :class:`~dbspec.training.checkpoints.CheckpointStore`), or None.
+        checkpoints: A :class:`~dbspec.training.checkpoints.CheckpointStore`, or None.
         resume: Continue from the newest checkpoint.
-        callbacks: Called with each epoch's metrics (single-process training only: the
-            ranks of a distributed training log through ``tracking``).
+        callbacks: Called with each epoch's metrics (in process; ranks log to ``tracking``).
         observer: A :class:`~dbspec.observability.observer.TrainingObserver` that sees every
-            epoch first (single-process training; rank 0 runs its own).
-        work_dir: The ranks' shared files (distributed training; required there).
+            epoch first (in process; rank 0 runs its own).
+        work_dir: The ranks' shared files (required for distributed training).
         tracking: The MLflow run rank 0 logs each epoch to (distributed training).
         say: Progress lines of the launcher (distributed training).
     """
@@ -97,22 +89,25 @@ class FitOptions:
     observer: Any = None
     work_dir: Optional[Path] = None
     tracking: Optional[TrackingTarget] = None
-    say: Callable[[str], None] = _quiet
+    say: Callable[[str], None] = lambda text: None
 
 
 def fit_spec(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep],
              options: FitOptions = FitOptions()) -> Fitted:
-    """Build the spec's network for ``table``, train it, and wrap it as a served model.
-
-    With a compute kind that trains on ranks (``distributed``) the training runs on the
-    launcher's ranks. A CUDA out-of-memory error fails with advice, or with
-    ``training.auto_batch_size`` restarts the training at half the batch size.
+    """Build the spec's network for ``table``, train it (in process, or on the compute kind's
+    ranks), and wrap it as a served model. CUDA out of memory fails with advice, or with
+    ``training.auto_batch_size`` restarts at half the batch size.
 
     Raises:
         TrainingError: the loss became non-finite, or CUDA ran out of memory.
         DistributedError: a rank failed.
     """
-    card = model_card(spec, table, splits, fitted)
+    from dbspec.models.inputs import training_ranges
+
+    mean, std = _target_scale(spec.data.task, table.target[splits.train])
+    card = model_card(spec, fitted, feature_names=table.feature_names, classes=table.classes,
+                      target_mean=mean, target_std=std, inputs=table.inputs,
+                      feature_ranges=_ranges(table, splits.train, training_ranges))
     return _fit_card(spec, card, lambda served, device: _tensors(served, table, splits, device),
                      options)
 
@@ -124,55 +119,47 @@ def fit_streamed(spec: Spec, data, stats: dict[str, Any], fitted: list[FittedSte
     (target scale, feature ranges); every rank streams its own part of each epoch."""
     from dbspec.training.streamed import streamed_tensors
 
-    card = streamed_card(spec, data, stats, fitted)
+    card = model_card(spec, fitted, feature_names=data.feature_names, classes=data.classes,
+                      target_mean=stats["target_mean"], target_std=stats["target_std"],
+                      feature_ranges=stats["ranges"])
     shard_set = data.shard_set
-
-    def tensors(served, device):
-        return streamed_tensors(spec, served, shard_set)
-
-    return _fit_card(spec, card, tensors, options, shards=shard_set)
+    return _fit_card(spec, card, lambda served, _: streamed_tensors(spec, served, shard_set),
+                     options, shards=shard_set)
 
 
 def _fit_card(spec: Spec, card, make_tensors, options: FitOptions, shards=None) -> Fitted:
     """Build the network for ``card``, train it, wrap it as a served model (``fit_spec``)."""
-    import torch
-
-    from dbspec.models.network import build_network
-    from dbspec.models.served import ServedModel
-
     distributed = compute_kind(spec).distributed
     device = select_device(spec.compute)
-    torch.manual_seed(spec.training.seed)
-    network = build_network(spec.model, len(card.feature_names), card.out_features,
-                            inputs=card.inputs, load_weights=True)
-    parameters = sum(p.numel() for p in network.parameters())
+    served = _new_served(spec, card)
+    parameters = sum(p.numel() for p in served.network.parameters())
     threads = choose_threads(spec.training.num_threads, parameters)
-    served = ServedModel(card, network)
     if distributed:
+        from dbspec.training.distributed import launch
+
         tensors = None if shards is not None else make_tensors(served, device)
-        served, outcome = _fit_distributed(spec, served, tensors, options, shards)
+        served, outcome = launch(spec, tensors, served, options=options,
+                                 shards=shards.root if shards is not None else None)
         return Fitted(served, outcome, device, threads, parameters)
     tensors = make_tensors(served, device)
     served, outcome, batch_size = _fit_in_process(spec, served, tensors, device, options)
     return Fitted(served, outcome, device, threads, parameters, batch_size)
 
 
-def model_card(spec: Spec, table: Table, splits: Splits, fitted: list[FittedStep]):
-    """The served model's card: task, loss, features, preprocessing, target scale."""
+def model_card(spec: Spec, fitted: list[FittedStep], *, feature_names: list[str],
+               classes: Optional[list], **data: Any):
+    """The served model's card: the spec's task, loss and network, the fitted preprocessing,
+    and what the data says (``data``: target scale, feature ranges, typed inputs)."""
     from dataclasses import asdict
 
-    from dbspec.models.inputs import training_ranges
-    from dbspec.models.served import ModelCard
+    from dbspec.models.card import ModelCard
 
     task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
-    mean, std = _target_scale(task, table.target[splits.train])
-    return ModelCard(task=task, loss=loss, feature_names=table.feature_names,
-                     out_features=output_width(task, loss, table.classes),
+    return ModelCard(task=task, loss=loss, feature_names=feature_names,
+                     out_features=output_width(task, loss, classes), classes=classes,
                      model=spec.model.model_dump(mode="json", by_alias=True),
-                     preprocessing=[asdict(step) for step in fitted], classes=table.classes,
-                     target_mean=mean, target_std=std, threshold=spec.evaluation.threshold,
-                     feature_ranges=_ranges(table, splits.train, training_ranges),
-                     inputs=table.inputs)
+                     preprocessing=[asdict(step) for step in fitted],
+                     threshold=spec.evaluation.threshold, **data)
 
 
 def _ranges(table: Table, train, training_ranges) -> dict[str, list]:
@@ -191,28 +178,9 @@ def _ranges(table: Table, train, training_ranges) -> dict[str, list]:
     return ranges
 
 
-def streamed_card(spec: Spec, data, stats: dict[str, Any], fitted: list[FittedStep]):
-    """The served model's card from the statistics pass over streamed training shards."""
-    from dataclasses import asdict
-
-    from dbspec.models.served import ModelCard
-
-    task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
-    return ModelCard(task=task, loss=loss, feature_names=data.feature_names,
-                     out_features=output_width(task, loss, data.classes),
-                     model=spec.model.model_dump(mode="json", by_alias=True),
-                     preprocessing=[asdict(step) for step in fitted], classes=data.classes,
-                     target_mean=stats["target_mean"], target_std=stats["target_std"],
-                     threshold=spec.evaluation.threshold, feature_ranges=stats["ranges"])
-
-
 def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
     """Train in this process; on CUDA out-of-memory, again at half the batch size if allowed.
-
-    Returns:
-        The trained served model (on the CPU, in eval mode), the loop's outcome, and the batch
-        size training ended with.
-    """
+    Returns the served model (on the CPU, eval mode), the outcome and the final batch size."""
     import torch
 
     from dbspec.training.loop import is_streamed
@@ -226,7 +194,9 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
             break
         except torch.cuda.OutOfMemoryError:
             training = _halved_batch(training, options.observer)
-            served = _restarted(spec, served)
+            served.network.cpu()  # the failed one's memory freed
+            torch.cuda.empty_cache()
+            served = _new_served(spec, served.card)  # the same start, with a smaller batch
             if is_streamed(tensors):  # the stream cuts the batches: it gets the new size
                 stream = tensors.train
                 stream.settings = replace(stream.settings, batch_size=training.batch_size)
@@ -239,7 +209,7 @@ def _fit_in_process(spec: Spec, served, tensors, device, options: FitOptions):
 
 
 def _train_once(spec: Spec, served, tensors, training, device, options: FitOptions):
-    from dbspec.training.loop import TrainOptions, example_rows, train
+    from dbspec.training.loop import TrainOptions, example_rows, train, validation_scorer
 
     network = served.network.to(device)
     callbacks = list(options.callbacks)
@@ -274,51 +244,17 @@ def _halved_batch(training, observer):
     return halved
 
 
-def _restarted(spec: Spec, served):
-    """A fresh served model with the same initial weights, the failed one's memory freed."""
+def _new_served(spec: Spec, card):
+    """A served model around a new network for ``card``, its initial weights from the seed."""
     import torch
 
     from dbspec.models.network import build_network
     from dbspec.models.served import ServedModel
 
-    served.network.cpu()
-    torch.cuda.empty_cache()
-    torch.manual_seed(spec.training.seed)  # the same start, with a smaller batch
-    card = served.card
+    torch.manual_seed(spec.training.seed)
     return ServedModel(card, build_network(spec.model, len(card.feature_names),
                                            card.out_features, inputs=card.inputs,
                                            load_weights=True))
-
-
-def _fit_distributed(spec: Spec, served, tensors, options: FitOptions, shards=None):
-    """Train on the launcher's ranks; the weights and records come back through files.
-
-    Returns:
-        The trained served model (eval mode) and the loop's outcome, its ``extra`` holding
-        world size, backend, rank 0's diagnosis, placement and every rank's report.
-    """
-    from dataclasses import asdict
-
-    import torch
-
-    from dbspec.training.distributed import DistributedRun, launch
-    from dbspec.training.job import RankReport
-
-    if options.work_dir is None:
-        raise DbspecError("distributed training needs a work directory")
-    work_dir = Path(options.work_dir)
-    checkpoints = options.checkpoints
-    result = launch(spec, tensors, served.card, run=DistributedRun(
-        work_dir, epochs=options.epochs, resume=options.resume, tracking=options.tracking,
-        checkpoint_dir=checkpoints.directory if checkpoints is not None else None,
-        say=options.say, shards=shards.root if shards is not None else None))
-    served.network.load_state_dict(torch.load(work_dir / "weights.pt", weights_only=True))
-    outcome = result.outcome
-    outcome.extra = {"world_size": result.world_size, "backend": result.backend,
-                     "diagnosis": list(result.diagnosis),
-                     **({"placement": result.placement} if result.placement else {}),
-                     "ranks": [asdict(report) for report in RankReport.read_all(work_dir)]}
-    return served.eval(), outcome
 
 
 def _target_scale(task: str, y_train: np.ndarray) -> tuple[float, float]:

@@ -1,12 +1,9 @@
 """What the driver of a distributed training and its ranks exchange, as typed records.
 
-The driver writes a :class:`RankJob` to the work directory; every rank (a TorchDistributor or
-DeepSpeed process, a Ray Train worker, on this machine or another) reads it back. Each rank
-writes a :class:`RankReport`, rank 0 a :class:`RankResult`, a failed rank its traceback.
-These files are the only way anything crosses the process boundary: the launchers pickle just
-the rank function and the work directory's path. Each record has one pair of methods that
-write and read its file (JSON, so a person can read it too), and nothing else builds or
-parses them.
+The driver writes a :class:`RankJob`; each rank a :class:`RankReport`, rank 0 a
+:class:`RankResult`, a failed rank its traceback. These JSON files in the work directory are
+all that crosses the process boundary: the launchers pickle just the rank function and the
+work directory's path.
 """
 
 from __future__ import annotations
@@ -14,17 +11,17 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
+
+from pydantic import TypeAdapter
 
 from dbspec.errors import DbspecError
+from dbspec.models.card import ModelCard
+from dbspec.spec.sections import Spec
 from dbspec.tracking.metrics import TrackingTarget
-
-if TYPE_CHECKING:
-    from dbspec.models.served import ModelCard
-    from dbspec.spec.sections import Spec
-    from dbspec.training.loop import TrainOutcome
+from dbspec.training.loop import TrainOutcome
 
 JOB_FILE = "job.json"
 RESULT_FILE = "result.json"
@@ -34,17 +31,23 @@ class DistributedError(DbspecError):
     """A rank failed or the distributor could not start."""
 
 
+def _write(record: Any, path: Path, **dump: Any) -> None:
+    """``record`` as JSON (pydantic's dump of the dataclass; NaN kept, as metrics may be)."""
+    data = TypeAdapter(type(record)).dump_python(record, mode="json", by_alias=True, **dump)
+    path.write_text(json.dumps(data))
+
+
+def _read(cls: type, path: Path) -> Any:
+    return TypeAdapter(cls).validate_python(json.loads(path.read_text()))
+
+
 @dataclass(frozen=True)
 class RankJob:
     """Everything a rank needs besides its shard of the data.
 
     Attributes:
-        spec: The validated spec (the rank rebuilds the network and the loop from it).
-        card: The served model's card (to rebuild the network on every rank).
-        backend: The process group's backend (``gloo``, ``nccl``), resolved by the driver.
-        use_gpu: Whether ranks train on their GPU (``use_gpu: auto`` resolved by the driver).
+        backend: The process group's backend, resolved by the driver (as is ``use_gpu``).
         epochs: Epoch override (smoke runs).
-        resume: Continue from the newest checkpoint in ``checkpoint_dir``.
         tracking: The MLflow run rank 0 logs each epoch to, or None.
         deepspeed: The DeepSpeed config (``compute.kind: deepspeed``), else None.
         checkpoint_dir: Where the ranks checkpoint (absolute: ranks may run in another
@@ -66,15 +69,8 @@ class RankJob:
 
     def write(self, work_dir: Path) -> Path:
         """Write the job to ``work_dir/job.json``; returns the file."""
-        record = {"spec": self.spec.model_dump(mode="json", by_alias=True),
-                  "card": asdict(self.card), "backend": self.backend, "use_gpu": self.use_gpu,
-                  "epochs": self.epochs, "resume": self.resume,
-                  "tracking": asdict(self.tracking) if self.tracking is not None else None,
-                  "deepspeed": self.deepspeed,
-                  "checkpoint_dir": str(self.checkpoint_dir) if self.checkpoint_dir else None,
-                  "shards": str(self.shards) if self.shards else None}
         path = Path(work_dir) / JOB_FILE
-        path.write_text(json.dumps(record, default=str))
+        _write(self, path)
         return path
 
     @classmethod
@@ -85,27 +81,16 @@ class RankJob:
             DistributedError: no job there, or one this dbspec cannot read (written by
                 another version on a node with a different installation).
         """
-        from dbspec.models.served import ModelCard
-        from dbspec.spec.sections import Spec
-
         path = Path(work_dir) / JOB_FILE
         try:
-            record = json.loads(path.read_text())
-            tracking = record["tracking"]
-            return cls(spec=Spec.model_validate(record["spec"]), card=ModelCard(**record["card"]),
-                       backend=record["backend"], use_gpu=record["use_gpu"],
-                       epochs=record["epochs"], resume=record["resume"],
-                       tracking=TrackingTarget(**tracking) if tracking else None,
-                       deepspeed=record["deepspeed"],
-                       checkpoint_dir=Path(record["checkpoint_dir"])
-                       if record["checkpoint_dir"] else None,
-                       shards=Path(record["shards"]) if record.get("shards") else None)
+            return _read(cls, path)
         except FileNotFoundError:
             raise DistributedError(f"{path}: no job file (the driver writes it before the "
                                    "ranks start; is the work directory shared?)") from None
-        except (ValueError, KeyError, TypeError) as exc:
+        except ValueError as exc:  # pydantic's ValidationError (its first problem), bad JSON
+            first = " ".join(line.strip() for line in str(exc).splitlines()[:3])
             raise DistributedError(f"{path}: not a job this dbspec can read "
-                                   f"({type(exc).__name__}: {exc}); driver and ranks must run "
+                                   f"({type(exc).__name__}: {first}); driver and ranks must run "
                                    "the same dbspec") from None
 
 
@@ -122,12 +107,12 @@ class RankReport:
 
     def write(self, work_dir: Path) -> None:
         """Write ``work_dir/rank-N.json``."""
-        (Path(work_dir) / f"rank-{self.rank}.json").write_text(json.dumps(asdict(self)))
+        _write(self, Path(work_dir) / f"rank-{self.rank}.json")
 
     @classmethod
     def read_all(cls, work_dir: Path) -> list["RankReport"]:
         """Every rank's report in ``work_dir``, by rank."""
-        reports = [cls(**json.loads(p.read_text())) for p in Path(work_dir).glob("rank-*.json")]
+        reports = [_read(cls, path) for path in Path(work_dir).glob("rank-*.json")]
         return sorted(reports, key=lambda report: report.rank)
 
 
@@ -137,8 +122,6 @@ class RankResult:
 
     Attributes:
         outcome: The training loop's outcome (its ``extra`` is left empty).
-        world_size: How many ranks trained.
-        backend: The process group's backend.
         diagnosis: Rank 0's monitor findings, in words.
         placement: Where the ranks ran, in words, when the launcher says (Ray); else None.
     """
@@ -151,26 +134,15 @@ class RankResult:
 
     def write(self, work_dir: Path) -> None:
         """Write ``work_dir/result.json``: the marker of a training that succeeded."""
-        outcome = {f.name: getattr(self.outcome, f.name) for f in fields(self.outcome)
-                   if f.name != "extra"}
-        record = {"outcome": outcome, "world_size": self.world_size, "backend": self.backend,
-                  "diagnosis": list(self.diagnosis), "placement": self.placement}
-        (Path(work_dir) / RESULT_FILE).write_text(json.dumps(record, default=str))
+        _write(self, Path(work_dir) / RESULT_FILE, exclude={"outcome": {"extra"}})
 
     @classmethod
     def read(cls, work_dir: Path) -> Optional["RankResult"]:
         """Rank 0's result in ``work_dir``, or None when it wrote none."""
-        from dbspec.training.loop import TrainOutcome
-
         path = Path(work_dir) / RESULT_FILE
-        if not path.exists():
-            return None
-        record = json.loads(path.read_text())
-        return cls(outcome=TrainOutcome(**record["outcome"]), world_size=record["world_size"],
-                   backend=record["backend"], diagnosis=tuple(record["diagnosis"]),
-                   placement=record["placement"])
+        return _read(cls, path) if path.exists() else None
 
-    def with_placement(self, placement: str) -> "RankResult":
+    def with_placement(self, placement: Optional[str]) -> "RankResult":
         """The same result, saying where the ranks ran."""
         return replace(self, placement=placement)
 

@@ -1,17 +1,11 @@
 """The training loop: in-memory tensors batched by index slicing, not a per-sample DataLoader.
 
-Measured with ``benchmarks/train_overhead.py`` (100,000 x 100 synthetic rows, MLP
-100-256-128-1, batch 256, 1 thread; samples per CPU-second relative to a hand-written
-``x[perm[i:i + bs]]`` loop, medians of 3 interleaved repeats on the shared 2-core machine):
-this loop 1.03x; a ``DataLoader`` fed by a ``BatchSampler`` (``batch_size=None``, one gather
-per batch, the documented fast way) 0.92x; Lightning's ``Trainer`` over that DataLoader
-0.68x. A ``DataLoader`` that collates sample by sample is the slow way (0.21-0.25x for a
-linear model). So the loop gathers each batch with one index operation on the device, which
-also keeps it free of a DataLoader's per-batch machinery. Everything else a run needs — early
-stopping with restore-best, schedulers, clipping, accumulation, autocast, atomic checkpoints
-and resume — sits around that inner loop without adding work per step beyond what a
-hand-written loop does. The per-batch passes themselves are :mod:`dbspec.training.passes`';
-early stopping is :mod:`dbspec.training.early_stopping`'.
+Measured with ``benchmarks/train_overhead.py`` (samples per CPU-second relative to a
+hand-written ``x[perm[i:i + bs]]`` loop): this loop 1.03x; a ``DataLoader`` fed by a
+``BatchSampler`` (the documented fast way) 0.92x; Lightning's ``Trainer`` over it 0.68x; a
+``DataLoader`` collating sample by sample 0.21-0.25x. Early stopping, schedulers, clipping,
+accumulation, autocast, checkpoints and resume sit around the inner loop
+(:mod:`dbspec.training.passes`) without adding work per step.
 """
 
 from __future__ import annotations
@@ -31,8 +25,7 @@ from dbspec.training.checkpoints import CheckpointStore
 from dbspec.training.components import build_loss, build_optimizer, build_scheduler
 from dbspec.training.early_stopping import EarlyStopping
 from dbspec.training.passes import (Batches, ScoreFn, UpdateHook, Updates, autocast_for,
-                                    run_engine_epoch, run_epoch, validate_batches,
-                                    validate_tensors)
+                                    engine_step, plain_step, run_epoch, validate)
 
 
 class TrainingError(DbspecError):
@@ -54,10 +47,10 @@ class StreamedTensors:
     """Training batches streamed from shards (``data.streaming``) instead of tensors in memory.
 
     Attributes:
-        train: The training split (a :class:`~dbspec.data.stream.StreamedSplit`): this rank's
-            shuffled batches of each epoch, from any batch on.
-        validation: Called with no argument, the validation split's ``(x, y)`` batches in
-            stored order; None without a validation split.
+        train: This rank's shuffled batches of each epoch, from any batch on (a
+            :class:`~dbspec.data.stream.StreamedSplit`).
+        validation: Called with no argument, the validation split's ``(x, y)`` batches (None
+            without a validation split).
         example: Two prepared training rows (observers trace the model with them).
     """
 
@@ -67,7 +60,6 @@ class StreamedTensors:
 
 
 def is_streamed(tensors) -> bool:
-    """Whether ``tensors`` streams (:class:`StreamedTensors`) rather than holds the rows."""
     return isinstance(tensors, StreamedTensors)
 
 
@@ -117,9 +109,6 @@ class TrainOptions:
         epochs: Override of ``training.epochs`` (smoke runs).
         score_validation: Metrics beyond ``val_loss`` from (network outputs, targets), called
             each epoch when a monitored metric needs them.
-        checkpoints: Where to write checkpoints; None writes none.
-        resume: Continue from the newest checkpoint when there is one.
-        callbacks: Called with each epoch's metrics.
         engine: A DeepSpeed engine; it then owns backward, step, accumulation, clipping and
             precision (its optimizer and scheduler replace the spec-built ones).
         reduce: Called on each epoch's metrics before any decision uses them (distributed
@@ -137,16 +126,10 @@ class TrainOptions:
 
 def train(network: nn.Module, tensors: Tensors, training: TrainingSpec, *, loss: str,
           device: torch.device, options: TrainOptions = TrainOptions()) -> TrainOutcome:
-    """Train ``network`` in place and return its history.
+    """Train ``network`` in place (it and ``tensors`` on ``device``) and return its history.
 
-    Args:
-        network: The module to train (on ``device``).
-        tensors: Inputs and targets on ``device``.
-        training: The spec's training section.
-        loss: The resolved loss name.
-        device: Where the tensors live.
-        options: Epoch override, validation scoring, checkpoints and resume, callbacks, and
-            the hooks of a distributed rank.
+    ``loss`` is the resolved loss name; ``options`` adds the epoch override, validation
+    scoring, checkpoints and resume, callbacks, and the hooks of a distributed rank.
 
     Raises:
         TrainingError: the loss became NaN or infinite.
@@ -264,7 +247,6 @@ class _EpochPass:
         precision = training.precision_on(cuda, cuda and torch.cuda.is_bf16_supported())
         self.autocast = autocast_for("fp32" if self.engine is not None else precision, device)
         self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" and cuda else None
-        self.device = device
         self.on_update: Optional[UpdateHook] = None
 
     def run(self, state: _RunState, epoch: int) -> tuple[dict[str, float], float]:
@@ -274,16 +256,14 @@ class _EpochPass:
         self.network.train()
         batches = _epoch_batches(tensors, self.training.batch_size, state, epoch)
         stalled = tensors.train.stall_seconds if is_streamed(tensors) else 0.0
+        accumulate = self.training.gradient_accumulation
+        if self.engine is not None:
+            step = engine_step(self.network, self.loss_fn, self.engine, accumulate)
+        else:
+            step = plain_step(self.network, self.training, self.loss_fn, self.autocast,
+                              Updates(state.optimizer, state.scheduler, self.scaler), rows)
         try:
-            if self.engine is not None:
-                total, timing = run_engine_epoch(self.network, batches, self.loss_fn,
-                                                 self.engine,
-                                                 self.training.gradient_accumulation,
-                                                 self.on_update)
-            else:
-                updates = Updates(state.optimizer, state.scheduler, self.scaler, self.on_update)
-                total, timing = run_epoch(self.network, batches, self.training, self.loss_fn,
-                                          self.autocast, updates)
+            total, timing = run_epoch(self.network, batches, step, accumulate, self.on_update)
         finally:
             batches.close()
         metrics = {"train_loss": total / rows, **timing.metrics()}
@@ -307,11 +287,33 @@ class _EpochPass:
 
     def _validate(self) -> dict[str, float]:
         tensors = self.tensors
-        if is_streamed(tensors):
-            return validate_batches(self.network, tensors.validation, self.loss_fn,
-                                    self.autocast, self.score, self.device)
-        return validate_tensors(self.network, tensors.x_val, tensors.y_val, self.loss_fn,
-                                self.autocast, self.score)
+        batches = tensors.validation if is_streamed(tensors) \
+            else lambda: [(tensors.x_val, tensors.y_val)]
+        return validate(self.network, batches, self.loss_fn, self.autocast, self.score)
+
+
+def validation_scorer(spec, served) -> Optional[ScoreFn]:
+    """Per-epoch validation metrics, only when a monitored metric needs more than val_loss."""
+    monitored = {spec.training.early_stopping.monitor if spec.training.early_stopping else "",
+                 spec.training.scheduler.monitor if spec.training.scheduler is not None
+                 and spec.training.scheduler.name == "plateau" else "",
+                 spec.search.metric if spec.search is not None else ""}
+    names = sorted(m[4:] for m in monitored if m.startswith("val_") and m != "val_loss")
+    if not names:
+        return None
+    from dbspec.evaluation.metrics import task_metrics
+
+    def score(out, y):
+        with torch.inference_mode():
+            predictions = served.head(out.cpu()).numpy()
+        y_true = y.cpu().numpy().reshape(-1)
+        if spec.data.task == "regression":
+            y_true = y_true * served.card.target_std + served.card.target_mean
+        found = task_metrics(spec.data.task, y_true, predictions, names,
+                             threshold=spec.evaluation.threshold)
+        return {f"val_{k}": v for k, v in found.items()}
+
+    return score
 
 
 def _epoch_batches(tensors, batch: int, state: _RunState, epoch: int) -> Batches:
@@ -353,9 +355,8 @@ def _gathered(total: torch.Tensor) -> list[float]:
 
 def _step_checkpointer(state: _RunState, checkpoints, training: TrainingSpec,
                        tensors) -> Optional[UpdateHook]:
-    """The hook that writes a mid-epoch checkpoint every
-    ``training.checkpointing.every_n_steps`` batches (streamed data only), with the loader's
-    position and the epoch's loss so far."""
+    """The hook that checkpoints every ``checkpointing.every_n_steps`` batches (streamed data
+    only), with the stream's position and the epoch's loss so far."""
     every = training.checkpointing.every_n_steps
     if checkpoints is None or not every or not is_streamed(tensors):
         return None

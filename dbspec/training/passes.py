@@ -1,14 +1,11 @@
 """One pass over an epoch's batches: the training steps (plain, or under DeepSpeed's engine) and
-validation.
-
-The training loop (:mod:`dbspec.training.loop`) decides what an epoch is (its batches, its
-optimizer and scheduler, early stopping, checkpoints); a pass here is the per-step work inside
-it, kept to what a hand-written loop does per batch plus two clock reads.
-"""
+validation; per batch, what a hand-written loop does plus two clock reads. What an epoch is
+(batches, optimizer, early stopping, checkpoints) is :mod:`dbspec.training.loop`'s."""
 
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Optional
@@ -25,6 +22,9 @@ Autocast = Callable[[], ContextManager[Any]]
 ScoreFn = Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
 #: A batch of inputs and targets.
 Batch = tuple[torch.Tensor, torch.Tensor]
+#: One training step on a batch, told whether it ends an accumulation; returns the batch's
+#: loss, or None for a batch it skipped.
+StepFn = Callable[[torch.Tensor, torch.Tensor, bool], Optional[torch.Tensor]]
 
 
 class StepTiming:
@@ -43,9 +43,8 @@ class StepTiming:
     def metrics(self) -> dict[str, float]:
         if not self.steps:
             return {}
-        total = sum(self.steps)
-        mean = total / len(self.steps)
-        spread = (sum((t - mean) ** 2 for t in self.steps) / len(self.steps)) ** 0.5
+        total, mean = sum(self.steps), statistics.fmean(self.steps)
+        spread = statistics.pstdev(self.steps, mean)
         return {"data_seconds": self.data, "compute_seconds": max(total - self.data, 0.0),
                 "step_time_ms": mean * 1000, "step_time_cv": spread / mean if mean else 0.0}
 
@@ -55,10 +54,8 @@ class Batches:
     """One epoch's training batches, from memory (index slicing) or streamed from shards.
 
     Attributes:
-        epoch: The epoch.
-        steps: Batches in the whole epoch.
+        steps: Batches (and ``rows``: rows) in the whole epoch.
         start: The first batch this pass trains (after a mid-epoch resume, else 0).
-        rows: Rows in the whole epoch.
         total: The summed loss of the batches before ``start``.
         iterator: The ``(x, y)`` batches from ``start`` on.
     """
@@ -79,41 +76,56 @@ class Batches:
 
 @dataclass
 class Updates:
-    """How a pass without DeepSpeed turns losses into weight updates.
-
-    Attributes:
-        optimizer: The optimizer.
-        scheduler: The learning-rate scheduler; stepped per update only for ``onecycle``.
-        scaler: The fp16 gradient scaler, or None.
-        on_update: Called after each optimizer step.
-    """
+    """How a pass without DeepSpeed turns losses into weight updates: the optimizer, the
+    scheduler (stepped per update only for ``onecycle``) and the fp16 gradient scaler."""
 
     optimizer: Any
     scheduler: Any = None
     scaler: Optional[torch.amp.GradScaler] = None
-    on_update: Optional[UpdateHook] = None
 
 
-def run_epoch(network: nn.Module, batches: Batches, training: TrainingSpec, loss_fn: nn.Module,
-              autocast: Autocast, updates: Updates) -> tuple[float, StepTiming]:
-    """One pass over the training rows; returns the summed loss and the step timing."""
-    n, steps, device = batches.rows, batches.steps, device_of(network)
-    accumulate = training.gradient_accumulation
-    # batch norm cannot train on one row: a last batch of one is dropped (one row, one epoch)
-    has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in network.modules())
+def run_epoch(network: nn.Module, batches: Batches, step: StepFn, accumulate: int,
+              on_update: Optional[UpdateHook] = None) -> tuple[float, StepTiming]:
+    """One pass over the training rows; returns the summed loss and the step timing.
+
+    The accumulation boundaries follow the epoch: every ``accumulate`` batches and at its last
+    (left to DeepSpeed's own micro-step count they ran across epochs, so a checkpoint could
+    fall inside an accumulation and a resumed run lost its partial gradient).
+    """
+    device = device_of(network)
     total = torch.full((), batches.total, device=device)
     timing, clock = StepTiming(), time.perf_counter
-    scaler, on_update = updates.scaler, updates.on_update
-    updates.optimizer.zero_grad(set_to_none=True)
     iterator = batches.iterator
-    for step in range(batches.start, steps):
+    for index in range(batches.start, batches.steps):
         began = clock()
         xb, yb = next(iterator)
         if xb.device != device:
             xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-        if has_batch_norm and len(xb) == 1 and n > 1:
-            continue
         gathered = clock()
+        boundary = (index + 1) % accumulate == 0 or index + 1 == batches.steps
+        loss = step(xb, yb, boundary)
+        if loss is None:
+            continue
+        total += loss.detach().float() * len(xb)
+        if on_update is not None and boundary:
+            on_update(batches.epoch, index + 1, total)
+        timing.data += gathered - began
+        timing.steps.append(clock() - began)
+    return float(total), timing
+
+
+def plain_step(network: nn.Module, training: TrainingSpec, loss_fn: nn.Module,
+               autocast: Autocast, updates: Updates, rows: int) -> StepFn:
+    """A step without DeepSpeed: forward, backward (scaled under fp16, divided over the
+    accumulated batches), and at a boundary the update (:func:`_update`)."""
+    accumulate = training.gradient_accumulation
+    # batch norm cannot train on one row: a last batch of one is dropped (one row, one epoch)
+    has_batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in network.modules())
+    scaler = updates.scaler
+
+    def step(xb: torch.Tensor, yb: torch.Tensor, boundary: bool) -> Optional[torch.Tensor]:
+        if has_batch_norm and len(xb) == 1 and rows > 1:
+            return None
         with autocast():
             loss = loss_fn(network(xb), yb)
         scaled = loss / accumulate if accumulate > 1 else loss
@@ -121,14 +133,12 @@ def run_epoch(network: nn.Module, batches: Batches, training: TrainingSpec, loss
             scaler.scale(scaled).backward()
         else:
             scaled.backward()
-        total += loss.detach() * len(xb)
-        if (step + 1) % accumulate == 0 or step + 1 == steps:
+        if boundary:
             _update(network, training, updates)
-            if on_update is not None:
-                on_update(batches.epoch, step + 1, total)
-        timing.data += gathered - began
-        timing.steps.append(clock() - began)
-    return float(total), timing
+        return loss
+
+    updates.optimizer.zero_grad(set_to_none=True)
+    return step
 
 
 def _update(network: nn.Module, training: TrainingSpec, updates: Updates) -> None:
@@ -151,40 +161,21 @@ def _update(network: nn.Module, training: TrainingSpec, updates: Updates) -> Non
         updates.scheduler.step()
 
 
-def run_engine_epoch(network: nn.Module, batches: Batches, loss_fn: nn.Module, engine: Any,
-                     accumulate: int, on_update: Optional[UpdateHook] = None
-                     ) -> tuple[float, StepTiming]:
-    """One pass where DeepSpeed's engine does backward and step (it counts accumulation)."""
-    device = device_of(network)
-    total = torch.full((), batches.total, device=device)
-    timing, clock = StepTiming(), time.perf_counter
-    iterator = batches.iterator
-    for step in range(batches.start, batches.steps):
-        began = clock()
-        xb, yb = next(iterator)
-        if xb.device != device:
-            xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-        gathered = clock()
-        # the boundaries follow the epoch, as in the loop without DeepSpeed: every
-        # ``accumulate`` batches and at the epoch's last. Left to DeepSpeed's own micro-step
-        # count they ran across epochs, so a checkpoint (at an epoch's end, or mid-epoch)
-        # could fall inside an accumulation and a resumed run lost its partial gradient
-        boundary = (step + 1) % accumulate == 0 or step + 1 == batches.steps
+def engine_step(network: nn.Module, loss_fn: nn.Module, engine: Any, accumulate: int) -> StepFn:
+    """A step where DeepSpeed's engine does backward and step (told the epoch's boundaries)."""
+
+    def step(xb: torch.Tensor, yb: torch.Tensor, boundary: bool) -> torch.Tensor:
         if accumulate > 1:
             engine.set_gradient_accumulation_boundary(boundary)
         loss = loss_fn(network(xb), yb)
         engine.backward(loss)
         engine.step()
-        total += loss.detach().float() * len(xb)
-        if on_update is not None and boundary:
-            on_update(batches.epoch, step + 1, total)
-        timing.data += gathered - began
-        timing.steps.append(clock() - began)
-    return float(total), timing
+        return loss
+
+    return step
 
 
 def device_of(network: nn.Module) -> torch.device:
-    """Where the network's parameters are (the batches go there)."""
     return next(network.parameters()).device
 
 
@@ -196,29 +187,18 @@ def autocast_for(precision: str, device: torch.device) -> Autocast:
     return lambda: torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def validate_tensors(network: nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module,
-                     autocast: Autocast, score: Optional[ScoreFn]) -> dict[str, float]:
-    """``val_loss`` (and the scorer's metrics) of validation rows held in memory."""
+def validate(network: nn.Module, batches: Callable[[], Iterable[Batch]], loss_fn: nn.Module,
+             autocast: Autocast, score: Optional[ScoreFn]) -> dict[str, float]:
+    """``val_loss`` (weighted by rows) and the scorer's metrics of the validation batches
+    (``batches()`` yields them: one batch held in memory, or a stream); the outputs, one small
+    column per row, are kept for the scorer."""
     network.eval()
-    with torch.inference_mode(), autocast():
-        out = network(x)
-        metrics = {"val_loss": float(loss_fn(out, y))}
-    if score is not None:
-        metrics.update(score(out.float(), y))
-    return metrics
-
-
-def validate_batches(network: nn.Module, validation: Callable[[], Iterable[Batch]],
-                     loss_fn: nn.Module, autocast: Autocast, score: Optional[ScoreFn],
-                     device: torch.device) -> dict[str, float]:
-    """The validation split batch by batch (``validation()`` yields them): the loss weighted by
-    rows; the outputs (one small column per row) kept for the scorer."""
-    network.eval()
+    device = device_of(network)
     outputs: list[torch.Tensor] = []
     targets: list[torch.Tensor] = []
     loss_sum, rows = 0.0, 0
     with torch.inference_mode(), autocast():
-        for xb, yb in validation():
+        for xb, yb in batches():
             xb, yb = xb.to(device), yb.to(device)
             out = network(xb)
             loss_sum += float(loss_fn(out, yb)) * len(xb)

@@ -1,11 +1,9 @@
 """One rank of a distributed training, under every launcher.
 
-:func:`rank_main` is what TorchDistributor and DeepSpeed's distributor start (it joins the
-process group torchrun's environment describes); Ray Train joins the group itself and calls
-:func:`train_rank` (:mod:`dbspec.training.ray_launch`). A rank reads the :class:`RankJob` and
-its own shard from the work directory, trains under DDP (or the DeepSpeed engine) through the
-same loop as single-process training, and writes its :class:`RankReport`; rank 0 alone logs
-metrics to MLflow, writes checkpoints, the final weights and the :class:`RankResult`.
+TorchDistributor and DeepSpeed's distributor start :func:`rank_main` (it joins the process group
+torchrun's environment describes); Ray Train joins the group itself and calls :func:`train_rank`.
+A rank trains its shard through the same loop as single-process training, under DDP or the
+DeepSpeed engine; rank 0 alone logs to MLflow, checkpoints and writes the weights and result.
 """
 
 from __future__ import annotations
@@ -13,22 +11,17 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 from dbspec.faults import pause_point
 from dbspec.training.job import RankJob, RankReport, RankResult, record_rank_failure
 
 
 def skip_cpu_shm_op() -> None:
-    """Keep DeepSpeed from JIT-compiling its shared-memory all-reduce op on CPU.
-
-    On CPU, DeepSpeed's communication backend builds the ``deepspeed_shm_comm`` C++ extension
-    the first time it starts (measured: 146-250 s, g++ required, once per torch extensions
-    dir) when it finds the op compatible. Marking it incompatible makes DeepSpeed use
-    ``torch.distributed``'s gloo all-reduce, as it does wherever the op cannot build: CPU
-    training is for development and tests, where minutes of compilation cost more than a
-    faster all-reduce saves. ``DBSPEC_DEEPSPEED_SHM=1`` leaves DeepSpeed's choice alone.
-    """
+    """Keep DeepSpeed from JIT-compiling its shared-memory all-reduce op on CPU (measured:
+    146-250 s, g++ required): marked incompatible, the op gives way to gloo's all-reduce, as
+    wherever it cannot build. CPU training is for development and tests, where the compile
+    costs more than it saves. ``DBSPEC_DEEPSPEED_SHM=1`` leaves DeepSpeed's choice alone."""
     if os.environ.get("DBSPEC_DEEPSPEED_SHM", "") not in ("", "0"):
         return
     import deepspeed.ops
@@ -74,16 +67,14 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     import torch.distributed as dist
 
     from dbspec.models.served import ServedModel
-    from dbspec.training.loop import TrainOptions, is_streamed, train
-    from dbspec.training.scoring import validation_scorer
+    from dbspec.training.loop import TrainOptions, is_streamed, train, validation_scorer
 
     job = RankJob.read(work_dir)
     spec = job.spec
     torch.manual_seed(spec.training.seed)  # identical initial weights on every rank
     served = ServedModel(job.card)
     network = served.network.to(device)
-    tensors = _read_shard(work_dir, rank, device) if job.shards is None \
-        else _streamed(job, served, rank)
+    tensors = _rank_tensors(job, served, work_dir, rank, device)
     model, engine = _parallel_model(network, job, device)
     checkpoints = _checkpoints(job, engine, rank)
     logger = _rank_zero_logger(job, rank)
@@ -141,26 +132,23 @@ def _diagnosis(observer, device, batch_size: int) -> tuple[str, ...]:
     return tuple(f.text() for f in findings)
 
 
-def _read_shard(work_dir: Path, rank: int, device):
-    """This rank's training rows and the validation rows, on ``device``."""
+def _rank_tensors(job: RankJob, served, work_dir: Path, rank: int, device):
+    """This rank's training rows and the validation rows, on ``device``; or its part of each
+    epoch, streamed from the shard set (``data.streaming``)."""
     import torch
+    import torch.distributed as dist
 
     from dbspec.training.loop import Tensors
 
+    if job.shards is not None:
+        from dbspec.data.shards import open_shard_set
+        from dbspec.training.streamed import streamed_tensors
+
+        return streamed_tensors(job.spec, served, open_shard_set(job.shards), rank=rank,
+                                world=dist.get_world_size())
     data = torch.load(work_dir / f"shard-{rank}.pt", weights_only=True)
-    return Tensors(data["x_train"].to(device), data["y_train"].to(device),
-                   _to(data["x_val"], device), _to(data["y_val"], device))
-
-
-def _streamed(job: RankJob, served, rank: int):
-    """This rank's part of each epoch, streamed from the shard set (``data.streaming``)."""
-    import torch.distributed as dist
-
-    from dbspec.data.shards import open_shard_set
-    from dbspec.training.streamed import streamed_tensors
-
-    return streamed_tensors(job.spec, served, open_shard_set(job.shards), rank=rank,
-                            world=dist.get_world_size())
+    return Tensors(*(None if data[key] is None else data[key].to(device)
+                     for key in ("x_train", "y_train", "x_val", "y_val")))
 
 
 def _parallel_model(network, job: RankJob, device):
@@ -186,11 +174,11 @@ def _checkpoints(job: RankJob, engine, rank: int):
         return None
     every = job.spec.training.checkpointing.every_n_epochs
     keep = job.spec.training.checkpointing.keep_last
+    from dbspec.training.checkpoints import CheckpointStore, DeepspeedCheckpoints
+
     if engine is not None:
         return DeepspeedCheckpoints(engine, job.checkpoint_dir, every=every, keep=keep,
                                     writer=rank == 0)
-    from dbspec.training.checkpoints import CheckpointStore
-
     return CheckpointStore(job.checkpoint_dir, writer=rank == 0, every=every, keep=keep)
 
 
@@ -262,73 +250,6 @@ def _epoch_logger(logger, checkpoints, rank: int):
     return log_epoch
 
 
-class DeepspeedCheckpoints:
-    """Checkpoints through ``engine.save_checkpoint``: every rank writes its ZeRO partition.
-
-    Same interface as :class:`~dbspec.training.checkpoints.CheckpointStore`. The loop's own
-    state (epoch, history, early stopping, random generators) travels as DeepSpeed's
-    client state; the engine restores weights and optimizer partitions itself.
-    """
-
-    def __init__(self, engine, directory: Path, *, every: int, keep: int, writer: bool):
-        self.engine, self.directory = engine, Path(directory)
-        self.every, self.keep, self.writer = every, keep, writer
-
-    def due(self, epoch: int, *, last: bool) -> bool:
-        return last or (epoch + 1) % self.every == 0
-
-    def _complete(self) -> list[tuple[int, float, str]]:
-        """``(epoch, step or inf, tag)`` of every complete checkpoint, oldest first."""
-        import re
-
-        if not self.directory.is_dir():
-            return []
-        found = []
-        for path in self.directory.glob("epoch-*"):
-            match = re.match(r"^epoch-(\d+)(?:-step-(\d+))?$", path.name)
-            if match and path.is_dir() and (path / ".complete").exists():
-                step = float(match.group(2)) if match.group(2) else float("inf")
-                found.append((int(match.group(1)), step, path.name))
-        return sorted(found)
-
-    def epochs(self) -> list[int]:
-        return [epoch for epoch, step, _ in self._complete() if step == float("inf")]
-
-    def save(self, epoch: int, state: dict[str, Any]) -> Path:
-        return self._save(f"epoch-{epoch}", state, keep_epochs=True)
-
-    def save_step(self, epoch: int, step: int, state: dict[str, Any]) -> Path:
-        """A mid-epoch checkpoint (streamed data); the one before it goes."""
-        return self._save(f"epoch-{epoch}-step-{step}", state, keep_epochs=False)
-
-    def _save(self, tag: str, state: dict[str, Any], *, keep_epochs: bool) -> Path:
-        import shutil
-
-        import torch.distributed as dist
-
-        client = {k: v for k, v in state.items() if k not in ("network", "optimizer")}
-        self.engine.save_checkpoint(str(self.directory), tag=tag, client_state=client)
-        dist.barrier()  # every partition is on disk before the checkpoint counts as complete
-        if self.writer:
-            (self.directory / tag / ".complete").touch()
-            done = self._complete()
-            steps = [name for _, step, name in done if step != float("inf") and name != tag]
-            epochs = [name for _, step, name in done if step == float("inf")]
-            for old in steps + (epochs[:-self.keep] if keep_epochs else []):
-                shutil.rmtree(self.directory / old, ignore_errors=True)
-        return self.directory / tag
-
-    def load_latest(self) -> Optional[dict[str, Any]]:
-        done = self._complete()
-        if not done:
-            return None
-        _, client = self.engine.load_checkpoint(str(self.directory), tag=done[-1][2])
-        return client
-
-    def clear(self) -> None:
-        """Cleared by the driver before launch, like the single-process store."""
-
-
 def _full_state(network, engine, spec) -> dict:
     """The complete float32 weights (gathered from every rank under ZeRO-3)."""
     gather = contextlib.nullcontext()
@@ -365,6 +286,3 @@ class _EngineModule:
     def parameters(self):
         return self.engine.module.parameters()
 
-
-def _to(tensor, device):
-    return tensor.to(device) if tensor is not None else None

@@ -1,18 +1,11 @@
 """``compute.kind: ray``: the DDP ranks as Ray Train workers in a Ray cluster started on Spark.
 
-:func:`dbspec.training.distributed.launch` prepares the work directory exactly as for
-TorchDistributor (one shard per rank, the :class:`~dbspec.training.job.RankJob`) and hands
-over to :func:`run_on_ray`, which starts Ray on the active Spark session
-(``ray.util.spark.setup_ray_cluster``: a head node on the driver, worker nodes as long-running
-Spark tasks), runs Ray Train's ``TorchTrainer`` with one worker per rank, and shuts Ray down
-again. Ray Train joins the process group itself; each worker
-then runs :func:`dbspec.training.rank.train_rank`, the same rank body as under
-TorchDistributor: same shards, rank 0 alone logs to MLflow and writes checkpoints and the
-result, a failed rank leaves its traceback in ``rank-N.error``. Ray's own retries are off
-(``max_failures=0``): a failed run is resumed with ``dbspec run --resume`` from dbspec's
-checkpoints, as with the other engines.
-
-How the cluster is sized for the workers is :mod:`dbspec.training.ray_sizing`'s.
+The work directory is prepared as for TorchDistributor (:mod:`dbspec.training.distributed`);
+:func:`run_on_ray` starts Ray on the active Spark session (``setup_ray_cluster``: a head node on
+the driver, worker nodes as Spark tasks; sized by :mod:`dbspec.training.ray_sizing`) and runs
+``TorchTrainer`` with one worker per rank, each running
+:func:`~dbspec.training.rank.train_rank`. Ray's retries are off (``max_failures=0``): a failed
+run is resumed with ``dbspec run --resume`` from dbspec's checkpoints, as with the other engines.
 """
 
 from __future__ import annotations
@@ -22,7 +15,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterator, Optional
+from typing import Any, Callable, Collection, ContextManager, Iterator, Optional
 
 from dbspec.errors import DbspecError
 from dbspec.training.ray_sizing import ray_layout
@@ -37,22 +30,15 @@ PROPAGATED_PREFIXES = ("DBSPEC_", "MLFLOW_", "DATABRICKS_")
 
 def require_ray(*, quick: bool = False) -> None:
     """Ray Train and Ray on Spark are importable (``quick``: Ray is installed, checked without
-    importing it, which takes seconds).
+    importing it, which takes seconds); a :class:`DbspecError` names the extra to install."""
+    from importlib.util import find_spec
 
-    Raises:
-        DbspecError: naming the extra to install.
-    """
-    if quick:
-        from importlib.util import find_spec
-
-        if find_spec("ray") is None:
-            raise DbspecError(f"compute.kind ray needs Ray Train and Ray on Spark: "
-                              f"{RAY_INSTALL} (no module named 'ray')")
-        return
     try:
-        import ray  # noqa: F401
-        import ray.train  # noqa: F401
-        import ray.util.spark  # noqa: F401
+        if quick and find_spec("ray") is None:
+            raise ImportError("no module named 'ray'")
+        if not quick:
+            import ray.train  # noqa: F401
+            import ray.util.spark  # noqa: F401
     except ImportError as exc:
         raise DbspecError(f"compute.kind ray needs Ray Train and Ray on Spark: {RAY_INSTALL} "
                           f"({exc})") from None
@@ -60,18 +46,15 @@ def require_ray(*, quick: bool = False) -> None:
 
 def run_on_ray(spec, work_dir: Path, *, use_gpu: bool, backend: str,
                say: Callable[[str], None] = lambda text: None) -> str:
-    """Train the prepared job in ``work_dir`` on ``compute.num_workers`` Ray Train workers.
-
-    Returns:
-        Where the workers ran, in words.
+    """Train the prepared job in ``work_dir`` on ``compute.num_workers`` Ray Train workers;
+    returns where they ran, in words.
 
     Raises:
-        DistributedError: Ray could not start, or a worker failed (its Python error, no
-            traceback).
+        DistributedError: Ray could not start, or a worker failed (its Python error).
     """
     import shutil
 
-    from dbspec.training.job import DistributedError
+    from dbspec.training.job import DistributedError, rank_errors
 
     require_ray()
     try:
@@ -91,8 +74,6 @@ def run_on_ray(spec, work_dir: Path, *, use_gpu: bool, backend: str,
         try:
             trainer.fit()
         except Exception as exc:  # WorkerGroupError, ControllerError, an actor that died
-            from dbspec.training.job import rank_errors
-
             # the ranks' own records first; Ray's word for the ranks that left none (a worker
             # whose process or node died)
             recorded = {int(p.stem.split("-")[1]) for p in work_dir.glob("rank-*.error")}
@@ -149,27 +130,20 @@ def _worker_loop(config: dict[str, Any]) -> None:
         raise
 
 
-@contextlib.contextmanager
 def ray_on_spark(session, compute, *, use_gpu: bool,
-                 say: Callable[[str], None] = lambda text: None) -> Iterator[str]:
+                 say: Callable[[str], None] = lambda text: None) -> ContextManager[str]:
     """A Ray cluster for ``compute``, connected, for the block; yields where it runs, in words.
 
     A cluster this process already uses (``ray.init`` called, or ``RAY_ADDRESS`` set, as
-    ``setup_ray_cluster`` in a notebook does) is used as it is and left running; otherwise one
-    is started on ``session`` and shut down afterwards, whatever happens in the block.
-
-    Raises:
-        DistributedError: Ray on Spark could not start, or started without room for the
-            workers.
+    ``setup_ray_cluster`` in a notebook does) is used and left running; otherwise one is
+    started on ``session`` and shut down afterwards (:class:`DistributedError` when it cannot
+    start, or starts without room for the workers).
     """
     import ray
 
     if ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
-        cluster = _running_cluster(compute, use_gpu=use_gpu, say=say)
-    else:
-        cluster = _cluster_on_spark(session, compute, use_gpu=use_gpu, say=say)
-    with cluster as where:
-        yield where
+        return _running_cluster(compute, use_gpu=use_gpu, say=say)
+    return _cluster_on_spark(session, compute, use_gpu=use_gpu, say=say)
 
 
 def _needed(compute, use_gpu: bool) -> tuple[int, int]:
@@ -214,22 +188,30 @@ def _cluster_on_spark(session, compute, *, use_gpu: bool,
     """A Ray cluster started on ``session`` for the block (``setup_ray_cluster``), connected,
     and shut down afterwards."""
     import ray
+    import torch
     from ray.util.spark import setup_ray_cluster
 
     from dbspec.spark.placement import is_local_master
+    from dbspec.spark.session import environment_variable
     from dbspec.training.job import DistributedError
 
     need_cpus, need_gpus = _needed(compute, use_gpu)
     context = session.sparkContext
     master = context.master
-    if use_gpu and is_local_master(master):
-        _check_local_gpus(need_gpus)
+    if use_gpu and is_local_master(master) and torch.cuda.device_count() < need_gpus:
+        raise DistributedError(f"compute.num_workers: {need_gpus} GPU workers need {need_gpus} "
+                               f"GPUs on this machine (local Spark master); "
+                               f"{torch.cuda.device_count()} present")
     layout = ray_layout(compute, use_gpu=use_gpu, master=master,
                         task_cpus=int(context.getConf().get("spark.task.cpus", "1")),
                         parallelism=context.defaultParallelism)
     say(f"  Ray on Spark: starting a head node on the driver, training on {layout.where}")
     started = time.perf_counter()
-    with _auth_mode_stated():
+    # a ~/.ray/auth_token that any local ray.init() leaves turns token auth on for the head
+    # node, which the worker nodes in Spark tasks then fail (InvalidAuthToken): the cluster
+    # lives for this stage only, so its mode is stated (a user's RAY_AUTH_MODE is kept)
+    auth_mode = None if "RAY_AUTH_MODE" in os.environ else "disabled"
+    with environment_variable("RAY_AUTH_MODE", auth_mode):
         try:
             try:
                 with _quiet_ray():
@@ -252,28 +234,8 @@ def _cluster_on_spark(session, compute, *, use_gpu: bool,
             _shut_down_spark_cluster()
 
 
-@contextlib.contextmanager
-def _auth_mode_stated() -> Iterator[None]:
-    """``RAY_AUTH_MODE=disabled`` for the block, unless the user set it.
-
-    A ~/.ray/auth_token that any local ray.init() leaves behind turns Ray's token auth on for
-    the head node, which the worker nodes in Spark tasks then fail (InvalidAuthToken, the
-    cluster never comes up). The cluster lives for this stage only: its mode is stated, not
-    read from the home dir; RAY_AUTH_MODE set by the user is kept.
-    """
-    own_mode = "RAY_AUTH_MODE" not in os.environ
-    if own_mode:
-        os.environ["RAY_AUTH_MODE"] = "disabled"
-    try:
-        yield
-    finally:
-        if own_mode:
-            os.environ.pop("RAY_AUTH_MODE", None)
-
-
 def _shut_down_spark_cluster() -> None:
-    """Disconnect and stop the Ray-on-Spark cluster (nothing to stop when it never started),
-    waiting for its head node's last words while Ray is kept quiet."""
+    """Disconnect and stop the Ray-on-Spark cluster, its head node's last words kept quiet."""
     import ray
     from ray.util.spark import shutdown_ray_cluster
 
@@ -289,32 +251,17 @@ def _shut_down_spark_cluster() -> None:
 
 
 def _head_process():
-    """The head node's process of the active Ray-on-Spark cluster, or None (a Ray internal
-    that is only read, to wait for the head's exit)."""
+    """The active Ray-on-Spark cluster's head node process, or None (a Ray internal, only read
+    to wait for the head's exit)."""
     from ray.util.spark import cluster_init
 
     return getattr(getattr(cluster_init, "_active_ray_cluster", None), "head_proc", None)
 
 
-def _check_local_gpus(needed: int) -> None:
-    import torch
-
-    from dbspec.training.job import DistributedError
-
-    present = torch.cuda.device_count()
-    if present < needed:
-        raise DistributedError(f"compute.num_workers: {needed} GPU workers need {needed} GPUs "
-                               f"on this machine (local Spark master); {present} present")
-
-
 @contextlib.contextmanager
 def _quiet_ray() -> Iterator[None]:
-    """Ray's start-up chatter off this process's stdout and its INFO logging off stderr.
-
-    ``setup_ray_cluster`` copies the head node's output to ``sys.stdout`` (it keeps the tail
-    for its own error message) and logs its sizing advice for general workloads; the progress
-    lines say what matters.
-    """
+    """Ray's start-up chatter off stdout (``setup_ray_cluster`` copies the head node's output
+    there) and its INFO logging (sizing advice for general workloads) off stderr."""
     import io
 
     loggers = [logging.getLogger(name) for name in (

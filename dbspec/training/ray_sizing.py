@@ -48,15 +48,8 @@ class RayLayout:
 
 def ray_layout(compute, *, use_gpu: bool, master: str, task_cpus: int = 1,
                parallelism: int = 1) -> RayLayout:
-    """The Ray cluster for ``compute`` on ``master``.
-
-    Args:
-        compute: ``compute`` of kind ray.
-        use_gpu: Whether the workers train on GPUs (``use_gpu: auto`` already resolved).
-        master: The Spark master URL.
-        task_cpus: ``spark.task.cpus`` (a local master's Ray worker nodes get this many CPUs).
-        parallelism: How many tasks a local master runs at once (``local[N]``: N).
-    """
+    """The Ray cluster for ``compute`` (kind ray, ``use_gpu`` resolved) on ``master``, whose
+    tasks have ``task_cpus`` (``spark.task.cpus``) and run ``parallelism`` at once."""
     from dbspec.spark.placement import is_local_master
 
     workers, cpus = compute.num_workers, compute.cpus_per_worker

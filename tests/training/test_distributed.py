@@ -91,7 +91,7 @@ def test_deepspeed_refuses_a_bad_zero_setting_before_any_work(workdir):
 
 def test_generated_deepspeed_config():
     from dbspec.spec import load_spec
-    from dbspec.training.deepspeed_config import deepspeed_config
+    from dbspec.compute.deepspeed import deepspeed_config
 
     spec = load_spec(DEEPSPEED, target="prod").spec
     config = deepspeed_config(spec)
