@@ -7,7 +7,8 @@ from typing import Any, Optional
 import numpy as np
 
 
-def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray, names: list[str]) -> dict[str, float]:
+def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray,
+                       names: list[str]) -> dict[str, float]:
     """rmse, mae, mse, r2 and mape (as a fraction) of the requested ``names``."""
     from sklearn import metrics as m
 

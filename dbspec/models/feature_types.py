@@ -1,9 +1,5 @@
-"""Which features a spec trains on, and the type of each: declared, or read off its column.
-
-A plain name in ``data.features`` is typed by the column it names (numbers and booleans are
-numeric, a pandas ``category`` column categorical); a column whose values leave the type open
-(strings, bytes, lists) is refused with the entry to write. :mod:`.encoding` then fits and
-encodes the typed features.
+"""Which features a spec trains on, and the type of each: declared, or read off its column
+(:mod:`.encoding` then fits and encodes them).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Images as pixels: decode, convert, resize and normalise one column of an image feature.
 
-Training and serving both encode through :func:`encode_images`, so the pixels a model learns
-from and the pixels it is asked about go through the same decoder, the same bilinear resize
-and the same normalisation. A value is encoded bytes (PNG, JPEG...; base64 text in JSON
-requests), a file path, or an array of 0-255 pixel values, as the feature's ``format`` says.
-
-Pillow is imported when the first image is decoded, not before: a model without images never
-needs it.
+Training and serving both encode through :func:`encode_images` (one decoder, one bilinear
+resize, one normalisation). A value is encoded bytes (base64 text in JSON requests), a file
+path, or an array of 0-255 pixels, as the feature's ``format`` says. Pillow is imported when the
+first image is decoded.
 """
 
 from __future__ import annotations

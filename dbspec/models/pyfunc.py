@@ -93,15 +93,9 @@ def answering_a_server() -> bool:
 
 def prediction_records(model, x) -> list[dict]:
     """What ``model.predict_matrix(x).to_dict(orient="records")`` returns, without pandas."""
-    import torch
-
-    from dbspec.models.served import prediction_columns
-
-    with torch.inference_mode():
-        out = model(torch.from_numpy(x)).numpy()
-    columns = prediction_columns(model.card, out)
-    names = list(columns)
-    return [dict(zip(names, row)) for row in zip(*(values.tolist() for values in columns.values()))]
+    columns = model.predict_columns(x)
+    rows = zip(*(values.tolist() for values in columns.values()))
+    return [dict(zip(columns, row)) for row in rows]
 
 
 # MLflow's PythonModel wrapper reads predict's signature on every request (inspect.signature,
