@@ -34,25 +34,14 @@ STILL_IMPROVING = 0.01  # noted when the last epoch improved validation by this 
 
 @dataclass(frozen=True)
 class CurveDiagnosis:
-    """What the learning curves of one run show.
+    """What the learning curves of one run show."""
 
-    Attributes:
-        label: One of :data:`LABELS`.
-        reason: The evidence, in words, with the numbers it rests on.
-        best_epoch: The epoch (1-based) of the lowest validation loss (training loss without a
-            validation split); None without any loss.
-        epochs: Epochs recorded.
-        baseline_loss: The loss of the input-blind model the underfitting rule compares with.
-        notes: Further observations that change no label ("still improving at the last
-            epoch").
-    """
-
-    label: str
-    reason: str
-    best_epoch: Optional[int] = None
+    label: str  # one of LABELS
+    reason: str  # the evidence, with the numbers it rests on
+    best_epoch: Optional[int] = None  # 1-based, as :func:`best_epoch`
     epochs: int = 0
-    baseline_loss: Optional[float] = None
-    notes: tuple[str, ...] = ()
+    baseline_loss: Optional[float] = None  # the input-blind model's, for underfitting
+    notes: tuple[str, ...] = ()  # observations that change no label
 
     def text(self) -> str:
         """``overfitting: validation loss ... (best epoch 2)``."""

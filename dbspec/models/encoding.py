@@ -30,7 +30,7 @@ from dbspec.models.inputs import InputError
 from dbspec.models import tokens
 from dbspec.spec.sections.features import NumericFeature
 
-_NUMERIC_KINDS = "biuf"  # NumPy dtype kinds read as numbers: booleans, integers, floats
+NUMERIC_KINDS = "biuf"  # NumPy dtype kinds read as numbers: booleans, integers, floats
 
 
 # --- fitting --------------------------------------------------------------------------------
@@ -199,7 +199,7 @@ def _column_getter(columns: Any, names: list[str]) -> Callable[[str], Any]:
         if name not in present:
             raise InputError(f"the input has no column '{name}'"
                              f"{did_you_mean(name, available)}: the model takes the columns "
-                             f"{_listing(names)}")
+                             f"{listing(names)}")
         values = get(name)
         if isinstance(values, pd.DataFrame):
             raise InputError(f"the input has {values.shape[1]} columns named '{name}'")
@@ -262,7 +262,7 @@ def _keys(values: pd.Series) -> Any:
     as integers ('5' for 5 and 5.0: pandas makes an int column with NaN a float one),
     booleans as 'True' / 'False'; None for a missing value."""
     kind = values.dtype.kind
-    if kind in _NUMERIC_KINDS:
+    if kind in NUMERIC_KINDS:
         missing = values.isna().to_numpy()
         if kind == "b":
             keys = np.where(values.to_numpy(dtype=bool, na_value=False), "True", "False")
@@ -284,7 +284,8 @@ def _keys(values: pd.Series) -> Any:
     return np.array([tokens.key(v) for v in values.tolist()] or [], dtype=object)
 
 
-def _listing(names: list[str], most: int = 20) -> str:
+def listing(names: list[str], most: int = 20) -> str:
+    """The first ``most`` names, comma-separated, and how many there are in all."""
     return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most
                                       else "")
 

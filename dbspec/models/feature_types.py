@@ -11,11 +11,9 @@ import pandas as pd
 
 from dbspec.data.sources import DataError
 from dbspec.errors import did_you_mean
+from dbspec.models.encoding import NUMERIC_KINDS, listing
 from dbspec.spec.sections.data import DataSpec
 from dbspec.spec.sections.features import CategoricalFeature, NumericFeature
-
-_NUMERIC_KINDS = "biuf"  # NumPy dtype kinds read as numbers: booleans, integers, floats
-
 
 def resolve_features(data: DataSpec, frame: pd.DataFrame) -> list:
     """The typed spec of every feature column, in the order of ``data.features`` (or of the
@@ -35,13 +33,13 @@ def resolve_features(data: DataSpec, frame: pd.DataFrame) -> list:
     for name in names:
         if name not in labels:
             raise DataError(f"data.features: no column '{name}'{did_you_mean(name, labels)}; "
-                            f"the data has: {_listing(list(labels))}")
+                            f"the data has: {listing(list(labels))}")
         features.append(declared.get(name) or _typed_by_column(name, frame[labels[name]]))
     return features
 
 
 def _typed_by_column(name: str, column: pd.Series) -> Any:
-    if column.dtype.kind in _NUMERIC_KINDS:
+    if column.dtype.kind in NUMERIC_KINDS:
         return NumericFeature(name=name, type="numeric")
     if isinstance(column.dtype, pd.CategoricalDtype):
         return CategoricalFeature(name=name, type="categorical")
@@ -66,8 +64,3 @@ def _typed_by_column(name: str, column: pd.Series) -> Any:
                         f"'- {{name: {name}, type: numeric}}', or leave it out")
     raise DataError(f"{where} holds {held} values ({column.dtype}): convert it to numbers, "
                     "or declare its type (numeric, categorical, text, sequence or image)")
-
-
-def _listing(names: list[str], most: int = 20) -> str:
-    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most
-                                      else "")
