@@ -15,12 +15,11 @@ from dbspec.models.encoding import NUMERIC_KINDS, listing
 from dbspec.spec.sections.data import DataSpec
 from dbspec.spec.sections.features import CategoricalFeature, NumericFeature
 
-def resolve_features(data: DataSpec, frame: pd.DataFrame) -> list:
-    """The typed spec of every feature column, in the order of ``data.features`` (or of the
-    frame's columns, the target left out, when it is unset).
 
-    Declared typed entries are returned as they are; a plain name is typed by its column:
-    numbers and booleans are numeric, a pandas ``category`` column is categorical.
+def resolve_features(data: DataSpec, frame: pd.DataFrame) -> list:
+    """The typed spec of every feature column, in the order of ``data.features`` (unset: the
+    frame's columns but the target). A plain name is typed by its column: numbers and booleans
+    are numeric, a pandas ``category`` column is categorical.
 
     Raises:
         DataError: a missing column, or one whose values leave its type open (strings, bytes,

@@ -33,13 +33,9 @@ def _pillow() -> Any:
 
 
 def encode_images(values: list, spec: dict, column: str) -> np.ndarray:
-    """Encode one image column: ``(rows, channels * height * width)`` float32, each row the
-    image's channel-first pixels, normalised as ``spec["normalize"]`` says.
-
-    Args:
-        values: One value per row, in the feature's ``format``.
-        spec: The image feature's spec, as JSON (``ImageFeature.model_dump(mode="json")``).
-        column: The column name, for messages.
+    """Encode one image column (``values`` in the feature's ``format``; ``spec``: the image
+    feature as JSON): ``(rows, channels * height * width)`` float32, each row the image's
+    channel-first pixels, normalised as ``spec["normalize"]`` says.
 
     Raises:
         InputError: a missing, undecodable or misshapen image, naming the column and row.

@@ -168,10 +168,9 @@ def build_network(model: ModelSpec, in_features: int, out_features: int,
     ``out_features``.
 
     Args:
-        inputs: The fitted inputs (the model card's, in feature order: name, type, spec,
-            columns, indices); with any non-numeric one, the network is a
-            :class:`~dbspec.models.typed.TypedNetwork`. A custom class gets the matrix as is.
-        load_weights: Read weights files the spec names (resnet ``weights``): True when a run
+        inputs: The model card's fitted inputs; with any non-numeric one, the network is a
+            :class:`~dbspec.models.typed.TypedNetwork` (a custom class gets the matrix as is).
+        load_weights: Read the weights files the spec names (resnet ``weights``): when a run
             trains; a served model is rebuilt without them and loads its own state dict.
 
     Raises:
