@@ -77,8 +77,8 @@ def _columns_in_order(names: list[str], frame: Any) -> Any:
     present = set(columns)
     if all(name in present for name in names):
         return frame[names]
-    if _positional(columns):
-        return frame
+    if all(str(column) == str(i) for i, column in enumerate(columns)):
+        return frame  # the labels of unnamed data: 0..n-1, as int or str
     missing = [name for name in names if name not in present]
     unknown = [str(c) for c in columns if c not in set(names)]
     raise InputError(
@@ -86,11 +86,6 @@ def _columns_in_order(names: list[str], frame: Any) -> Any:
         + (f" and has columns the model does not know ({_listing(unknown)})" if unknown else "")
         + f": send the {len(names)} columns {_listing(names)} by name, or "
           f"{len(names)} unnamed values per row in that order")
-
-
-def _positional(columns: list) -> bool:
-    """Whether DataFrame columns are the labels of unnamed data: 0..n-1, as int or str."""
-    return all(str(column) == str(i) for i, column in enumerate(columns))
 
 
 def _listing(names: Sequence[str], most: int = 12) -> str:

@@ -61,17 +61,11 @@ class ResNetBody(nn.Module):
             setattr(self, f"layer{stage + 1}", nn.Sequential(*layers))
             width = channels
         self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self._initialise()
-
-    def _initialise(self) -> None:
-        # He initialisation for the ReLU network; the residual branches start as identities
-        # of unit scale (batch norm at 1), as the ResNet paper trains them
+        # He initialisation for the ReLU network, as the ResNet paper trains it (batch norm
+        # starts at weight 1, bias 0: torch's default)
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(module, nn.BatchNorm2d):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
