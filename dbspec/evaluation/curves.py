@@ -1,20 +1,9 @@
-"""Reading a run's learning curves: overfitting, underfitting or good convergence.
+"""Reading a run's learning curves, as a person reads the loss plot: overfitting (validation
+stalled or rose while training kept falling, or a wide final gap), underfitting (training ends
+near the loss of an input-blind model), converged (both fell and end close), or undetermined.
 
-The per-epoch training and validation losses of a run say how its fit went, the way a person
-reads the loss-curve plot:
-
-- *overfitting*: the validation loss stopped improving, or rose, while the training loss kept
-  falling; or, at the end, the validation loss is far above the training loss.
-- *underfitting*: the training loss ends close to the loss of a model that ignores its inputs
-  (always the training mean for a regression, always the class frequencies for a classifier):
-  the network learnt little of what there was to learn.
-- *converged*: both fell, and they end close to each other.
-- *undetermined*: too few epochs, or no validation loss, to say.
-
-Each threshold is a named constant below, relative to the losses' own scale (a share of the best
-validation loss, or of the baseline's loss), so one rule fits a regression's standardised MSE and
-a classifier's cross-entropy alike. README ("Learning curves") has them as a table. Everything
-here is a pure function of recorded series, tested on each shape.
+Each threshold below is relative to the losses' own scale, so one rule fits a standardised MSE
+and a cross-entropy alike (README, "Learning curves", has them as a table).
 """
 
 from __future__ import annotations
@@ -30,50 +19,29 @@ LABELS = (OVERFITTING, UNDERFITTING, CONVERGED, UNDETERMINED)
 DIAGNOSIS_TAG = "dbspec.diagnosis"
 DIAGNOSIS_DETAIL_TAG = "dbspec.diagnosis.detail"
 
-# Fewer epochs with both losses than this, and nothing is said: two points make no curve.
-MIN_EPOCHS = 3
-# Overfitting, first sign: after the best validation epoch the training loss fell by at least
-# this share of its value there...
+MIN_EPOCHS = 3  # with both losses; two points make no curve
+# Overfitting: after the best validation epoch the training loss fell by this share while the
+# validation loss rose by VALIDATION_ROSE, or stalled for STALLED_EPOCHS (a wobble is not it)...
 TRAIN_KEEPS_FALLING = 0.05
-# ...while the validation loss ended at least this share above its best (it rose), or did not
-# improve for at least STALLED_EPOCHS epochs. A validation loss that wobbles within the share
-# while training barely moves is not overfitting.
 VALIDATION_ROSE = 0.02
 STALLED_EPOCHS = 2
-# Overfitting, second sign: the final validation loss exceeds the final training loss by more
-# than this share of the validation loss (a generalisation gap; dropout makes the training loss
-# the higher one, which is never a gap).
+# ...or validation ends above training by this share of it (dropout's reverse gap is no gap)
 GAP_SHARE = 0.35
-# Underfitting: the final training loss is at least this share of the baseline's loss, and so is
-# the best validation loss (both stay high).
-UNDERFIT_SHARE = 0.8
-# Converged: the final losses are within this share of the validation loss of each other.
-CLOSE_SHARE = 0.2
-# "Still improving" is noted when the last epoch improved the validation loss by this share.
-STILL_IMPROVING = 0.01
+UNDERFIT_SHARE = 0.8  # final training and best validation loss, of the baseline's loss
+CLOSE_SHARE = 0.2  # converged: final losses this close, as a share of the validation loss
+STILL_IMPROVING = 0.01  # noted when the last epoch improved validation by this share
 
 
 @dataclass(frozen=True)
 class CurveDiagnosis:
-    """What the learning curves of one run show.
+    """What the learning curves of one run show."""
 
-    Attributes:
-        label: One of :data:`LABELS`.
-        reason: The evidence, in words, with the numbers it rests on.
-        best_epoch: The epoch (1-based) of the lowest validation loss (training loss without a
-            validation split); None without any loss.
-        epochs: Epochs recorded.
-        baseline_loss: The loss of the input-blind model the underfitting rule compares with.
-        notes: Further observations that change no label ("still improving at the last
-            epoch").
-    """
-
-    label: str
-    reason: str
-    best_epoch: Optional[int] = None
+    label: str  # one of LABELS
+    reason: str  # the evidence, with the numbers it rests on
+    best_epoch: Optional[int] = None  # 1-based, as :func:`best_epoch`
     epochs: int = 0
-    baseline_loss: Optional[float] = None
-    notes: tuple[str, ...] = ()
+    baseline_loss: Optional[float] = None  # the input-blind model's, for underfitting
+    notes: tuple[str, ...] = ()  # observations that change no label
 
     def text(self) -> str:
         """``overfitting: validation loss ... (best epoch 2)``."""
@@ -84,21 +52,10 @@ class CurveDiagnosis:
         return {**asdict(self), "notes": list(self.notes)}
 
 
-def loss_series(history: Sequence[dict[str, float]], key: str) -> list[float]:
-    """The finite values of ``key`` in ``history``, in epoch order (missing epochs skipped)."""
-    values = []
-    for epoch in history:
-        value = epoch.get(key)
-        if value is not None and math.isfinite(float(value)):
-            values.append(float(value))
-    return values
-
-
 def best_epoch(history: Sequence[dict[str, float]]) -> Optional[int]:
     """The 1-based epoch with the lowest validation loss (else training loss); None if none."""
     for key in ("val_loss", "train_loss"):
-        indexed = [(float(h[key]), i) for i, h in enumerate(history)
-                   if h.get(key) is not None and math.isfinite(float(h[key]))]
+        indexed = [(float(h[key]), i) for i, h in enumerate(history) if _finite(h.get(key))]
         if indexed:
             return min(indexed)[1] + 1
     return None
@@ -138,21 +95,17 @@ def diagnose_curves(history: Sequence[dict[str, float]], baseline_loss: Optional
     underfit = _underfitting(train, val, baseline_loss)
     if underfit:
         return CurveDiagnosis(UNDERFITTING, underfit, notes=notes, **common)
-    gap = val[-1] - train[-1]
-    close = abs(gap) <= CLOSE_SHARE * abs(val[-1])
-    fell = train[-1] < train[0] and min(val) < val[0]
-    if fell and close:
-        return CurveDiagnosis(CONVERGED, f"both losses fell (training {train[0]:.4g} -> "
-                                         f"{train[-1]:.4g}, validation {val[0]:.4g} -> "
-                                         f"{val[-1]:.4g}) and end close", notes=notes, **common)
-    if not fell:
-        return CurveDiagnosis(UNDETERMINED, f"the losses did not both fall (training "
-                                            f"{train[0]:.4g} -> {train[-1]:.4g}, validation "
-                                            f"{val[0]:.4g} -> {val[-1]:.4g})", notes=notes,
-                              **common)
-    return CurveDiagnosis(UNDETERMINED, f"both losses fell but end apart (training "
-                                        f"{train[-1]:.4g}, validation {val[-1]:.4g})",
-                          notes=notes, **common)
+    close = abs(val[-1] - train[-1]) <= CLOSE_SHARE * abs(val[-1])
+    moves = (f"training {train[0]:.4g} -> {train[-1]:.4g}, validation {val[0]:.4g} -> "
+             f"{val[-1]:.4g}")
+    if not (train[-1] < train[0] and min(val) < val[0]):
+        label, reason = UNDETERMINED, f"the losses did not both fall ({moves})"
+    elif close:
+        label, reason = CONVERGED, f"both losses fell ({moves}) and end close"
+    else:
+        label, reason = UNDETERMINED, (f"both losses fell but end apart (training "
+                                       f"{train[-1]:.4g}, validation {val[-1]:.4g})")
+    return CurveDiagnosis(label, reason, notes=notes, **common)
 
 
 def _overfitting(train: list[float], val: list[float], at: int) -> str:

@@ -7,24 +7,18 @@ from typing import Any, Optional
 import numpy as np
 
 
-def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray, names: list[str]) -> dict[str, float]:
+def regression_metrics(y_true: np.ndarray, y_pred: np.ndarray,
+                       names: list[str]) -> dict[str, float]:
     """rmse, mae, mse, r2 and mape (as a fraction) of the requested ``names``."""
     from sklearn import metrics as m
 
     y_true, y_pred = np.asarray(y_true, dtype=np.float64), np.asarray(y_pred, dtype=np.float64)
-    out: dict[str, float] = {}
-    for name in names:
-        if name == "rmse":
-            out[name] = float(np.sqrt(m.mean_squared_error(y_true, y_pred)))
-        elif name == "mse":
-            out[name] = float(m.mean_squared_error(y_true, y_pred))
-        elif name == "mae":
-            out[name] = float(m.mean_absolute_error(y_true, y_pred))
-        elif name == "r2":
-            out[name] = float(m.r2_score(y_true, y_pred)) if len(y_true) > 1 else float("nan")
-        elif name == "mape":
-            out[name] = float(m.mean_absolute_percentage_error(y_true, y_pred))
-    return out
+    found = {"rmse": lambda: np.sqrt(m.mean_squared_error(y_true, y_pred)),
+             "mse": lambda: m.mean_squared_error(y_true, y_pred),
+             "mae": lambda: m.mean_absolute_error(y_true, y_pred),
+             "r2": lambda: m.r2_score(y_true, y_pred) if len(y_true) > 1 else float("nan"),
+             "mape": lambda: m.mean_absolute_percentage_error(y_true, y_pred)}
+    return {name: float(found[name]()) for name in names if name in found}
 
 
 def classification_metrics(y_true: np.ndarray, probabilities: np.ndarray, names: list[str], *,
@@ -39,26 +33,18 @@ def classification_metrics(y_true: np.ndarray, probabilities: np.ndarray, names:
 
     y_true = np.asarray(y_true)
     probabilities = np.asarray(probabilities, dtype=np.float64)
-    if binary:
-        y_pred = (probabilities >= threshold).astype(int)
-        full = np.column_stack([1 - probabilities, probabilities])
-    else:
-        y_pred, full = probabilities.argmax(axis=1), probabilities
-    labels = list(range(full.shape[1]))
-    average = "binary" if binary else "macro"
-    out: dict[str, float] = {}
-    for name in names:
-        if name == "accuracy":
-            out[name] = float(m.accuracy_score(y_true, y_pred))
-        elif name in ("precision", "recall", "f1"):
-            fn = {"precision": m.precision_score, "recall": m.recall_score, "f1": m.f1_score}[name]
-            out[name] = float(fn(y_true, y_pred, average=average, zero_division=0))
-        elif name == "log_loss":
-            out[name] = float(m.log_loss(y_true, _probabilities(full), labels=labels))
-        elif name == "roc_auc":
-            out[name] = _roc_auc(y_true, probabilities if binary else _probabilities(full),
-                                 binary)
-    return out
+    full = np.column_stack([1 - probabilities, probabilities]) if binary else probabilities
+    y_pred = predicted_labels("binary" if binary else "multiclass", probabilities, threshold)
+    average = {"average": "binary" if binary else "macro", "zero_division": 0}
+    found = {"accuracy": lambda: m.accuracy_score(y_true, y_pred),
+             "precision": lambda: m.precision_score(y_true, y_pred, **average),
+             "recall": lambda: m.recall_score(y_true, y_pred, **average),
+             "f1": lambda: m.f1_score(y_true, y_pred, **average),
+             "log_loss": lambda: m.log_loss(y_true, _probabilities(full),
+                                            labels=list(range(full.shape[1]))),
+             "roc_auc": lambda: _roc_auc(y_true, probabilities if binary
+                                         else _probabilities(full), binary)}
+    return {name: float(found[name]()) for name in names if name in found}
 
 
 def _probabilities(full: np.ndarray) -> np.ndarray:
@@ -89,7 +75,7 @@ def confusion(y_true: np.ndarray, y_pred: np.ndarray, classes: int) -> list[list
 
 def task_metrics(task: str, y_true: np.ndarray, predictions: np.ndarray, names: list[str], *,
                  threshold: float = 0.5) -> dict[str, float]:
-    """Dispatch on the task: regression or classification metrics."""
+    """Regression or classification metrics, as the task is."""
     if task == "regression":
         return regression_metrics(y_true, predictions, names)
     return classification_metrics(y_true, predictions, names, binary=task == "binary",

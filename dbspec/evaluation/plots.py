@@ -9,15 +9,6 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only; never a window
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 @dataclass(frozen=True)
 class PlotData:
     """What the plots draw: one split's truth and predictions, and the training history."""
@@ -31,20 +22,20 @@ class PlotData:
 
 
 def write_plots(names: list[str], directory: Path, data: PlotData) -> list[Path]:
-    """Write each named plot as ``<name>.png`` into ``directory``; returns the paths."""
-    plt = _pyplot()
+    """Write each named plot as ``<name>.png`` into ``directory``; returns the paths.
+
+    Figures are made without pyplot: no backend is switched and no window can open, in a
+    notebook's process too."""
+    from matplotlib.figure import Figure
+
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name in names:
-        fig, ax = plt.subplots(figsize=(6, 4.5), dpi=100)
-        try:
-            _DRAW[name](ax, **vars(data))
-            fig.tight_layout()
-            path = directory / f"{name}.png"
-            fig.savefig(path)
-            written.append(path)
-        finally:
-            plt.close(fig)
+        fig = Figure(figsize=(6, 4.5), dpi=100)
+        _DRAW[name](fig.subplots(), **vars(data))
+        fig.tight_layout()
+        fig.savefig(directory / f"{name}.png")
+        written.append(directory / f"{name}.png")
     return written
 
 

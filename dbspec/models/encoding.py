@@ -1,23 +1,14 @@
 """Typed features as one float32 matrix: fitted on the training split, applied to any rows.
 
-Every feature becomes fixed-width float32 columns of one feature matrix, so training,
-distributed training and evaluation keep working on a matrix (the widths are those of
-:mod:`dbspec.spec.layout`):
+Each feature becomes fixed-width columns (widths: :mod:`dbspec.spec.layout`): a number (NaN when
+missing); a categorical's index in the training vocabulary (0: unknown); ``max_length`` token ids
+of a text or token sequence (0: padding, 1: unknown); ``max_length`` values of a numeric
+sequence (NaN-padded); an image's normalised pixels, channel first (:mod:`.images`).
 
-- numeric: the number (NaN when missing);
-- categorical: the value's index in the training vocabulary (0: unknown, rare or missing);
-- text, and sequences of tokens: ``max_length`` token ids (0: padding, 1: unknown);
-- sequences of numbers: ``max_length`` values, NaN-padded (the network masks the padding);
-- image: ``channels * height * width`` normalised pixels, channel first (:mod:`.images`).
-
-:mod:`.feature_types` types each feature; :func:`fit_inputs` learns vocabularies and
-tokenizers from the training rows and returns them as JSON-able dicts ("inputs") that travel
-inside the logged model. The served model takes raw rows and encodes them with
-:class:`InputEncoder` over the same inputs before the network, so training and serving run one
-encoding and cannot disagree.
-
-NumPy and pandas only; Pillow and ``tokenizers`` are imported when an image or a subword text
-is met (:func:`required_packages` names what a model needs to score).
+:func:`fit_inputs` returns the fitted vocabularies and tokenizers as JSON-able dicts ("inputs")
+that travel inside the logged model; the served model encodes raw rows with
+:class:`InputEncoder` over them, so training and serving run one encoding. Pillow and
+``tokenizers`` are imported when an image or a subword text is met.
 """
 
 from __future__ import annotations
@@ -39,7 +30,7 @@ from dbspec.models.inputs import InputError
 from dbspec.models import tokens
 from dbspec.spec.sections.features import NumericFeature
 
-_NUMERIC_KINDS = "biuf"  # NumPy dtype kinds read as numbers: booleans, integers, floats
+NUMERIC_KINDS = "biuf"  # NumPy dtype kinds read as numbers: booleans, integers, floats
 
 
 # --- fitting --------------------------------------------------------------------------------
@@ -47,12 +38,10 @@ _NUMERIC_KINDS = "biuf"  # NumPy dtype kinds read as numbers: booleans, integers
 def fit_inputs(features: list, train: pd.DataFrame) -> list[dict]:
     """Fit each feature on the training rows: one JSON-able dict per feature, in order.
 
-    Each dict holds ``name``, ``type``, ``spec`` (the feature as JSON), ``columns`` (its
-    matrix column names), ``indices`` for inputs that hold indices (the embedding table's
-    size, reserved indices included) and the fitted state: ``vocabulary`` (categorical, word
-    and char text, token sequences), ``tokenizer`` (bpe and wordpiece text: the trained
-    ``tokenizers`` JSON) and ``raw_dtype`` (categorical and sequences: the MLflow type of the
-    training column, for :func:`signature_types`).
+    Each holds ``name``, ``type``, ``spec`` (as JSON), ``columns`` (its matrix column names),
+    ``indices`` (an embedding table's size, reserved indices included) and the fitted state:
+    ``vocabulary``, ``tokenizer`` (bpe and wordpiece: the ``tokenizers`` JSON) and ``raw_dtype``
+    (the MLflow type of the training column, for :func:`signature_types`).
 
     Raises:
         DataError: ``data.features.<name>: ...``: no usable value in the training rows, or a
@@ -210,7 +199,7 @@ def _column_getter(columns: Any, names: list[str]) -> Callable[[str], Any]:
         if name not in present:
             raise InputError(f"the input has no column '{name}'"
                              f"{did_you_mean(name, available)}: the model takes the columns "
-                             f"{_listing(names)}")
+                             f"{listing(names)}")
         values = get(name)
         if isinstance(values, pd.DataFrame):
             raise InputError(f"the input has {values.shape[1]} columns named '{name}'")
@@ -223,10 +212,7 @@ def _series(values: Any) -> pd.Series:
     if isinstance(values, pd.Series):
         return values
     if isinstance(values, np.ndarray) and values.ndim > 1:
-        rows = np.empty(len(values), dtype=object)
-        for i, row in enumerate(values):
-            rows[i] = row
-        return pd.Series(rows)
+        return pd.Series(list(values), dtype=object)
     if hasattr(values, "to_pandas"):  # a pyarrow Array or ChunkedArray
         return values.to_pandas()
     return pd.Series(values if isinstance(values, np.ndarray) else list(values))
@@ -247,7 +233,8 @@ def _compiled(entry: dict) -> Callable[[pd.Series, str], np.ndarray]:
         return partial(tokens.subword_ids, tokenizer=tokens.loaded_tokenizer(entry))
     ids = {token: i for i, token in enumerate(entry["vocabulary"], start=2)}
     if kind == "text":
-        return partial(tokens.text_ids, split=tokens.text_splitter(spec), ids=ids, length=spec["max_length"])
+        return partial(tokens.text_ids, split=tokens.text_splitter(spec), ids=ids,
+                       length=spec["max_length"])
     return partial(tokens.item_ids, ids=ids, length=spec["max_length"])
 
 
@@ -275,7 +262,7 @@ def _keys(values: pd.Series) -> Any:
     as integers ('5' for 5 and 5.0: pandas makes an int column with NaN a float one),
     booleans as 'True' / 'False'; None for a missing value."""
     kind = values.dtype.kind
-    if kind in _NUMERIC_KINDS:
+    if kind in NUMERIC_KINDS:
         missing = values.isna().to_numpy()
         if kind == "b":
             keys = np.where(values.to_numpy(dtype=bool, na_value=False), "True", "False")
@@ -297,7 +284,8 @@ def _keys(values: pd.Series) -> Any:
     return np.array([tokens.key(v) for v in values.tolist()] or [], dtype=object)
 
 
-def _listing(names: list[str], most: int = 20) -> str:
+def listing(names: list[str], most: int = 20) -> str:
+    """The first ``most`` names, comma-separated, and how many there are in all."""
     return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most
                                       else "")
 
@@ -345,9 +333,8 @@ def signature_types(inputs: list[dict]) -> list[tuple[str, str]]:
 
 
 def model_matrix(card: Any, features: Any) -> np.ndarray:
-    """What :func:`dbspec.models.inputs.feature_matrix` returns, for any model: a model with typed features (text,
-    images, categorical values; ``card.inputs``) encodes its raw named columns with the
-    vocabularies and tokenizers it was trained with (:mod:`dbspec.models.encoding`).
+    """:func:`dbspec.models.inputs.feature_matrix` for any model: one with typed features
+    (``card.inputs``) encodes its raw named columns with its fitted vocabularies and tokenizers.
 
     Raises:
         InputError: missing columns, or a value the model cannot encode (the column and the

@@ -1,9 +1,5 @@
-"""Which features a spec trains on, and the type of each: declared, or read off its column.
-
-A plain name in ``data.features`` is typed by the column it names (numbers and booleans are
-numeric, a pandas ``category`` column categorical); a column whose values leave the type open
-(strings, bytes, lists) is refused with the entry to write. :mod:`.encoding` then fits and
-encodes the typed features.
+"""Which features a spec trains on, and the type of each: declared, or read off its column
+(:mod:`.encoding` then fits and encodes them).
 """
 
 from __future__ import annotations
@@ -15,18 +11,15 @@ import pandas as pd
 
 from dbspec.data.sources import DataError
 from dbspec.errors import did_you_mean
+from dbspec.models.encoding import NUMERIC_KINDS, listing
 from dbspec.spec.sections.data import DataSpec
 from dbspec.spec.sections.features import CategoricalFeature, NumericFeature
 
-_NUMERIC_KINDS = "biuf"  # NumPy dtype kinds read as numbers: booleans, integers, floats
-
 
 def resolve_features(data: DataSpec, frame: pd.DataFrame) -> list:
-    """The typed spec of every feature column, in the order of ``data.features`` (or of the
-    frame's columns, the target left out, when it is unset).
-
-    Declared typed entries are returned as they are; a plain name is typed by its column:
-    numbers and booleans are numeric, a pandas ``category`` column is categorical.
+    """The typed spec of every feature column, in the order of ``data.features`` (unset: the
+    frame's columns but the target). A plain name is typed by its column: numbers and booleans
+    are numeric, a pandas ``category`` column is categorical.
 
     Raises:
         DataError: a missing column, or one whose values leave its type open (strings, bytes,
@@ -39,13 +32,13 @@ def resolve_features(data: DataSpec, frame: pd.DataFrame) -> list:
     for name in names:
         if name not in labels:
             raise DataError(f"data.features: no column '{name}'{did_you_mean(name, labels)}; "
-                            f"the data has: {_listing(list(labels))}")
+                            f"the data has: {listing(list(labels))}")
         features.append(declared.get(name) or _typed_by_column(name, frame[labels[name]]))
     return features
 
 
 def _typed_by_column(name: str, column: pd.Series) -> Any:
-    if column.dtype.kind in _NUMERIC_KINDS:
+    if column.dtype.kind in NUMERIC_KINDS:
         return NumericFeature(name=name, type="numeric")
     if isinstance(column.dtype, pd.CategoricalDtype):
         return CategoricalFeature(name=name, type="categorical")
@@ -70,8 +63,3 @@ def _typed_by_column(name: str, column: pd.Series) -> Any:
                         f"'- {{name: {name}, type: numeric}}', or leave it out")
     raise DataError(f"{where} holds {held} values ({column.dtype}): convert it to numbers, "
                     "or declare its type (numeric, categorical, text, sequence or image)")
-
-
-def _listing(names: list[str], most: int = 20) -> str:
-    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most
-                                      else "")

@@ -1,12 +1,9 @@
 """Images as pixels: decode, convert, resize and normalise one column of an image feature.
 
-Training and serving both encode through :func:`encode_images`, so the pixels a model learns
-from and the pixels it is asked about go through the same decoder, the same bilinear resize
-and the same normalisation. A value is encoded bytes (PNG, JPEG...; base64 text in JSON
-requests), a file path, or an array of 0-255 pixel values, as the feature's ``format`` says.
-
-Pillow is imported when the first image is decoded, not before: a model without images never
-needs it.
+Training and serving both encode through :func:`encode_images` (one decoder, one bilinear
+resize, one normalisation). A value is encoded bytes (base64 text in JSON requests), a file
+path, or an array of 0-255 pixels, as the feature's ``format`` says. Pillow is imported when the
+first image is decoded.
 """
 
 from __future__ import annotations
@@ -36,13 +33,9 @@ def _pillow() -> Any:
 
 
 def encode_images(values: list, spec: dict, column: str) -> np.ndarray:
-    """Encode one image column: ``(rows, channels * height * width)`` float32, each row the
-    image's channel-first pixels, normalised as ``spec["normalize"]`` says.
-
-    Args:
-        values: One value per row, in the feature's ``format``.
-        spec: The image feature's spec, as JSON (``ImageFeature.model_dump(mode="json")``).
-        column: The column name, for messages.
+    """Encode one image column (``values`` in the feature's ``format``; ``spec``: the image
+    feature as JSON): ``(rows, channels * height * width)`` float32, each row the image's
+    channel-first pixels, normalised as ``spec["normalize"]`` says.
 
     Raises:
         InputError: a missing, undecodable or misshapen image, naming the column and row.

@@ -1,24 +1,14 @@
 """What a model accepts: its feature columns by name or by position, within its training range.
 
-**Named or positional.** :func:`feature_matrix` takes a DataFrame whose columns include every
-feature (any order; other columns are ignored), or positional input of exactly the model's
-width: an array, a list of rows, or a DataFrame whose columns are 0..n-1 (``pd.DataFrame(X)``,
-or the "0".."n-1" of a Spark struct built from one). Anything else is an :class:`InputError`
-that names the missing and the unknown columns, or the width it got and the width it needs.
+:func:`feature_matrix` takes a DataFrame holding every feature by name (any order, other columns
+ignored), or positional input of exactly the model's width (an array, rows, or columns 0..n-1 as
+``pd.DataFrame(X)`` or a Spark struct of one makes).
 
-**Training range.** A model answers for any finite input, so a request in the wrong units
-(features scaled twice, centimetres for metres) gets a confident, wrong answer. The training
-split's per-feature minimum and maximum travel in the model card (``feature_ranges``, see
-:func:`training_ranges`); a value is *out of range* when it lies more than
-``tolerance`` times the feature's training span (maximum - minimum) below the minimum or above
-the maximum. With the default tolerance of 0.5, a feature trained on [0, 10] is flagged below
--5 or above 15: data drift inside that band is for monitoring, this check is for rows the model
-has never seen anything like. A feature that was constant in training (span 0) is flagged when
-it moves by more than ``tolerance`` times its magnitude (or than ``tolerance`` itself near 0).
-Missing values (NaN) are never flagged: imputation is the preprocessing's job.
-
-NumPy (and pandas, when given a DataFrame) only: the scoring server, batch scoring on Spark
-executors and the MLflow pyfunc all use this module.
+A value is *out of range* (:class:`FeatureRanges`) beyond ``tolerance`` times the feature's
+training span (``feature_ranges`` in the model card) below its minimum or above its maximum:
+input in the wrong units gets a confident, wrong answer; drift inside the band is for
+monitoring. A feature constant in training is flagged beyond ``tolerance`` times its magnitude
+(at least 1); NaN is never flagged (imputation's job). NumPy only, for ``dbspec serve``.
 """
 
 from __future__ import annotations
@@ -51,7 +41,7 @@ def feature_matrix(names: Sequence[str], features: Any) -> np.ndarray:
     names = list(names)
     try:
         import pandas as pd
-    except ImportError:  # pragma: no cover - pandas comes with every extra that scores
+    except ImportError:  # the serve extra (dbspec serve) has no pandas
         pd = None
     frame = pd is not None and isinstance(features, pd.DataFrame)
     if frame:
@@ -87,8 +77,8 @@ def _columns_in_order(names: list[str], frame: Any) -> Any:
     present = set(columns)
     if all(name in present for name in names):
         return frame[names]
-    if _positional(columns):
-        return frame
+    if all(str(column) == str(i) for i, column in enumerate(columns)):
+        return frame  # the labels of unnamed data: 0..n-1, as int or str
     missing = [name for name in names if name not in present]
     unknown = [str(c) for c in columns if c not in set(names)]
     raise InputError(
@@ -96,11 +86,6 @@ def _columns_in_order(names: list[str], frame: Any) -> Any:
         + (f" and has columns the model does not know ({_listing(unknown)})" if unknown else "")
         + f": send the {len(names)} columns {_listing(names)} by name, or "
           f"{len(names)} unnamed values per row in that order")
-
-
-def _positional(columns: list) -> bool:
-    """Whether DataFrame columns are the labels of unnamed data: 0..n-1, as int or str."""
-    return all(str(column) == str(i) for i, column in enumerate(columns))
 
 
 def _listing(names: Sequence[str], most: int = 12) -> str:
@@ -138,9 +123,6 @@ class Outside:
 
     def __bool__(self) -> bool:
         return bool(self.mask.any())
-
-    def row_features(self, row: int) -> list[str]:
-        return [self.names[j] for j in np.flatnonzero(self.mask[row])]
 
     def counts(self) -> dict[str, int]:
         """Out-of-range rows per feature, for features with any."""

@@ -1,13 +1,7 @@
-"""Build the ``nn.Module`` a spec describes, with input sizes inferred.
-
-Without typed features the network is ``nn.Sequential`` over the feature vector. With typed
-features (fitted ``inputs``) it is a :class:`~dbspec.models.typed.TypedNetwork`: each
-non-numeric feature's encoder, compiled by :mod:`dbspec.spec.layout` to a layer list, is
-built here layer by layer as the head is, and a combiner joins their vectors.
-
-:func:`_layer` maps every entry of the layer vocabulary to a module; the sequence layers'
-modules live in :mod:`dbspec.models.typed` (which imports nothing from here), the ResNet in
-:mod:`dbspec.models.resnet`.
+"""Build the ``nn.Module`` a spec describes, with input sizes inferred: ``nn.Sequential`` over
+the feature vector, or, with typed features (fitted ``inputs``), a
+:class:`~dbspec.models.typed.TypedNetwork` whose encoders (compiled by :mod:`dbspec.spec.layout`
+to layer lists) are built layer by layer as the head is.
 """
 
 from __future__ import annotations
@@ -111,12 +105,8 @@ _FROM_SETTINGS: dict[str, Callable[[Any, tuple[int, ...]], nn.Module]] = {
 
 def _layer(name: str, args, shape: tuple[int, ...], *, vocabulary: Optional[int] = None,
            load_weights: bool = False) -> nn.Module:
-    """One torch layer for a vocabulary entry whose input has ``shape`` (no batch dim).
-
-    Args:
-        vocabulary: The indices an embedding's input holds (the fitted feature's), when known.
-        load_weights: Read a resnet's ``weights`` file (at training time; a served model gets
-            every weight from its own state dict instead).
+    """One torch layer for a vocabulary entry whose input has ``shape`` (no batch dim);
+    ``vocabulary``: the fitted feature's indices, when known.
 
     Raises:
         _Unbuildable: settings that cannot be built (the caller locates them).
@@ -178,10 +168,9 @@ def build_network(model: ModelSpec, in_features: int, out_features: int,
     ``out_features``.
 
     Args:
-        inputs: The fitted inputs (the model card's, in feature order: name, type, spec,
-            columns, indices); with any non-numeric one, the network is a
-            :class:`~dbspec.models.typed.TypedNetwork`. A custom class gets the matrix as is.
-        load_weights: Read weights files the spec names (resnet ``weights``): True when a run
+        inputs: The model card's fitted inputs; with any non-numeric one, the network is a
+            :class:`~dbspec.models.typed.TypedNetwork` (a custom class gets the matrix as is).
+        load_weights: Read the weights files the spec names (resnet ``weights``): when a run
             trains; a served model is rebuilt without them and loads its own state dict.
 
     Raises:
@@ -198,20 +187,9 @@ def build_network(model: ModelSpec, in_features: int, out_features: int,
     elif has_typed_inputs(inputs):
         network = _typed(model, inputs, load_weights)
     else:
-        try:
-            shapes = infer_shapes(model.layers, (in_features,))
-        except ShapeError as exc:
-            raise ModelError(f"model.layers.{exc.index}: {exc.message} (the data has "
-                             f"{in_features} features)") from None
-        network = _build_layers(model.layers, [(in_features,)] + shapes[:-1],
-                                lambda i: f"model.layers.{i}", masked=False,
-                                load_weights=load_weights)
+        network = _head(model, in_features, "the data has {} features", load_weights)
     _check_output(network, in_features, out_features, finite=model.custom is None)
     return network
-
-
-def _located(exc: LayoutError) -> ModelError:
-    return ModelError(f"{'.'.join(map(str, exc.path))}: {exc.message}")
 
 
 def _fitted_features(inputs: list[dict]) -> tuple[list[int], list, dict[str, tuple]]:
@@ -258,7 +236,7 @@ def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNet
         widths = [encoder_width(item) for item in encoded]
         width = combined_width(len(numeric), widths, model.combiner)
     except LayoutError as exc:
-        raise _located(exc) from None
+        raise ModelError(f"{'.'.join(map(str, exc.path))}: {exc.message}") from None
     encoders, columns = [], []
     for item, feature in zip(encoded, features):
         entry, first, last = fitted[item.name]
@@ -280,14 +258,19 @@ def _typed(model: ModelSpec, inputs: list[dict], load_weights: bool) -> TypedNet
         columns.append((first, last))
     combiner = COMBINERS[model.combiner.kind].from_spec(
         model.combiner, ([len(numeric)] if numeric else []) + widths)
+    head = _head(model, width, "the combined features have {} values", load_weights)
+    return TypedNetwork(numeric, encoders, columns, combiner, head)
+
+
+def _head(model: ModelSpec, width: int, about: str, load_weights: bool) -> nn.Module:
+    """``model.layers`` over a vector of ``width`` values (``about`` says what they are)."""
     try:
         shapes = infer_shapes(model.layers, (width,))
     except ShapeError as exc:
-        raise ModelError(f"model.layers.{exc.index}: {exc.message} (the combined features "
-                         f"have {width} values)") from None
-    head = _build_layers(model.layers, [(width,)] + shapes[:-1], lambda i: f"model.layers.{i}",
+        raise ModelError(f"model.layers.{exc.index}: {exc.message} ({about.format(width)})") \
+            from None
+    return _build_layers(model.layers, [(width,)] + shapes[:-1], lambda i: f"model.layers.{i}",
                          masked=False, load_weights=load_weights)
-    return TypedNetwork(numeric, encoders, columns, combiner, head)
 
 
 def _custom(custom, in_features: int, out_features: int) -> nn.Module:

@@ -1,17 +1,12 @@
-"""A served model exported to ONNX, so ``dbspec serve`` can score it with ONNX Runtime and
-never import torch (:mod:`dbspec.serving.onnx_model`).
+"""A served model exported to ONNX, so ``dbspec serve`` scores it with ONNX Runtime, without
+torch (:mod:`dbspec.serving.onnx_model`).
 
-The whole :class:`~dbspec.models.served.ServedModel` is exported (preprocessing, network and
-output head: raw float32 rows in training column order -> predictions), with ``torch.onnx``'s
-``torch.export``-based exporter and a dynamic batch axis. Typed features are encoded into that
-matrix before the graph, in numpy, as for the torch module.
-
-Every network dbspec builds from layers and encoders exports (recurrent encoders are read
-unpacked while exporting: :mod:`dbspec.models.unpacked_rnn`). A network the exporter cannot
-trace (a custom class whose control flow depends on the values) is not exported: the model is
-logged without ``model.onnx`` and served with torch. So is one whose graph does not give torch's predictions on check rows, and
-every model when ``onnx``/``onnxscript``/``onnxruntime`` (``pip install 'dbspec[train]'``) are
-not installed.
+The whole :class:`~dbspec.models.served.ServedModel` (float32 rows in training column order ->
+predictions) is exported with ``torch.onnx``'s ``torch.export``-based exporter and a dynamic
+batch axis; typed features are encoded before the graph, in numpy. A network the exporter cannot
+trace (a custom class branching on values), a graph that disagrees with torch on check rows, or
+a missing ``onnx``/``onnxscript``/``onnxruntime`` leaves the model without ``model.onnx``:
+it is served with torch.
 """
 
 from __future__ import annotations

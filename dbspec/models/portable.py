@@ -1,24 +1,16 @@
 """What a logged model carries so that it loads anywhere: the user's network code and pins that a
 package index can serve.
 
-A ``model.custom`` class travels with the model as an MLflow code path: the top-level package
-directory its import path names (``mynet.layers:Net`` -> ``mynet/``), or the single ``.py`` file
-when it is a plain module (``mynet:Net`` -> ``mynet.py``), found where this process imported it
-from. MLflow copies each code path into the model's ``code/`` directory and puts that directory
-first on ``sys.path`` when it loads the model, so ``import mynet`` works there as it did here.
+A ``model.custom`` class travels as an MLflow code path: its top-level package directory
+(``mynet.layers:Net`` -> ``mynet/``) or single ``.py`` file (``mynet:Net`` -> ``mynet.py``), from
+where this process imported it; MLflow puts the model's ``code/`` first on ``sys.path`` on load.
+A class from an installed distribution becomes a requirement instead (an editable install
+travels as source: its version is rarely on an index). Refused, with the reason: ``__main__``,
+a compiled module, a module in ``site-packages`` no distribution provides, and a package
+directory holding the working directory, an environment or dbspec's state.
 
-A class from an installed distribution (found in ``site-packages``, ``torch.nn:Linear`` or a
-package installed with pip) does not travel as source: its distribution becomes a requirement
-instead. An editable install (``pip install -e``) lives in its source tree and travels as source,
-since its version is rarely on an index. Refused, with the reason: a class in ``__main__`` (a
-script or notebook), a compiled single-file module, a module in ``site-packages`` no distribution
-provides, and a package directory that holds the working directory, an environment or dbspec's
-state (it would carry far more than code).
-
-dbspec itself travels the same way, but only the modules the served model imports
-(:func:`served_modules`, read from the source of :mod:`dbspec.models.pyfunc` and what it imports,
-transitively), not all of dbspec: a model loaded from a tracking server fetches each file of its
-``code/`` one by one.
+dbspec travels the same way, but only the modules the served model imports (:func:`served_modules`):
+a model loaded from a tracking server fetches each file of its ``code/`` one by one.
 """
 
 from __future__ import annotations
@@ -47,17 +39,11 @@ class PortabilityError(DbspecError):
 
 @dataclass(frozen=True)
 class CustomCode:
-    """What a custom class adds to the logged model.
+    """What a custom class adds to the logged model."""
 
-    Attributes:
-        code_paths: Files or directories to log as code paths (absolute).
-        requirements: Pins of the distributions that provide the class.
-        dbspec_modules: The class's module when it is part of dbspec: it travels with the
-            dbspec modules the served model imports (:func:`copy_served_code`).
-    """
-
-    code_paths: list[str] = field(default_factory=list)
-    requirements: list[str] = field(default_factory=list)
+    code_paths: list[str] = field(default_factory=list)  # absolute files or directories
+    requirements: list[str] = field(default_factory=list)  # pins of its distributions
+    #: its module when it is part of dbspec: it travels with :func:`copy_served_code`'s modules
     dbspec_modules: list[str] = field(default_factory=list)
 
 
@@ -85,10 +71,9 @@ def custom_code(model) -> CustomCode:
     Raises:
         PortabilityError: the class lives where it cannot travel (see the module's docstring).
     """
-    custom = model.get("custom") if isinstance(model, dict) else getattr(model, "custom", None)
-    if not custom:
+    class_path = _class_path(model)
+    if not class_path:
         return CustomCode()
-    class_path = custom["class"] if isinstance(custom, dict) else custom.class_
     module_name = class_path.partition(":")[0]
     top = module_name.split(".")[0]
     where = f"model.custom.class: {class_path}"
@@ -118,6 +103,14 @@ def custom_code(model) -> CustomCode:
     return CustomCode(code_paths=[str(source)])
 
 
+def _class_path(model) -> Optional[str]:
+    """``model.custom.class`` of a ``ModelSpec`` or its dumped dict; None without one."""
+    custom = model.get("custom") if isinstance(model, dict) else getattr(model, "custom", None)
+    if not custom:
+        return None
+    return custom["class"] if isinstance(custom, dict) else custom.class_
+
+
 def _top_level_source(top_module, module, where: str) -> Path:
     """The directory of the top-level package, or the file of a top-level module."""
     file = getattr(top_module, "__file__", None)
@@ -141,16 +134,15 @@ def _top_level_source(top_module, module, where: str) -> Path:
     if portions:
         return path.parent
     if path.suffix != ".py":
-        raise PortabilityError(f"{where}: '{top_module.__name__}' is a compiled module ({path.name})"
-                               ": only Python source travels with the logged model; install it "
-                               "as a package instead")
+        raise PortabilityError(f"{where}: '{top_module.__name__}' is a compiled module "
+                               f"({path.name}): only Python source travels with the logged "
+                               "model; install it as a package instead")
     return path
 
 
 def _site_dirs() -> list[Path]:
     paths = sysconfig.get_paths()
-    dirs = [paths.get("purelib"), paths.get("platlib"), *getattr(site, "getsitepackages",
-                                                                  lambda: [])()]
+    dirs = [paths.get("purelib"), paths.get("platlib"), *site.getsitepackages()]
     with contextlib.suppress(Exception):
         dirs.append(site.getusersitepackages())
     return [Path(d).resolve() for d in dirs if d]
@@ -189,9 +181,8 @@ def travelled_code(model, code_dir: Optional[Path]) -> Iterator[None]:
     put the model's ``code/`` first on ``sys.path``; ``dbspec serve`` has not, and must not put
     the model's copy of dbspec there). The directory is on ``sys.path`` only for the import.
     """
-    custom = model.get("custom") if isinstance(model, dict) else getattr(model, "custom", None)
-    if custom and code_dir is not None:
-        class_path = custom["class"] if isinstance(custom, dict) else custom.class_
+    class_path = _class_path(model)
+    if class_path and code_dir is not None:
         top = class_path.partition(":")[0].split(".")[0]
         shipped = (code_dir / top).is_dir() or (code_dir / f"{top}.py").is_file()
         if shipped and top not in sys.modules and importlib.util.find_spec(top) is None:
@@ -213,13 +204,11 @@ def served_modules(*roots: str) -> dict[str, Path]:
     """The dbspec modules ``roots`` import, transitively, and every package that holds one:
     ``{module name: source file}``.
 
-    Read from the source, not by importing it: every ``import`` statement counts, in function
-    bodies too (the served model imports lazily, at predict time, and an import that only an
-    error path takes is not missed), and so does ``importlib.import_module`` of a literal name.
-    A package's ``__init__.py`` is followed like any module, so whatever a package imports
-    when it is imported travels too. A kind that a seam's registry names
-    (``"dbspec.sources.csv:SOURCE"``) travels for its spec model: its module-level imports are
-    followed, not what its methods import (training, launching: never done by a served model).
+    Read from the source, not imported: every ``import`` counts, in function bodies too (the
+    served model imports lazily; an error path's import is not missed), as does
+    ``importlib.import_module`` of a literal and a package's ``__init__.py``. A kind a seam's
+    registry names (``"dbspec.sources.csv:SOURCE"``) travels for its spec model: only its
+    module-level imports are followed (its methods train and launch, never done when serving).
     """
     found: dict[str, Path] = {}
     shallow: set[str] = set()  # found through a registry only: module-level imports followed

@@ -1,28 +1,19 @@
 """The MLflow pyfunc face of a served model (``mlflow.pyfunc.load_model``, ``mlflow models serve``).
 
-Logged as "models from code": MLflow stores this file with the model and runs it on load, so
-no pickled object travels with the model. The dbspec modules this file imports (transitively,
-:func:`dbspec.models.portable.served_modules`) travel as a code path, and so does the module of
-a ``model.custom`` class (:mod:`dbspec.models.portable`): MLflow puts
-the model's ``code/`` first on ``sys.path`` before :meth:`DbspecPyfuncModel.load_context` runs,
-so the network is rebuilt from the copies that travelled, with no ``PYTHONPATH`` to set.
+Logged as "models from code": MLflow runs this file on load, so no pickled object travels. The
+dbspec modules it imports (:func:`dbspec.models.portable.served_modules`) and a ``model.custom``
+class's module travel as code paths, which MLflow puts first on ``sys.path`` before
+:meth:`DbspecPyfuncModel.load_context` runs.
 
-**Under MLflow's scoring server** (``mlflow models serve``, Databricks Model Serving) two things
-differ, both because that process exists only to answer requests:
+Under MLflow's scoring server (``mlflow models serve``, Databricks Model Serving), which exists
+only to answer requests:
 
-- ``predict`` returns the rows as a list of ``{column: value}`` records, not a DataFrame. The
-  server turns whatever ``predict`` returns into JSON at once, a DataFrame through
-  ``DataFrame.to_dict(orient="records")``; building that frame and taking it apart again cost
-  more than the network (pandas 3), and the JSON is the same. Everywhere else (a notebook,
-  ``spark_udf``, batch scoring) ``predict`` returns the DataFrame.
-- In the server process that ``mlflow models serve`` (or an image MLflow builds) starts for
-  this model, the heap is collected once after loading and then frozen (:func:`gc.freeze`).
-  That process exists only to answer requests, and its import graph holds ~300,000 objects
-  that live as long as it does; each full garbage collection walked all of them (~0.4 s, a
-  stall for every request in flight). Frozen, they are left out of collections (reference
-  counting still frees them). Not done anywhere else (a notebook, a Spark worker, ``mlflow
-  models predict``): there it would keep whatever cyclic garbage the user makes of objects
-  that exist at load time.
+- ``predict`` returns a list of ``{column: value}`` records, not a DataFrame: the server
+  serialises either the same way, and the frame cost more than the network (pandas 3).
+- The heap is collected once after loading, then frozen (:func:`gc.freeze`): the ~300,000
+  objects of the import graph live as long as the process, and each full collection walked
+  them (~0.4 s, a stall for every request in flight). Not done elsewhere (a notebook, a Spark
+  worker): there it would keep the user's cyclic garbage of load-time objects alive.
 """
 
 from __future__ import annotations
@@ -102,15 +93,9 @@ def answering_a_server() -> bool:
 
 def prediction_records(model, x) -> list[dict]:
     """What ``model.predict_matrix(x).to_dict(orient="records")`` returns, without pandas."""
-    import torch
-
-    from dbspec.models.served import prediction_columns
-
-    with torch.inference_mode():
-        out = model(torch.from_numpy(x)).numpy()
-    columns = prediction_columns(model.card, out)
-    names = list(columns)
-    return [dict(zip(names, row)) for row in zip(*(values.tolist() for values in columns.values()))]
+    columns = model.predict_columns(x)
+    rows = zip(*(values.tolist() for values in columns.values()))
+    return [dict(zip(columns, row)) for row in rows]
 
 
 # MLflow's PythonModel wrapper reads predict's signature on every request (inspect.signature,

@@ -1,10 +1,8 @@
 """ResNet-18 and ResNet-34 bodies (no classifier) with torchvision's parameter names, and the
-loading of a weights file into them.
-
-The names match torchvision's ``resnet18`` / ``resnet34`` (``conv1``, ``bn1``,
-``layer1.0.conv1``, ``layer2.0.downsample.0`` ...), so a state dict saved from torchvision
-loads with every key matched once its ``fc.*`` entries are dropped. torchvision itself is not
-needed (nor importable beside every torch build), and nothing is ever downloaded.
+loading of a weights file into them: a state dict saved from torchvision's ``resnet18`` /
+``resnet34`` loads with every key matched once ``fc.*`` is dropped. torchvision itself is not
+needed (nor importable beside every torch build: its PyPI wheels need torch's CUDA libraries),
+and nothing is ever downloaded.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-#: BasicBlocks per stage
-_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}
+_BLOCKS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3)}  # BasicBlocks per stage
 _SHOWN_KEYS = 5
 
 
@@ -64,17 +61,11 @@ class ResNetBody(nn.Module):
             setattr(self, f"layer{stage + 1}", nn.Sequential(*layers))
             width = channels
         self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self._initialise()
-
-    def _initialise(self) -> None:
-        # He initialisation for the ReLU network; the residual branches start as identities
-        # of unit scale (batch norm at 1), as the ResNet paper trains them
+        # He initialisation for the ReLU network, as the ResNet paper trains it (batch norm
+        # starts at weight 1, bias 0: torch's default)
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-            elif isinstance(module, nn.BatchNorm2d):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
@@ -86,12 +77,9 @@ class ResNetBody(nn.Module):
 
 
 def load_weights(body: ResNetBody, path: str) -> None:
-    """Load the state dict in ``path`` into ``body``.
-
-    The file may hold a bare state dict, or one under ``state_dict`` or ``model`` (training
-    checkpoints); a ``module.`` prefix (DataParallel) is removed and ``fc.*`` is dropped. A
-    3-channel ``conv1`` loaded into a 1-channel body is summed over its input channels (a grey
-    image is an RGB image with three equal channels, so the first layer responds the same).
+    """Load the state dict in ``path`` (bare, or under ``state_dict`` or ``model``; a
+    ``module.`` prefix removed, ``fc.*`` dropped) into ``body``. A 3-channel ``conv1`` loaded
+    into a 1-channel body is summed over its channels (grey is RGB with three equal channels).
 
     Raises:
         WeightsError: a missing or unreadable file, or keys that do not match the body (the
@@ -138,20 +126,13 @@ def _read_state(path: str) -> dict[str, torch.Tensor]:
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in loaded.items()):
         raise WeightsError(f"the weights file '{path}' holds a {type(loaded).__name__}, not a "
                            "state dict of named tensors")
-    state = {}
-    for key, value in loaded.items():
-        key = key[len("module."):] if key.startswith("module.") else key
-        if not key.startswith("fc."):
-            state[key] = value
-    return state
+    unwrapped = ((key.removeprefix("module."), value) for key, value in loaded.items())
+    return {key: value for key, value in unwrapped if not key.startswith("fc.")}
 
 
 def freeze(body: nn.Module) -> None:
-    """Fix ``body``'s learned weights (no gradients, so optimizers leave them alone).
-
-    Its batch-norm layers are not switched to eval mode: while the model trains they normalise
-    with each batch's statistics and keep updating their running averages, as the rest of the
-    model does; only the convolution and batch-norm weights stay as loaded.
-    """
+    """Fix ``body``'s learned weights (no gradients). Batch norm stays in training mode: it
+    normalises with each batch's statistics and updates its running averages as the model
+    trains; only the convolution and batch-norm weights stay as loaded."""
     for parameter in body.parameters():
         parameter.requires_grad_(False)

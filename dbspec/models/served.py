@@ -1,12 +1,8 @@
 """The model as it is logged and served: preprocessing + network + output head, one module.
 
-Raw feature rows go in; predictions in the target's own units come out (regression targets
-are un-standardised, classifiers return probabilities). The same module scores the test split
-in ``evaluate``, so the metrics are those of what gets served.
-
-On disk a served model is a directory: ``model.json`` (everything needed to rebuild it),
-``weights.pt`` (its state dict) and, for a logged model whose network exports, ``model.onnx``
-(the same module as an ONNX graph, which ``dbspec serve`` scores without torch).
+Raw feature rows in, predictions in the target's units out (classifiers: probabilities); the
+evaluate stage scores the test split with the same module. On disk: ``model.json`` (what rebuilds
+it), ``weights.pt`` (its state dict) and, when the network exports, ``model.onnx``.
 """
 
 from __future__ import annotations
@@ -20,8 +16,7 @@ import torch
 from torch import nn
 
 from dbspec.data.prepare import FittedStep
-from dbspec.models.card import (FORMAT_VERSION, ModelCard, prediction_columns,  # noqa: F401
-                                read_card)
+from dbspec.models.card import ModelCard, prediction_columns, read_card
 from dbspec.models.network import build_network
 from dbspec.spec.sections.network import ModelSpec
 
@@ -75,8 +70,7 @@ class ServedModel(nn.Module):
         self.register_buffer("target_std", torch.tensor(card.target_std))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.network(self.transform(x))
-        return self.head(out)
+        return self.head(self.network(self.transform(x)))
 
     def head(self, out: torch.Tensor) -> torch.Tensor:
         """Network output -> prediction (values, P(class 1), or class probabilities)."""
@@ -88,12 +82,9 @@ class ServedModel(nn.Module):
         return probabilities[:, 1] if self.card.task == "binary" else probabilities
 
     def predict_frame(self, features) -> "Any":
-        """Score a frame (or array, or list of rows) of raw features; returns a DataFrame.
-
-        Named columns are taken by name, unnamed ones by position
-        (:func:`dbspec.models.inputs.feature_matrix`); a model with typed features takes its
-        raw columns by name (strings, image bytes...). Columns: those of
-        :func:`prediction_columns`.
+        """Score a frame (or array, or list of rows) of raw features: a DataFrame of
+        :func:`prediction_columns`. Columns are read as
+        :func:`~dbspec.models.encoding.model_matrix` reads them.
 
         Raises:
             InputError: missing columns, positional input of another width, or a value a
@@ -104,14 +95,15 @@ class ServedModel(nn.Module):
         return self.predict_matrix(model_matrix(self.card, features))
 
     def predict_matrix(self, x) -> "Any":
-        """Score a writable float32 matrix already in training column order (what
-        :func:`~dbspec.models.inputs.feature_matrix` returns); a DataFrame as
-        :meth:`predict_frame`'s."""
+        """:meth:`predict_frame` of a writable float32 matrix in training column order."""
         import pandas as pd
 
+        return pd.DataFrame(self.predict_columns(x))
+
+    def predict_columns(self, x) -> dict[str, Any]:
+        """:func:`prediction_columns` of a writable float32 matrix in training column order."""
         with torch.inference_mode():
-            out = self(torch.from_numpy(x)).numpy()
-        return pd.DataFrame(prediction_columns(self.card, out))
+            return prediction_columns(self.card, self(torch.from_numpy(x)).numpy())
 
 
 def save_served_model(model: ServedModel, directory: Path, *, onnx: bool = False) -> Path:

@@ -34,16 +34,13 @@ def train_subword(texts: list[str], spec: dict, where: str) -> Any:
                         "package: pip install tokenizers") from None
     options = {"vocab_size": spec["vocabulary_size"], "min_frequency": spec["min_frequency"],
                "special_tokens": [_PAD, _UNKNOWN], "show_progress": False}
-    if spec["tokenizer"] == "bpe":
-        tokenizer = Tokenizer(models.BPE(unk_token=_UNKNOWN))
-        trainer = trainers.BpeTrainer(**options)
-    else:
-        tokenizer = Tokenizer(models.WordPiece(unk_token=_UNKNOWN))
-        trainer = trainers.WordPieceTrainer(**options)
+    model, trainer = {"bpe": (models.BPE, trainers.BpeTrainer),
+                      "wordpiece": (models.WordPiece, trainers.WordPieceTrainer)}[spec["tokenizer"]]
+    tokenizer = Tokenizer(model(unk_token=_UNKNOWN))
     if spec["lowercase"]:
         tokenizer.normalizer = normalizers.Lowercase()
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()  # words and punctuation, as 'word'
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.train_from_iterator(texts, trainer=trainer(**options))
     return tokenizer
 
 

@@ -1,27 +1,17 @@
-"""The torch modules of typed features: sequence layers that honour a padding mask, the
-feature encoders, the combiners and :class:`TypedNetwork`, the network over one feature
-matrix.
+"""The torch modules of typed features: masked sequence layers, feature encoders, combiners and
+:class:`TypedNetwork`, the network over one feature matrix.
 
-One float32 matrix carries every feature (:mod:`dbspec.models.encoding` writes it), so the
-served model, the training loops and the data loaders handle one tensor as for numeric data.
-Per input, in feature order: a numeric feature is one column; a categorical its index (0:
-unknown); a text or token sequence ``max_length`` token ids (0: padding); a numeric sequence
-``max_length`` values (NaN: padding); an image its normalised pixels, channel first.
-
-Sequence layers (lstm, gru, transformer_encoder, multihead_attention, global_pool) take
-``(x, mask)``, ``mask`` (B, L) True at real items; without a mask (a plain layer list) every
-item is read. Inside an encoder a :class:`MaskedSequential` hands the mask on until a layer
-changes the sequence axis (flatten, reshape, a pooling...). Padding is assumed to be trailing:
-recurrent layers read each row up to its last real item.
-
-:func:`dbspec.models.network.build_network` builds these modules from the spec and the fitted
-inputs; nothing here reads the spec's layer lists or raises user errors.
+One float32 matrix carries every feature (:mod:`dbspec.models.encoding` writes it), so serving,
+training and the loaders handle one tensor. Sequence layers take ``(x, mask)``, ``mask`` (B, L)
+True at real items (none: every item is read); :class:`MaskedSequential` hands it on until a
+layer changes the sequence axis. Padding is trailing: recurrent layers read each row up to its
+last real item. :func:`dbspec.models.network.build_network` builds these from the spec.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -209,12 +199,11 @@ class ImageAugment(nn.Module):
             mirror = torch.where(torch.rand(batch, device=x.device) < 0.5, -mirror, mirror)
         cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
         # a rotation in pixels is not one in [-1, 1] units unless the image is square
-        theta = torch.stack([
+        return torch.stack([
             torch.stack([cos * mirror, -sin * height / width,
                          2 * _uniform(batch, a.translate, x)], dim=1),
             torch.stack([sin * mirror * width / height, cos,
                          2 * _uniform(batch, a.translate, x)], dim=1)], dim=1)
-        return theta
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.augment.model_dump().items() if v)
@@ -236,68 +225,55 @@ def _normalization(image: ImageFeature) -> tuple[list[float], list[float]]:
     return [m * 255.0 for m in mean], [s * 255.0 for s in std]
 
 
-def _index_input(part: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, None]:
-    return part.reshape(part.shape[0], 1), None
-
-
-def _token_input(part: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    x = part.reshape(part.shape[0], part.shape[1])  # explicit length: reshape(0, -1) is refused
-    return x, x != 0
-
-
-def _value_input(part: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+def _encoder_input(kind: str, part: torch.Tensor,
+                   shape: tuple[int, ...]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """A feature's columns as its encoder's input and padding mask: ``index`` (a categorical's
+    (B, 1) indices; 0, unknown, is a value), ``image`` (B, C, H, W), ``tokens`` ((B, L) ids, mask
+    ``ids != 0``) or ``values`` ((B, L, 1) numbers, mask ``~isnan``, NaN read as 0)."""
+    if kind == "index":
+        return part.reshape(part.shape[0], 1), None
+    if kind == "image":
+        return part.reshape(part.shape[0], *shape), None
+    if kind == "tokens":
+        x = part.reshape(part.shape[0], part.shape[1])  # explicit length: reshape(0, -1) fails
+        return x, x != 0
     x = part.reshape(part.shape[0], part.shape[1], 1)
     mask = ~torch.isnan(x[..., 0])
     return x.masked_fill(~mask.unsqueeze(-1), 0.0), mask
 
 
-def _image_input(part: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, None]:
-    return part.reshape(part.shape[0], *shape), None
-
-
-#: How a feature's columns become its encoder's input and padding mask, by input kind
-_INPUTS: dict[str, Callable[[torch.Tensor, tuple[int, ...]],
-                            tuple[torch.Tensor, Optional[torch.Tensor]]]] = {
-    "index": _index_input, "tokens": _token_input, "values": _value_input,
-    "image": _image_input}
+_INPUT_KINDS = ("index", "tokens", "values", "image")
 
 
 class FeatureEncoder(nn.Module):
-    """One non-numeric feature: its matrix columns -> its encoded input (and padding mask)
-    -> its encoder's layers -> one vector per row.
-
-    ``kind``: ``index`` (a categorical: (B, 1) indices, no mask, index 0 is a value, the
-    unknown one), ``tokens`` ((B, L) ids, mask ``ids != 0``), ``values`` ((B, L, 1) numbers,
-    mask ``~isnan``, NaN read as 0) or ``image`` ((B, C, H, W)). The layers take ``(x, mask)``.
-    """
+    """One non-numeric feature: its matrix columns -> its input and mask (``kind``, as
+    :func:`_encoder_input` reads it) -> its encoder's layers -> one vector per row."""
 
     def __init__(self, name: str, kind: str, shape: tuple[int, ...], layers: nn.Module,
                  augment: Optional[ImageAugment] = None):
         super().__init__()
-        if kind not in _INPUTS:
+        if kind not in _INPUT_KINDS:
             raise ValueError(f"unknown input kind {kind!r}")
         self.name, self.kind, self.shape = name, kind, tuple(shape)
         self.augment = augment
         self.layers = layers
         steps = list(layers) if isinstance(layers, nn.Sequential) else [layers]
-        # a categorical's embedding (+ dropout) + flatten is one lookup: taken directly, it
-        # skips four module calls per step (benchmarks/feature_types.py measured 0.92 of a
-        # hand-written model's speed through them)
-        # (a tuple: the modules stay registered once, under ``layers``)
+        # a categorical's embedding (+ dropout) + flatten is one lookup: taken directly, four
+        # module calls per step are skipped (benchmarks/feature_types.py measured 0.92 of a
+        # hand-written model's speed through them); a tuple, so they stay registered once
         self._lookup = (steps[0], [step for step in steps[1:] if isinstance(step, nn.Dropout)]) \
             if kind == "index" and isinstance(steps[0], TokenEmbedding) and all(
                 isinstance(step, (nn.Flatten, nn.Dropout)) for step in steps[1:]) else None
 
     def forward(self, part: torch.Tensor) -> torch.Tensor:
-        """``part``: the feature's columns (B, width). Sequences may come with fewer or more
-        columns than ``max_length`` (the layers take any length the encoder allows)."""
+        """``part``: the feature's columns (B, width); a sequence's may be of any length."""
         if self._lookup is not None:  # the same values as the layers' (B, 1, dim) -> (B, dim)
             embedding, dropouts = self._lookup
             out = F.embedding(part[:, 0].long(), embedding.weight, embedding.padding_idx)
             for dropout in dropouts:
                 out = dropout(out)
             return out
-        x, mask = _INPUTS[self.kind](part, self.shape)
+        x, mask = _encoder_input(self.kind, part, self.shape)
         if self.augment is not None:  # an image's, in training
             x = self.augment(x)
         return self.layers(x, mask)
@@ -311,7 +287,6 @@ class ConcatCombiner(nn.Module):
 
     @classmethod
     def from_spec(cls, spec: Any, widths: list[int]) -> "ConcatCombiner":
-        """The combiner of ``model.combiner`` (kind concat) over vectors of ``widths``."""
         return cls()
 
     def forward(self, vectors: list[torch.Tensor]) -> torch.Tensor:
@@ -336,7 +311,7 @@ class AttentionCombiner(nn.Module):
 
     @classmethod
     def from_spec(cls, spec: Any, widths: list[int]) -> "AttentionCombiner":
-        """The combiner of ``model.combiner`` (kind attention) over vectors of ``widths``."""
+        """The combiner of ``model.combiner`` over vectors of ``widths``."""
         return cls(widths, spec.width, spec.heads, spec.layers, spec.dropout)
 
     def forward(self, vectors: list[torch.Tensor]) -> torch.Tensor:
@@ -350,16 +325,9 @@ COMBINERS: dict[str, type[ConcatCombiner] | type[AttentionCombiner]] = {
 
 
 class TypedNetwork(nn.Module):
-    """Feature matrix (B, columns) -> output (B, out_features).
-
-    Args:
-        numeric_columns: Matrix columns of the numeric features, in order (may be empty).
-        encoders: One per non-numeric feature, in feature order, with the matrix column range
-            ``columns[i] = (start, stop)`` it reads.
-        columns: ``(start, stop)`` per encoder.
-        combiner: Takes the list [numeric vector (if any), encoder outputs...].
-        head: The layers over the combined vector.
-    """
+    """Feature matrix (B, columns) -> output (B, out_features): the numeric features' columns
+    (maybe none) and each encoder's ``columns[i] = (start, stop)`` encoded, combined (the list
+    [numeric vector (if any), encoder outputs...]) and passed through the ``head`` layers."""
 
     def __init__(self, numeric_columns: list[int], encoders: list[FeatureEncoder],
                  columns: list[tuple[int, int]], combiner: nn.Module, head: nn.Module):

@@ -1,13 +1,11 @@
 """A recurrent layer read over padded rows without packing them, for the ONNX export.
 
-:class:`~dbspec.models.typed.Recurrent` packs each row up to its last real item
-(``pack_padded_sequence``): the packed shapes depend on the data, so ``torch.export`` cannot
-trace them. Here the same numbers come from fixed shapes: each direction of each layer runs as
-a one-layer, one-direction module of the same kind over the whole padded length, on the layer's
-own weights (``torch.func.functional_call``). The forward direction reads each row from its
-start, so padding after the row's end never reaches a real item's output; the reverse direction
-reads each row reversed within its length (padding stays at the end), then its output is put
-back in order. Outputs past each row's end are zeros, as ``pad_packed_sequence`` leaves them.
+Packed shapes depend on the data, so ``torch.export`` cannot trace
+:class:`~dbspec.models.typed.Recurrent`'s ``pack_padded_sequence``. Here each direction of each
+layer runs as a one-layer module of the same kind over the whole padded length, on the layer's
+own weights (``torch.func.functional_call``): the forward direction never reads past a row's
+end into a real output; the reverse one reads each row reversed within its length. Outputs past
+each row's end are zeros, as ``pad_packed_sequence`` leaves them.
 """
 
 from __future__ import annotations

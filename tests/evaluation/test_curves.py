@@ -96,14 +96,12 @@ def test_an_overfitting_run_says_when_early_stopping_kept_the_best_epoch():
 
 
 def test_the_loss_curve_plot_marks_the_best_epoch():
-    from dbspec.evaluation.plots import _DRAW, _pyplot
+    from matplotlib.figure import Figure
 
-    plt = _pyplot()
-    fig, ax = plt.subplots()
-    try:
-        _DRAW["loss_curve"](ax, history=_history([1.0, 0.8, 0.6, 0.5], [1.0, 0.85, 0.9, 0.95]))
-        labels = [line.get_label() for line in ax.lines]
-        assert labels == ["train", "validation", "best epoch (2)"]
-        assert list(ax.lines[2].get_xdata()) == [2, 2]
-    finally:
-        plt.close(fig)
+    from dbspec.evaluation.plots import _DRAW
+
+    ax = Figure().subplots()
+    _DRAW["loss_curve"](ax, history=_history([1.0, 0.8, 0.6, 0.5], [1.0, 0.85, 0.9, 0.95]))
+    labels = [line.get_label() for line in ax.lines]
+    assert labels == ["train", "validation", "best epoch (2)"]
+    assert list(ax.lines[2].get_xdata()) == [2, 2]

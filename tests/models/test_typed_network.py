@@ -13,15 +13,10 @@ from dbspec.models.typed import TypedNetwork
 from dbspec.spec.layout import combined_width, encoded_inputs, encoder_width
 from dbspec.spec.sections.features import TypedFeature
 from dbspec.spec.sections.network import ModelSpec
+from tests.helpers.threads import one_thread  # noqa: F401  (a fixture)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The tensors here are small: one thread beats two, by far on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def fitted(name, type_, n_columns, indices=None, **spec):

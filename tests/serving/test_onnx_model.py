@@ -16,6 +16,7 @@ from dbspec.models.served import ModelCard, ServedModel, save_served_model
 from dbspec.registry.errors import RegistryError
 from dbspec.serving.onnx_model import load_onnx_model
 from tests.conftest import checkout_env
+from tests.helpers.threads import one_thread  # noqa: F401  (a fixture)
 
 PREPROCESSING = [
     {"kind": "impute", "columns": [0, 2], "params": {"fill": [0.5, -1.0]}},
@@ -28,13 +29,7 @@ MLP = [{"linear": {"out": 16}}, "relu", {"dropout": {"p": 0.5}}, "flatten",
        "batchnorm1d", "gelu", "elu", "layernorm", "selu", "silu", "mish", "softplus"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The models are small: one thread beats two, by far on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def card(layers, width=4, *, preprocessing=(), inputs=None, task="regression", loss="mse",
