@@ -78,7 +78,6 @@ def monitor_settings(flags: MonitorFlags, section: Any) -> tuple[Any, str]:
     Raises:
         UsageError: a window, ``--min-rows`` or ``--since`` that means nothing.
     """
-    from dbspec.monitoring.drift import Thresholds
     from dbspec.monitoring.monitor import MonitorSettings
     from dbspec.spec.sections.monitoring import duration_seconds
 
@@ -91,10 +90,9 @@ def monitor_settings(flags: MonitorFlags, section: Any) -> tuple[Any, str]:
         raise UsageError(f"--min-rows must be at least 1, not {flags.min_rows}")
     since = flags.since or section.lookback
     since = None if since in (None, "all") else parse_since(since)
-    thresholds = Thresholds(**section.thresholds.model_dump())
     return MonitorSettings(window_s=window_s, since=since,
-                           min_rows=flags.min_rows or section.min_rows, thresholds=thresholds,
-                           checks=tuple(section.checks)), window
+                           min_rows=flags.min_rows or section.min_rows,
+                           thresholds=section.thresholds, checks=tuple(section.checks)), window
 
 
 def _resolve(flags: MonitorFlags, say: Callable[[str], None]) -> _Resolved:
