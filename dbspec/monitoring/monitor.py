@@ -242,21 +242,13 @@ def _request_rows(ids, carried: tuple[Optional[str], int]):
         starts[1:] = pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(
             zero_copy_only=False)
     last_id, position = carried
-    first_continues = last_id is not None and ids[0].as_py() == last_id
-    starts[0] = not first_continues
-    row_in_request = _positions(starts, position if first_continues else 0)
+    starts[0] = last_id is None or ids[0].as_py() != last_id
+    # rows of a request are contiguous: a row's position counts from its request's start (one
+    # running on from the last batch starts ``position`` rows before this one)
+    index = np.arange(n)
+    offset = 0 if starts[0] else position
+    row_in_request = index - np.maximum.accumulate(np.where(starts, index, -offset))
     return starts, row_in_request, (ids[n - 1].as_py(), int(row_in_request[-1]) + 1)
-
-
-def _positions(starts: np.ndarray, carried: int) -> np.ndarray:
-    """Each row's 0-based position in its request (rows of a request are contiguous)."""
-    index = np.arange(len(starts))
-    last_start = np.maximum.accumulate(np.where(starts, index, 0))
-    positions = index - last_start
-    if not starts[0]:  # the first request runs on from the previous batch
-        before_first = index < (np.argmax(starts) if starts.any() else len(starts))
-        positions[before_first] += carried
-    return positions
 
 
 def _label_rows(batch, labels: Labels, row_in_request: np.ndarray) -> np.ndarray:
