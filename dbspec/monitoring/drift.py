@@ -74,10 +74,8 @@ def latency_quantile(counts: np.ndarray, q: float) -> float:
     if total == 0:
         return float("nan")
     index = int(np.searchsorted(np.cumsum(counts), q * total, side="left"))
-    if index == 0:
-        return float(LATENCY_EDGES[0])
-    if index >= len(LATENCY_EDGES):
-        return float(LATENCY_EDGES[-1])
+    if index == 0 or index >= len(LATENCY_EDGES):
+        return float(LATENCY_EDGES[min(index, len(LATENCY_EDGES) - 1)])
     return float(math.sqrt(LATENCY_EDGES[index - 1] * LATENCY_EDGES[index]))
 
 
@@ -104,7 +102,7 @@ class ColumnAccumulator:
             self._fine_edges = np.asarray(profile["fine_edges"], dtype=np.float64)
             self.counts = np.zeros(len(self._edges) + 1, dtype=np.int64)
             self.fine_counts = np.zeros(len(self._fine_edges) + 1, dtype=np.int64)
-            self.below = self.above = 0
+            self.outside = 0  # values outside the training minimum-maximum
             # the coarse edges are fine edges: each fine bin lies in one coarse bin
             self._coarse_of_fine = np.concatenate(
                 [[0], np.searchsorted(self._edges, self._fine_edges, side="right")])
@@ -128,8 +126,8 @@ class ColumnAccumulator:
         self.fine_counts += fine
         self.counts += np.bincount(self._coarse_of_fine, weights=fine,
                                    minlength=len(self.counts)).astype(np.int64)
-        self.below += int(np.count_nonzero(present < self.profile["min"]))
-        self.above += int(np.count_nonzero(present > self.profile["max"]))
+        self.outside += int(np.count_nonzero((present < self.profile["min"])
+                                             | (present > self.profile["max"])))
 
 
 def _missing(values: np.ndarray) -> np.ndarray:
@@ -168,9 +166,7 @@ class ColumnDrift:
 
     def to_json(self) -> dict[str, Any]:
         out = {k: finite_or_none(v) for k, v in self.__dict__.items() if k != "findings"}
-        out["drifted"] = self.drifted
-        out["reasons"] = self.reasons
-        return out
+        return {**out, "drifted": self.drifted, "reasons": self.reasons}
 
 
 def finite_or_none(value: Any) -> Any:
@@ -190,13 +186,11 @@ def compare_column(name: str, accumulator: ColumnAccumulator,
     result = ColumnDrift(name, profile["kind"], accumulator.rows, psi(reference, window),
                          chi_square_p(reference, window))
     result.missing_rate = accumulator.missing / accumulator.rows if accumulator.rows else 0.0
-    if accumulator.discrete:
-        result.out_of_range_rate = float(window[-1] / present) if present else 0.0
-    else:
+    outside = int(window[-1]) if accumulator.discrete else accumulator.outside  # last: unseen
+    result.out_of_range_rate = outside / present if present else 0.0
+    if not accumulator.discrete:
         fine = np.asarray(profile["fine_counts"], dtype=np.int64)
         result.ks, result.ks_p = ks_binned(fine, accumulator.fine_counts)
-        outside = accumulator.below + accumulator.above
-        result.out_of_range_rate = outside / present if present else 0.0
     if present:
         if result.psi > thresholds.psi and result.psi_p < thresholds.p_value:
             result.findings.append(("drift", f"PSI {result.psi:.3g}"))
@@ -204,8 +198,7 @@ def compare_column(name: str, accumulator: ColumnAccumulator,
                 and result.ks_p < thresholds.p_value:
             result.findings.append(("drift", f"KS {result.ks:.3g}"))
         if result.out_of_range_rate > thresholds.out_of_range and \
-                _outside_p(round(result.out_of_range_rate * present), present, profile,
-                           accumulator.discrete) < thresholds.p_value:
+                _outside_p(outside, present, profile, accumulator.discrete) < thresholds.p_value:
             result.findings.append(("out_of_range", f"{result.out_of_range_rate:.1%} " + (
                 "unseen" if accumulator.discrete else "out of range")))
     reference_missing = profile["missing"] / max(profile["count"] + profile["missing"], 1)

@@ -8,6 +8,7 @@ import logging
 import math
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
@@ -15,7 +16,7 @@ from typing import Any, Iterator, Optional
 from dbspec.data import store
 from dbspec.errors import DbspecError
 from dbspec.spec.document import Document
-from dbspec.tuning.records import ReportFn, TrialFailed, TrialRecord, best_value_of, timed
+from dbspec.tuning.records import ReportFn, TrialFailed, TrialRecord, best_value_of
 from dbspec.tuning.storage import WORKER_ATTR, worker_attr
 from dbspec.tuning.study import suggest
 from dbspec.tuning.trial_runs import TrialOutcome, TrialRuns, TrialRunSettings, now_ms
@@ -75,7 +76,7 @@ class Objective:
         import optuna
 
         search = self.loaded.spec.search
-        elapsed = timed()
+        started = time.perf_counter()
         trial.set_user_attr(WORKER_ATTR, worker_attr())  # lets a rerun see this worker die
         values = suggest(trial, search)
         run = self.runs.start(trial.number, values)
@@ -108,7 +109,7 @@ class Objective:
             self.runs.finish(run, TrialOutcome(history, stamps, state, value, error, events,
                                                now_ms()), cleanup=scratch.cleanup)
             self.report(TrialRecord(trial.number, state, value, values, len(history),
-                                    elapsed(), error))
+                                    time.perf_counter() - started, error))
 
     def _trial_spec(self, values: dict[str, Any]):
         """The spec with a trial's suggested values applied.
