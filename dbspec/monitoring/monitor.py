@@ -16,7 +16,7 @@ import numpy as np
 
 from dbspec.errors import DbspecError
 from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator, finite_or_none)
-from dbspec.monitoring.labels import Labels
+from dbspec.monitoring.labels import Labels, open_rows
 
 #: The inference table's own columns (features are renamed ``feature_<name>`` on a clash).
 BASE_COLUMNS = ("request_id", "timestamp", "model_name", "model_version", "latency_ms")
@@ -105,31 +105,12 @@ def open_inference_table(path: str):
         raise DbspecError(f"inference table {path} {where}: serve the model with an "
                           "inference table (serving.realtime.inference_table or dbspec serve "
                           "--inference-table PATH) first, or give --table PATH")
-    dataset = _open_delta(path)
+    dataset = open_rows(path, "open the inference table")
     missing = [c for c in BASE_COLUMNS if c not in dataset.schema.names]
     if missing:
         raise DbspecError(f"{path} is not an inference table: it has no {', '.join(missing)} "
                           "column(s)")
     return dataset
-
-
-def _open_delta(path: str) -> Any:
-    """The Delta table's dataset: by the ``delta`` source kind, a URI by ``deltalake`` itself
-    (the source kinds read local paths only)."""
-    from dbspec.data.sources import DataError
-    from dbspec.serving.batch_input import open_table, reason_of
-
-    try:
-        if "://" in path:
-            from deltalake import DeltaTable
-
-            return DeltaTable(path).to_pyarrow_dataset()
-        return open_table(Path(path))
-    except DataError as refused:
-        raise DbspecError(f"cannot open the inference table {path}: {reason_of(refused)}") \
-            from None
-    except Exception as exc:  # deltalake raises its own families for a damaged or absent log
-        raise DbspecError(f"cannot open the inference table {path}: {exc}") from None
 
 
 class VersionScan:
