@@ -115,11 +115,7 @@ def write_profile(profile: dict[str, Any], path: Path) -> Path:
 
 
 def check_profile(profile: Any) -> dict[str, Any]:
-    """``profile`` when it is a reference profile this dbspec reads.
-
-    Raises:
-        ValueError: something else, or a newer format.
-    """
+    """``profile`` when it is a reference profile this dbspec reads, else ValueError."""
     if not isinstance(profile, dict) or "columns" not in profile or "features" not in profile:
         raise ValueError("not a dbspec reference profile")
     if profile.get("format_version", 0) > FORMAT_VERSION:

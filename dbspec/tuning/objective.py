@@ -112,11 +112,8 @@ class Objective:
                                     time.perf_counter() - started, error))
 
     def _trial_spec(self, values: dict[str, Any]):
-        """The spec with a trial's suggested values applied.
-
-        Raises:
-            TrialFailed: the values make the spec invalid, or change its data section.
-        """
+        """The spec with a trial's suggested values applied; TrialFailed when they make it
+        invalid or change its data section."""
         from dbspec.spec.loader import apply_values
 
         try:
@@ -152,12 +149,8 @@ class Objective:
 
 def _epoch_reporter(trial, metric: str, history: list[dict[str, float]], stamps: list[int]):
     """The epoch callback of a trial: keeps each epoch's metrics and when they came, reports
-    ``metric`` to the trial and prunes it when the pruner says so.
-
-    Raises (from the callback):
-        TrialFailed: the metric is missing or not finite.
-        optuna.TrialPruned: the pruner stopped the trial.
-    """
+    ``metric`` to the trial, and raises TrialPruned when the pruner says so (TrialFailed when
+    the metric is missing or not finite)."""
     import optuna
 
     def on_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:

@@ -59,13 +59,10 @@ def open_storage(url: str):
         warnings.simplefilter("ignore")  # heartbeat_interval is marked experimental
         storage = RDBStorage(url, heartbeat_interval=HEARTBEAT_SECONDS,
                              grace_period=GRACE_SECONDS)
-    if storage.engine.dialect.name == "sqlite" and not _in_memory(url):
+    in_memory = url.rstrip("/") in ("sqlite:", "sqlite://") or ":memory:" in url
+    if storage.engine.dialect.name == "sqlite" and not in_memory:
         _write_ahead(storage.engine)
     return storage
-
-
-def _in_memory(url: str) -> bool:
-    return url.rstrip("/") in ("sqlite:", "sqlite://") or ":memory:" in url
 
 
 def _write_ahead(engine) -> None:
