@@ -31,10 +31,13 @@ Thresholds = ThresholdsSpec
 def psi(reference: np.ndarray, window: np.ndarray) -> float:
     """The population stability index of two count vectors over the same bins:
     ``sum((q - p) * ln(q / p))`` over the bins' shares, floored at :data:`PSI_FLOOR`."""
-    p, q = (np.maximum(c / max(c.sum(), 1), PSI_FLOOR)
-            for c in (np.asarray(reference, dtype=np.float64),
-                      np.asarray(window, dtype=np.float64)))
+    p, q = _floored_shares(reference), _floored_shares(window)
     return float(np.sum((q - p) * np.log(q / p)))
+
+
+def _floored_shares(counts: np.ndarray) -> np.ndarray:
+    counts = np.asarray(counts, dtype=np.float64)
+    return np.maximum(counts / max(counts.sum(), 1.0), PSI_FLOOR)
 
 
 def chi_square_p(reference: np.ndarray, window: np.ndarray) -> float:
