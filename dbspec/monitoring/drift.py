@@ -1,15 +1,12 @@
 """Drift statistics of a window of served rows against a reference profile, batch by batch.
 
-Everything here is streaming: a :class:`WindowAccumulator` takes the rows of a window in
-batches and keeps only bin counts (per column, a coarse histogram on the reference's quantile
-edges for the PSI, a fine one for the KS statistic, category counts for discrete columns, and a
-log-spaced latency histogram), so its memory does not grow with the rows it has seen.
-:func:`compare_column` then turns a column's counts into its drift statistics.
+A :class:`WindowAccumulator` keeps only bin counts (per column a coarse histogram on the
+reference's quantile edges for the PSI, a fine one for the KS statistic, category counts for
+discrete columns, a log-spaced latency histogram), so memory does not grow with the rows.
 
-Why a column counts as drifted (:func:`compare_column`): its effect is over the threshold
-(PSI, or the KS statistic) *and* the difference is significant (a chi-square test on the bin
-counts, or the KS test): on big windows a p-value alone flags differences too small to matter,
-on small ones a statistic alone flags sampling noise.
+A column drifts when its effect is over the threshold (PSI or KS) *and* the difference is
+significant (chi-square on the bins, or the KS test): on big windows a p-value alone flags
+differences too small to matter, on small ones a statistic alone flags sampling noise.
 """
 
 from __future__ import annotations
@@ -20,35 +17,27 @@ from typing import Any, Optional
 
 import numpy as np
 
+from dbspec.spec.sections.monitoring import ThresholdsSpec
 from dbspec.spec.semantics import lower_is_better
 
 #: Bins below this share of rows are floored to it in the PSI (an empty bin is infinite).
 PSI_FLOOR = 1e-4
 #: Latency bin edges, in ms: 20 per decade from 0.01 ms to 100 s (quantiles within 12%).
 LATENCY_EDGES = 10.0 ** np.arange(-2.0, 5.0 + 1e-9, 0.05)
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When a column or the model counts as drifted (the spec's ``monitoring.thresholds``)."""
-
-    psi: float = 0.2
-    ks: float = 0.1
-    p_value: float = 0.001
-    missing: float = 0.05
-    out_of_range: float = 0.05
-    quality_drop: float = 0.1
+#: When a column or the model counts as drifted: the spec's ``monitoring.thresholds``.
+Thresholds = ThresholdsSpec
 
 
 def psi(reference: np.ndarray, window: np.ndarray) -> float:
-    """The population stability index of two count vectors over the same bins.
-
-    ``sum((q - p) * ln(q / p))`` with ``p``, ``q`` the shares of each bin, floored at
-    :data:`PSI_FLOOR` so an empty bin does not make it infinite.
-    """
-    p = np.maximum(_shares(reference), PSI_FLOOR)
-    q = np.maximum(_shares(window), PSI_FLOOR)
+    """The population stability index of two count vectors over the same bins:
+    ``sum((q - p) * ln(q / p))`` over the bins' shares, floored at :data:`PSI_FLOOR`."""
+    p, q = _floored_shares(reference), _floored_shares(window)
     return float(np.sum((q - p) * np.log(q / p)))
+
+
+def _floored_shares(counts: np.ndarray) -> np.ndarray:
+    counts = np.asarray(counts, dtype=np.float64)
+    return np.maximum(counts / max(counts.sum(), 1.0), PSI_FLOOR)
 
 
 def chi_square_p(reference: np.ndarray, window: np.ndarray) -> float:
@@ -66,9 +55,9 @@ def chi_square_p(reference: np.ndarray, window: np.ndarray) -> float:
 def ks_binned(reference: np.ndarray, window: np.ndarray) -> tuple[float, float]:
     """The two-sample KS statistic from counts on the same fine bins, and its p-value.
 
-    The statistic is the largest gap between the two empirical CDFs at the bin edges, so it is
-    at most the exact one and falls short by at most the share of rows in one bin. The
-    p-value is the asymptotic one of :func:`scipy.stats.ks_2samp` (``method="asymp"``).
+    The largest gap between the empirical CDFs at the bin edges: at most the exact statistic,
+    short by at most one bin's share. The p-value is :func:`scipy.stats.ks_2samp`'s asymptotic
+    one.
     """
     from scipy.stats import kstwo
 
@@ -88,17 +77,9 @@ def latency_quantile(counts: np.ndarray, q: float) -> float:
     if total == 0:
         return float("nan")
     index = int(np.searchsorted(np.cumsum(counts), q * total, side="left"))
-    if index == 0:
-        return float(LATENCY_EDGES[0])
-    if index >= len(LATENCY_EDGES):
-        return float(LATENCY_EDGES[-1])
+    if index == 0 or index >= len(LATENCY_EDGES):
+        return float(LATENCY_EDGES[min(index, len(LATENCY_EDGES) - 1)])
     return float(math.sqrt(LATENCY_EDGES[index - 1] * LATENCY_EDGES[index]))
-
-
-def _shares(counts: np.ndarray) -> np.ndarray:
-    counts = np.asarray(counts, dtype=np.float64)
-    total = counts.sum()
-    return counts / total if total > 0 else counts
 
 
 def category_key(value: Any) -> Any:
@@ -124,12 +105,10 @@ class ColumnAccumulator:
             self._fine_edges = np.asarray(profile["fine_edges"], dtype=np.float64)
             self.counts = np.zeros(len(self._edges) + 1, dtype=np.int64)
             self.fine_counts = np.zeros(len(self._fine_edges) + 1, dtype=np.int64)
-            self.below = self.above = 0
-            # profiles whose coarse edges are fine edges: each fine bin lies in one coarse bin
-            self._coarse_of_fine = None
-            if np.isin(self._edges, self._fine_edges).all():
-                self._coarse_of_fine = np.concatenate(
-                    [[0], np.searchsorted(self._edges, self._fine_edges, side="right")])
+            self.outside = 0  # values outside the training minimum-maximum
+            # the coarse edges are fine edges: each fine bin lies in one coarse bin
+            self._coarse_of_fine = np.concatenate(
+                [[0], np.searchsorted(self._edges, self._fine_edges, side="right")])
 
     def update(self, values: np.ndarray) -> None:
         """Count a batch of the column's values (NaN or None: missing)."""
@@ -148,14 +127,10 @@ class ColumnAccumulator:
         fine = np.bincount(np.searchsorted(self._fine_edges, present, side="right"),
                            minlength=len(self.fine_counts))
         self.fine_counts += fine
-        if self._coarse_of_fine is not None:
-            self.counts += np.bincount(self._coarse_of_fine, weights=fine,
-                                       minlength=len(self.counts)).astype(np.int64)
-        else:
-            self.counts += np.bincount(np.searchsorted(self._edges, present, side="right"),
-                                       minlength=len(self.counts))
-        self.below += int(np.count_nonzero(present < self.profile["min"]))
-        self.above += int(np.count_nonzero(present > self.profile["max"]))
+        self.counts += np.bincount(self._coarse_of_fine, weights=fine,
+                                   minlength=len(self.counts)).astype(np.int64)
+        self.outside += int(np.count_nonzero((present < self.profile["min"])
+                                             | (present > self.profile["max"])))
 
 
 def _missing(values: np.ndarray) -> np.ndarray:
@@ -194,9 +169,7 @@ class ColumnDrift:
 
     def to_json(self) -> dict[str, Any]:
         out = {k: finite_or_none(v) for k, v in self.__dict__.items() if k != "findings"}
-        out["drifted"] = self.drifted
-        out["reasons"] = self.reasons
-        return out
+        return {**out, "drifted": self.drifted, "reasons": self.reasons}
 
 
 def finite_or_none(value: Any) -> Any:
@@ -216,13 +189,11 @@ def compare_column(name: str, accumulator: ColumnAccumulator,
     result = ColumnDrift(name, profile["kind"], accumulator.rows, psi(reference, window),
                          chi_square_p(reference, window))
     result.missing_rate = accumulator.missing / accumulator.rows if accumulator.rows else 0.0
-    if accumulator.discrete:
-        result.out_of_range_rate = float(window[-1] / present) if present else 0.0
-    else:
+    outside = int(window[-1]) if accumulator.discrete else accumulator.outside  # last: unseen
+    result.out_of_range_rate = outside / present if present else 0.0
+    if not accumulator.discrete:
         fine = np.asarray(profile["fine_counts"], dtype=np.int64)
         result.ks, result.ks_p = ks_binned(fine, accumulator.fine_counts)
-        outside = accumulator.below + accumulator.above
-        result.out_of_range_rate = outside / present if present else 0.0
     if present:
         if result.psi > thresholds.psi and result.psi_p < thresholds.p_value:
             result.findings.append(("drift", f"PSI {result.psi:.3g}"))
@@ -230,8 +201,7 @@ def compare_column(name: str, accumulator: ColumnAccumulator,
                 and result.ks_p < thresholds.p_value:
             result.findings.append(("drift", f"KS {result.ks:.3g}"))
         if result.out_of_range_rate > thresholds.out_of_range and \
-                _outside_p(round(result.out_of_range_rate * present), present, profile,
-                           accumulator.discrete) < thresholds.p_value:
+                _outside_p(outside, present, profile, accumulator.discrete) < thresholds.p_value:
             result.findings.append(("out_of_range", f"{result.out_of_range_rate:.1%} " + (
                 "unseen" if accumulator.discrete else "out of range")))
     reference_missing = profile["missing"] / max(profile["count"] + profile["missing"], 1)
@@ -242,10 +212,9 @@ def compare_column(name: str, accumulator: ColumnAccumulator,
 
 def _outside_p(outside: int, rows: int, profile: dict[str, Any], discrete: bool) -> float:
     """How likely ``outside`` of ``rows`` new values fall outside the training range (or its
-    categories) when nothing moved. The share of a continuous distribution outside the range
-    of ``n`` training values is Beta(2, n - 1) distributed (mean 2 / (n + 1)), so the count is
-    beta-binomial: a small reference's range is itself a draw, and a binomial test around the
-    mean would flag the references whose range came out narrow on every window."""
+    categories) when nothing moved. The share outside the range of ``n`` training values is
+    Beta(2, n - 1) distributed, so the count is beta-binomial: a binomial test around the mean
+    would flag, on every window, the references whose range came out narrow."""
     from scipy.stats import betabinom
 
     n = profile["count"]
@@ -254,8 +223,7 @@ def _outside_p(outside: int, rows: int, profile: dict[str, Any], discrete: bool)
 
 
 class WindowAccumulator:
-    """Everything counted in one window of one model version: rows, requests, latency, and
-    one :class:`ColumnAccumulator` per profiled column present in the table."""
+    """Rows, requests, latency and a :class:`ColumnAccumulator` per column, of one window."""
 
     def __init__(self, profile: dict[str, Any], columns: list[str], start: float):
         self.start = start  # the window's first second (UTC epoch seconds)
@@ -291,7 +259,7 @@ class WindowAccumulator:
 
 def quality_drop(metric: str, reference: float, value: float) -> float:
     """How much worse ``value`` is than ``reference``, as a share of ``|reference|`` (negative:
-    better). Errors and losses are worse when higher, scores (r2, accuracy, ...) when lower."""
+    better)."""
     if not (math.isfinite(reference) and math.isfinite(value)) or reference == 0:
         return float("nan")
     change = (value - reference) if lower_is_better(metric) else (reference - value)

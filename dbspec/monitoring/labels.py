@@ -1,5 +1,5 @@
 """Labels that arrive after the predictions: read whole (they are few next to served rows)
-and indexed by the key that joins them to the inference table."""
+and indexed by the key that joins them to the inference table; and opening the tables."""
 
 from __future__ import annotations
 
@@ -14,19 +14,12 @@ from dbspec.errors import DbspecError
 
 @dataclass
 class Labels:
-    """Labels by key, read whole (they are few next to served rows).
+    """Labels by key."""
 
-    Attributes:
-        keys: The key of each label (``key`` or ``key#row`` when a row column is given).
-        values: The labels, in the order of ``keys``.
-        key: The inference-table column they join on.
-        by_row: Whether a key names one row of a request (``row`` column).
-    """
-
-    keys: Any
-    values: np.ndarray
-    key: str
-    by_row: bool
+    keys: Any  # each label's key: ``key``, or ``key#row`` with a row column
+    values: np.ndarray  # in the order of ``keys``
+    key: str  # the inference-table column they join on
+    by_row: bool  # whether a key names one row of a request (a ``row`` column)
     pending: int = 0  # rows whose label is empty (not arrived yet): left out of the join
 
 
@@ -64,8 +57,7 @@ def read_labels(path: str, key: str, column: str) -> Labels:
 
 def _read_table(path: str):
     """The labels' rows, read by the source kind of their shape (Delta, Parquet or CSV)."""
-    from dbspec.data.sources import DataError
-    from dbspec.serving.batch_input import is_csv_input, is_delta_table, open_table, reason_of
+    from dbspec.serving.batch_input import is_csv_input, is_delta_table
 
     location = Path(path)
     if not location.exists():
@@ -74,9 +66,27 @@ def _read_table(path: str):
             or location.suffix in (".parquet", ".pq")):
         raise DbspecError(f"labels {path}: expected a Delta table, a Parquet file or "
                           "directory, or a .csv file")
+    return open_rows(path, "read the labels", whole=True)
+
+
+def open_rows(path: str, action: str, *, whole: bool = False) -> Any:
+    """The Arrow dataset at ``path`` opened by its source kind (a URI by ``deltalake``: the
+    kinds read local paths only), or its rows as a table with ``whole``.
+
+    Raises:
+        DbspecError: ``cannot {action} {path}: why``.
+    """
+    from dbspec.data.sources import DataError
+    from dbspec.serving.batch_input import open_table, reason_of
+
     try:
-        return open_table(location).to_table()
+        if "://" in path:
+            from deltalake import DeltaTable
+
+            return DeltaTable(path).to_pyarrow_dataset()
+        dataset = open_table(Path(path))
+        return dataset.to_table() if whole else dataset
     except DataError as refused:
-        raise DbspecError(f"cannot read the labels {path}: {reason_of(refused)}") from None
-    except Exception as exc:  # pyarrow's errors reading the rows
-        raise DbspecError(f"cannot read the labels {path}: {exc}") from None
+        raise DbspecError(f"cannot {action} {path}: {reason_of(refused)}") from None
+    except Exception as exc:  # pyarrow's and deltalake's own families (a damaged log, rows)
+        raise DbspecError(f"cannot {action} {path}: {exc}") from None

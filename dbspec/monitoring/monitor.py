@@ -1,10 +1,8 @@
 """One monitoring pass over an inference table: stream it, window it, compare each window.
 
-The Delta table is read as a pyarrow dataset, batch by batch, with the model name and
-``--since`` pushed down as a filter; nothing but bin counts is kept per window
-(:class:`~dbspec.monitoring.drift.WindowAccumulator`), so memory does not grow with the
-table. A table may hold several versions of the model (a swap while serving): each version's
-windows are compared with its own reference profile.
+The Delta table is read batch by batch with the model name and ``--since`` pushed down as a
+filter, and only bin counts are kept per window, so memory does not grow with the table. Each
+model version in the table (a swap while serving) is compared with its own reference profile.
 """
 
 from __future__ import annotations
@@ -18,10 +16,7 @@ import numpy as np
 
 from dbspec.errors import DbspecError
 from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator, finite_or_none)
-from dbspec.monitoring.labels import Labels, read_labels
-
-__all__ = ["MonitorSettings", "Labels", "read_labels", "open_inference_table", "scan_table",
-           "VersionReport", "WindowReport"]
+from dbspec.monitoring.labels import Labels, open_rows
 
 #: The inference table's own columns (features are renamed ``feature_<name>`` on a clash).
 BASE_COLUMNS = ("request_id", "timestamp", "model_name", "model_version", "latency_ms")
@@ -110,35 +105,12 @@ def open_inference_table(path: str):
         raise DbspecError(f"inference table {path} {where}: serve the model with an "
                           "inference table (serving.realtime.inference_table or dbspec serve "
                           "--inference-table PATH) first, or give --table PATH")
-    dataset = _open_delta(path)
+    dataset = open_rows(path, "open the inference table")
     missing = [c for c in BASE_COLUMNS if c not in dataset.schema.names]
     if missing:
         raise DbspecError(f"{path} is not an inference table: it has no {', '.join(missing)} "
                           "column(s)")
     return dataset
-
-
-def _open_delta(path: str) -> Any:
-    """The Delta table's dataset, opened by the ``delta`` source kind; a URI by ``deltalake``
-    itself, as the source kinds read local paths only.
-
-    Raises:
-        DbspecError: the table cannot be opened.
-    """
-    from dbspec.data.sources import DataError
-    from dbspec.serving.batch_input import open_table, reason_of
-
-    try:
-        if "://" in path:
-            from deltalake import DeltaTable
-
-            return DeltaTable(path).to_pyarrow_dataset()
-        return open_table(Path(path))
-    except DataError as refused:
-        raise DbspecError(f"cannot open the inference table {path}: {reason_of(refused)}") \
-            from None
-    except Exception as exc:  # deltalake raises its own families for a damaged or absent log
-        raise DbspecError(f"cannot open the inference table {path}: {exc}") from None
 
 
 class VersionScan:
@@ -199,9 +171,10 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[st
         starts, row_in_request, carried = _request_rows(batch.column("request_id"), carried)
         windows = batch.column("timestamp").cast(pa.int64()).to_numpy() // window_us
         versions = batch.column("model_version").to_numpy(zero_copy_only=False)
-        latency = batch.column("latency_ms").to_numpy(zero_copy_only=False)
         labelled = _label_rows(batch, labels, row_in_request) if labels is not None else None
-        for found in _distinct(versions):
+        requests = _Requests(starts, batch.column("latency_ms").to_numpy(zero_copy_only=False),
+                             labelled)
+        for found in dict.fromkeys(versions.tolist()):
             if found not in scans:
                 profile = profile_for(found)
                 scans[found] = None if profile is None else \
@@ -209,12 +182,12 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[st
             scan = scans[found]
             if scan is None:
                 continue
-            in_version = None if _all_equal(versions) else np.flatnonzero(versions == found)
             values = {c: batch.column(t).to_numpy(zero_copy_only=False)
                       for c, t in scan.columns.items()}
-            requests = _Requests(starts, latency, labelled)
-            for index, rows_of in _groups(windows, in_version):
-                _update(scan.window(int(index), settings.window_s), values, rows_of, requests,
+            in_version = versions == found
+            for index in np.unique(windows[in_version]):
+                _update(scan.window(int(index), settings.window_s), values,
+                        np.flatnonzero(in_version & (windows == index)), requests,
                         scan.profile["outputs"])
         rows += batch.num_rows
         if progress is not None and time.monotonic() - told > 5:
@@ -250,21 +223,13 @@ def _request_rows(ids, carried: tuple[Optional[str], int]):
         starts[1:] = pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(
             zero_copy_only=False)
     last_id, position = carried
-    first_continues = last_id is not None and ids[0].as_py() == last_id
-    starts[0] = not first_continues
-    row_in_request = _positions(starts, position if first_continues else 0)
+    starts[0] = last_id is None or ids[0].as_py() != last_id
+    # rows of a request are contiguous: a row's position counts from its request's start (one
+    # running on from the last batch starts ``position`` rows before this one)
+    index = np.arange(n)
+    offset = 0 if starts[0] else position
+    row_in_request = index - np.maximum.accumulate(np.where(starts, index, -offset))
     return starts, row_in_request, (ids[n - 1].as_py(), int(row_in_request[-1]) + 1)
-
-
-def _positions(starts: np.ndarray, carried: int) -> np.ndarray:
-    """Each row's 0-based position in its request (rows of a request are contiguous)."""
-    index = np.arange(len(starts))
-    last_start = np.maximum.accumulate(np.where(starts, index, 0))
-    positions = index - last_start
-    if not starts[0]:  # the first request runs on from the previous batch
-        before_first = index < (np.argmax(starts) if starts.any() else len(starts))
-        positions[before_first] += carried
-    return positions
 
 
 def _label_rows(batch, labels: Labels, row_in_request: np.ndarray) -> np.ndarray:
@@ -288,25 +253,6 @@ def _label_rows(batch, labels: Labels, row_in_request: np.ndarray) -> np.ndarray
     return found
 
 
-def _distinct(values: np.ndarray) -> list:
-    return [values[0]] if _all_equal(values) else list(dict.fromkeys(values.tolist()))
-
-
-def _all_equal(values: np.ndarray) -> bool:
-    return bool(len(values) == 0 or (values == values[0]).all())
-
-
-def _groups(windows: np.ndarray, rows: Optional[np.ndarray]):
-    """(window index, row indices or None for every row) for the rows of one version."""
-    of = windows if rows is None else windows[rows]
-    if of[0] == of[-1] and (of == of[0]).all():
-        yield of[0], rows
-        return
-    for index in np.unique(of):
-        inside = np.flatnonzero(of == index)
-        yield index, inside if rows is None else rows[inside]
-
-
 class _Requests(NamedTuple):
     """Per row of a batch: where each request starts, its latency, its label row (-1: none)."""
 
@@ -315,15 +261,12 @@ class _Requests(NamedTuple):
     labelled: Optional[np.ndarray]
 
 
-def _update(window: WindowAccumulator, values: dict, rows: Optional[np.ndarray],
-            requests: _Requests, outputs: list[str]) -> None:
-    def pick(array):
-        return array if rows is None else array[rows]
-
-    columns = {c: pick(v) for c, v in values.items()}
-    window.update(columns, pick(requests.latency)[pick(requests.starts)])
+def _update(window: WindowAccumulator, values: dict, rows: np.ndarray, requests: _Requests,
+            outputs: list[str]) -> None:
+    columns = {c: v[rows] for c, v in values.items()}
+    window.update(columns, requests.latency[rows][requests.starts[rows]])
     if requests.labelled is not None:
-        found = pick(requests.labelled)
+        found = requests.labelled[rows]
         keep = found >= 0
         if keep.any():
             window.add_labels(found[keep], {c: v[keep] for c, v in columns.items()

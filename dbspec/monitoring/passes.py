@@ -1,12 +1,9 @@
-"""One pass of ``dbspec monitor`` over an inference table: the drift use case.
-
-The CLI resolves the arguments into a :class:`MonitorPass` and prints the
-:class:`PassOutcome`; everything between (scanning, comparing with each version's reference
-profile, one MLflow run per version, tagging and rolling back) is here.
-"""
+"""One pass of ``dbspec monitor``: scan the inference table, compare each version with its
+reference profile, log one MLflow run per version, tag and roll back on alerts."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -16,15 +13,12 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from dbspec.errors import DbspecError
-
-#: Where a version's training run logs its reference profile.
-PROFILE_ARTIFACT = "monitoring/reference_profile.json"
+from dbspec.monitoring.profile import ARTIFACT_PATH
 
 
 class MonitorPass(NamedTuple):
     """What one pass reads and how: resolved from the arguments and the spec."""
 
-    spec: Any
     section: Any  # MonitoringSpec
     target: Any  # ModelTarget
     table: str
@@ -45,8 +39,7 @@ class PassOutcome(NamedTuple):
 
 def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
                   since: Optional[str] = None) -> PassOutcome:
-    """One monitoring pass: scan the inference table window by window, compare each version
-    with its reference profile, log one MLflow run per version and act on alerts.
+    """One monitoring pass (see the module docstring).
 
     Args:
         registry: The opened registry (:func:`dbspec.registry.commands.open_registry`).
@@ -145,7 +138,7 @@ def reference_profile(client, name: str, version: str) -> dict:
     missing: Exception
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            path = client.download_artifacts(run_id, PROFILE_ARTIFACT, scratch)
+            path = client.download_artifacts(run_id, ARTIFACT_PATH, scratch)
             return check_profile(json.loads(Path(path).read_text()))
     except MlflowException as exc:
         if not is_not_found(exc):
@@ -155,7 +148,7 @@ def reference_profile(client, name: str, version: str) -> dict:
         missing = exc
     except OSError as exc:
         raise unavailable(exc, f"the reference profile of {name} v{version}") from None
-    raise NoProfile(f"{name} v{version} has no reference profile ({PROFILE_ARTIFACT} in run "
+    raise NoProfile(f"{name} v{version} has no reference profile ({ARTIFACT_PATH} in run "
                     f"{run_id}: {str(missing).splitlines()[0]}); versions trained before dbspec "
                     "recorded profiles cannot be monitored: train it again")
 
@@ -165,11 +158,9 @@ def _test_metrics(client, name: str, version: str) -> dict[str, float]:
     tags = client.get_model_version(name, version).tags or {}
     out = {}
     for key, value in tags.items():
-        if key.startswith("metric.test_") and key != "metric.test_loss":
-            try:
+        with contextlib.suppress(ValueError):
+            if key.startswith("metric.test_") and key != "metric.test_loss":
                 out[key[len("metric.test_"):]] = float(value)
-            except ValueError:
-                continue
     return out
 
 
@@ -199,10 +190,9 @@ def _log_run(client, report, run: MonitorPass, experiment: str, state_dir: Path)
                 client.log_artifact(run_id, str(path), "monitoring")
             for path in write_drift_plots(report, Path(scratch) / "plots"):
                 client.log_artifact(run_id, str(path), "plots")
-        client.set_model_version_tag(report.name, report.version, "dbspec.monitoring.last_run",
-                                     run_id)
-        client.set_model_version_tag(report.name, report.version, "dbspec.monitoring.status",
-                                     status)
+        for key, value in (("last_run", run_id), ("status", status)):
+            client.set_model_version_tag(report.name, report.version, f"dbspec.monitoring.{key}",
+                                         value)
     except BaseException:
         client.set_terminated(run_id, "FAILED")
         raise

@@ -1,11 +1,10 @@
 """The reference profile of a model version: its training data and its predictions, binned.
 
-Written at evaluate time from the training split and the served model's predictions on it, and
-logged with the training run as ``monitoring/reference_profile.json`` (the registered version
-points at that run), so ``dbspec monitor`` compares served rows with what the model learned
-from. A numeric column keeps its quantile edges (coarse for the PSI, fine for the KS
-statistic), the counts between them, its missing rate, minimum and maximum; a column with few
-distinct values keeps one count per value.
+Written at evaluate time from the training split and logged with the training run as
+:data:`ARTIFACT_PATH`, so ``dbspec monitor`` compares served rows with what the model learned
+from. A numeric column keeps quantile edges (coarse for the PSI, fine for the KS statistic),
+the counts between them, missing count, minimum and maximum; a column with few distinct
+values keeps one count per value.
 """
 
 from __future__ import annotations
@@ -28,11 +27,10 @@ FINE_BINS = 100
 def profile_column(values: np.ndarray, *, coarse_bins: int = COARSE_BINS,
                    fine_bins: int = FINE_BINS,
                    max_categories: int = MAX_CATEGORIES) -> dict[str, Any]:
-    """One column's profile (see the module docstring); NaN and None count as missing.
+    """One column's profile; NaN and None count as missing.
 
-    Edges are the inner edges of equal-count bins (ties merged), each placed halfway between
-    two neighbouring training values: bin ``i`` holds values in ``[edges[i-1], edges[i])``, the
-    first and last bins are open-ended.
+    Edges are the inner edges of equal-count bins (ties merged), halfway between two training
+    values: bin ``i`` holds ``[edges[i-1], edges[i])``; the first and last are open-ended.
     """
     values = np.asarray(values)
     if values.dtype.kind in "fiub":
@@ -46,10 +44,9 @@ def profile_column(values: np.ndarray, *, coarse_bins: int = COARSE_BINS,
     numeric = present.dtype.kind == "f"
     if not numeric or len(found) <= max_categories:
         return {"kind": "discrete", "count": int(len(present)), "missing": int(missing),
-                "values": [v.item() if isinstance(v, np.generic) else v for v in found],
+                "values": [_plain(v) for v in found],
                 "counts": [int(c) for c in counts]}
-    # the coarse edges are every (fine / coarse)-th fine quantile, so they are fine edges too
-    # and a scan finds both bins with one search (see ColumnAccumulator)
+    # the coarse edges are fine edges too: a scan finds both bins with one search
     quantiles = _between_values(np.quantile(present, np.linspace(0, 1, fine_bins + 1)[1:-1]),
                                 found)
     step = max(fine_bins // coarse_bins, 1)
@@ -63,11 +60,9 @@ def profile_column(values: np.ndarray, *, coarse_bins: int = COARSE_BINS,
 
 
 def _between_values(quantiles: np.ndarray, distinct: np.ndarray) -> np.ndarray:
-    """Each edge moved into the gap below the first training value at or above it, halfway
-    to the value before: the training counts stay the same, and a column with many tied values
-    (a quantile falls *on* a repeated value) no longer has an edge sitting on that value, where
-    the slightest difference in served values (noise, a rounding) would move its whole mass
-    into the next bin and read as drift."""
+    """Each edge moved halfway into the gap below the first training value at or above it:
+    the training counts stay the same, and no edge sits on a tied value, where the slightest
+    difference in served values (a rounding) would move its whole mass and read as drift."""
     distinct = np.asarray(distinct, dtype=np.float64)
     above = np.searchsorted(distinct, quantiles, side="left")  # first value >= the edge
     inside = (above > 0) & (above < len(distinct))
@@ -76,11 +71,6 @@ def _between_values(quantiles: np.ndarray, distinct: np.ndarray) -> np.ndarray:
     if len(distinct) > 1:  # an edge on the minimum (tied there): half a gap below it
         moved[above == 0] = distinct[0] - (distinct[1] - distinct[0]) / 2
     return moved
-
-
-def _bin_counts(values: np.ndarray, edges: np.ndarray) -> list[int]:
-    return np.bincount(np.searchsorted(edges, values, side="right"),
-                       minlength=len(edges) + 1).tolist()
 
 
 def build_profile(features: dict[str, np.ndarray], outputs: dict[str, np.ndarray], *,
@@ -98,10 +88,9 @@ def build_profile(features: dict[str, np.ndarray], outputs: dict[str, np.ndarray
     """
     columns = {name: profile_column(values) for name, values in features.items()}
     for name, values in outputs.items():
-        if name == "prediction" and task != "regression":  # class labels: always categories
-            columns[name] = profile_column(values, max_categories=len(values) + 1)
-        else:
-            columns[name] = profile_column(values)
+        labels = name == "prediction" and task != "regression"  # class labels: categories
+        columns[name] = profile_column(values, max_categories=len(values) + 1 if labels
+                                       else MAX_CATEGORIES)
     rows = len(next(iter(features.values()))) if features else 0
     return {"format_version": FORMAT_VERSION, "task": task, "rows": int(rows),
             "classes": None if classes is None else [_plain(c) for c in classes],
@@ -113,6 +102,11 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _bin_counts(values: np.ndarray, edges: np.ndarray) -> list[int]:
+    return np.bincount(np.searchsorted(edges, values, side="right"),
+                       minlength=len(edges) + 1).tolist()
+
+
 def write_profile(profile: dict[str, Any], path: Path) -> Path:
     """Write ``profile`` as JSON; returns ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,11 +115,7 @@ def write_profile(profile: dict[str, Any], path: Path) -> Path:
 
 
 def check_profile(profile: Any) -> dict[str, Any]:
-    """``profile`` when it is a reference profile this dbspec reads.
-
-    Raises:
-        ValueError: something else, or a newer format.
-    """
+    """``profile`` when it is a reference profile this dbspec reads, else ValueError."""
     if not isinstance(profile, dict) or "columns" not in profile or "features" not in profile:
         raise ValueError("not a dbspec reference profile")
     if profile.get("format_version", 0) > FORMAT_VERSION:

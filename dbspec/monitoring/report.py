@@ -20,8 +20,7 @@ def render_version(report: VersionReport, *, table: str, window: str) -> str:
     lines = [f"{report.name} v{report.version} in {table} (windows of {window})",
              f"  {'window start':<21}{'rows':>9}{'requests':>10}{'p50 ms':>9}{'p95 ms':>9}"
              "  status"]
-    for window_report in report.windows:
-        w = window_report
+    for w in report.windows:
         lines.append(f"  {iso_utc(w.start):<21}{w.rows:>9,}{w.requests:>10,}"
                      f"{_number(w.latency_p50_ms):>9}{_number(w.latency_p95_ms):>9}  {w.status}")
     shown = _shown_window(report)
@@ -106,19 +105,14 @@ def metric_name(column: str) -> str:
     return re.sub(r"[^A-Za-z0-9_\-. /]", "_", column)
 
 
-def _pyplot():
+def write_drift_plots(report: VersionReport, directory: Path) -> list[Path]:
+    """``drift_over_time.png`` (PSI per column and window) and ``distributions.png`` (each
+    column's reference shares against the window :func:`render_version` shows)."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never a window
     import matplotlib.pyplot as plt
 
-    return plt
-
-
-def write_drift_plots(report: VersionReport, directory: Path) -> list[Path]:
-    """``drift_over_time.png`` (PSI per column and window) and ``distributions.png`` (each
-    column's reference shares against the window :func:`render_version` shows)."""
-    plt = _pyplot()
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     columns = list(report.profile["columns"])
@@ -150,10 +144,10 @@ def write_drift_plots(report: VersionReport, directory: Path) -> list[Path]:
         for ax, column in zip(axes.flat, shown.columns):
             profile = report.profile["columns"][column.column]
             reference = np.asarray(profile["counts"], dtype=float)
-            window = _window_counts(shown, column.column, len(reference))
+            window = np.asarray(shown.counts.get(column.column, [])[:len(reference)], dtype=float)
             bins = np.arange(len(reference))
             ax.bar(bins - 0.2, reference / max(reference.sum(), 1), width=0.4, label="training")
-            if window is not None:
+            if len(window):
                 ax.bar(bins + 0.2, window / max(window.sum(), 1), width=0.4, label="window")
             ax.set_title(f"{column.column} (PSI {_number(column.psi)})", fontsize="small")
             ax.set_xticks([])
@@ -168,8 +162,3 @@ def write_drift_plots(report: VersionReport, directory: Path) -> list[Path]:
     finally:
         plt.close(fig)
     return written
-
-
-def _window_counts(window: WindowReport, column: str, bins: int):
-    counts = window.counts.get(column)
-    return None if counts is None else np.asarray(counts[:bins], dtype=float)

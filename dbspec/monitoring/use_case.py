@@ -1,10 +1,6 @@
-"""``dbspec monitor``'s use case: which model and table, the settings over the spec's
-``monitoring`` section, and one pass (:func:`dbspec.monitoring.passes.monitor_table`).
-
-The command line reaches :func:`monitor_served` as a :class:`MonitorFlags` record (a flag left
-out is None: the spec's value, else the default, takes its place here) and prints the
-:class:`MonitorResult`.
-"""
+"""``dbspec monitor``'s use case: which model and table, the flags over the spec's
+``monitoring`` section (a flag left out is None), and one pass
+(:func:`dbspec.monitoring.passes.monitor_table`)."""
 
 from __future__ import annotations
 
@@ -35,9 +31,10 @@ class MonitorFlags(NamedTuple):
 
 
 class MonitorResult(NamedTuple):
-    """What a pass found and did, with the table and window it read."""
+    """What a pass found and did (a :class:`~dbspec.monitoring.passes.PassOutcome`), with the
+    table and window it read."""
 
-    outcome: Any  #: :class:`~dbspec.monitoring.passes.PassOutcome`
+    outcome: Any
     table: str
     window: str
 
@@ -51,11 +48,7 @@ class _Resolved(NamedTuple):
 
 def parse_since(text: str, now: Optional[float] = None) -> float:
     """Epoch seconds of ``--since``: an ISO time (UTC unless it says otherwise) or a duration
-    before ``now``.
-
-    Raises:
-        UsageError: neither.
-    """
+    before ``now``; else UsageError."""
     from dbspec.spec.sections.monitoring import duration_seconds
 
     try:
@@ -73,12 +66,8 @@ def parse_since(text: str, now: Optional[float] = None) -> float:
 
 
 def monitor_settings(flags: MonitorFlags, section: Any) -> tuple[Any, str]:
-    """(MonitorSettings, window text) from the flags over the spec's section.
-
-    Raises:
-        UsageError: a window, ``--min-rows`` or ``--since`` that means nothing.
-    """
-    from dbspec.monitoring.drift import Thresholds
+    """(MonitorSettings, window text) from the flags over the spec's section; UsageError for
+    a window, ``--min-rows`` or ``--since`` that means nothing."""
     from dbspec.monitoring.monitor import MonitorSettings
     from dbspec.spec.sections.monitoring import duration_seconds
 
@@ -91,15 +80,14 @@ def monitor_settings(flags: MonitorFlags, section: Any) -> tuple[Any, str]:
         raise UsageError(f"--min-rows must be at least 1, not {flags.min_rows}")
     since = flags.since or section.lookback
     since = None if since in (None, "all") else parse_since(since)
-    thresholds = Thresholds(**section.thresholds.model_dump())
     return MonitorSettings(window_s=window_s, since=since,
-                           min_rows=flags.min_rows or section.min_rows, thresholds=thresholds,
-                           checks=tuple(section.checks)), window
+                           min_rows=flags.min_rows or section.min_rows,
+                           thresholds=section.thresholds, checks=tuple(section.checks)), window
 
 
 def _resolve(flags: MonitorFlags, say: Callable[[str], None]) -> _Resolved:
     """The spec (or None), its monitoring section, the model and the table; ``--alias``
-    replaces the model's alias (the one tag and rollback act on), not which rows are read."""
+    replaces the alias that tag and rollback act on, not which rows are read."""
     from dbspec.serving.source import parse_model_uri, spec_target
     from dbspec.spec.loader import load_spec
     from dbspec.spec.sections.monitoring import MonitoringSpec, default_alias
@@ -130,14 +118,16 @@ def _labels(flags: MonitorFlags, resolved: _Resolved, say: Callable[[str], None]
     """The labels to join for quality metrics, or None without a labels file."""
     from dbspec.monitoring.labels import read_labels
 
-    section, spec = resolved.section, resolved.spec
-    path = flags.labels or (section.labels.path if section.labels else None)
+    from dbspec.spec.sections.monitoring import LabelsSpec
+
+    spec, given = resolved.spec, resolved.section.labels
+    path = flags.labels or (given.path if given else None)
     if not path:
         return None
-    key = section.labels.key if section.labels else "request_id"
-    column = flags.label_column or (section.labels.column if section.labels else None) or \
+    given = given or LabelsSpec()
+    column = flags.label_column or given.column or \
         (spec.data.target if spec is not None else "target")
-    labels = read_labels(path, key, column)
+    labels = read_labels(path, given.key, column)
     if labels.pending:
         say(f"labels {path}: {labels.pending:,} row(s) without a label yet are left out")
     return labels
@@ -165,7 +155,7 @@ def monitor_served(flags: MonitorFlags, *,
     labels = _labels(flags, resolved, say)
     registry = open_registry(tracking_uri_for(resolved.spec, flags.tracking_uri),
                              Path(flags.state_dir))
-    run = MonitorPass(resolved.spec, resolved.section, resolved.target, resolved.table,
+    run = MonitorPass(resolved.section, resolved.target, resolved.table,
                       settings, window, dataset, labels)
     try:
         outcome = monitor_table(registry, run,

@@ -1,6 +1,5 @@
-"""Each window of one pass, compared: drift per column, missing values, out-of-range, and
-quality against the version's registered metrics where labels are given; and the alerts.
-"""
+"""Each window of one pass, compared: drift per column, missing values, out-of-range, quality
+against the version's registered metrics where labels are given; and the alerts."""
 
 from __future__ import annotations
 
@@ -28,10 +27,9 @@ def evaluate_windows(scan: VersionScan, settings: MonitorSettings, *,
     profile, thresholds = scan.profile, settings.thresholds
     outputs = set(profile["outputs"])
     reports = []
-    for number, (index, window) in enumerate(sorted(scan.windows.items())):
-        latency_p50 = latency_quantile(window.latency, 0.5)
+    for number, (_, window) in enumerate(sorted(scan.windows.items())):
         report = WindowReport(number, window.start, window.start + settings.window_s,
-                              window.rows, window.requests, latency_p50,
+                              window.rows, window.requests, latency_quantile(window.latency, 0.5),
                               latency_quantile(window.latency, 0.95))
         report.columns = [compare_column(c, a, thresholds) for c, a in window.columns.items()]
         report.counts = {c: a.counts.tolist() for c, a in window.columns.items()}

@@ -1,24 +1,10 @@
 """What held a training run back, in plain words, from what was measured while it ran.
 
-A finding is made only when the measurements support it with a margin, so that other work on
-the machine does not flip it from one run to the next:
-
-- *the machine was busy*: other processes kept the CPUs saturated. Samples taken then measure
-  the competition, not the run, so the CPU-share findings below leave them out.
-- *overhead-bound*: the arithmetic of a step (counted on the model) is so small next to the
-  measured step time that the time is fixed per-step overhead (Python, autograd, the optimizer).
-  Neither threads, a GPU nor faster I/O changes that; only more rows per step does.
-- *waiting*: on a machine with idle CPU the process itself was on a core less than half the
-  time, so it waited (I/O, logging, checkpoint writes): the thread that drives the loop must be
-  on a core for any step to progress.
-- *compute-bound on the CPU*: the training threads were all busy; more threads are suggested only
-  when idle cores were measured.
-- on a GPU: utilisation under 50% with the host thread on its core means CPU-bound feeding,
-  without it the input pipeline; over 90% is compute-bound (good). A CUDA out-of-memory error
-  asks for a smaller batch or gradient checkpointing.
-
-Each threshold below is a named constant; README ("Watching training") has them as a table.
-Everything here is a pure function of recorded series, so each rule is tested on recordings.
+A finding is made only when the measurements support it with a margin, so other work on the
+machine does not flip it between runs: samples taken while other processes saturated the CPUs
+measure the competition, not the run, and the CPU-share findings leave them out. README
+("Watching training") lists each rule with its threshold (the constants below). Everything here
+is a pure function of recorded series, so each rule is tested on recordings.
 """
 
 from __future__ import annotations
@@ -28,48 +14,31 @@ from typing import NamedTuple, Optional, Sequence
 
 from dbspec.observability.resources import Sample
 
-# --- the machine ---------------------------------------------------------------------------
-# System CPU (all cores) at or over this leaves no idle core: a sample is *contended* when it is
-# this busy and other processes did at least OTHERS_MIN_CORES of it.
+# the machine: a sample is contended at this system CPU when others did OTHERS_MIN_CORES of it
 MACHINE_SATURATED_PERCENT = 90.0
-# Other processes' CPU, in cores, below which it is noise (a shell, the tracking server).
-OTHERS_MIN_CORES = 0.5
-# "Machine busy" is reported when at least this share of the samples was contended.
-MACHINE_BUSY_SHARE = 0.25
-# The CPU-share findings (waiting, compute-bound, CPU-bound feeding) need at least this many
-# uncontended samples; fewer, and they are not made at all.
-MIN_QUIET_SAMPLES = 3
+OTHERS_MIN_CORES = 0.5  # less is noise (a shell, the tracking server)
+MACHINE_BUSY_SHARE = 0.25  # of the samples contended: "the machine was busy"
+MIN_QUIET_SAMPLES = 3  # uncontended samples the CPU-share findings need
 
-# --- the process on a CPU ------------------------------------------------------------------
-# Under half of one core on a machine with idle CPU: the loop's thread was off its core more
-# than half of the time, i.e. it waited (a computing run keeps that thread near 1 core).
-WAITING_MAX_CORES = 0.5
-# At or over 90% of its threads' capacity the run is compute-bound on the CPU.
-SATURATED_SHARE = 0.9
-# "More threads" is advised only with at least this many cores measured idle.
-IDLE_CORES_FOR_THREADS = 1.0
-# Gathering batches over this share of the step time makes gathering the bottleneck.
-DATA_SHARE_BOUND = 0.3
+# the process on a CPU
+WAITING_MAX_CORES = 0.5  # with idle CPU: the loop's thread was off its core over half the time
+SATURATED_SHARE = 0.9  # of its threads' capacity: compute-bound on the CPU
+IDLE_CORES_FOR_THREADS = 1.0  # idle cores measured before "more threads" is advised
+DATA_SHARE_BOUND = 0.3  # of the step time gathering batches: gathering is the bottleneck
 
-# --- a model too small for the hardware to matter ------------------------------------------
-# Arithmetic per step / step time under this: a CPU core sustains well over 10 GFLOP/s on
-# dense layers (about 20 on the 2-core development machine, loaded, for a 0.5M-parameter MLP),
-# so at most about a tenth of such a step is arithmetic and the rest is per-step overhead.
+# a model too small for the hardware to matter: a CPU core sustains well over 10 GFLOP/s on
+# dense layers, so under 1 at most a tenth of the step is arithmetic; eager PyTorch overhead is
+# ~0.1-2 ms per step, so a step over 10 ms is not explained by overhead alone
 OVERHEAD_MAX_GFLOPS = 1.0
-# ...and the step is under this: eager PyTorch overhead is ~0.1-2 ms per step; a slower step
-# is not explained by overhead alone.
 OVERHEAD_MAX_STEP_MS = 10.0
 
-# --- a GPU ---------------------------------------------------------------------------------
+# a GPU
 GPU_INPUT_BOUND_PERCENT = 50.0  # utilisation under this: the GPU waited for work
 GPU_COMPUTE_BOUND_PERCENT = 90.0  # over this: compute-bound, as it should be
-# The host thread at or over this many cores while the GPU idles: CPU-bound feeding.
-HOST_THREAD_BUSY_CORES = 0.9
+HOST_THREAD_BUSY_CORES = 0.9  # the host thread this busy while the GPU idles: CPU-bound feeding
 
-# --- variability ---------------------------------------------------------------------------
-# Streamed data (data.streaming): training waited for the next window of shards longer than
-# this share of its epochs' time: an input stall.
-INPUT_STALL_SHARE = 0.1
+# variability
+INPUT_STALL_SHARE = 0.1  # of the epochs' time waiting for streamed shards: an input stall
 UNEVEN_BETWEEN_EPOCHS = 0.25  # coefficient of variation of samples/s between epochs
 UNEVEN_WITHIN_EPOCHS = 1.0  # mean coefficient of variation of step times within epochs
 
@@ -96,18 +65,6 @@ class RunFacts(NamedTuple):
     flops_per_row: Optional[float] = None  # forward + backward arithmetic of one training row
 
 
-class _Load(NamedTuple):
-    """The samples split by whether other processes competed for the CPU."""
-
-    quiet: list[Sample]
-    contended: list[Sample]
-    finding: Optional[Finding]
-
-
-def _mean(values: Sequence[float]) -> Optional[float]:
-    return statistics.fmean(values) if values else None
-
-
 def _spread(values: Sequence[float]) -> Optional[float]:
     """Coefficient of variation (std / mean), or None with fewer than 3 values."""
     if len(values) < 3 or statistics.fmean(values) <= 0:
@@ -130,32 +87,28 @@ def diagnose(samples: Sequence[Sample], history: Sequence[dict], facts: RunFacts
     findings: list[Finding] = []
     if facts.oom_batch_sizes:
         findings.append(_oom(facts))
-    load = _split_by_load(samples[1:] or samples, facts)
-    overhead = _overhead(load, history, facts)
-    if overhead is not None:
-        findings.append(overhead)  # first: it holds however busy the machine was
-    if load.finding is not None:
-        findings.append(load.finding)
+    quiet, busy = _split_by_load(samples[1:] or samples, facts)
+    overhead = _overhead(quiet, history, facts)
+    # the overhead finding comes first: it holds however busy the machine was
+    findings.extend(f for f in (overhead, busy) if f is not None)
     if overhead is None:
         if facts.device == "cuda" and any(s.gpus for s in samples):
-            findings.extend(_gpu(load.quiet, facts))
+            findings.extend(_gpu(quiet, facts))
         else:
-            findings.extend(_cpu(load.quiet, history, facts))
+            findings.extend(_cpu(quiet, history, facts))
     if facts.device == "cuda" and facts.gpu_unavailable:
         findings.append(Finding("gpu_unmeasured", f"GPU use was not measured: "
                                                   f"{facts.gpu_unavailable}"))
-    stall = _input_stall(history)
-    if stall is not None:
-        findings.append(stall)
-    uneven = _variability(history, busy=load.finding is not None)
-    if uneven is not None:
-        findings.append(uneven)
+    uneven = _variability(history, busy=busy is not None)
+    findings.extend(f for f in (_input_stall(history), uneven) if f is not None)
     if not findings:
         findings.append(Finding("unmeasured", "the run was too short to measure"))
     return findings
 
 
-def _split_by_load(samples: Sequence[Sample], facts: RunFacts) -> _Load:
+def _split_by_load(samples: Sequence[Sample],
+                   facts: RunFacts) -> tuple[list[Sample], Optional[Finding]]:
+    """The samples no other process competed with, and the finding when many were contended."""
     quiet: list[Sample] = []
     contended: list[Sample] = []
     for sample in samples:
@@ -163,17 +116,17 @@ def _split_by_load(samples: Sequence[Sample], facts: RunFacts) -> _Load:
         busy = sample.system_cpu >= MACHINE_SATURATED_PERCENT and others >= OTHERS_MIN_CORES
         (contended if busy else quiet).append(sample)
     if not contended or len(contended) < MACHINE_BUSY_SHARE * len(samples):
-        return _Load(quiet, contended, None)
+        return quiet, None
     others = statistics.fmean(_others_cores(s, facts.cpu_count) for s in contended)
     loads = [s.load_average for s in contended if s.load_average is not None]
     load = f", load average {statistics.fmean(loads):.1f}" if loads else ""
-    return _Load(quiet, contended, Finding(
+    return quiet, Finding(
         "machine_busy", f"the machine was busy with other work: other processes kept "
                         f"{others:.1f} of {facts.cpu_count} core(s) busy (all CPUs at least "
                         f"{MACHINE_SATURATED_PERCENT:.0f}% busy{load}) in {len(contended)} of "
                         f"{len(samples)} samples",
         "the run's CPU share and speed measure that competition, not the run; for a "
-        "diagnosis of the run itself, train on a quiet machine"))
+        "diagnosis of the run itself, train on a quiet machine")
 
 
 def _oom(facts: RunFacts) -> Finding:
@@ -196,11 +149,11 @@ def _waited(quiet: Sequence[Sample]) -> Optional[float]:
     return cores if cores < WAITING_MAX_CORES else None
 
 
-def _overhead(load: _Load, history: Sequence[dict], facts: RunFacts) -> Optional[Finding]:
+def _overhead(quiet: list[Sample], history: Sequence[dict], facts: RunFacts) -> Optional[Finding]:
     """The model is too small for the hardware to matter, when the step time says so."""
     steady = list(history[1:]) or list(history)  # the first epoch warms up
     step_ms = [e["step_time_ms"] for e in steady if e.get("step_time_ms")]
-    if not facts.flops_per_row or not step_ms or _waited(load.quiet) is not None:
+    if not facts.flops_per_row or not step_ms or _waited(quiet) is not None:
         return None
     step = statistics.median(step_ms) / 1000
     flops = facts.flops_per_row * facts.batch_size
@@ -309,7 +262,8 @@ def _input_stall(history: Sequence[dict]) -> Optional[Finding]:
 def _variability(history: Sequence[dict], *, busy: bool) -> Optional[Finding]:
     steady = list(history[1:])  # the first epoch warms up
     between = _spread([e["samples_per_second"] for e in steady if e.get("samples_per_second")])
-    within = _mean([e["step_time_cv"] for e in steady if e.get("step_time_cv") is not None])
+    cvs = [e["step_time_cv"] for e in steady if e.get("step_time_cv") is not None]
+    within = statistics.fmean(cvs) if cvs else None
     # with the machine busy, that is the cause measured; otherwise the cause is not measured
     cause = (" while other processes competed for the CPU" if busy
              else ": uneven batches, pauses or other work on the machine")

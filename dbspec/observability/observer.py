@@ -99,11 +99,7 @@ class TrainingObserver:
 
     def finish(self, *, device: str, threads: int, batch_size: int) -> list[Finding]:
         """Stop sampling, close TensorBoard, and diagnose the run."""
-        if self.monitor is not None:
-            self.monitor.stop()
-        if self.tensorboard is not None:
-            self.tensorboard.close()
-            self.tensorboard = None
+        self.__exit__()
         samples = self.monitor.samples if self.monitor is not None else []
         facts = RunFacts(device=device, threads=threads, cpu_count=os.cpu_count() or 1,
                          batch_size=batch_size, oom_batch_sizes=tuple(self.oom_batch_sizes),
@@ -117,3 +113,4 @@ class TrainingObserver:
             self.monitor.stop()
         if self.tensorboard is not None:
             self.tensorboard.close()
+            self.tensorboard = None

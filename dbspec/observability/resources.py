@@ -1,8 +1,7 @@
 """A background sampler of CPU, memory and GPU use while training runs.
 
-GPUs are read through nvidia-ml-py (``pynvml``). Where there is no GPU or no NVML library
-(``nvmlInit`` raises ``NVMLError_LibraryNotFound`` on a CPU-only machine) the probe says so once
-and the GPU fields stay unavailable: no error, no retry on every sample.
+GPUs are read through nvidia-ml-py (``pynvml``). Without a GPU or the NVML library the probe
+says so once and the GPU fields stay unavailable: no error, no retry on every sample.
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ from typing import Any, NamedTuple, Optional
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One GPU at one moment (a dataclass: a tuple's own ``index`` method would shadow
-    the field)."""
+    """One GPU at one moment (not a NamedTuple: its ``index`` method would shadow the field)."""
 
     index: int
     utilization: float  # percent of the interval a kernel ran

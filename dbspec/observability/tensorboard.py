@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-_GROUPS = (("train_loss", "loss/train"), ("val_loss", "loss/val"), ("lr", "optim/lr"))
+_TAGS = {"train_loss": "loss/train", "val_loss": "loss/val", "lr": "optim/lr"}
 _SPEED = ("samples_per_second", "epoch_seconds", "step_time_ms", "data_seconds",
-          "compute_seconds", "input_stall_seconds")
+          "compute_seconds", "input_stall_seconds", "step_time_cv")
 
 
 def settings_of(tracking) -> Optional[Any]:
@@ -26,12 +26,11 @@ def settings_of(tracking) -> Optional[Any]:
 
 def tag_of(name: str) -> str:
     """Where a metric goes in TensorBoard's tag tree."""
-    for metric, tag in _GROUPS:
-        if name == metric:
-            return tag
+    if name in _TAGS:
+        return _TAGS[name]
     if name.startswith("val_"):
         return f"val/{name[4:]}"
-    if name in _SPEED or name == "step_time_cv":
+    if name in _SPEED:
         return f"speed/{name}"
     return f"system/{name}"
 

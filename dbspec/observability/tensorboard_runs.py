@@ -10,11 +10,8 @@ from dbspec.errors import DbspecError
 
 
 def fetch_event_files(client, run_id: str, destination: Path) -> Path:
-    """Download the run's ``tensorboard`` artifacts; the local log directory.
-
-    Raises:
-        DbspecError: no such run, or a run without event files.
-    """
+    """Download the run's ``tensorboard`` artifacts; the local log directory (DbspecError for
+    no such run, or a run without event files)."""
     from mlflow.exceptions import MlflowException
 
     try:

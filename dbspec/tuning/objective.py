@@ -16,10 +16,10 @@ from typing import Any, Iterator, Optional
 from dbspec.data import store
 from dbspec.errors import DbspecError
 from dbspec.spec.document import Document
-from dbspec.tuning.records import ReportFn, TrialFailed, TrialRecord, best_value_of, timed
+from dbspec.tuning.records import ReportFn, TrialFailed, TrialRecord, best_value_of
 from dbspec.tuning.storage import WORKER_ATTR, worker_attr
 from dbspec.tuning.study import suggest
-from dbspec.tuning.trial_runs import TrialOutcome, TrialRuns, TrialRunSettings
+from dbspec.tuning.trial_runs import TrialOutcome, TrialRuns, TrialRunSettings, now_ms
 
 
 @dataclass(frozen=True)
@@ -76,12 +76,12 @@ class Objective:
         import optuna
 
         search = self.loaded.spec.search
-        elapsed = timed()
+        started = time.perf_counter()
         trial.set_user_attr(WORKER_ATTR, worker_attr())  # lets a rerun see this worker die
         values = suggest(trial, search)
         run = self.runs.start(trial.number, values)
         history: list[dict[str, float]] = []
-        stamps: list[int] = []  # when each epoch was reported, in ms: the metrics' timestamps
+        stamps: list[int] = []  # when each epoch was reported, in ms
         scratch = tempfile.TemporaryDirectory(prefix="dbspec-trial-")
         events = Path(scratch.name) / "tensorboard"
         state, value, error = "failed", None, ""
@@ -107,16 +107,13 @@ class Objective:
             trial.set_user_attr("epochs", len(history))
             # the run is written in the background; the scratch dir goes once its files are in
             self.runs.finish(run, TrialOutcome(history, stamps, state, value, error, events,
-                                               _now_ms()), cleanup=scratch.cleanup)
+                                               now_ms()), cleanup=scratch.cleanup)
             self.report(TrialRecord(trial.number, state, value, values, len(history),
-                                    elapsed(), error))
+                                    time.perf_counter() - started, error))
 
     def _trial_spec(self, values: dict[str, Any]):
-        """The spec with a trial's suggested values applied.
-
-        Raises:
-            TrialFailed: the values make the spec invalid, or change its data section.
-        """
+        """The spec with a trial's suggested values applied; TrialFailed when they make it
+        invalid or change its data section."""
         from dbspec.spec.loader import apply_values
 
         try:
@@ -129,8 +126,7 @@ class Objective:
         return trial_spec
 
     def _fit(self, trial_spec, on_epoch, events: Path):
-        """Train the trial's model on the study's prepared data, watched by an observer that
-        writes its TensorBoard events to ``events``."""
+        """Train on the study's prepared data; TensorBoard events go to ``events``."""
         from dbspec.observability.observer import TrainingObserver
         from dbspec.training.fit import FitOptions, fit_spec, fit_streamed
 
@@ -148,27 +144,18 @@ class Objective:
 
         directory = Path(self.setup.tune_dir) / str(number)
         save_served_model(result.served, directory / "served")
-        outcome = {k: v for k, v in asdict(result.outcome).items()}
-        (directory / "outcome.json").write_text(json.dumps(outcome, default=str))
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+        (directory / "outcome.json").write_text(json.dumps(asdict(result.outcome), default=str))
 
 
 def _epoch_reporter(trial, metric: str, history: list[dict[str, float]], stamps: list[int]):
     """The epoch callback of a trial: keeps each epoch's metrics and when they came, reports
-    ``metric`` to the trial and prunes it when the pruner says so.
-
-    Raises (from the callback):
-        TrialFailed: the metric is missing or not finite.
-        optuna.TrialPruned: the pruner stopped the trial.
-    """
+    ``metric`` to the trial, and raises TrialPruned when the pruner says so (TrialFailed when
+    the metric is missing or not finite)."""
     import optuna
 
     def on_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
         history.append(metrics)
-        stamps.append(_now_ms())
+        stamps.append(now_ms())
         reported = metrics.get(metric)
         if reported is None or not math.isfinite(reported):
             raise TrialFailed(f"search.metric {metric} is {reported} at epoch {epoch + 1}")
@@ -209,10 +196,9 @@ def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional
 
 @contextlib.contextmanager
 def runs_written(objective) -> Iterator[None]:
-    """Wait for the trials' queued MLflow writes on the way out. A failed write is raised
-    when the study ended normally; when something else is already on its way out (Ctrl-C,
-    SIGTERM, a trial's error), that wins and the failed write is only told, so a stop is still
-    reported as a stop."""
+    """Wait for the trials' queued MLflow writes on the way out. A failed write is raised when
+    the study ended normally; when something else is on its way out (Ctrl-C, SIGTERM, a
+    trial's error), that wins and the failed write is only told."""
     try:
         yield
     except BaseException:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -49,9 +48,3 @@ def best_value_of(history: list[dict[str, float]], metric: str, best_epoch: int,
 
 #: Called with each finished trial's record (progress lines, worker output).
 ReportFn = Callable[[TrialRecord], None]
-
-
-def timed() -> Callable[[], float]:
-    """A function returning the seconds since this call."""
-    start = time.perf_counter()
-    return lambda: time.perf_counter() - start

@@ -1,15 +1,10 @@
-"""Where a study lives, and the trials of workers that died.
+"""Where a study lives, and the RUNNING trials of workers that died.
 
-A trial's worker records an Optuna heartbeat every :data:`HEARTBEAT_SECONDS` while the trial
-runs (RDB storages: SQLite, PostgreSQL, MySQL). A RUNNING trial whose heartbeat is older than
-:data:`GRACE_SECONDS` belongs to a dead worker and is marked failed, by Optuna before each new
-trial and by the tune stage when it starts (:func:`fail_stale_trials`). The stage also fails at
-once the RUNNING trials whose worker (recorded as the trial's :data:`WORKER_ATTR` attribute) is
-a process of this host that is gone, so a rerun right after a kill need not wait for the grace
-period. A RUNNING trial that names no worker at all was created by a worker that died before
-the trial's first line ran (the attribute is written within milliseconds of the trial's start):
-it is failed once it is :data:`UNCLAIMED_SECONDS` old. Trials of live workers, in this run or
-in another process sharing the study, are never touched.
+Optuna's heartbeat (RDB storages only) fails a trial whose heartbeat is older than
+:data:`GRACE_SECONDS`. :func:`fail_stale_trials` adds what Optuna cannot see: a trial whose
+worker (its :data:`WORKER_ATTR`) is a gone process of this host is failed at once, with no
+grace period and on journal storages too, which keep no heartbeats; a trial naming no worker
+lost it before the objective's first line and is failed once :data:`UNCLAIMED_SECONDS` old.
 """
 
 from __future__ import annotations
@@ -26,9 +21,7 @@ HEARTBEAT_SECONDS = 10
 GRACE_SECONDS = 60
 #: The trial attribute naming the process that runs it.
 WORKER_ATTR = "dbspec.worker"
-#: A RUNNING trial this old that names no worker lost its worker between Optuna creating the
-#: trial and the objective's first line, which records the worker: a live worker gets there
-#: after a few database calls (milliseconds; well under a second on a starved machine).
+#: A live worker names itself within milliseconds of Optuna creating its trial.
 UNCLAIMED_SECONDS = 1.0
 
 
@@ -46,15 +39,13 @@ def storage_url(search: SearchSpec, project_dir: Path, shared_dir: Optional[Path
 
 
 def open_storage(url: str):
-    """What Optuna takes as ``storage``: an RDB storage with heartbeats for a database URL, a
-    journal file storage for ``journal:///path`` (Optuna has no heartbeats for journals).
+    """An RDB storage with heartbeats for a database URL, a journal file storage for
+    ``journal:///path``.
 
-    A SQLite file is switched to write-ahead logging with ``synchronous=NORMAL``: a trial
-    writes the storage a dozen times plus once per epoch, and in SQLite's default mode every
-    write waits for several disk syncs (~12 ms here, longer than an epoch of a small
-    network). In WAL mode a write appends to the log and the disk sync happens at
-    checkpoints; a killed process loses nothing, a power cut at most the last writes, never
-    the file's consistency. Several processes of one machine share the file as before.
+    A SQLite file is switched to write-ahead logging with ``synchronous=NORMAL``: in the
+    default mode each of a trial's dozen-plus writes waits for disk syncs (~12 ms here, longer
+    than an epoch of a small network). A killed process loses nothing, a power cut at most
+    the last writes.
     """
     import warnings
 
@@ -68,13 +59,10 @@ def open_storage(url: str):
         warnings.simplefilter("ignore")  # heartbeat_interval is marked experimental
         storage = RDBStorage(url, heartbeat_interval=HEARTBEAT_SECONDS,
                              grace_period=GRACE_SECONDS)
-    if storage.engine.dialect.name == "sqlite" and not _in_memory(url):
+    in_memory = url.rstrip("/") in ("sqlite:", "sqlite://") or ":memory:" in url
+    if storage.engine.dialect.name == "sqlite" and not in_memory:
         _write_ahead(storage.engine)
     return storage
-
-
-def _in_memory(url: str) -> bool:
-    return url.rstrip("/") in ("sqlite:", "sqlite://") or ":memory:" in url
 
 
 def _write_ahead(engine) -> None:
@@ -100,14 +88,10 @@ def worker_attr() -> dict[str, Any]:
 
 
 def fail_stale_trials(study, *, settle: bool = False) -> tuple[int, int]:
-    """Mark failed the RUNNING trials of dead workers: Optuna's heartbeat check (a heartbeat
-    older than the grace period), then trials whose worker process is gone from this host, and
-    trials older than :data:`UNCLAIMED_SECONDS` that name no worker.
+    """Mark failed the RUNNING trials of dead workers (see the module docstring).
 
     With ``settle`` (at the end of a stage, when this run's own trials are done), an unclaimed
-    trial still younger than that is given the rest of its :data:`UNCLAIMED_SECONDS` and
-    checked again, rather than left RUNNING: a run killed just after Optuna created a trial,
-    rerun at once, finishes its remaining trials within that second.
+    trial is given the rest of its :data:`UNCLAIMED_SECONDS` rather than left RUNNING.
 
     Returns:
         (trials marked failed, trials still RUNNING: live workers', or ones whose death this
@@ -131,19 +115,17 @@ def fail_stale_trials(study, *, settle: bool = False) -> tuple[int, int]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fail_stale_trials is marked experimental
         optuna.storages.fail_stale_trials(study)
-    here = socket.gethostname()
     if settle:
         ages = [_age_seconds(t.datetime_start) for t in running()
                 if WORKER_ATTR not in t.user_attrs]
-        young = [age for age in ages if age <= UNCLAIMED_SECONDS]
-        if young:
-            time.sleep(UNCLAIMED_SECONDS - min(young) + 0.05)
+        if ages and min(ages) <= UNCLAIMED_SECONDS:
+            time.sleep(UNCLAIMED_SECONDS - min(ages) + 0.05)
     for trial in running():
         worker = trial.user_attrs.get(WORKER_ATTR)
         if worker is None:
             dead = _age_seconds(trial.datetime_start) > UNCLAIMED_SECONDS
         else:
-            dead = worker.get("host") == here and isinstance(worker.get("pid"), int) and \
+            dead = worker.get("host") == socket.gethostname() and isinstance(worker.get("pid"), int) and \
                 not process_alive(worker["pid"], since_ms=worker.get("since_ms"))
         if dead:
             try:

@@ -51,12 +51,8 @@ def grid_space(search: SearchSpec) -> dict[str, list]:
 
 
 def make_pruner(search: SearchSpec, epochs: int):
-    """The Optuna pruner named in ``search.pruner``; it sees one report per epoch.
-
-    The median and successive-halving pruners read the study's finished trials through a
-    :class:`~dbspec.tuning.pruning.FinishedTrialsPruner`, once per trial instead of once per
-    epoch; Hyperband stays as Optuna builds it (its sampler looks for a ``HyperbandPruner``).
-    """
+    """The Optuna pruner named in ``search.pruner``; it sees one report per epoch. The median
+    pruner reads finished trials once per trial (:mod:`~dbspec.tuning.pruning`)."""
     import optuna
 
     from dbspec.tuning.pruning import FinishedTrialsPruner
@@ -70,8 +66,7 @@ def make_pruner(search: SearchSpec, epochs: int):
                                               max_resource=max(epochs, spec.min_resource),
                                               reduction_factor=spec.reduction_factor)
     if spec.name == "successive_halving":
-        # not wrapped: it lists every trial, whatever its state, which the wrapper's list of
-        # finished trials cannot answer (wrapped, it read the storage more often, not less)
+        # not wrapped: it lists every trial, which the list of finished trials cannot answer
         return optuna.pruners.SuccessiveHalvingPruner(
             min_resource=spec.min_resource, reduction_factor=spec.reduction_factor)
     return optuna.pruners.NopPruner()

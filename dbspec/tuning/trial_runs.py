@@ -1,16 +1,10 @@
 """The trials' nested MLflow runs, written by one background thread so trials do not wait.
 
-A trial's MLflow run takes five writes to the tracking store (create the run, its parameters,
-its TensorBoard files, its metrics with their state tags, the end). On the default SQLite store
-each write waits for disk syncs: 40-60 ms here, about a third of a second per trial, as much
-as several epochs of the small networks a search tries, so pruning saved epochs but not time.
-:class:`TrialRuns` hands each write to one background thread, in order, and lets the trial go
-on; :meth:`TrialRuns.close` waits until every run is complete, so when the study's
-``optimize`` returns the runs are exactly what synchronous writes would have left, with the
-same start and end times (taken when the trial started and ended, not when the write ran).
-
-A write that fails stops the study when the next trial starts (or at :meth:`TrialRuns.close`)
-with MLflow's error, as a synchronous write would have stopped it at this trial.
+A trial's run takes five writes; on the default SQLite store each waits for disk syncs (about a
+third of a second per trial, as much as several epochs of a small network). :class:`TrialRuns`
+queues them, in order, with the times taken when the trial started and ended;
+:meth:`TrialRuns.close` waits for them, and a failed write is raised when the next trial starts
+or at :meth:`TrialRuns.close`.
 """
 
 from __future__ import annotations
@@ -41,7 +35,7 @@ class TrialOutcome:
     """What a finished trial leaves in its run."""
 
     history: list[dict[str, float]]
-    stamps: list[int]  # when each epoch was reported, in ms: the metrics' timestamps
+    stamps: list[int]  # when each epoch was reported, in ms
     state: str  # complete, pruned or failed
     value: Optional[float]
     error: str
@@ -70,7 +64,7 @@ class TrialRuns:
     def start(self, number: int, values: dict[str, Any]) -> Future:
         """Queue the run of trial ``number`` with its parameters; the future holds its id."""
         self._raise_failed()
-        started_ms = _now_ms()
+        started_ms = now_ms()
         run = self._writer.submit(self._create, number, values, started_ms)
         self._writes.append(run)
         return run
@@ -78,10 +72,7 @@ class TrialRuns:
     def finish(self, run: Future, outcome: TrialOutcome,
                cleanup: Callable[[], None] = lambda: None) -> None:
         """Queue the end of ``run``: files, metrics, state tags, status; then ``cleanup``.
-
-        Never raises for an earlier write (it runs in the trial's ``finally``, where it would
-        hide the trial's own error); :meth:`start` and :meth:`close` do.
-        """
+        Never raises for an earlier write (it would hide the trial's own error)."""
         self._writes.append(self._writer.submit(self._complete, run, outcome, cleanup))
 
     def close(self) -> None:
@@ -120,10 +111,8 @@ class TrialRuns:
         try:
             run_id = run.result()
             if outcome.events is not None and outcome.events.is_dir():
-                # pruned and failed trials keep their curves too
                 self.client.log_artifacts(run_id, str(outcome.events), "tensorboard")
-            # each epoch with the time it was reported, so MLflow's wall-time axis shows the
-            # trial as it ran
+            # each epoch at the time it was reported: MLflow's wall-time axis shows the trial
             metrics = MetricBuffer(self.client, run_id, flush_seconds=None, background=False)
             for step, (row, stamp) in enumerate(zip(outcome.history, outcome.stamps)):
                 metrics.log(row, step, timestamp=stamp)
@@ -140,5 +129,5 @@ class TrialRuns:
             cleanup()
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
     return int(time.time() * 1000)

@@ -11,7 +11,8 @@ import pytest
 from dbspec.errors import DbspecError
 from dbspec.evaluation.metrics import task_metrics
 from dbspec.monitoring import monitor
-from dbspec.monitoring.monitor import MonitorSettings, open_inference_table, read_labels, scan_table
+from dbspec.monitoring.labels import read_labels
+from dbspec.monitoring.monitor import MonitorSettings, open_inference_table, scan_table
 from dbspec.monitoring.windows import evaluate_windows
 from dbspec.monitoring.profile import build_profile
 from dbspec.serving.inference_table import InferenceTable, Record

@@ -115,7 +115,7 @@ def test_a_trial_finished_by_a_worker_that_started_later_is_seen_after_the_refre
 
 
 def test_successive_halving_is_not_wrapped():
-    from dbspec.tuning import make_pruner
+    from dbspec.tuning.study import make_pruner
     from dbspec.spec.sections.search import SearchSpec
 
     search = SearchSpec.model_validate({"n_trials": 2, "metric": "val_loss",

@@ -15,7 +15,7 @@ import pytest
 from optuna.trial import FixedTrial, TrialState
 
 from dbspec.spec.sections.search import SearchSpec
-from dbspec.tuning import direction, grid_space, make_pruner, make_sampler, suggest
+from dbspec.tuning.study import direction, grid_space, make_pruner, make_sampler, suggest
 from tests.conftest import checkout_env
 from tests.conftest import run_main as run
 
