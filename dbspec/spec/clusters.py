@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional
 
-from dbspec.seams.compute import compute_kind
+from dbspec.seams.compute import ComputeFinding as Problem, compute_kind
 from dbspec.spec.databricks import (
     DEFAULT_RUNTIME,
     GRAVITON_FROM,
@@ -80,14 +80,6 @@ def resolve_cluster(spec, key: str) -> ResolvedCluster:
 
 
 # --- rules ----------------------------------------------------------------------------------
-
-class Problem(NamedTuple):
-    """A rule a cluster breaks: the spec path, the message, and whether it is only a warning."""
-
-    path: tuple
-    message: str
-    warning: bool = False
-
 
 def check_clusters(spec) -> list[Problem]:
     """Every Databricks runtime rule the spec's job clusters break (none on AI Runtime, which

@@ -185,8 +185,8 @@ def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagn
     diagnostics = [rendered.diagnostic(where, f"expected a number, not the boolean "
                                           f"{str(value).lower()}")
                    for where, value in boolean_numbers(spec, rendered.root.to_data())]
-    diagnostics += [rendered.diagnostic(f.path, f.message, f.severity, at_key=f.at_key)
-                    for f in check_spec(spec)]
+    diagnostics += [rendered.diagnostic(f.path, f.message, "warning" if f.warning else "error",
+                                        at_key=f.at_key) for f in check_spec(spec)]
     if check_search and spec.search is not None:
         diagnostics.extend(_check_space(spec, source, diagnostics))
     if _has_errors(diagnostics):

@@ -6,9 +6,13 @@ positions them in the file. Every finding says what is wrong and what to write i
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import Optional
 
 from dbspec.errors import did_you_mean, one_of
+from dbspec.seams.compute import ComputeFinding as Finding, compute_kind
+from dbspec.seams.sources import source_kind
+from dbspec.seams.targets import serving_findings
+from dbspec.spec.clusters import check_clusters
 from dbspec.spec.sections import Spec
 from dbspec.spec.sections.monitoring import check_monitoring
 from dbspec.spec.sections.lifecycle import (
@@ -23,30 +27,19 @@ from dbspec.spec.metrics import gate_metric_problems, lower_is_better, metric_na
 from dbspec.spec.layout import LayoutError, has_typed_features, head_input
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
 
-class Finding(NamedTuple):
-    """A semantic problem at a dotted path of the spec."""
 
-    path: tuple
-    message: str
-    severity: str = "error"
-    at_key: bool = False
-
-
-class _Findings:
-    def __init__(self) -> None:
-        self.items: list[Finding] = []
+class _Findings(list[Finding]):
+    """Findings at dotted paths of the spec; a kind's own (``check``) are added with ``extend``."""
 
     def error(self, path: tuple, message: str, *, at_key: bool = False) -> None:
-        self.items.append(Finding(path, message, "error", at_key))
+        self.append(Finding(path, message, False, at_key))
 
     def warning(self, path: tuple, message: str, *, at_key: bool = False) -> None:
-        self.items.append(Finding(path, message, "warning", at_key))
+        self.append(Finding(path, message, True, at_key))
 
 
 def input_width(spec: Spec) -> Optional[int]:
     """Features per row when known without reading data, else None."""
-    from dbspec.seams.sources import source_kind
-
     data = spec.data
     if data.features is not None:
         return sum(1 for f in data.features if isinstance(f, str) or f.type == "numeric")
@@ -55,8 +48,6 @@ def input_width(spec: Spec) -> Optional[int]:
 
 def output_classes(spec: Spec) -> Optional[int]:
     """Classes of a classification task when known without reading data."""
-    from dbspec.seams.sources import source_kind
-
     known = source_kind(spec.data).known_classes(spec.data.source)
     if known is not None:
         return known
@@ -73,31 +64,20 @@ def check_spec(spec: Spec) -> list[Finding]:
     _check_data(spec, found)
     _check_model(spec, found)
     _check_training(spec, found)
-    _check_compute(spec, found)
+    found.extend(compute_kind(spec).check(spec))
     _check_search(spec, found)
     _check_evaluation(spec, found)
-    _check_serving(spec, found)
+    found.extend(serving_findings(spec))  # the serving mode's targets' checks
     _check_spark(spec, found)
-    _check_jobs(spec, found)
+    found.extend(check_clusters(spec))
     for path, message in check_monitoring(spec):
         found.error(path, message)
-    return found.items
-
-
-def _check_jobs(spec: Spec, found: _Findings) -> None:
-    from dbspec.spec.clusters import check_clusters
-
-    for problem in check_clusters(spec):
-        (found.warning if problem.warning else found.error)(problem.path, problem.message)
+    return found
 
 
 def _check_data(spec: Spec, found: _Findings) -> None:
-    from dbspec.seams.sources import source_kind
-
     data = spec.data
-    for finding in source_kind(data).check(spec):  # the source kind's own checks
-        (found.warning if finding.warning else found.error)(finding.path, finding.message,
-                                                            at_key=finding.at_key)
+    found.extend(source_kind(data).check(spec))  # the source kind's own checks
     for index, step in enumerate(data.preprocessing):
         if step.key == "clip" and step.args.lower_quantile >= step.args.upper_quantile:
             found.error(("data", "preprocessing", index, "clip"), "lower_quantile must be below "
@@ -295,15 +275,6 @@ def _check_metric(path: tuple, metric: str, names: list[str], found: _Findings) 
                     f"spec logs {', '.join(candidates)}")
 
 
-def _check_compute(spec: Spec, found: _Findings) -> None:
-    """The compute kind's own checks (:meth:`dbspec.seams.compute.ComputeKind.check`)."""
-    from dbspec.seams.compute import compute_kind
-
-    for finding in compute_kind(spec).check(spec):
-        (found.warning if finding.warning else found.error)(finding.path, finding.message,
-                                                            at_key=finding.at_key)
-
-
 def _check_search(spec: Spec, found: _Findings) -> None:
     search = spec.search
     if search is None:
@@ -381,11 +352,3 @@ def _check_evaluation(spec: Spec, found: _Findings) -> None:
     for path, message in gate_metric_problems(spec):
         found.error(path, message)
 
-
-def _check_serving(spec: Spec, found: _Findings) -> None:
-    """The serving mode's targets' checks (:func:`dbspec.seams.targets.serving_findings`)."""
-    from dbspec.seams.targets import serving_findings
-
-    for finding in serving_findings(spec):
-        (found.warning if finding.warning else found.error)(finding.path, finding.message,
-                                                            at_key=finding.at_key)

@@ -1,12 +1,14 @@
 """Shared pieces of the spec models: the closed, frozen base model and one-key entries."""
 
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, Callable, ClassVar, Literal, Union
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    StringConstraints,
     model_serializer,
     model_validator,
 )
@@ -87,19 +89,25 @@ def one_key_entry(model: type[OneKeyModel], bare: list[str]) -> Any:
                                             json_schema_input_type=Union[model, bare_type])]
 
 
-def shorthand(field_name: str, shorthand_type: Any):
-    """Let a section be written as its main value alone: ``pruner: median``.
+def shorthand(model: type[SpecModel], field_name: str) -> Any:
+    """``model``, which may also be written as its field ``field_name`` alone: ``pruner: median``.
 
     The schema admits both spellings; the model always holds the full form.
     """
 
     def expand(value: Any) -> Any:
-        if isinstance(value, dict) or isinstance(value, BaseModel):
-            return value
-        return {field_name: value}
+        return value if isinstance(value, (dict, BaseModel)) else {field_name: value}
 
-    def wrap(model: type[SpecModel]) -> Any:
-        return Annotated[model, BeforeValidator(
-            expand, json_schema_input_type=Union[model, shorthand_type])]
+    alone = model.model_fields[field_name].annotation
+    return Annotated[model, BeforeValidator(expand, json_schema_input_type=Union[model, alone])]
 
-    return wrap
+
+def checked(check: Callable[[str], Any], **constraints: Any) -> Any:
+    """A string with ``constraints`` (``pattern``...) that ``check`` accepts: it raises
+    ``ValueError`` with the message the user sees."""
+
+    def run(value: str) -> str:
+        check(value)
+        return value
+
+    return Annotated[str, StringConstraints(**constraints), AfterValidator(run)]

@@ -6,11 +6,11 @@ import posixpath
 import re
 from typing import Literal, Optional
 
-from pydantic import field_validator, model_validator
+from pydantic import model_validator
 
-from dbspec.spec.sections.base import SpecModel, d, section
+from dbspec.spec.sections.base import SpecModel, checked, d, section
 
-_EMAIL = r"^[^@\s]+@[^@\s]+$"
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 #: The tasks of a generated job (``jobs.tasks`` keys): the stage groups, then the endpoint task.
 TASK_GROUPS = ("data", "tune", "train", "evaluate", "promote", "serve", "batch_predict",
                "update_endpoint", "monitor")
@@ -116,11 +116,9 @@ class NotificationsSpec(SpecModel):
 
     @model_validator(mode="after")
     def _addresses(self) -> "NotificationsSpec":
-        import re
-
         for field in ("on_start", "on_success", "on_failure"):
             for address in getattr(self, field):
-                if not re.match(_EMAIL, address):
+                if not _EMAIL.match(address):
                     raise ValueError(f"{field}: '{address}' is not an e-mail address")
         return self
 
@@ -197,7 +195,7 @@ class JobsSpec(SpecModel):
     workspace_root: str = d("Workspace folder the jobs-json format expects the spec and the wheel "
                             "in (bundles upload them).", default="/Workspace/Shared/dbspec",
                             pattern=r"^(/Workspace|/Volumes|dbfs:)/")
-    shared_dir: Optional[str] = d(
+    shared_dir: Optional[checked(check_shared_dir, min_length=1)] = d(
         "Directory every node of the job's clusters reaches, passed to each task as "
         "'dbspec run --shared-dir': distributed training ranks, Spark trial tasks and checkpoints "
         "live there (stage outputs travel in the run key's MLflow run). An absolute path such "
@@ -206,12 +204,12 @@ class JobsSpec(SpecModel):
         "directory, else /Volumes/<catalog>/<schema>/dbspec from a three-part registry.name, "
         "else /Volumes/main/default/dbspec (the volume must exist). Bundles take it from the "
         "'shared_dir' bundle variable, jobs-json from the 'shared_dir' job parameter; both can "
-        "be overridden at deploy or run time.", default=None, min_length=1)
-    state_dir: Optional[str] = d(
+        "be overridden at deploy or run time.", default=None)
+    state_dir: Optional[checked(check_state_dir, min_length=1)] = d(
         "State directory of every task ('dbspec run --state-dir'); unset: node-local scratch "
         "in the task's working directory, since tasks hand over through MLflow and shared_dir. "
         "An absolute path (a mounted /Volumes/... or /dbfs/... path), never under /local_disk0.",
-        default=None, min_length=1)
+        default=None)
     schedule: Optional[ScheduleSpec] = d("Schedule; none: runs on demand.", default=None)
     monitor_schedule: ScheduleSpec = d(
         "With a monitoring section: when the monitor job ('dbspec monitor' on its own job "
@@ -232,13 +230,3 @@ class JobsSpec(SpecModel):
                                               default="aws")
     cluster: ClusterSettings = section("The cluster of the data, evaluation and serving tasks.")
     training_cluster: ClusterSettings = section("The cluster of the tune and train tasks.")
-
-    @field_validator("shared_dir")
-    @classmethod
-    def _shared(cls, value: Optional[str]) -> Optional[str]:
-        return None if value is None else check_shared_dir(value)
-
-    @field_validator("state_dir")
-    @classmethod
-    def _state(cls, value: Optional[str]) -> Optional[str]:
-        return None if value is None else check_state_dir(value)

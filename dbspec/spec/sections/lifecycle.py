@@ -3,10 +3,9 @@
 import re
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import (Discriminator, StringConstraints, Tag, field_validator,
-                      model_validator)
+from pydantic import Discriminator, StringConstraints, Tag, field_validator, model_validator
 
-from dbspec.spec.sections.base import SpecModel, d, section
+from dbspec.spec.sections.base import SpecModel, checked, d, section
 
 REGRESSION_METRICS = ("rmse", "mae", "mse", "r2", "mape")
 CLASSIFICATION_METRICS = ("accuracy", "precision", "recall", "f1", "roc_auc", "log_loss")
@@ -33,6 +32,9 @@ def check_alias(value: str) -> str:
                          "as champion or production")
     return value
 
+
+#: An alias a spec moves or serves: a name MLflow does not reserve.
+AliasName = checked(check_alias, pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
 
 #: Metrics each task computes when ``evaluation.metrics`` is not given.
 DEFAULT_METRICS = {
@@ -132,26 +134,19 @@ class Gate(SpecModel):
 class PromotionSpec(SpecModel):
     """Move an alias to the new version when every gate passes (one stage of promotion)."""
 
-    alias: str = d("Alias to set, e.g. production or champion.", default="champion",
-                   pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
+    alias: AliasName = d("Alias to set, e.g. production or champion.", default="champion")
     gates: list[Gate] = d("Conditions that must all hold.", default=[])
     approval: Literal["none", "required"] = d(
         "required: a version that passes the gates waits for `dbspec approve NAME VERSION "
         "--alias ALIAS` instead of moving the alias; only the last stage may ask for it.",
         default="none")
 
-    @field_validator("alias")
-    @classmethod
-    def _not_reserved(cls, value: str) -> str:
-        return check_alias(value)
-
 
 class PromotionStage(PromotionSpec):
     """One stage of a staged promotion (``registry.promotion`` as a list): its alias is
     required."""
 
-    alias: str = d("Alias of this stage, e.g. staging or production.",
-                   pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
+    alias: AliasName = d("Alias of this stage, e.g. staging or production.")
 
 
 class RegistrySpec(SpecModel):
@@ -293,13 +288,8 @@ class ServingSpec(SpecModel):
 
     mode: Literal["realtime", "batch", "none"] = d("realtime endpoint, batch scoring, or none.",
                                                    default="none")
-    model_alias: Optional[str] = d("Alias to serve; default: the promotion alias.", default=None,
-                                   pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
-
-    @field_validator("model_alias")
-    @classmethod
-    def _alias_not_reserved(cls, value: Optional[str]) -> Optional[str]:
-        return None if value is None else check_alias(value)
+    model_alias: Optional[AliasName] = d("Alias to serve; default: the promotion alias.",
+                                         default=None)
     realtime: RealtimeSpec = section("Settings of the realtime mode.")
     batch: Optional[BatchSpec] = d("Settings of the batch mode.", default=None)
     out_of_range: OutOfRangeSpec = section("What the endpoint and batch scoring do with rows "

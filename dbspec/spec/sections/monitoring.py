@@ -4,9 +4,7 @@ alerts, and what it does then."""
 import re
 from typing import Any, Literal, Optional
 
-from pydantic import field_validator
-
-from dbspec.spec.sections.base import SpecModel, d, section
+from dbspec.spec.sections.base import SpecModel, checked, d, section
 
 CHECKS = ("features", "predictions", "missing", "out_of_range", "quality")
 _DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
@@ -24,6 +22,9 @@ def duration_seconds(text: str) -> int:
         raise ValueError(f"'{text}' is not a duration: write a positive number with s, m, h or "
                          "d, such as 15m, 1h or 7d")
     return int(found[1]) * _SECONDS[found[2]]
+
+
+Duration = checked(duration_seconds)
 
 
 class ThresholdsSpec(SpecModel):
@@ -64,9 +65,9 @@ class MonitoringSpec(SpecModel):
     table: Optional[str] = d("The inference table (Delta); default: "
                              "serving.realtime.inference_table.path.", default=None,
                              min_length=1)
-    window: str = d("Length of one window, such as 15m, 1h or 1d; windows start on multiples "
+    window: Duration = d("Length of one window, such as 15m, 1h or 1d; windows start on multiples "
                     "of it (UTC).", default="1h")
-    lookback: Optional[str] = d("How far back a pass reads when --since is not given, such as "
+    lookback: Optional[Duration] = d("How far back a pass reads when --since is not given, such as "
                                 "2h for an hourly job (a pass then alerts on recent windows "
                                 "only); default: the whole table.", default=None)
     min_rows: int = d("Windows with fewer rows are reported, not checked.", default=100, ge=1)
@@ -84,13 +85,6 @@ class MonitoringSpec(SpecModel):
                              pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
     experiment: Optional[str] = d("MLflow experiment of the monitoring runs; default: "
                                   "<registered name>-monitoring.", default=None, min_length=1)
-
-    @field_validator("window", "lookback")
-    @classmethod
-    def _a_duration(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None:
-            duration_seconds(value)
-        return value
 
 
 def default_alias(spec: Any) -> Optional[str]:
