@@ -62,6 +62,15 @@ class Node:
             value = self.value
         return Node(value, self.line, self.column, self.key_line, self.key_column, self.origin)
 
+    def child(self, element: Any) -> Node | None:
+        """The node at key or index ``element`` below this one, or None."""
+        if isinstance(self.value, dict):
+            return self.value.get(element)
+        if isinstance(self.value, list) and isinstance(element, int) and \
+                0 <= element < len(self.value):
+            return self.value[element]
+        return None
+
     def walk(self, path: tuple = ()) -> Iterator[tuple[tuple, "Node"]]:
         """Yield ``(path, node)`` for this node and every node below it."""
         yield path, self
@@ -91,13 +100,10 @@ class Document(NamedTuple):
         """
         node, matched, found_last = self.root, [], False
         for i, element in enumerate(path):
-            value = node.value
-            if isinstance(value, dict) and isinstance(element, str) and element in value:
-                node = value[element]
-            elif isinstance(value, list) and isinstance(element, int) and 0 <= element < len(value):
-                node = value[element]
-            else:
+            child = node.child(element)
+            if child is None:
                 continue
+            node = child
             matched.append(element)
             found_last = i == len(path) - 1
         return tuple(matched), node, found_last

@@ -71,15 +71,13 @@ def build(document: Document, *, target: Optional[str] = None,
           assignments: Sequence[str] = (), check_search: bool = True) -> LoadedSpec:
     """Validate a parsed document for one target; see :func:`load_spec`."""
     source = apply_target(document, target) if target else document
-    source = apply_assignments(source, list(assignments))
-    spec, warnings = _validate(source, check_search=check_search)
-    return LoadedSpec(spec, source, target, tuple(warnings))
+    return _validate(apply_assignments(source, list(assignments)), target=target,
+                     check_search=check_search)
 
 
 def from_source(source: Document, target: Optional[str] = None) -> LoadedSpec:
     """Validate a document that already has its target and ``--set`` applied (a worker's copy)."""
-    spec, warnings = _validate(source, check_search=False)
-    return LoadedSpec(spec, source, target, tuple(warnings))
+    return _validate(source, target=target, check_search=False)
 
 
 def apply_values(loaded: LoadedSpec, values: dict[str, Any], *,
@@ -100,9 +98,8 @@ def apply_values(loaded: LoadedSpec, values: dict[str, Any], *,
         _materialize(root, path, defaults, origin)
         _switch_kind(root, path, value)
         set_path(root, path, value, origin=origin)
-    document = Document(loaded.source.file, root, loaded.source.text)
-    spec, warnings = _validate(document, check_search=False)
-    return LoadedSpec(spec, document, loaded.target, tuple(warnings))
+    return _validate(Document(loaded.source.file, root, loaded.source.text),
+                     target=loaded.target, check_search=False)
 
 
 def _default_encoders(spec: Spec, defaults: dict[str, Any]) -> None:
@@ -122,17 +119,10 @@ def _switch_kind(root: Node, path: tuple, value: Any) -> None:
     ``gru`` encoder, not to the ``bag`` a trial switches it to."""
     if path[-1] not in ("kind", "name") or len(path) < 2:
         return
-    node = root
+    node: Optional[Node] = root
     for element in path[:-1]:
-        children = node.value
-        if isinstance(children, dict) and element in children:
-            node = children[element]
-        elif isinstance(children, list) and isinstance(element, int) \
-                and element < len(children):
-            node = children[element]
-        else:
-            return
-    if not isinstance(node.value, dict) or path[-1] not in node.value \
+        node = node.child(element) if node is not None else None
+    if node is None or not isinstance(node.value, dict) or path[-1] not in node.value \
             or node.value[path[-1]].value == value:
         return
     accepted = _kind_settings(path[:-1], path[-1], value)
@@ -174,7 +164,7 @@ def _materialize(root: Node, path: tuple, defaults: dict[str, Any], origin: str)
         node = node.value[element]
 
 
-def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagnostic]]:
+def _validate(source: Document, *, target: Optional[str], check_search: bool) -> LoadedSpec:
     rendered = render_document(source)
     try:
         spec = Spec.model_validate(rendered.root.to_data())
@@ -189,13 +179,9 @@ def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagn
                                         at_key=f.at_key) for f in check_spec(spec)]
     if check_search and spec.search is not None:
         diagnostics.extend(_check_space(spec, source, diagnostics))
-    if _has_errors(diagnostics):
+    if any(d.severity == "error" for d in diagnostics):
         raise SpecError(diagnostics)
-    return spec, diagnostics
-
-
-def _has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
-    return any(d.severity == "error" for d in diagnostics)
+    return LoadedSpec(spec, source, target, tuple(diagnostics))
 
 
 def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[Diagnostic]:
@@ -325,7 +311,7 @@ def validate_file(path: str, *, target: Optional[str] = None,
             diagnostics = exc.diagnostics
         for diag in diagnostics:
             if name and not target:
-                diag = _mention_target(diag, name)
+                diag = diag._replace(message=f"{diag.message} [target {name}]")
             found.setdefault((diag.line, diag.column, diag.path, diag.message.split(" [target")[0]),
                              diag)
     merged = {(d.line, d.column) for d in found.values() if not d.path.startswith("targets.")}
@@ -345,10 +331,6 @@ def _only_target(document: Document, target: str) -> Document:
     root = Node({**document.root.value, "targets": kept}, document.root.line,
                 document.root.column, origin=document.root.origin)
     return Document(document.file, root, document.text)
-
-
-def _mention_target(diag: Diagnostic, target: str) -> Diagnostic:
-    return diag._replace(message=f"{diag.message} [target {target}]")
 
 
 __all__ = ["LoadedSpec", "load_spec", "build", "apply_values", "validate_file", "format_path"]

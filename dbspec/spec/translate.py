@@ -85,11 +85,9 @@ def _clean_loc(loc: tuple, document: Document) -> tuple:
     cleaned: list[Any] = []
     node: Optional[Node] = document.root
     for i, element in enumerate(loc):
-        value = node.value if node is not None else None
-        if isinstance(value, dict) and element in value:
-            node = value[element]
-        elif isinstance(value, list) and isinstance(element, int) and 0 <= element < len(value):
-            node = value[element]
+        child = node.child(element) if node is not None else None
+        if child is not None:
+            node = child
         elif i < len(loc) - 1 or _is_label(element) or (cleaned and element == cleaned[-1]):
             continue  # a union member's tag or pydantic's label for it
         cleaned.append(element)
