@@ -20,8 +20,7 @@ from typing import Any, Optional
 
 from dbspec.spec.sections.features import (CategoricalFeature, ImageFeature, NumericFeature,
                                            SequenceFeature, TextFeature)
-from dbspec.spec.sections.network import (ENCODERS_FOR, ModelSpec, SettingError,
-                                          default_encoder)
+from dbspec.spec.sections.network import ENCODERS_FOR, ModelSpec, default_encoder
 from dbspec.spec.shapes import Shape, ShapeError, format_shape, infer_shapes
 
 
@@ -155,15 +154,8 @@ def encoder_width(encoded: EncodedInput) -> int:
 
 def combined_width(numeric: int, widths: list[int], combiner: Any) -> int:
     """Width of the combiner's output for ``numeric`` numeric features and encoder outputs of
-    ``widths``.
-
-    Raises:
-        LayoutError: attention heads that do not divide the width.
-    """
-    try:
-        return combiner.output_width(numeric, widths)
-    except SettingError as exc:
-        raise LayoutError(("model", "combiner", exc.field), str(exc)) from None
+    ``widths``."""
+    return combiner.output_width(numeric, widths)
 
 
 def head_input(features: list, model: ModelSpec, numeric: Optional[int]) -> Optional[int]:

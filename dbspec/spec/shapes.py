@@ -120,7 +120,7 @@ def _attention(name: str, args, shape: Shape) -> Shape:
     _require_sequence(name, shape)
     if shape[1] % args.heads:
         raise ValueError(f"{name}: {args.heads} heads do not divide the width {shape[1]}; "
-                         f"use a head count that divides it ({_divisors(shape[1])})")
+                         f"use a head count that divides it ({divisors(shape[1])})")
     return shape
 
 
@@ -149,7 +149,8 @@ def _require_sequence(name: str, shape: Shape) -> None:
                             if len(shape) == 1 else ""))
 
 
-def _divisors(width: int) -> str:
+def divisors(width: int) -> str:
+    """The head counts up to 64 that divide ``width``, for messages."""
     return ", ".join(str(h) for h in range(1, min(width, 64) + 1) if width % h == 0)
 
 

@@ -89,16 +89,17 @@ def one_key_entry(model: type[OneKeyModel], bare: list[str]) -> Any:
                                             json_schema_input_type=Union[model, bare_type])]
 
 
-def shorthand(model: type[SpecModel], field_name: str) -> Any:
+def shorthand(model: Any, field_name: str, alone: Any = None) -> Any:
     """``model``, which may also be written as its field ``field_name`` alone: ``pruner: median``.
 
-    The schema admits both spellings; the model always holds the full form.
+    The schema admits both spellings (``alone``: the field's own type); the model always holds
+    the full form.
     """
 
     def expand(value: Any) -> Any:
         return value if isinstance(value, (dict, BaseModel)) else {field_name: value}
 
-    alone = model.model_fields[field_name].annotation
+    alone = alone or model.model_fields[field_name].annotation
     return Annotated[model, BeforeValidator(expand, json_schema_input_type=Union[model, alone])]
 
 
