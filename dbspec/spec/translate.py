@@ -29,8 +29,8 @@ _TYPE_WORDS = {
 #: Names pydantic gives union members and wrappers in error locations.
 _LABELS = {"int", "float", "bool", "str", "list", "dict", "tuple", "none", "literal",
            "constrained-int", "constrained-float", "constrained-str", "is-instance"}
-_NUMBER_BOUNDS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal",
-                  "multiple_of"}
+_BOUND_SIGNS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+                "less_than_equal": "<="}
 #: Keras's and PyTorch's names of the losses, which did-you-mean alone gets wrong
 #: (``binary_crossentropy`` is closest in spelling to ``cross_entropy``, not ``bce``).
 _OTHER_NAMES = {
@@ -100,8 +100,8 @@ def _is_label(element: Any) -> bool:
 
 
 def _is_simple(error: dict) -> bool:
-    return error["type"] in _TYPE_WORDS or error["type"] in (
-        "literal_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal")
+    return error["type"] in _TYPE_WORDS or error["type"] in _BOUND_SIGNS or \
+        error["type"] == "literal_error"
 
 
 def _expectation(error: dict) -> str:
@@ -109,13 +109,10 @@ def _expectation(error: dict) -> str:
         return _TYPE_WORDS[error["type"]]
     if error["type"] == "literal_error":
         return one_of(_choices(error))
-    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
-              "less_than_equal": "<="}
-    ctx = error.get("ctx") or {}
-    for kind, sign in bounds.items():
-        if error["type"] == kind:
-            limit = next(iter(v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")), "?")
-            return f"a number {sign} {limit}"
+    if error["type"] in _BOUND_SIGNS:
+        ctx = error.get("ctx") or {}
+        limit = next((v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")), "?")
+        return f"a number {_BOUND_SIGNS[error['type']]} {limit}"
     return error["msg"].removeprefix("Input should be ")
 
 
@@ -164,7 +161,8 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
             word = entries[0].entry_word
             return (f"each {word} is one key with its settings, like '- linear: {{out: 8}}' or "
                     f"'- relu'; found {_show(value)}"), False
-    if isinstance(value, bool) and kind in _NUMBER_BOUNDS:  # pydantic took it as 0 or 1
+    # pydantic took the boolean as 0 or 1
+    if isinstance(value, bool) and (kind in _BOUND_SIGNS or kind == "multiple_of"):
         return f"expected a number, not the boolean {str(value).lower()}", False
     if kind in _TYPE_WORDS:
         hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""

@@ -1,12 +1,8 @@
 """``roles``: who may read, change and deploy what the spec produces on Databricks.
 
-Three roles, following the course's access table: ``admin`` reads, writes and deploys;
-``data_scientist`` reads and writes; ``analyst`` only reads. Each lists principals, written
-``user:<email>``, ``group:<name>`` or ``service_principal:<application-id>``; a bare e-mail
-address means a user and any other bare name a group. ``dbspec jobs`` turns the roles into
-Unity Catalog grants and permission levels (see ``dbspec.jobs.resources``); on an
-``mlflow server --app-name basic-auth``, ``dbspec grant`` and ``dbspec run`` make the users
-MANAGE / EDIT / READ on the experiment and registered model (``dbspec.registry.access``).
+``dbspec jobs`` turns the roles into Unity Catalog grants and permission levels
+(``dbspec.jobs.resources``); on an ``mlflow server --app-name basic-auth``, ``dbspec grant``
+and ``dbspec run`` make the users MANAGE / EDIT / READ (``dbspec.registry.access``).
 """
 
 import re
