@@ -29,11 +29,8 @@ class EncodedInput:
     """One non-numeric feature as the network sees it.
 
     Attributes:
-        name: The feature (column) name.
-        type: categorical, text, sequence or image.
         shape: Its encoded input per sample.
         tokens: Whether the input holds indices (an embedding's input; 0 is padding).
-        width: Matrix columns it takes (the product of ``shape``).
         encoder: The encoder spec (the type's default when the spec gives none).
         layers: The encoder as a layer list.
     """
@@ -47,6 +44,7 @@ class EncodedInput:
 
     @property
     def width(self) -> int:
+        """Matrix columns it takes."""
         return math.prod(self.shape)
 
 
@@ -82,19 +80,13 @@ def input_shape(feature: Any) -> Shape:
 
 
 def holds_tokens(feature: Any) -> bool:
-    return isinstance(feature, (CategoricalFeature, TextFeature)) or (
-        isinstance(feature, SequenceFeature) and feature.values == "tokens")
+    return feature.input_kind in ("index", "tokens")
 
 
 def encoder_of(feature: Any, model: ModelSpec) -> Any:
     """The encoder the spec gives ``feature``, or its type's default."""
     given = model.encoders.get(feature.name)
     return given if given is not None else default_encoder(feature.type)
-
-
-def encoder_layers(feature: Any, encoder: Any) -> list:
-    """``encoder`` (a preset kind or a layer list) as layer entries over the encoded input."""
-    return encoder.layers_over(holds_tokens(feature))
 
 
 def encoded_inputs(features: list, model: ModelSpec) -> list[EncodedInput]:
@@ -113,9 +105,9 @@ def encoded_inputs(features: list, model: ModelSpec) -> list[EncodedInput]:
             raise LayoutError(("model", "encoders", feature.name, "kind"),
                               f"a {feature.type} feature takes the encoders "
                               f"{', '.join(ENCODERS_FOR[feature.type])}, not {encoder.kind}")
-        out.append(EncodedInput(feature.name, feature.type, input_shape(feature),
-                                holds_tokens(feature), encoder,
-                                encoder_layers(feature, encoder)))
+        tokens = holds_tokens(feature)
+        out.append(EncodedInput(feature.name, feature.type, input_shape(feature), tokens,
+                                encoder, encoder.layers_over(tokens)))
     return out
 
 

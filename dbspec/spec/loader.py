@@ -46,12 +46,9 @@ class LoadedSpec(NamedTuple):
 def default_target(document: Document) -> Optional[str]:
     """The target marked ``default: true``, if any."""
     targets = document.root.value.get("targets")
-    if targets is None or not isinstance(targets.value, dict):
-        return None
-    for name, node in targets.value.items():
-        if isinstance(node.value, dict) and getattr(node.value.get("default"), "value", False) is True:
-            return name
-    return None
+    nodes = targets.value if targets is not None and isinstance(targets.value, dict) else {}
+    return next((name for name, node in nodes.items() if isinstance(node.value, dict)
+                 and getattr(node.value.get("default"), "value", False) is True), None)
 
 
 def load_spec(path: str, *, target: Optional[str] = None,
