@@ -15,7 +15,6 @@ from dbspec.errors import Diagnostic, SpecError, did_you_mean
 from dbspec.spec.document import Document, Node, format_path, read_document
 from dbspec.spec.sections import Spec
 from dbspec.spec.sections.search import FloatDistribution
-from dbspec.spec.numbers import boolean_numbers
 from dbspec.spec.overrides import apply_assignments, apply_target, list_targets, set_path
 from dbspec.spec.semantics import check_spec
 from dbspec.spec.templating import is_template, render_document
@@ -169,10 +168,7 @@ def _validate(source: Document, *, target: Optional[str], check_search: bool) ->
         from dbspec.spec.translate import translate  # only needed when something is wrong
 
         raise SpecError(translate(exc, rendered, Spec)) from None
-    diagnostics = [rendered.diagnostic(where, f"expected a number, not the boolean "
-                                          f"{str(value).lower()}")
-                   for where, value in boolean_numbers(spec, rendered.root.to_data())]
-    diagnostics += [rendered.diagnostic(f.path, f.message, "warning" if f.warning else "error",
+    diagnostics = [rendered.diagnostic(f.path, f.message, "warning" if f.warning else "error",
                                         at_key=f.at_key) for f in check_spec(spec)]
     if check_search and spec.search is not None:
         diagnostics.extend(_check_space(spec, source, diagnostics))

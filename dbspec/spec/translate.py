@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, did_you_mean, one_of
 from dbspec.spec.document import Document, Node
 from dbspec.spec.kinds import failed_kind_message
-from dbspec.spec.sections.base import OneKeyModel
+from dbspec.spec.sections.base import BooleanText, OneKeyModel, type_members
 
 _QUOTED = re.compile(r"'([^']*)'")
 _TYPE_WORDS = {
@@ -161,8 +161,9 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
             word = entries[0].entry_word
             return (f"each {word} is one key with its settings, like '- linear: {{out: 8}}' or "
                     f"'- relu'; found {_show(value)}"), False
-    # pydantic took the boolean as 0 or 1
-    if isinstance(value, bool) and (kind in _BOUND_SIGNS or kind == "multiple_of"):
+    # pydantic took the boolean as 0 or 1, or the number field refused it (SpecModel)
+    if isinstance(value, BooleanText) or (isinstance(value, bool) and (
+            kind in _BOUND_SIGNS or kind == "multiple_of")):
         return f"expected a number, not the boolean {str(value).lower()}", False
     if kind in _TYPE_WORDS:
         hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""
@@ -274,7 +275,7 @@ def models_at(root: type[BaseModel], loc: tuple) -> list[type[BaseModel]]:
     candidates: list[Any] = [root]
     for element in loc:
         following: list[Any] = []
-        for tp in _expand(candidates):
+        for tp in type_members(candidates):
             if isinstance(tp, type) and issubclass(tp, BaseModel):
                 for name, field in tp.model_fields.items():
                     if element in (name, field.alias):
@@ -284,23 +285,8 @@ def models_at(root: type[BaseModel], loc: tuple) -> list[type[BaseModel]]:
             elif typing.get_origin(tp) is dict:
                 following.extend(typing.get_args(tp)[1:2])
         candidates = following
-    return [tp for tp in _expand(candidates) if isinstance(tp, type) and issubclass(tp, BaseModel)]
-
-
-def _expand(types: Iterable[Any]) -> list[Any]:
-    """Unwrap Annotated, Optional and Union into the member types."""
-    out: list[Any] = []
-    stack = list(types)
-    while stack:
-        tp = stack.pop()
-        origin = typing.get_origin(tp)
-        if origin is typing.Annotated:
-            stack.append(typing.get_args(tp)[0])
-        elif origin is typing.Union or (origin is not None and str(origin) == "types.UnionType"):
-            stack.extend(typing.get_args(tp))
-        else:
-            out.append(tp)
-    return out
+    return [tp for tp in type_members(candidates)
+            if isinstance(tp, type) and issubclass(tp, BaseModel)]
 
 
 def _unknown_kind(ctx: dict, loc: tuple) -> str:
