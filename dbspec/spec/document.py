@@ -109,16 +109,13 @@ class Document(NamedTuple):
         return tuple(matched), node, found_last
 
     def diagnostic(self, path: tuple, message: str, severity: Severity = "error", *,
-                   at_key: bool = False, display_path: str | None = None) -> Diagnostic:
+                   at_key: bool = False) -> Diagnostic:
         """Build a diagnostic positioned at ``path`` (or its nearest existing parent)."""
-        matched, node, found = self.locate(path)
-        if at_key and found and node.key_line:
-            line, column = node.key_line, node.key_column
-        else:
-            line, column = node.line, node.column
-        if display_path is None:
-            display_path = format_path(path)
-        return Diagnostic(self.file, line, column, display_path, message, severity, node.origin)
+        _, node, found = self.locate(path)
+        at_key = at_key and found and bool(node.key_line)
+        return Diagnostic(self.file, node.key_line if at_key else node.line,
+                          node.key_column if at_key else node.column, format_path(path), message,
+                          severity, node.origin)
 
 
 def format_path(path: tuple) -> str:

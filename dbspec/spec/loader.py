@@ -204,31 +204,27 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
         if problem:
             out.append(source.diagnostic(where, problem, at_key=True))
             continue
-        bounds = getattr(dist, "low_high", None)
         if isinstance(current, int) and not isinstance(current, bool) and \
                 isinstance(dist, FloatDistribution) and not dotted.startswith("vars."):
             out.append(source.diagnostic(where, f"'{dotted}' holds an integer ({current}); use "
                                          "an int distribution", at_key=True))
             continue
-        samples = list(bounds) if bounds is not None else list(dist.choices)
         parts = dotted.split(".")
         if parts[0] == "vars" and len(parts) > 1 and parts[1] not in named \
                 and "vars" not in named:
             continue
         trial = loaded if parts[0] == "search" else without_search
-        for sample in samples:
+        for sample in getattr(dist, "low_high", None) or dist.choices:
             try:
                 apply_values(trial, {dotted: sample}, defaults=defaults)
             except SpecError as exc:
                 new = [d for d in exc.diagnostics if d.severity == "error"
                        and (d.path, d.message) not in baseline]
-                if not new:
-                    continue
-                first = new[0]
-                out.append(source.diagnostic(where, f"the value {sample!r} makes the spec "
-                                             f"invalid: {first.path}: {first.message}",
-                                             at_key=True))
-                break
+                if new:
+                    out.append(source.diagnostic(where, f"the value {sample!r} makes the spec "
+                                                 f"invalid: {new[0].path}: {new[0].message}",
+                                                 at_key=True))
+                    break
     return out
 
 
@@ -316,9 +312,7 @@ def validate_file(path: str, *, target: Optional[str] = None,
 
 def _only_target(document: Document, target: str) -> Document:
     """The document with its ``targets`` section cut down to ``target`` (nodes shared)."""
-    targets = document.root.value.get("targets")
-    if targets is None or not isinstance(targets.value, dict):
-        return document
+    targets = document.root.value["targets"]  # a mapping: list_targets named ``target``
     kept = Node({target: targets.value[target]}, targets.line, targets.column,
                 targets.key_line, targets.key_column, targets.origin)
     root = Node({**document.root.value, "targets": kept}, document.root.line,
