@@ -24,18 +24,15 @@ NODE_LOCAL = "/local_disk0"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
 
-def _on_node_disk(path: str) -> bool:
-    """Whether ``path`` (a POSIX path, or a ``file:`` URI) lies on a node's local disk."""
-    path = path.removeprefix("file:")
-    if not path.startswith("/"):
-        return False
+def _refuse_node_disk(value: str, why: str) -> None:
+    """Raise ValueError when ``value`` (a POSIX path, or a ``file:`` URI) lies on a node's local
+    disk, saying ``why`` that cannot work."""
+    path = value.removeprefix("file:")
     normal = posixpath.normpath("/" + path.lstrip("/"))
-    return normal == NODE_LOCAL or normal.startswith(NODE_LOCAL + "/")
-
-
-def _node_disk_message(value: str, why: str) -> str:
-    return (f"'{value}' is on a node's local disk ({NODE_LOCAL}); {why}: give a directory every "
-            "node reaches, such as a Unity Catalog Volume (/Volumes/<catalog>/<schema>/<volume>)")
+    if path.startswith("/") and (normal == NODE_LOCAL or normal.startswith(NODE_LOCAL + "/")):
+        raise ValueError(f"'{value}' is on a node's local disk ({NODE_LOCAL}); {why}: give a "
+                         "directory every node reaches, such as a Unity Catalog Volume "
+                         "(/Volumes/<catalog>/<schema>/<volume>)")
 
 
 def check_shared_dir(value: str) -> str:
@@ -48,9 +45,7 @@ def check_shared_dir(value: str) -> str:
         ValueError: a relative path, a node-local path, an unknown URI scheme, or a
             ``/Volumes`` path that stops before the volume.
     """
-    why = "training ranks and tasks on other nodes cannot read it"
-    if _on_node_disk(value):
-        raise ValueError(_node_disk_message(value, why))
+    _refuse_node_disk(value, "training ranks and tasks on other nodes cannot read it")
     scheme = _SCHEME.match(value)
     if scheme:
         name = scheme.group(1).lower()
@@ -84,9 +79,8 @@ def check_state_dir(value: str) -> str:
         ValueError: a relative path, a URI (the state dir is opened as a local directory), or
             a node-local path (a later task, retry or repair may run on another node).
     """
-    if _on_node_disk(value):
-        raise ValueError(_node_disk_message(
-            value, "a later task, a retry or a repair may run on another node and not find it"))
+    _refuse_node_disk(value, "a later task, a retry or a repair may run on another node and "
+                      "not find it")
     if _SCHEME.match(value):
         raise ValueError(f"'{value}': the state dir is opened as a local directory; use a "
                          "mounted path (/Volumes/..., /dbfs/...) or leave it unset")

@@ -94,10 +94,7 @@ def default_alias(spec: Any) -> Optional[str]:
         return spec.monitoring.alias
     if spec.serving.model_alias:
         return spec.serving.model_alias
-    promotion = spec.registry.promotion if spec.registry is not None else None
-    if promotion is None:
-        return None
-    return (promotion[-1] if isinstance(promotion, list) else promotion).alias
+    return spec.registry.final_alias() if spec.registry is not None else None
 
 
 def check_monitoring(spec: Any) -> list[tuple[tuple, str]]:
