@@ -13,7 +13,7 @@ from dbspec.seams.compute import ComputeFinding as Problem, compute_kind
 from dbspec.spec.databricks import (DEFAULT_RUNTIME, GRAVITON_FROM, MLFLOW_REQUIRED,
                                     PYTHON_REQUIRED, Resources, default_node,
                                     default_spark_version, gpus_of, is_graviton, node_cloud,
-                                    parse_spark_version, training_resources, unity_catalog)
+                                    parse_spark_version, unity_catalog)
 
 if TYPE_CHECKING:
     from dbspec.spec.sections.jobs import ClusterSettings
@@ -50,7 +50,9 @@ def resolve_cluster(spec, key: str) -> ResolvedCluster:
     """The main (``key="main"``) or training cluster of ``spec``'s job."""
     jobs = spec.jobs
     settings = jobs.cluster if key == "main" else jobs.training_cluster
-    resources = Resources(0, 0, False) if key == "main" else training_resources(spec.compute)
+    # the training cluster: GPUs and workers as the compute kind asks
+    resources = Resources(0, 0, False) if key == "main" else \
+        compute_kind(spec).resources(spec.compute)
     gpu = resources.gpus_per_node > 0
     node = settings.node_type_id or default_node(jobs.cloud, resources.gpus_per_node,
                                                  settings.graviton and not gpu)

@@ -155,13 +155,6 @@ class Resources(NamedTuple):
     on_executors: bool
 
 
-def training_resources(compute) -> Resources:
-    """GPUs and workers the training cluster needs: the compute kind's answer."""
-    from dbspec.seams.compute import COMPUTE
-
-    return COMPUTE.get(compute.kind).resources(compute)
-
-
 def unity_catalog(spec) -> bool:
     """Whether the spec registers to, or reads from, Unity Catalog."""
     if spec.registry is not None and spec.registry.name.count(".") == 2:

@@ -130,16 +130,12 @@ def _switch_kind(root: Node, path: tuple, value: Any) -> None:
 def _kind_settings(path: tuple, selector: str, value: Any) -> Optional[set[str]]:
     """The keys the section at ``path`` takes when its ``selector`` is ``value`` (the member of
     the union of kinds there), or None when no model at ``path`` has that selector value."""
-    import typing
+    # loaded only when a search switches a kind
+    from dbspec.spec.translate import models_at, select_members
 
-    from dbspec.spec.translate import models_at  # loaded only when a search switches a kind
-
-    for kind in models_at(Spec, path):
-        field = kind.model_fields.get(selector)
-        if field is not None and value in typing.get_args(field.annotation):
-            return set(kind.model_fields) | {f.alias for f in kind.model_fields.values()
-                                             if f.alias}
-    return None
+    chosen = select_members(models_at(Spec, path), selector, value)
+    return {key for n, f in chosen[0].model_fields.items() for key in (n, f.alias) if key} \
+        if chosen else None
 
 
 def _materialize(root: Node, path: tuple, defaults: dict[str, Any], origin: str) -> None:

@@ -235,6 +235,13 @@ def _keys(model: type[BaseModel]) -> set[str]:
     return {f.alias or n for n, f in model.model_fields.items()}
 
 
+def select_members(models: list[type[BaseModel]], selector: str,
+                   value: Any) -> list[type[BaseModel]]:
+    """The models whose ``selector`` field (``kind``, ``name``) takes ``value``."""
+    return [m for m in models if selector in m.model_fields
+            and value in typing.get_args(m.model_fields[selector].annotation)]
+
+
 def _selected_member(models: list[type[BaseModel]], mapping: Any) -> list[type[BaseModel]]:
     """The union members whose ``kind``/``name`` literal matches the written one."""
     if len(models) < 2 or not isinstance(mapping, dict):
@@ -242,8 +249,7 @@ def _selected_member(models: list[type[BaseModel]], mapping: Any) -> list[type[B
     for selector in ("kind", "name"):
         written = mapping.get(selector)
         if isinstance(written, Node):
-            chosen = [m for m in models if selector in m.model_fields and written.value in
-                      typing.get_args(m.model_fields[selector].annotation)]
+            chosen = select_members(models, selector, written.value)
             if chosen:
                 return chosen
     return models

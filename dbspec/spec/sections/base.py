@@ -2,15 +2,13 @@
 
 import functools
 import typing
-from typing import Annotated, Any, Callable, ClassVar, Iterable, Literal, Union
+from typing import Annotated, Any, ClassVar, Iterable, Literal, Union
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    StringConstraints,
     model_serializer,
     model_validator,
 )
@@ -134,8 +132,9 @@ def one_key_entry(model: type[OneKeyModel], bare: list[str]) -> Any:
                                             json_schema_input_type=Union[model, bare_type])]
 
 
-def shorthand(model: Any, field_name: str, alone: Any = None) -> Any:
-    """``model``, which may also be written as its field ``field_name`` alone: ``pruner: median``.
+def shorthand(model: Any, field_name: str, alone: Any = None) -> BeforeValidator:
+    """Let ``model`` (annotated with this) be written as its field ``field_name`` alone:
+    ``pruner: median``.
 
     The schema admits both spellings (``alone``: the field's own type); the model always holds
     the full form.
@@ -145,15 +144,4 @@ def shorthand(model: Any, field_name: str, alone: Any = None) -> Any:
         return value if isinstance(value, (dict, BaseModel)) else {field_name: value}
 
     alone = alone or model.model_fields[field_name].annotation
-    return Annotated[model, BeforeValidator(expand, json_schema_input_type=Union[model, alone])]
-
-
-def checked(check: Callable[[str], Any], **constraints: Any) -> Any:
-    """A string with ``constraints`` (``pattern``...) that ``check`` accepts: it raises
-    ``ValueError`` with the message the user sees."""
-
-    def run(value: str) -> str:
-        check(value)
-        return value
-
-    return Annotated[str, StringConstraints(**constraints), AfterValidator(run)]
+    return BeforeValidator(expand, json_schema_input_type=Union[model, alone])

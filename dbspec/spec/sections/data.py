@@ -1,6 +1,6 @@
 """``data``: where rows come from, the task, the split and the preprocessing."""
 
-from typing import Any, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 
 from dbspec.seams.sources import SOURCES
@@ -44,7 +44,7 @@ class ClipArgs(ScaleArgs):
     upper_quantile: float = d("Upper quantile.", default=0.99, ge=0, le=1)
 
 
-_Scale = shorthand(ScaleArgs, "columns")
+_Scale = Annotated[ScaleArgs, shorthand(ScaleArgs, "columns")]
 
 
 class PreprocessingStepSpec(OneKeyModel):
@@ -60,9 +60,10 @@ class PreprocessingStepSpec(OneKeyModel):
                                        default=None)
     robust_scale: Optional[_Scale] = d("Subtract the median, divide by the interquartile range.",
                                        default=None)
-    impute: Optional[shorthand(ImputeArgs, "columns")] = d("Fill missing values.", default=None)
-    clip: Optional[shorthand(ClipArgs, "columns")] = d("Clip outliers to training quantiles.",
-                                                       default=None)
+    impute: Optional[Annotated[ImputeArgs, shorthand(ImputeArgs, "columns")]] = d(
+        "Fill missing values.", default=None)
+    clip: Optional[Annotated[ClipArgs, shorthand(ClipArgs, "columns")]] = d(
+        "Clip outliers to training quantiles.", default=None)
 
 
 PreprocessStep = one_key_entry(PreprocessingStepSpec, bare=list(PreprocessingStepSpec.model_fields))

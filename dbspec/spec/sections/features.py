@@ -150,5 +150,3 @@ TypedFeature = Annotated[
 #: One entry of data.features: a column name (its type read from the column when the data
 #: loads) or a typed feature.
 FeatureEntry = Union[FeatureName, TypedFeature]
-
-FEATURE_TYPES = ("numeric", "categorical", "text", "sequence", "image")

@@ -4,11 +4,11 @@ override it."""
 
 import posixpath
 import re
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import model_validator
+from pydantic import AfterValidator, StringConstraints, model_validator
 
-from dbspec.spec.sections.base import SpecModel, checked, d, section
+from dbspec.spec.sections.base import SpecModel, d, section
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 #: The tasks of a generated job (``jobs.tasks`` keys): the stage groups, then the endpoint task.
@@ -89,6 +89,11 @@ def check_state_dir(value: str) -> str:
                          "an absolute path or leave it unset")
     _check_volume(value)
     return value
+
+
+_Text = StringConstraints(min_length=1)
+SharedDir = Annotated[str, _Text, AfterValidator(check_shared_dir)]
+StateDir = Annotated[str, _Text, AfterValidator(check_state_dir)]
 
 
 class ScheduleSpec(SpecModel):
@@ -189,7 +194,7 @@ class JobsSpec(SpecModel):
     workspace_root: str = d("Workspace folder the jobs-json format expects the spec and the wheel "
                             "in (bundles upload them).", default="/Workspace/Shared/dbspec",
                             pattern=r"^(/Workspace|/Volumes|dbfs:)/")
-    shared_dir: Optional[checked(check_shared_dir, min_length=1)] = d(
+    shared_dir: Optional[SharedDir] = d(
         "Directory every node of the job's clusters reaches, passed to each task as "
         "'dbspec run --shared-dir': distributed training ranks, Spark trial tasks and checkpoints "
         "live there (stage outputs travel in the run key's MLflow run). An absolute path such "
@@ -199,7 +204,7 @@ class JobsSpec(SpecModel):
         "else /Volumes/main/default/dbspec (the volume must exist). Bundles take it from the "
         "'shared_dir' bundle variable, jobs-json from the 'shared_dir' job parameter; both can "
         "be overridden at deploy or run time.", default=None)
-    state_dir: Optional[checked(check_state_dir, min_length=1)] = d(
+    state_dir: Optional[StateDir] = d(
         "State directory of every task ('dbspec run --state-dir'); unset: node-local scratch "
         "in the task's working directory, since tasks hand over through MLflow and shared_dir. "
         "An absolute path (a mounted /Volumes/... or /dbfs/... path), never under /local_disk0.",

@@ -3,9 +3,10 @@
 import re
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import Discriminator, StringConstraints, Tag, field_validator, model_validator
+from pydantic import (AfterValidator, Discriminator, StringConstraints, Tag, field_validator,
+                      model_validator)
 
-from dbspec.spec.sections.base import SpecModel, checked, d, section
+from dbspec.spec.sections.base import SpecModel, d, section
 
 REGRESSION_METRICS = ("rmse", "mae", "mse", "r2", "mape")
 CLASSIFICATION_METRICS = ("accuracy", "precision", "recall", "f1", "roc_auc", "log_loss")
@@ -34,7 +35,8 @@ def check_alias(value: str) -> str:
 
 
 #: An alias a spec moves or serves: a name MLflow does not reserve.
-AliasName = checked(check_alias, pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
+AliasName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$"),
+                      AfterValidator(check_alias)]
 
 #: Metrics each task computes when ``evaluation.metrics`` is not given.
 DEFAULT_METRICS = {

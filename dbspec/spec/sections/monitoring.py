@@ -2,9 +2,11 @@
 alerts, and what it does then."""
 
 import re
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from dbspec.spec.sections.base import SpecModel, checked, d, section
+from pydantic import AfterValidator
+
+from dbspec.spec.sections.base import SpecModel, d, section
 
 CHECKS = ("features", "predictions", "missing", "out_of_range", "quality")
 _DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
@@ -24,7 +26,12 @@ def duration_seconds(text: str) -> int:
     return int(found[1]) * _SECONDS[found[2]]
 
 
-Duration = checked(duration_seconds)
+def _duration(text: str) -> str:
+    duration_seconds(text)
+    return text
+
+
+Duration = Annotated[str, AfterValidator(_duration)]
 
 
 class ThresholdsSpec(SpecModel):

@@ -267,8 +267,9 @@ class ConcatCombiner(SpecModel):
         return "concat"
 
 
-CombinerSpec = Annotated[shorthand(Union[ConcatCombiner, AttentionCombiner], "kind",
-                                   Literal["concat", "attention"]), Field(discriminator="kind")]
+_Combiners = Union[ConcatCombiner, AttentionCombiner]
+CombinerSpec = Annotated[_Combiners, Field(discriminator="kind"),
+                         shorthand(_Combiners, "kind", Literal["concat", "attention"])]
 
 
 class CustomModel(SpecModel):

@@ -72,9 +72,10 @@ class SearchSpec(SpecModel):
                       ge=1)
     timeout: Optional[float] = d("Stop starting trials after this many seconds.", default=None,
                                  gt=0)
-    sampler: shorthand(SamplerSpec, "name") = section("Sampler: a name, or a mapping with "
-                                                      "options.")
-    pruner: shorthand(PrunerSpec, "name") = section("Pruner: a name, or a mapping with options.")
+    sampler: Annotated[SamplerSpec, shorthand(SamplerSpec, "name")] = section(
+        "Sampler: a name, or a mapping with options.")
+    pruner: Annotated[PrunerSpec, shorthand(PrunerSpec, "name")] = section(
+        "Pruner: a name, or a mapping with options.")
     parallelism: int = d("Trials run at a time (processes locally, Spark tasks on Spark).",
                          default=1, ge=1)
     metric: str = d("Metric the study optimises, reported every epoch.", default="val_loss")
