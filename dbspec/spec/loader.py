@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, SpecError, did_you_mean
 from dbspec.spec.document import Document, Node, format_path, read_document
+from dbspec.spec.layout import encoder_of, is_encoded
 from dbspec.spec.sections import Spec
 from dbspec.spec.sections.search import FloatDistribution
 from dbspec.spec.overrides import apply_assignments, apply_target, list_targets, set_path
@@ -21,14 +22,11 @@ from dbspec.spec.templating import is_template, render_document
 
 
 class LoadedSpec(NamedTuple):
-    """A validated spec with where it came from.
+    """A validated spec with where it came from: the ``target`` applied, if any, and the
+    ``warnings`` (findings that do not make it invalid).
 
-    Attributes:
-        spec: The validated, frozen spec.
-        source: The document after target and ``--set``, before templating; search trials
-            apply their values here so templates see them.
-        target: The target that was applied, if any.
-        warnings: Findings that do not make the spec invalid.
+    ``source`` is the document after target and ``--set``, before templating; search trials
+    apply their values there so templates see them.
     """
 
     spec: Spec
@@ -101,8 +99,6 @@ def apply_values(loaded: LoadedSpec, values: dict[str, Any], *,
 def _default_encoders(spec: Spec, defaults: dict[str, Any]) -> None:
     """The encoders typed features get by default, written into ``defaults``: a search over
     ``model.encoders.text.dim`` works when the file leaves the encoder to its default."""
-    from dbspec.spec.layout import encoder_of, is_encoded
-
     encoders = defaults.get("model", {}).setdefault("encoders", {})
     for feature in spec.data.features or ():
         if is_encoded(feature) and feature.name not in encoders:
@@ -226,8 +222,6 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
 
 def _typed_feature(spec: Spec, name: str) -> Any:
     """The typed, non-numeric feature ``name`` of ``data.features``, or None."""
-    from dbspec.spec.layout import is_encoded
-
     return next((f for f in spec.data.features or () if is_encoded(f) and f.name == name),
                 None)
 
@@ -248,8 +242,6 @@ def _lookup(spec: Spec, dotted: str) -> tuple[Any, Optional[str]]:
             if part in node:
                 node = node[part]
             elif walked == ["model", "encoders"] and _typed_feature(spec, part) is not None:
-                from dbspec.spec.layout import encoder_of
-
                 node = encoder_of(_typed_feature(spec, part), spec.model)  # its default
             else:
                 return None, (f"'{dotted}' is not set: {'.'.join(walked)} has no '{part}'"

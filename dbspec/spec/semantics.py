@@ -6,6 +6,8 @@ positions them in the file. Every finding says what is wrong and what to write i
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from typing import Optional
 
 from dbspec.errors import did_you_mean, one_of
@@ -13,14 +15,12 @@ from dbspec.seams.compute import ComputeFinding as Finding, compute_kind
 from dbspec.seams.sources import source_kind
 from dbspec.seams.targets import serving_findings
 from dbspec.spec.clusters import check_clusters
+from dbspec.spec.locations import is_local_master, is_local_store
+from dbspec.spec.sections.jobs import check_shared_dir
 from dbspec.spec.sections import Spec
 from dbspec.spec.sections.monitoring import check_monitoring
-from dbspec.spec.sections.lifecycle import (
-    CLASSIFICATION_METRICS,
-    CLASSIFICATION_PLOTS,
-    REGRESSION_METRICS,
-    REGRESSION_PLOTS,
-)
+from dbspec.spec.sections.lifecycle import (CLASSIFICATION_METRICS, CLASSIFICATION_PLOTS,
+                                            REGRESSION_METRICS, REGRESSION_PLOTS)
 from dbspec.spec.sections.training import TASK_LOSSES
 # lower_is_better is re-exported: training, tuning and monitoring import it from here
 from dbspec.spec.metrics import gate_metric_problems, lower_is_better, metric_names
@@ -156,10 +156,6 @@ def _check_model(spec: Spec, found: _Findings) -> None:
     model, task = spec.model, spec.data.task
     loss = spec.training.loss_for(task)
     if model.custom is not None:
-        import importlib.util
-
-        import sys
-
         top = model.custom.class_.split(":")[0].split(".")[0]
         try:
             importable = top in sys.modules or importlib.util.find_spec(top) is not None
@@ -318,9 +314,6 @@ def _check_search(spec: Spec, found: _Findings) -> None:
 
 
 def _check_spark(spec: Spec, found: _Findings) -> None:
-    from dbspec.spec.locations import is_local_master, is_local_store
-    from dbspec.spec.sections.jobs import check_shared_dir
-
     if spec.spark.shared_dir:
         try:
             check_shared_dir(spec.spark.shared_dir)

@@ -36,14 +36,12 @@ def _refuse_node_disk(value: str, why: str) -> None:
 
 
 def check_shared_dir(value: str) -> str:
-    """``value`` if it names storage every node of a cluster reaches.
-
-    Accepted: an absolute path (``/Volumes/...``, ``/dbfs/...``, a shared mount) or
-    ``dbfs:/...``.
+    """``value`` if it names storage every node of a cluster reaches: an absolute path
+    (``/Volumes/...``, ``/dbfs/...``, a shared mount) or ``dbfs:/...``.
 
     Raises:
-        ValueError: a relative path, a node-local path, an unknown URI scheme, or a
-            ``/Volumes`` path that stops before the volume.
+        ValueError: a relative or node-local path, another URI scheme, or a ``/Volumes`` path
+            that stops before the volume.
     """
     _refuse_node_disk(value, "training ranks and tasks on other nodes cannot read it")
     scheme = _SCHEME.match(value)
