@@ -329,19 +329,15 @@ def _check_spark(spec: Spec, found: _Findings) -> None:
 
 
 def _check_evaluation(spec: Spec, found: _Findings) -> None:
-    task = spec.data.task
-    _check_unique(("evaluation", "metrics"), spec.evaluation.metrics or [], found)
-    _check_unique(("evaluation", "plots"), spec.evaluation.plots or [], found)
-    fits_metric = REGRESSION_METRICS if task == "regression" else CLASSIFICATION_METRICS
-    for index, metric in enumerate(spec.evaluation.metrics or ()):
-        if metric not in fits_metric:
-            found.error(("evaluation", "metrics", index), f"'{metric}' is not a {task} metric; "
-                        f"use {one_of(fits_metric)}")
-    fits_plot = REGRESSION_PLOTS if task == "regression" else CLASSIFICATION_PLOTS
-    for index, plot in enumerate(spec.evaluation.plots or ()):
-        if plot not in fits_plot:
-            found.error(("evaluation", "plots", index), f"'{plot}' is not a {task} plot; use "
-                        f"{one_of(fits_plot)}")
+    task, regression = spec.data.task, spec.data.task == "regression"
+    for field, fits in (("metrics", REGRESSION_METRICS if regression else CLASSIFICATION_METRICS),
+                        ("plots", REGRESSION_PLOTS if regression else CLASSIFICATION_PLOTS)):
+        chosen = getattr(spec.evaluation, field) or []
+        _check_unique(("evaluation", field), chosen, found)
+        for index, name in enumerate(chosen):
+            if name not in fits:
+                found.error(("evaluation", field, index), f"'{name}' is not a {task} "
+                            f"{field[:-1]}; use {one_of(fits)}")
     for path, message in gate_metric_problems(spec):
         found.error(path, message)
 

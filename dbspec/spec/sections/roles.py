@@ -100,9 +100,8 @@ class RolesSpec(SpecModel):
     @field_validator("admin", "data_scientist", "analyst")
     @classmethod
     def _one_role_each(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        seen: dict[str, str] = {}
-        for role in ROLE_NAMES[:ROLE_NAMES.index(info.field_name)]:
-            seen.update({p: role for p in info.data.get(role, [])})
+        earlier = ROLE_NAMES[:ROLE_NAMES.index(info.field_name)]
+        seen = {p: role for role in earlier for p in info.data.get(role, [])}
         for index, principal in enumerate(value):
             if principal in value[:index]:
                 raise ValueError(f"'{principal}' is listed twice")
