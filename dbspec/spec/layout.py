@@ -97,9 +97,7 @@ def encoded_inputs(features: list, model: ModelSpec) -> list[EncodedInput]:
         LayoutError: an encoder kind the feature's type does not take.
     """
     out = []
-    for feature in features:
-        if not is_encoded(feature):
-            continue
+    for feature in filter(is_encoded, features):
         encoder = encoder_of(feature, model)
         if not encoder.fits(feature.type):
             raise LayoutError(("model", "encoders", feature.name, "kind"),

@@ -19,6 +19,7 @@ from dbspec.spec.locations import is_local_master, is_local_store
 from dbspec.spec.sections.jobs import check_shared_dir
 from dbspec.spec.sections import Spec
 from dbspec.spec.sections.monitoring import check_monitoring
+from dbspec.spec.sections.search import FloatDistribution
 from dbspec.spec.sections.lifecycle import (CLASSIFICATION_METRICS, CLASSIFICATION_PLOTS,
                                             REGRESSION_METRICS, REGRESSION_PLOTS)
 from dbspec.spec.sections.training import TASK_LOSSES
@@ -307,8 +308,8 @@ def _check_search(spec: Spec, found: _Findings) -> None:
                 found.error(where, f"a log scale needs low > 0, got {low}")
             if dist.log and dist.step not in (None, 1):
                 found.error(where, "log and step cannot be combined")
-        if search.sampler.name == "grid" and hasattr(dist, "low_high") and \
-                isinstance(dist.low_high[0], float) and dist.step is None:
+        if search.sampler.name == "grid" and isinstance(dist, FloatDistribution) and \
+                dist.step is None:
             found.error(where, "the grid sampler needs finite choices: give a step, or use "
                         "int or categorical")
 

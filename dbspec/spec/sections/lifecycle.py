@@ -117,8 +117,7 @@ class Gate(SpecModel):
     @model_validator(mode="after")
     def _has_condition(self) -> "Gate":
         if self.diagnosis is not None:
-            if self.metric is not None or self.min is not None or self.max is not None or \
-                    self.better_than is not None:
+            if any(v is not None for v in (self.metric, self.min, self.max, self.better_than)):
                 raise ValueError("a diagnosis gate takes no metric, min, max or better_than; "
                                  "write it as a gate of its own: {diagnosis: "
                                  f"{self.diagnosis}}}")
