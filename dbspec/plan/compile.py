@@ -2,11 +2,8 @@
 
 A stage's fingerprint hashes the spec values it reads and its upstream fingerprints (plus the
 data version for the data stages), so a change reruns exactly the stages that depend on it.
-
-The executor is read by the data stages only (the Spark executor reads and splits the data
-through Spark): a data stage's fingerprint includes it, so ``--executor spark`` after a local
-run reruns them on Spark, but what the stages after them hash is the data stages' fingerprint
-*without* it — the same data from either executor does not retrain the model.
+Only the data stages' own fingerprints include the executor: what later stages hash is their
+``chain``, without it, so the same data from either executor does not retrain the model.
 """
 
 from __future__ import annotations
@@ -49,16 +46,12 @@ STREAMED_LOAD_READS = ("data.split",) + tuple(
 
 @dataclass(frozen=True)
 class PlannedStage:
-    """One node of the plan: a stage kind, its inputs and what it reads.
+    """One node of the plan: a stage kind (also its name), its inputs and what it reads.
 
     Attributes:
-        name: Stage kind, also its unique name in the plan (``train``).
-        depends_on: Names of the stages whose outputs it uses.
-        reads: Dotted spec paths it reads.
         fingerprint: Hex digest of what it reads and its upstream fingerprints.
         config: The values at ``reads`` (JSON-ready), the stage's own slice of the spec.
-        chain: What its dependents hash for it: the fingerprint without the executor (the
-            same as ``fingerprint`` except for a data stage on the Spark executor). A rerun
+        chain: What its dependents hash for it: the fingerprint without the executor. A rerun
             whose chain is unchanged leaves its dependents' outputs valid.
     """
 
@@ -86,10 +79,7 @@ class Plan:
         return iter(self.stages)
 
     def __getitem__(self, name: str) -> PlannedStage:
-        for stage in self.stages:
-            if stage.name == name:
-                return stage
-        raise KeyError(name)
+        return {stage.name: stage for stage in self.stages}[name]
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -119,16 +109,11 @@ class Plan:
 
 def _edges(spec: Spec) -> dict[str, tuple[str, ...]]:
     """Stage -> the stages it depends on, for this spec's sections."""
-    edges: dict[str, tuple[str, ...]] = {
-        "load_data": (),
-        "split": ("load_data",),
-        "preprocess": ("split",),
-    }
+    edges: dict[str, tuple[str, ...]] = {"load_data": (), "split": ("load_data",),
+                                         "preprocess": ("split",)}
     if spec.search is not None:
         edges["tune"] = ("preprocess",)
-        edges["train"] = ("preprocess", "tune")
-    else:
-        edges["train"] = ("preprocess",)
+    edges["train"] = ("preprocess", "tune") if spec.search is not None else ("preprocess",)
     edges["evaluate"] = ("train", "preprocess")
     last = "evaluate"
     if spec.registry is not None:
@@ -150,9 +135,8 @@ def compile_plan(spec: Spec, *, data_version: Optional[str] = None,
         spec: A validated spec.
         data_version: The resolved version of the source data (a Delta version, a file hash),
             when the executor knows it; it enters the data stages' fingerprints.
-        executor: ``local`` or ``spark``; it enters the :data:`DATA_STAGES`' own fingerprints
-            (not what later stages hash). ``local`` adds nothing, so local fingerprints are
-            those of earlier dbspec versions.
+        executor: ``local`` or ``spark``; it enters the :data:`DATA_STAGES`' own fingerprints.
+            ``local`` adds nothing, so local fingerprints are those of earlier dbspec versions.
     """
     edges = _edges(spec)
     dumped = spec.model_dump(mode="json", by_alias=True)

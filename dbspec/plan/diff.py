@@ -15,22 +15,15 @@ _ABSENT = "<absent>"
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Leaves of a JSON-like value by dotted path (``model.layers[0].linear.out``)."""
-    if isinstance(value, dict):
-        if not value and prefix:
-            return {prefix: {}}
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    if isinstance(value, list):
-        if not value:
-            return {prefix: []}
-        out = {}
-        for i, item in enumerate(value):
-            out.update(flatten(item, f"{prefix}[{i}]"))
-        return out
-    return {prefix: value}
+    """Leaves of a JSON-like value by dotted path (``model.layers[0].linear.out``); an empty
+    mapping or list is a leaf."""
+    if isinstance(value, dict) and (value or not prefix):
+        items = [(f"{prefix}.{key}" if prefix else str(key), item) for key, item in value.items()]
+    elif isinstance(value, list) and value:
+        items = [(f"{prefix}[{i}]", item) for i, item in enumerate(value)]
+    else:
+        return {prefix: value}
+    return {path: leaf for key, item in items for path, leaf in flatten(item, key).items()}
 
 
 def _reads(path: str, prefixes: tuple[str, ...]) -> bool:

@@ -9,23 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional
 
-from dbspec.seams.compute import compute_kind
-from dbspec.spec.databricks import (
-    DEFAULT_RUNTIME,
-    GRAVITON_FROM,
-    Resources,
-    default_node,
-    default_spark_version,
-    gpus_of,
-    is_graviton,
-    mlflow_too_old,
-    node_cloud,
-    parse_spark_version,
-    python_too_old,
-    runtime_label,
-    training_resources,
-    unity_catalog,
-)
+from dbspec.seams.compute import ComputeFinding as Problem, compute_kind
+from dbspec.spec.databricks import (DEFAULT_RUNTIME, GRAVITON_FROM, MLFLOW_REQUIRED,
+                                    PYTHON_REQUIRED, Resources, default_node,
+                                    default_spark_version, gpus_of, is_graviton, node_cloud,
+                                    parse_spark_version, unity_catalog)
 
 if TYPE_CHECKING:
     from dbspec.spec.sections.jobs import ClusterSettings
@@ -62,7 +50,9 @@ def resolve_cluster(spec, key: str) -> ResolvedCluster:
     """The main (``key="main"``) or training cluster of ``spec``'s job."""
     jobs = spec.jobs
     settings = jobs.cluster if key == "main" else jobs.training_cluster
-    resources = Resources(0, 0, False) if key == "main" else training_resources(spec.compute)
+    # the training cluster: GPUs and workers as the compute kind asks
+    resources = Resources(0, 0, False) if key == "main" else \
+        compute_kind(spec).resources(spec.compute)
     gpu = resources.gpus_per_node > 0
     node = settings.node_type_id or default_node(jobs.cloud, resources.gpus_per_node,
                                                  settings.graviton and not gpu)
@@ -80,14 +70,6 @@ def resolve_cluster(spec, key: str) -> ResolvedCluster:
 
 
 # --- rules ----------------------------------------------------------------------------------
-
-class Problem(NamedTuple):
-    """A rule a cluster breaks: the spec path, the message, and whether it is only a warning."""
-
-    path: tuple
-    message: str
-    warning: bool = False
-
 
 def check_clusters(spec) -> list[Problem]:
     """Every Databricks runtime rule the spec's job clusters break (none on AI Runtime, which
@@ -195,13 +177,13 @@ def _check_runtime_line(name, version_path, gpu: bool) -> Iterator[Problem]:
                       "dbspec's runtime table, so its MLflow and Python are not checked",
                       warning=True)
         return
-    if mlflow_too_old(runtime):
-        yield Problem(version_path, f"{runtime_label(runtime)} is too old for dbspec, which "
-                      f"needs MLflow 3 (log_model(name=...), logged-model registration); use "
+    label = f"{runtime.label} ML (MLflow {runtime.mlflow}, Python {runtime.python})"
+    if runtime.version_of("mlflow") < MLFLOW_REQUIRED:
+        yield Problem(version_path, f"{label} is too old for dbspec, which needs MLflow 3 "
+                      "(log_model(name=...), logged-model registration); use "
                       f"{DEFAULT_RUNTIME.label} ML or newer ({default_spark_version(gpu)})")
-    elif python_too_old(runtime):
-        yield Problem(version_path, f"{runtime_label(runtime)}: dbspec needs Python 3.10 or "
-                      "newer")
+    elif runtime.version_of("python") < PYTHON_REQUIRED:
+        yield Problem(version_path, f"{label}: dbspec needs Python 3.10 or newer")
 
 
 def _check_access(spec, c: ResolvedCluster, path) -> Iterator[Problem]:

@@ -29,6 +29,10 @@ class Runtime(NamedTuple):
     scala: str
     mlflow: str
 
+    def version_of(self, package: str) -> tuple[int, ...]:
+        """(major, minor) of ``mlflow`` or ``python`` on this runtime."""
+        return tuple(int(p) for p in re.findall(r"\d+", getattr(self, package))[:2])
+
 
 #: Runtime lines dbspec checks against, newest last.
 RUNTIMES: tuple[Runtime, ...] = (
@@ -76,10 +80,6 @@ def parse_spark_version(value: str) -> Optional[RuntimeName]:
     parts = match.group("rest").split("-")
     known = next((r for r in RUNTIMES if r.version == version), None)
     return RuntimeName(version, "ml" in parts, "gpu" in parts, "photon" in parts, known)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
 
 
 # --- node types -----------------------------------------------------------------------------
@@ -155,13 +155,6 @@ class Resources(NamedTuple):
     on_executors: bool
 
 
-def training_resources(compute) -> Resources:
-    """GPUs and workers the training cluster needs: the compute kind's answer."""
-    from dbspec.seams.compute import COMPUTE
-
-    return COMPUTE.get(compute.kind).resources(compute)
-
-
 def unity_catalog(spec) -> bool:
     """Whether the spec registers to, or reads from, Unity Catalog."""
     if spec.registry is not None and spec.registry.name.count(".") == 2:
@@ -170,17 +163,3 @@ def unity_catalog(spec) -> bool:
     name = getattr(source, "table", None) or ""
     path = str(getattr(source, "path", "") or "")
     return name.count(".") == 2 or path.startswith("/Volumes/")
-
-
-def mlflow_too_old(runtime: Runtime) -> bool:
-    """Whether ``runtime`` ships an MLflow older than dbspec needs."""
-    return _version(runtime.mlflow) < MLFLOW_REQUIRED
-
-
-def python_too_old(runtime: Runtime) -> bool:
-    """Whether ``runtime``'s Python is older than dbspec supports."""
-    return _version(runtime.python) < PYTHON_REQUIRED
-
-
-def runtime_label(runtime: Runtime) -> str:
-    return f"{runtime.label} ML (MLflow {runtime.mlflow}, Python {runtime.python})"

@@ -23,14 +23,11 @@ def _pixels() -> tuple[str, ...]:
 
 
 _BREAST_CANCER = tuple(
-    f"{prefix}{name}"
-    for prefix in ("mean ", "", "worst ")
+    pattern.format(name)
+    for pattern in ("mean {}", "{} error", "worst {}")
     for name in ("radius", "texture", "perimeter", "area", "smoothness", "compactness",
                  "concavity", "concave points", "symmetry", "fractal dimension")
 )
-# scikit-learn names the middle group "<name> error"
-_BREAST_CANCER = _BREAST_CANCER[:10] + tuple(f"{n} error" for n in _BREAST_CANCER[10:20]) + \
-    _BREAST_CANCER[20:]
 
 BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
     "diabetes": BuiltinDataset(442, ("age", "sex", "bmi", "bp", "s1", "s2", "s3", "s4", "s5", "s6"),

@@ -62,6 +62,15 @@ class Node:
             value = self.value
         return Node(value, self.line, self.column, self.key_line, self.key_column, self.origin)
 
+    def child(self, element: Any) -> Node | None:
+        """The node at key or index ``element`` below this one, or None."""
+        if isinstance(self.value, dict):
+            return self.value.get(element)
+        if isinstance(self.value, list) and isinstance(element, int) and \
+                0 <= element < len(self.value):
+            return self.value[element]
+        return None
+
     def walk(self, path: tuple = ()) -> Iterator[tuple[tuple, "Node"]]:
         """Yield ``(path, node)`` for this node and every node below it."""
         yield path, self
@@ -91,28 +100,22 @@ class Document(NamedTuple):
         """
         node, matched, found_last = self.root, [], False
         for i, element in enumerate(path):
-            value = node.value
-            if isinstance(value, dict) and isinstance(element, str) and element in value:
-                node = value[element]
-            elif isinstance(value, list) and isinstance(element, int) and 0 <= element < len(value):
-                node = value[element]
-            else:
+            child = node.child(element)
+            if child is None:
                 continue
+            node = child
             matched.append(element)
             found_last = i == len(path) - 1
         return tuple(matched), node, found_last
 
     def diagnostic(self, path: tuple, message: str, severity: Severity = "error", *,
-                   at_key: bool = False, display_path: str | None = None) -> Diagnostic:
+                   at_key: bool = False) -> Diagnostic:
         """Build a diagnostic positioned at ``path`` (or its nearest existing parent)."""
-        matched, node, found = self.locate(path)
-        if at_key and found and node.key_line:
-            line, column = node.key_line, node.key_column
-        else:
-            line, column = node.line, node.column
-        if display_path is None:
-            display_path = format_path(path)
-        return Diagnostic(self.file, line, column, display_path, message, severity, node.origin)
+        _, node, found = self.locate(path)
+        at_key = at_key and found and bool(node.key_line)
+        return Diagnostic(self.file, node.key_line if at_key else node.line,
+                          node.key_column if at_key else node.column, format_path(path), message,
+                          severity, node.origin)
 
 
 def format_path(path: tuple) -> str:

@@ -12,16 +12,12 @@ from dbspec.plugins import KindRegistry
 _UNION_REGISTRIES: list[KindRegistry[Any]] = []
 
 
-def kind_union(registry: KindRegistry[Any], attribute: str = "model") -> Any:
-    """The discriminated union (on ``kind``) of the spec models of every kind that imports.
-
-    Args:
-        registry: The seam's registry; each kind has its pydantic section at ``attribute``.
-        attribute: Where a kind keeps its spec model.
-    """
+def kind_union(registry: KindRegistry[Any]) -> Any:
+    """The discriminated union (on ``kind``) of the spec models (each kind's ``model``) of every
+    kind in ``registry`` that imports."""
     if registry not in _UNION_REGISTRIES:
         _UNION_REGISTRIES.append(registry)
-    models = tuple(getattr(kind, attribute) for kind in registry.load_all().values())
+    models = tuple(kind.model for kind in registry.load_all().values())
     if not models:  # a broken install (or a copy of dbspec missing its kind modules)
         failed = "; ".join(f"{name}: {why}" for name, why in registry.failures().items())
         raise ImportError(f"no {registry.noun} of {registry.group!r} can be imported"

@@ -20,8 +20,7 @@ from typing import Any, Optional
 
 from dbspec.spec.sections.features import (CategoricalFeature, ImageFeature, NumericFeature,
                                            SequenceFeature, TextFeature)
-from dbspec.spec.sections.network import (ENCODERS_FOR, ModelSpec, SettingError,
-                                          default_encoder)
+from dbspec.spec.sections.network import ENCODERS_FOR, ModelSpec, default_encoder
 from dbspec.spec.shapes import Shape, ShapeError, format_shape, infer_shapes
 
 
@@ -30,11 +29,8 @@ class EncodedInput:
     """One non-numeric feature as the network sees it.
 
     Attributes:
-        name: The feature (column) name.
-        type: categorical, text, sequence or image.
         shape: Its encoded input per sample.
         tokens: Whether the input holds indices (an embedding's input; 0 is padding).
-        width: Matrix columns it takes (the product of ``shape``).
         encoder: The encoder spec (the type's default when the spec gives none).
         layers: The encoder as a layer list.
     """
@@ -48,6 +44,7 @@ class EncodedInput:
 
     @property
     def width(self) -> int:
+        """Matrix columns it takes."""
         return math.prod(self.shape)
 
 
@@ -83,19 +80,13 @@ def input_shape(feature: Any) -> Shape:
 
 
 def holds_tokens(feature: Any) -> bool:
-    return isinstance(feature, (CategoricalFeature, TextFeature)) or (
-        isinstance(feature, SequenceFeature) and feature.values == "tokens")
+    return feature.input_kind in ("index", "tokens")
 
 
 def encoder_of(feature: Any, model: ModelSpec) -> Any:
     """The encoder the spec gives ``feature``, or its type's default."""
     given = model.encoders.get(feature.name)
     return given if given is not None else default_encoder(feature.type)
-
-
-def encoder_layers(feature: Any, encoder: Any) -> list:
-    """``encoder`` (a preset kind or a layer list) as layer entries over the encoded input."""
-    return encoder.layers_over(holds_tokens(feature))
 
 
 def encoded_inputs(features: list, model: ModelSpec) -> list[EncodedInput]:
@@ -106,17 +97,15 @@ def encoded_inputs(features: list, model: ModelSpec) -> list[EncodedInput]:
         LayoutError: an encoder kind the feature's type does not take.
     """
     out = []
-    for feature in features:
-        if not is_encoded(feature):
-            continue
+    for feature in filter(is_encoded, features):
         encoder = encoder_of(feature, model)
         if not encoder.fits(feature.type):
             raise LayoutError(("model", "encoders", feature.name, "kind"),
                               f"a {feature.type} feature takes the encoders "
                               f"{', '.join(ENCODERS_FOR[feature.type])}, not {encoder.kind}")
-        out.append(EncodedInput(feature.name, feature.type, input_shape(feature),
-                                holds_tokens(feature), encoder,
-                                encoder_layers(feature, encoder)))
+        tokens = holds_tokens(feature)
+        out.append(EncodedInput(feature.name, feature.type, input_shape(feature), tokens,
+                                encoder, encoder.layers_over(tokens)))
     return out
 
 
@@ -155,15 +144,8 @@ def encoder_width(encoded: EncodedInput) -> int:
 
 def combined_width(numeric: int, widths: list[int], combiner: Any) -> int:
     """Width of the combiner's output for ``numeric`` numeric features and encoder outputs of
-    ``widths``.
-
-    Raises:
-        LayoutError: attention heads that do not divide the width.
-    """
-    try:
-        return combiner.output_width(numeric, widths)
-    except SettingError as exc:
-        raise LayoutError(("model", "combiner", exc.field), str(exc)) from None
+    ``widths``."""
+    return combiner.output_width(numeric, widths)
 
 
 def head_input(features: list, model: ModelSpec, numeric: Optional[int]) -> Optional[int]:

@@ -13,23 +13,20 @@ from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, SpecError, did_you_mean
 from dbspec.spec.document import Document, Node, format_path, read_document
+from dbspec.spec.layout import encoder_of, is_encoded
 from dbspec.spec.sections import Spec
 from dbspec.spec.sections.search import FloatDistribution
-from dbspec.spec.numbers import boolean_numbers
 from dbspec.spec.overrides import apply_assignments, apply_target, list_targets, set_path
 from dbspec.spec.semantics import check_spec
 from dbspec.spec.templating import is_template, render_document
 
 
 class LoadedSpec(NamedTuple):
-    """A validated spec with where it came from.
+    """A validated spec with where it came from: the ``target`` applied, if any, and the
+    ``warnings`` (findings that do not make it invalid).
 
-    Attributes:
-        spec: The validated, frozen spec.
-        source: The document after target and ``--set``, before templating; search trials
-            apply their values here so templates see them.
-        target: The target that was applied, if any.
-        warnings: Findings that do not make the spec invalid.
+    ``source`` is the document after target and ``--set``, before templating; search trials
+    apply their values there so templates see them.
     """
 
     spec: Spec
@@ -46,12 +43,9 @@ class LoadedSpec(NamedTuple):
 def default_target(document: Document) -> Optional[str]:
     """The target marked ``default: true``, if any."""
     targets = document.root.value.get("targets")
-    if targets is None or not isinstance(targets.value, dict):
-        return None
-    for name, node in targets.value.items():
-        if isinstance(node.value, dict) and getattr(node.value.get("default"), "value", False) is True:
-            return name
-    return None
+    nodes = targets.value if targets is not None and isinstance(targets.value, dict) else {}
+    return next((name for name, node in nodes.items() if isinstance(node.value, dict)
+                 and getattr(node.value.get("default"), "value", False) is True), None)
 
 
 def load_spec(path: str, *, target: Optional[str] = None,
@@ -71,15 +65,13 @@ def build(document: Document, *, target: Optional[str] = None,
           assignments: Sequence[str] = (), check_search: bool = True) -> LoadedSpec:
     """Validate a parsed document for one target; see :func:`load_spec`."""
     source = apply_target(document, target) if target else document
-    source = apply_assignments(source, list(assignments))
-    spec, warnings = _validate(source, check_search=check_search)
-    return LoadedSpec(spec, source, target, tuple(warnings))
+    return _validate(apply_assignments(source, list(assignments)), target=target,
+                     check_search=check_search)
 
 
 def from_source(source: Document, target: Optional[str] = None) -> LoadedSpec:
     """Validate a document that already has its target and ``--set`` applied (a worker's copy)."""
-    spec, warnings = _validate(source, check_search=False)
-    return LoadedSpec(spec, source, target, tuple(warnings))
+    return _validate(source, target=target, check_search=False)
 
 
 def apply_values(loaded: LoadedSpec, values: dict[str, Any], *,
@@ -100,16 +92,13 @@ def apply_values(loaded: LoadedSpec, values: dict[str, Any], *,
         _materialize(root, path, defaults, origin)
         _switch_kind(root, path, value)
         set_path(root, path, value, origin=origin)
-    document = Document(loaded.source.file, root, loaded.source.text)
-    spec, warnings = _validate(document, check_search=False)
-    return LoadedSpec(spec, document, loaded.target, tuple(warnings))
+    return _validate(Document(loaded.source.file, root, loaded.source.text),
+                     target=loaded.target, check_search=False)
 
 
 def _default_encoders(spec: Spec, defaults: dict[str, Any]) -> None:
     """The encoders typed features get by default, written into ``defaults``: a search over
     ``model.encoders.text.dim`` works when the file leaves the encoder to its default."""
-    from dbspec.spec.layout import encoder_of, is_encoded
-
     encoders = defaults.get("model", {}).setdefault("encoders", {})
     for feature in spec.data.features or ():
         if is_encoded(feature) and feature.name not in encoders:
@@ -122,17 +111,10 @@ def _switch_kind(root: Node, path: tuple, value: Any) -> None:
     ``gru`` encoder, not to the ``bag`` a trial switches it to."""
     if path[-1] not in ("kind", "name") or len(path) < 2:
         return
-    node = root
+    node: Optional[Node] = root
     for element in path[:-1]:
-        children = node.value
-        if isinstance(children, dict) and element in children:
-            node = children[element]
-        elif isinstance(children, list) and isinstance(element, int) \
-                and element < len(children):
-            node = children[element]
-        else:
-            return
-    if not isinstance(node.value, dict) or path[-1] not in node.value \
+        node = node.child(element) if node is not None else None
+    if node is None or not isinstance(node.value, dict) or path[-1] not in node.value \
             or node.value[path[-1]].value == value:
         return
     accepted = _kind_settings(path[:-1], path[-1], value)
@@ -144,16 +126,12 @@ def _switch_kind(root: Node, path: tuple, value: Any) -> None:
 def _kind_settings(path: tuple, selector: str, value: Any) -> Optional[set[str]]:
     """The keys the section at ``path`` takes when its ``selector`` is ``value`` (the member of
     the union of kinds there), or None when no model at ``path`` has that selector value."""
-    import typing
+    # loaded only when a search switches a kind
+    from dbspec.spec.translate import models_at, select_members
 
-    from dbspec.spec.translate import models_at  # loaded only when a search switches a kind
-
-    for kind in models_at(Spec, path):
-        field = kind.model_fields.get(selector)
-        if field is not None and value in typing.get_args(field.annotation):
-            return set(kind.model_fields) | {f.alias for f in kind.model_fields.values()
-                                             if f.alias}
-    return None
+    chosen = select_members(models_at(Spec, path), selector, value)
+    return {key for n, f in chosen[0].model_fields.items() for key in (n, f.alias) if key} \
+        if chosen else None
 
 
 def _materialize(root: Node, path: tuple, defaults: dict[str, Any], origin: str) -> None:
@@ -174,7 +152,7 @@ def _materialize(root: Node, path: tuple, defaults: dict[str, Any], origin: str)
         node = node.value[element]
 
 
-def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagnostic]]:
+def _validate(source: Document, *, target: Optional[str], check_search: bool) -> LoadedSpec:
     rendered = render_document(source)
     try:
         spec = Spec.model_validate(rendered.root.to_data())
@@ -182,20 +160,13 @@ def _validate(source: Document, *, check_search: bool) -> tuple[Spec, list[Diagn
         from dbspec.spec.translate import translate  # only needed when something is wrong
 
         raise SpecError(translate(exc, rendered, Spec)) from None
-    diagnostics = [rendered.diagnostic(where, f"expected a number, not the boolean "
-                                          f"{str(value).lower()}")
-                   for where, value in boolean_numbers(spec, rendered.root.to_data())]
-    diagnostics += [rendered.diagnostic(f.path, f.message, f.severity, at_key=f.at_key)
-                    for f in check_spec(spec)]
+    diagnostics = [rendered.diagnostic(f.path, f.message, "warning" if f.warning else "error",
+                                        at_key=f.at_key) for f in check_spec(spec)]
     if check_search and spec.search is not None:
         diagnostics.extend(_check_space(spec, source, diagnostics))
-    if _has_errors(diagnostics):
+    if any(d.severity == "error" for d in diagnostics):
         raise SpecError(diagnostics)
-    return spec, diagnostics
-
-
-def _has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
-    return any(d.severity == "error" for d in diagnostics)
+    return LoadedSpec(spec, source, target, tuple(diagnostics))
 
 
 def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[Diagnostic]:
@@ -225,38 +196,32 @@ def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[
         if problem:
             out.append(source.diagnostic(where, problem, at_key=True))
             continue
-        bounds = getattr(dist, "low_high", None)
         if isinstance(current, int) and not isinstance(current, bool) and \
                 isinstance(dist, FloatDistribution) and not dotted.startswith("vars."):
             out.append(source.diagnostic(where, f"'{dotted}' holds an integer ({current}); use "
                                          "an int distribution", at_key=True))
             continue
-        samples = list(bounds) if bounds is not None else list(dist.choices)
         parts = dotted.split(".")
         if parts[0] == "vars" and len(parts) > 1 and parts[1] not in named \
                 and "vars" not in named:
             continue
         trial = loaded if parts[0] == "search" else without_search
-        for sample in samples:
+        for sample in getattr(dist, "low_high", None) or dist.choices:
             try:
                 apply_values(trial, {dotted: sample}, defaults=defaults)
             except SpecError as exc:
                 new = [d for d in exc.diagnostics if d.severity == "error"
                        and (d.path, d.message) not in baseline]
-                if not new:
-                    continue
-                first = new[0]
-                out.append(source.diagnostic(where, f"the value {sample!r} makes the spec "
-                                             f"invalid: {first.path}: {first.message}",
-                                             at_key=True))
-                break
+                if new:
+                    out.append(source.diagnostic(where, f"the value {sample!r} makes the spec "
+                                                 f"invalid: {new[0].path}: {new[0].message}",
+                                                 at_key=True))
+                    break
     return out
 
 
 def _typed_feature(spec: Spec, name: str) -> Any:
     """The typed, non-numeric feature ``name`` of ``data.features``, or None."""
-    from dbspec.spec.layout import is_encoded
-
     return next((f for f in spec.data.features or () if is_encoded(f) and f.name == name),
                 None)
 
@@ -277,8 +242,6 @@ def _lookup(spec: Spec, dotted: str) -> tuple[Any, Optional[str]]:
             if part in node:
                 node = node[part]
             elif walked == ["model", "encoders"] and _typed_feature(spec, part) is not None:
-                from dbspec.spec.layout import encoder_of
-
                 node = encoder_of(_typed_feature(spec, part), spec.model)  # its default
             else:
                 return None, (f"'{dotted}' is not set: {'.'.join(walked)} has no '{part}'"
@@ -325,7 +288,7 @@ def validate_file(path: str, *, target: Optional[str] = None,
             diagnostics = exc.diagnostics
         for diag in diagnostics:
             if name and not target:
-                diag = _mention_target(diag, name)
+                diag = diag._replace(message=f"{diag.message} [target {name}]")
             found.setdefault((diag.line, diag.column, diag.path, diag.message.split(" [target")[0]),
                              diag)
     merged = {(d.line, d.column) for d in found.values() if not d.path.startswith("targets.")}
@@ -337,18 +300,12 @@ def validate_file(path: str, *, target: Optional[str] = None,
 
 def _only_target(document: Document, target: str) -> Document:
     """The document with its ``targets`` section cut down to ``target`` (nodes shared)."""
-    targets = document.root.value.get("targets")
-    if targets is None or not isinstance(targets.value, dict):
-        return document
+    targets = document.root.value["targets"]  # a mapping: list_targets named ``target``
     kept = Node({target: targets.value[target]}, targets.line, targets.column,
                 targets.key_line, targets.key_column, targets.origin)
     root = Node({**document.root.value, "targets": kept}, document.root.line,
                 document.root.column, origin=document.root.origin)
     return Document(document.file, root, document.text)
-
-
-def _mention_target(diag: Diagnostic, target: str) -> Diagnostic:
-    return diag._replace(message=f"{diag.message} [target {target}]")
 
 
 __all__ = ["LoadedSpec", "load_spec", "build", "apply_values", "validate_file", "format_path"]

@@ -44,10 +44,8 @@ def metric_names(spec: Spec) -> list[str]:
     from dbspec.spec.sections.lifecycle import DEFAULT_METRICS
 
     metrics = spec.evaluation.metrics or DEFAULT_METRICS[spec.data.task]
-    names = ["train_loss", "val_loss", "test_loss"]
-    for split in ("val", "test"):
-        names.extend(f"{split}_{m}" for m in metrics)
-    return names
+    return ["train_loss", "val_loss", "test_loss"] + [f"{split}_{m}" for split in ("val", "test")
+                                                      for m in metrics]
 
 
 def gate_metric_problems(spec: Spec) -> Iterator[tuple[tuple, str]]:

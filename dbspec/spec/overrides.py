@@ -24,9 +24,9 @@ def apply_target(document: Document, target: str) -> Document:
     """Merge ``targets.<target>`` over the spec's own sections.
 
     Mappings merge key by key; lists and scalars are replaced. A section whose selector
-    (``kind``; the ``name`` of the optimizer and scheduler) the target changes is replaced whole, so ``compute: {kind: ray}`` does
-    not inherit the base's ``torch_distributor`` settings. The ``mode`` key of a target and
-    ``default`` keys describe the target itself and are not merged.
+    (``kind``; the ``name`` of the optimizer and scheduler) the target changes is replaced
+    whole, so ``compute: {kind: ray}`` does not inherit the base's ``torch_distributor``
+    settings. A target's ``mode`` and ``default`` describe it and are not merged.
 
     Raises:
         UsageError: the spec has no such target.
@@ -38,10 +38,8 @@ def apply_target(document: Document, target: str) -> Document:
                          f"{did_you_mean(target, names)}; the spec defines: {known}")
     root = document.root.copy()
     override = root.value["targets"].value[target]
-    if isinstance(override.value, dict):
-        for key, child in override.value.items():
-            if key in TARGET_META:
-                continue
+    for key, child in (override.value if isinstance(override.value, dict) else {}).items():
+        if key not in TARGET_META:
             _merge_into(root.value, key, child)
     return Document(document.file, root, document.text)
 
@@ -86,8 +84,7 @@ def parse_assignment(text: str) -> tuple[tuple, object]:
         value = parse_value(raw_value, "--set")
     except SpecError as exc:
         raise UsageError(f"--set {text!r}: {exc.diagnostics[0].message}") from None
-    path = tuple(int(s) if s.isdigit() else s for s in segments)
-    return path, value
+    return tuple(int(s) if s.isdigit() else s for s in segments), value
 
 
 def apply_assignments(document: Document, assignments: list[str]) -> Document:
@@ -118,8 +115,7 @@ def set_path(root: Node, path: tuple, value: object, *, origin: str) -> None:
         if isinstance(node.value, dict):
             key = str(element)
             if last:
-                old = node.value.get(key)
-                node.value[key] = _node_from_value(value, origin, old)
+                node.value[key] = _node_from_value(value, origin, node.value.get(key))
                 return
             if key not in node.value:
                 node.value[key] = Node({}, origin=origin)
@@ -144,8 +140,5 @@ def _node_from_value(value: object, origin: str, old: Node | None) -> Node:
         built = [_node_from_value(v, origin, None) for v in value]
     else:
         built = value
-    node = Node(built, origin=origin)
-    if old is not None:  # keep the spot in the file, so errors still point somewhere useful
-        node.line, node.column, node.key_line, node.key_column = (
-            old.line, old.column, old.key_line, old.key_column)
-    return node
+    old = old or Node(None)  # keep the spot in the file, so errors still point somewhere useful
+    return Node(built, old.line, old.column, old.key_line, old.key_column, origin)

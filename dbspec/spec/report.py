@@ -21,12 +21,11 @@ def github_annotation(diag: Diagnostic) -> str:
         return escape(text).replace(":", "%3A").replace(",", "%2C")
 
     diag = diag.redacted()
-    level = "error" if diag.severity == "error" else "warning"
     where = f"file={escape_property(diag.file)}"
     if diag.line:
         where += f",line={diag.line},col={diag.column}"
     title = escape_property(diag.path or "dbspec")
-    return f"::{level} {where},title={title}::{escape(diag.message)}"
+    return f"::{diag.severity} {where},title={title}::{escape(diag.message)}"
 
 
 def rule_id(diag: Diagnostic) -> str:
@@ -49,7 +48,7 @@ def sarif(results: Sequence[Diagnostic], *, version: str) -> dict[str, Any]:
         text = (f"{diag.path}: " if diag.path else "") + diag.message + (
             f" [from {diag.origin}]" if diag.origin else "")
         findings.append({"ruleId": rule_id(diag), "ruleIndex": index[rule_id(diag)],
-                         "level": "error" if diag.severity == "error" else "warning",
+                         "level": diag.severity,
                          "message": {"text": text},
                          "locations": [{"physicalLocation": location}],
                          "properties": {"specPath": diag.path}})

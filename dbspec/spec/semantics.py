@@ -6,47 +6,41 @@ positions them in the file. Every finding says what is wrong and what to write i
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+import importlib.util
+import sys
+from typing import Optional
 
 from dbspec.errors import did_you_mean, one_of
+from dbspec.seams.compute import ComputeFinding as Finding, compute_kind
+from dbspec.seams.sources import source_kind
+from dbspec.seams.targets import serving_findings
+from dbspec.spec.clusters import check_clusters
+from dbspec.spec.locations import is_local_master, is_local_store
+from dbspec.spec.sections.jobs import check_shared_dir
 from dbspec.spec.sections import Spec
 from dbspec.spec.sections.monitoring import check_monitoring
-from dbspec.spec.sections.lifecycle import (
-    CLASSIFICATION_METRICS,
-    CLASSIFICATION_PLOTS,
-    REGRESSION_METRICS,
-    REGRESSION_PLOTS,
-)
+from dbspec.spec.sections.search import FloatDistribution
+from dbspec.spec.sections.lifecycle import (CLASSIFICATION_METRICS, CLASSIFICATION_PLOTS,
+                                            REGRESSION_METRICS, REGRESSION_PLOTS)
 from dbspec.spec.sections.training import TASK_LOSSES
 # lower_is_better is re-exported: training, tuning and monitoring import it from here
 from dbspec.spec.metrics import gate_metric_problems, lower_is_better, metric_names
 from dbspec.spec.layout import LayoutError, has_typed_features, head_input
 from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
 
-class Finding(NamedTuple):
-    """A semantic problem at a dotted path of the spec."""
 
-    path: tuple
-    message: str
-    severity: str = "error"
-    at_key: bool = False
-
-
-class _Findings:
-    def __init__(self) -> None:
-        self.items: list[Finding] = []
+class _Findings(list[Finding]):
+    """Findings at dotted paths of the spec; a kind's own (``check``) are added with ``extend``."""
 
     def error(self, path: tuple, message: str, *, at_key: bool = False) -> None:
-        self.items.append(Finding(path, message, "error", at_key))
+        self.append(Finding(path, message, False, at_key))
 
     def warning(self, path: tuple, message: str, *, at_key: bool = False) -> None:
-        self.items.append(Finding(path, message, "warning", at_key))
+        self.append(Finding(path, message, True, at_key))
 
 
 def input_width(spec: Spec) -> Optional[int]:
     """Features per row when known without reading data, else None."""
-    from dbspec.seams.sources import source_kind
-
     data = spec.data
     if data.features is not None:
         return sum(1 for f in data.features if isinstance(f, str) or f.type == "numeric")
@@ -55,8 +49,6 @@ def input_width(spec: Spec) -> Optional[int]:
 
 def output_classes(spec: Spec) -> Optional[int]:
     """Classes of a classification task when known without reading data."""
-    from dbspec.seams.sources import source_kind
-
     known = source_kind(spec.data).known_classes(spec.data.source)
     if known is not None:
         return known
@@ -73,31 +65,20 @@ def check_spec(spec: Spec) -> list[Finding]:
     _check_data(spec, found)
     _check_model(spec, found)
     _check_training(spec, found)
-    _check_compute(spec, found)
+    found.extend(compute_kind(spec).check(spec))
     _check_search(spec, found)
     _check_evaluation(spec, found)
-    _check_serving(spec, found)
+    found.extend(serving_findings(spec))  # the serving mode's targets' checks
     _check_spark(spec, found)
-    _check_jobs(spec, found)
+    found.extend(check_clusters(spec))
     for path, message in check_monitoring(spec):
         found.error(path, message)
-    return found.items
-
-
-def _check_jobs(spec: Spec, found: _Findings) -> None:
-    from dbspec.spec.clusters import check_clusters
-
-    for problem in check_clusters(spec):
-        (found.warning if problem.warning else found.error)(problem.path, problem.message)
+    return found
 
 
 def _check_data(spec: Spec, found: _Findings) -> None:
-    from dbspec.seams.sources import source_kind
-
     data = spec.data
-    for finding in source_kind(data).check(spec):  # the source kind's own checks
-        (found.warning if finding.warning else found.error)(finding.path, finding.message,
-                                                            at_key=finding.at_key)
+    found.extend(source_kind(data).check(spec))  # the source kind's own checks
     for index, step in enumerate(data.preprocessing):
         if step.key == "clip" and step.args.lower_quantile >= step.args.upper_quantile:
             found.error(("data", "preprocessing", index, "clip"), "lower_quantile must be below "
@@ -176,10 +157,6 @@ def _check_model(spec: Spec, found: _Findings) -> None:
     model, task = spec.model, spec.data.task
     loss = spec.training.loss_for(task)
     if model.custom is not None:
-        import importlib.util
-
-        import sys
-
         top = model.custom.class_.split(":")[0].split(".")[0]
         try:
             importable = top in sys.modules or importlib.util.find_spec(top) is not None
@@ -295,15 +272,6 @@ def _check_metric(path: tuple, metric: str, names: list[str], found: _Findings) 
                     f"spec logs {', '.join(candidates)}")
 
 
-def _check_compute(spec: Spec, found: _Findings) -> None:
-    """The compute kind's own checks (:meth:`dbspec.seams.compute.ComputeKind.check`)."""
-    from dbspec.seams.compute import compute_kind
-
-    for finding in compute_kind(spec).check(spec):
-        (found.warning if finding.warning else found.error)(finding.path, finding.message,
-                                                            at_key=finding.at_key)
-
-
 def _check_search(spec: Spec, found: _Findings) -> None:
     search = spec.search
     if search is None:
@@ -340,16 +308,13 @@ def _check_search(spec: Spec, found: _Findings) -> None:
                 found.error(where, f"a log scale needs low > 0, got {low}")
             if dist.log and dist.step not in (None, 1):
                 found.error(where, "log and step cannot be combined")
-        if search.sampler.name == "grid" and hasattr(dist, "low_high") and \
-                isinstance(dist.low_high[0], float) and dist.step is None:
+        if search.sampler.name == "grid" and isinstance(dist, FloatDistribution) and \
+                dist.step is None:
             found.error(where, "the grid sampler needs finite choices: give a step, or use "
                         "int or categorical")
 
 
 def _check_spark(spec: Spec, found: _Findings) -> None:
-    from dbspec.spec.locations import is_local_master, is_local_store
-    from dbspec.spec.sections.jobs import check_shared_dir
-
     if spec.spark.shared_dir:
         try:
             check_shared_dir(spec.spark.shared_dir)
@@ -365,27 +330,15 @@ def _check_spark(spec: Spec, found: _Findings) -> None:
 
 
 def _check_evaluation(spec: Spec, found: _Findings) -> None:
-    task = spec.data.task
-    _check_unique(("evaluation", "metrics"), spec.evaluation.metrics or [], found)
-    _check_unique(("evaluation", "plots"), spec.evaluation.plots or [], found)
-    fits_metric = REGRESSION_METRICS if task == "regression" else CLASSIFICATION_METRICS
-    for index, metric in enumerate(spec.evaluation.metrics or ()):
-        if metric not in fits_metric:
-            found.error(("evaluation", "metrics", index), f"'{metric}' is not a {task} metric; "
-                        f"use {one_of(fits_metric)}")
-    fits_plot = REGRESSION_PLOTS if task == "regression" else CLASSIFICATION_PLOTS
-    for index, plot in enumerate(spec.evaluation.plots or ()):
-        if plot not in fits_plot:
-            found.error(("evaluation", "plots", index), f"'{plot}' is not a {task} plot; use "
-                        f"{one_of(fits_plot)}")
+    task, regression = spec.data.task, spec.data.task == "regression"
+    for field, fits in (("metrics", REGRESSION_METRICS if regression else CLASSIFICATION_METRICS),
+                        ("plots", REGRESSION_PLOTS if regression else CLASSIFICATION_PLOTS)):
+        chosen = getattr(spec.evaluation, field) or []
+        _check_unique(("evaluation", field), chosen, found)
+        for index, name in enumerate(chosen):
+            if name not in fits:
+                found.error(("evaluation", field, index), f"'{name}' is not a {task} "
+                            f"{field[:-1]}; use {one_of(fits)}")
     for path, message in gate_metric_problems(spec):
         found.error(path, message)
 
-
-def _check_serving(spec: Spec, found: _Findings) -> None:
-    """The serving mode's targets' checks (:func:`dbspec.seams.targets.serving_findings`)."""
-    from dbspec.seams.targets import serving_findings
-
-    for finding in serving_findings(spec):
-        (found.warning if finding.warning else found.error)(finding.path, finding.message,
-                                                            at_key=finding.at_key)

@@ -39,12 +39,13 @@ def infer_shapes(layers: list, input_shape: Shape) -> list[Shape]:
             raise ShapeError(index, str(exc)) from None
         if any(s <= 0 for s in shape):
             raise ShapeError(index, f"{layer.key} would produce the empty shape "
-                             f"{_fmt(shape)} from {_fmt(shapes[-1] if shapes else input_shape)}")
+                             f"{format_shape(shape)} from {format_shape(shapes[-1] if shapes else input_shape)}")
         shapes.append(shape)
     return shapes
 
 
-def _fmt(shape: Shape) -> str:
+def format_shape(shape: Shape) -> str:
+    """``(8, 8)`` -> ``(8, 8)``, ``(10,)`` -> ``(10,)``."""
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
@@ -54,7 +55,7 @@ def _pair(value: Union[int, tuple, list]) -> tuple[int, int]:
 
 def _require(name: str, shape: Shape, dims: int, example: str) -> None:
     if len(shape) != dims:
-        raise ValueError(f"{name} expects {example} per sample, got {_fmt(shape)}"
+        raise ValueError(f"{name} expects {example} per sample, got {format_shape(shape)}"
                          + ("; add a reshape first, e.g. '- reshape: {shape: [1, "
                             f"{shape[0]}]}}'" if len(shape) == 1 and dims == 2 else "")
                          + _image_hint(shape, dims))
@@ -94,7 +95,7 @@ def _output_shape(name: str, args, shape: Shape) -> Shape:
     if name == "batchnorm1d":
         if len(shape) not in (1, 2):
             raise ValueError(f"batchnorm1d expects (features,) or (channels, length), got "
-                             f"{_fmt(shape)}")
+                             f"{format_shape(shape)}")
         return shape
     if name == "batchnorm2d":
         _require(name, shape, 3, "(channels, height, width)")
@@ -107,7 +108,7 @@ def _output_shape(name: str, args, shape: Shape) -> Shape:
 def _embedding(name: str, args, shape: Shape) -> Shape:
     if len(shape) != 1:
         raise ValueError(f"embedding expects a vector of indices (length,) per sample, got "
-                         f"{_fmt(shape)}")
+                         f"{format_shape(shape)}")
     return (shape[0], args.dim)
 
 
@@ -120,7 +121,7 @@ def _attention(name: str, args, shape: Shape) -> Shape:
     _require_sequence(name, shape)
     if shape[1] % args.heads:
         raise ValueError(f"{name}: {args.heads} heads do not divide the width {shape[1]}; "
-                         f"use a head count that divides it ({_divisors(shape[1])})")
+                         f"use a head count that divides it ({divisors(shape[1])})")
     return shape
 
 
@@ -133,7 +134,7 @@ def _global_pool(name: str, args, shape: Shape) -> Shape:
         raise ValueError(f"global_pool {args.op} takes a sequence (length, width); pool an "
                          "image with mean, max or sum")
     raise ValueError(f"global_pool expects a sequence (length, width) or an image (channels, "
-                     f"h, w) per sample, got {_fmt(shape)}")
+                     f"h, w) per sample, got {format_shape(shape)}")
 
 
 def _resnet(name: str, args, shape: Shape) -> Shape:
@@ -144,12 +145,13 @@ def _resnet(name: str, args, shape: Shape) -> Shape:
 def _require_sequence(name: str, shape: Shape) -> None:
     if len(shape) != 2:
         raise ValueError(f"{name} expects a sequence (length, width) per sample, got "
-                         f"{_fmt(shape)}"
+                         f"{format_shape(shape)}"
                          + ("; embed indices first ('- embedding: {dim: 64}') or reshape"
                             if len(shape) == 1 else ""))
 
 
-def _divisors(width: int) -> str:
+def divisors(width: int) -> str:
+    """The head counts up to 64 that divide ``width``, for messages."""
     return ", ".join(str(h) for h in range(1, min(width, 64) + 1) if width % h == 0)
 
 
@@ -171,7 +173,7 @@ def _reshape(target: list[int], shape: Shape) -> Shape:
         return tuple(total // known if t == -1 else t for t in target)
     if known != total:
         raise ValueError(f"reshape {target} needs {known} values per sample, the input "
-                         f"{_fmt(shape)} has {total}")
+                         f"{format_shape(shape)} has {total}")
     return tuple(target)
 
 
@@ -202,8 +204,3 @@ def _pool(name: str, args, shape: Shape) -> Shape:
     spatial = shape[1:]
     return (shape[0], *(_window(size, kernel[i], stride[i], padding[i])
                         for i, size in enumerate(spatial)))
-
-
-def format_shape(shape: Shape) -> str:
-    """``(8, 8)`` -> ``(8, 8)``, ``(10,)`` -> ``(10,)``."""
-    return _fmt(shape)

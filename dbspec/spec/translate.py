@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from pydantic import BaseModel, ValidationError
 
 from dbspec.errors import Diagnostic, did_you_mean, one_of
 from dbspec.spec.document import Document, Node
 from dbspec.spec.kinds import failed_kind_message
-from dbspec.spec.sections.base import OneKeyModel
+from dbspec.spec.sections.base import BooleanText, OneKeyModel, type_members
 
 _QUOTED = re.compile(r"'([^']*)'")
 _TYPE_WORDS = {
@@ -29,8 +29,8 @@ _TYPE_WORDS = {
 #: Names pydantic gives union members and wrappers in error locations.
 _LABELS = {"int", "float", "bool", "str", "list", "dict", "tuple", "none", "literal",
            "constrained-int", "constrained-float", "constrained-str", "is-instance"}
-_NUMBER_BOUNDS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal",
-                  "multiple_of"}
+_BOUND_SIGNS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+                "less_than_equal": "<="}
 #: Keras's and PyTorch's names of the losses, which did-you-mean alone gets wrong
 #: (``binary_crossentropy`` is closest in spelling to ``cross_entropy``, not ``bce``).
 _OTHER_NAMES = {
@@ -85,11 +85,9 @@ def _clean_loc(loc: tuple, document: Document) -> tuple:
     cleaned: list[Any] = []
     node: Optional[Node] = document.root
     for i, element in enumerate(loc):
-        value = node.value if node is not None else None
-        if isinstance(value, dict) and element in value:
-            node = value[element]
-        elif isinstance(value, list) and isinstance(element, int) and 0 <= element < len(value):
-            node = value[element]
+        child = node.child(element) if node is not None else None
+        if child is not None:
+            node = child
         elif i < len(loc) - 1 or _is_label(element) or (cleaned and element == cleaned[-1]):
             continue  # a union member's tag or pydantic's label for it
         cleaned.append(element)
@@ -102,8 +100,8 @@ def _is_label(element: Any) -> bool:
 
 
 def _is_simple(error: dict) -> bool:
-    return error["type"] in _TYPE_WORDS or error["type"] in (
-        "literal_error", "greater_than", "greater_than_equal", "less_than", "less_than_equal")
+    return error["type"] in _TYPE_WORDS or error["type"] in _BOUND_SIGNS or \
+        error["type"] == "literal_error"
 
 
 def _expectation(error: dict) -> str:
@@ -111,13 +109,10 @@ def _expectation(error: dict) -> str:
         return _TYPE_WORDS[error["type"]]
     if error["type"] == "literal_error":
         return one_of(_choices(error))
-    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
-              "less_than_equal": "<="}
-    ctx = error.get("ctx") or {}
-    for kind, sign in bounds.items():
-        if error["type"] == kind:
-            limit = next(iter(v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")), "?")
-            return f"a number {sign} {limit}"
+    if error["type"] in _BOUND_SIGNS:
+        ctx = error.get("ctx") or {}
+        limit = next((v for k, v in ctx.items() if k in ("gt", "ge", "lt", "le")), "?")
+        return f"a number {_BOUND_SIGNS[error['type']]} {limit}"
     return error["msg"].removeprefix("Input should be ")
 
 
@@ -166,7 +161,9 @@ def _message(error: dict, loc: tuple, root: type[BaseModel],
             word = entries[0].entry_word
             return (f"each {word} is one key with its settings, like '- linear: {{out: 8}}' or "
                     f"'- relu'; found {_show(value)}"), False
-    if isinstance(value, bool) and kind in _NUMBER_BOUNDS:  # pydantic took it as 0 or 1
+    # pydantic took the boolean as 0 or 1, or the number field refused it (SpecModel)
+    if isinstance(value, BooleanText) or (isinstance(value, bool) and (
+            kind in _BOUND_SIGNS or kind == "multiple_of")):
         return f"expected a number, not the boolean {str(value).lower()}", False
     if kind in _TYPE_WORDS:
         hint = f" ({_YAML_BOOLEANS})" if isinstance(value, bool) else ""
@@ -238,6 +235,13 @@ def _keys(model: type[BaseModel]) -> set[str]:
     return {f.alias or n for n, f in model.model_fields.items()}
 
 
+def select_members(models: list[type[BaseModel]], selector: str,
+                   value: Any) -> list[type[BaseModel]]:
+    """The models whose ``selector`` field (``kind``, ``name``) takes ``value``."""
+    return [m for m in models if selector in m.model_fields
+            and value in typing.get_args(m.model_fields[selector].annotation)]
+
+
 def _selected_member(models: list[type[BaseModel]], mapping: Any) -> list[type[BaseModel]]:
     """The union members whose ``kind``/``name`` literal matches the written one."""
     if len(models) < 2 or not isinstance(mapping, dict):
@@ -245,8 +249,7 @@ def _selected_member(models: list[type[BaseModel]], mapping: Any) -> list[type[B
     for selector in ("kind", "name"):
         written = mapping.get(selector)
         if isinstance(written, Node):
-            chosen = [m for m in models if selector in m.model_fields and written.value in
-                      typing.get_args(m.model_fields[selector].annotation)]
+            chosen = select_members(models, selector, written.value)
             if chosen:
                 return chosen
     return models
@@ -278,7 +281,7 @@ def models_at(root: type[BaseModel], loc: tuple) -> list[type[BaseModel]]:
     candidates: list[Any] = [root]
     for element in loc:
         following: list[Any] = []
-        for tp in _expand(candidates):
+        for tp in type_members(candidates):
             if isinstance(tp, type) and issubclass(tp, BaseModel):
                 for name, field in tp.model_fields.items():
                     if element in (name, field.alias):
@@ -288,23 +291,8 @@ def models_at(root: type[BaseModel], loc: tuple) -> list[type[BaseModel]]:
             elif typing.get_origin(tp) is dict:
                 following.extend(typing.get_args(tp)[1:2])
         candidates = following
-    return [tp for tp in _expand(candidates) if isinstance(tp, type) and issubclass(tp, BaseModel)]
-
-
-def _expand(types: Iterable[Any]) -> list[Any]:
-    """Unwrap Annotated, Optional and Union into the member types."""
-    out: list[Any] = []
-    stack = list(types)
-    while stack:
-        tp = stack.pop()
-        origin = typing.get_origin(tp)
-        if origin is typing.Annotated:
-            stack.append(typing.get_args(tp)[0])
-        elif origin is typing.Union or (origin is not None and str(origin) == "types.UnionType"):
-            stack.extend(typing.get_args(tp))
-        else:
-            out.append(tp)
-    return out
+    return [tp for tp in type_members(candidates)
+            if isinstance(tp, type) and issubclass(tp, BaseModel)]
 
 
 def _unknown_kind(ctx: dict, loc: tuple) -> str:

@@ -1,6 +1,8 @@
 """Shared pieces of the spec models: the closed, frozen base model and one-key entries."""
 
-from typing import Annotated, Any, ClassVar, Literal, Union
+import functools
+import typing
+from typing import Annotated, Any, ClassVar, Iterable, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -12,11 +14,54 @@ from pydantic import (
 )
 
 
+class BooleanText(str):
+    """A YAML boolean given to a number field, which the field then refuses: pydantic's lax mode
+    would read ``linear: {out: true}`` as a one-unit layer."""
+
+
 class SpecModel(BaseModel):
     """Base of every spec section: unknown keys are errors and specs are immutable."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False, defer_build=True,
                               allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        keys = _number_keys(cls)
+        return {key: BooleanText(str(value).lower()) if isinstance(value, bool) and key in keys
+                else value for key, value in data.items()}
+
+
+@functools.cache
+def _number_keys(model: type[BaseModel]) -> frozenset[str]:
+    """The keys (names and aliases) of ``model``'s fields that take numbers and nothing else."""
+    return frozenset(key for name, field in model.model_fields.items()
+                     if _numbers_only(field.annotation) for key in (name, field.alias) if key)
+
+
+def _numbers_only(annotation: Any) -> bool:
+    """Whether a field's type takes numbers and nothing else (``int``, ``Optional[float]``)."""
+    options = [option for option in type_members([annotation]) if option is not type(None)]
+    return bool(options) and all(option in (int, float) for option in options)
+
+
+def type_members(types: Iterable[Any]) -> list[Any]:
+    """The member types of ``types``, with Annotated, Optional and Union unwrapped."""
+    out: list[Any] = []
+    stack = list(types)
+    while stack:
+        tp = stack.pop()
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            stack.append(typing.get_args(tp)[0])
+        elif origin is Union or (origin is not None and str(origin) == "types.UnionType"):
+            stack.extend(typing.get_args(tp))
+        else:
+            out.append(tp)
+    return out
 
 
 def d(text: str, **kwargs: Any) -> Any:
@@ -87,19 +132,16 @@ def one_key_entry(model: type[OneKeyModel], bare: list[str]) -> Any:
                                             json_schema_input_type=Union[model, bare_type])]
 
 
-def shorthand(field_name: str, shorthand_type: Any):
-    """Let a section be written as its main value alone: ``pruner: median``.
+def shorthand(model: Any, field_name: str, alone: Any = None) -> BeforeValidator:
+    """Let ``model`` (annotated with this) be written as its field ``field_name`` alone:
+    ``pruner: median``.
 
-    The schema admits both spellings; the model always holds the full form.
+    The schema admits both spellings (``alone``: the field's own type); the model always holds
+    the full form.
     """
 
     def expand(value: Any) -> Any:
-        if isinstance(value, dict) or isinstance(value, BaseModel):
-            return value
-        return {field_name: value}
+        return value if isinstance(value, (dict, BaseModel)) else {field_name: value}
 
-    def wrap(model: type[SpecModel]) -> Any:
-        return Annotated[model, BeforeValidator(
-            expand, json_schema_input_type=Union[model, shorthand_type])]
-
-    return wrap
+    alone = alone or model.model_fields[field_name].annotation
+    return BeforeValidator(expand, json_schema_input_type=Union[model, alone])

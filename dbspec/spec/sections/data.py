@@ -1,6 +1,6 @@
 """``data``: where rows come from, the task, the split and the preprocessing."""
 
-from typing import Any, ClassVar, Literal, Optional, Union
+from typing import Annotated, Any, ClassVar, Literal, Optional, Union
 
 
 from dbspec.seams.sources import SOURCES
@@ -30,23 +30,21 @@ class ScaleArgs(SpecModel):
     columns: Columns = d("'all' feature columns, or a list of column names.", default="all")
 
 
-class ImputeArgs(SpecModel):
+class ImputeArgs(ScaleArgs):
     """Fill missing values, with statistics of the training split."""
 
-    columns: Columns = d("'all' feature columns, or a list of column names.", default="all")
     strategy: Literal["mean", "median", "constant"] = d("How to fill.", default="mean")
     fill_value: float = d("Value used by the constant strategy.", default=0.0)
 
 
-class ClipArgs(SpecModel):
+class ClipArgs(ScaleArgs):
     """Clip values to quantiles of the training split."""
 
-    columns: Columns = d("'all' feature columns, or a list of column names.", default="all")
     lower_quantile: float = d("Lower quantile.", default=0.01, ge=0, le=1)
     upper_quantile: float = d("Upper quantile.", default=0.99, ge=0, le=1)
 
 
-_scale = shorthand("columns", Columns)
+_Scale = Annotated[ScaleArgs, shorthand(ScaleArgs, "columns")]
 
 
 class PreprocessingStepSpec(OneKeyModel):
@@ -56,18 +54,19 @@ class PreprocessingStepSpec(OneKeyModel):
     model_config = OneKeyModel.model_config | {
         "json_schema_extra": {"minProperties": 1, "maxProperties": 1}}
 
-    standard_scale: Optional[_scale(ScaleArgs)] = d(
-        "Subtract the mean, divide by the standard deviation.", default=None)
-    minmax_scale: Optional[_scale(ScaleArgs)] = d("Scale to [0, 1] with the training split's "
-                                                  "range.", default=None)
-    robust_scale: Optional[_scale(ScaleArgs)] = d(
-        "Subtract the median, divide by the interquartile range.", default=None)
-    impute: Optional[_scale(ImputeArgs)] = d("Fill missing values.", default=None)
-    clip: Optional[_scale(ClipArgs)] = d("Clip outliers to training quantiles.", default=None)
+    standard_scale: Optional[_Scale] = d("Subtract the mean, divide by the standard deviation.",
+                                         default=None)
+    minmax_scale: Optional[_Scale] = d("Scale to [0, 1] with the training split's range.",
+                                       default=None)
+    robust_scale: Optional[_Scale] = d("Subtract the median, divide by the interquartile range.",
+                                       default=None)
+    impute: Optional[Annotated[ImputeArgs, shorthand(ImputeArgs, "columns")]] = d(
+        "Fill missing values.", default=None)
+    clip: Optional[Annotated[ClipArgs, shorthand(ClipArgs, "columns")]] = d(
+        "Clip outliers to training quantiles.", default=None)
 
 
-PreprocessStep = one_key_entry(PreprocessingStepSpec, bare=[
-    "standard_scale", "minmax_scale", "robust_scale", "impute", "clip"])
+PreprocessStep = one_key_entry(PreprocessingStepSpec, bare=list(PreprocessingStepSpec.model_fields))
 
 
 class SplitSpec(SpecModel):

@@ -1,15 +1,10 @@
 """Typed input features (``data.features``); their encoders are in ``model.encoders``.
 
-A feature is a column with a type. ``numeric`` columns are today's behaviour: one number each,
-concatenated into one vector. The other types are fitted on the training split and encoded
-into fixed-width numeric columns before training (a categorical value's index, a text's token
-ids, an image's pixels); the fitted vocabularies and tokenizers travel inside the logged model,
-which therefore takes raw rows: strings, image bytes, lists.
-
-Each non-numeric feature has an encoder in the model (an embedding, a recurrent or transformer
-encoder over tokens, a CNN or ResNet over pixels) whose output vectors a combiner joins before
-the layer list (the head). Every shape is known from the spec, so ``dbspec validate`` checks
-encoders, combiner and head without torch and without data.
+A ``numeric`` feature is one number per row. The other types are fitted on the training split
+and encoded into fixed-width numeric columns (an index, token ids, pixels); the fitted
+vocabularies travel inside the logged model, which therefore takes raw rows. Each is read by an
+encoder whose output a combiner joins before the head; every shape follows from the spec, so
+``dbspec validate`` checks them without torch or data.
 """
 
 from typing import Annotated, Any, ClassVar, Literal, Optional, Union
@@ -155,5 +150,3 @@ TypedFeature = Annotated[
 #: One entry of data.features: a column name (its type read from the column when the data
 #: loads) or a typed feature.
 FeatureEntry = Union[FeatureName, TypedFeature]
-
-FEATURE_TYPES = ("numeric", "categorical", "text", "sequence", "image")

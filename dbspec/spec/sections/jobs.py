@@ -4,13 +4,13 @@ override it."""
 
 import posixpath
 import re
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import field_validator, model_validator
+from pydantic import AfterValidator, StringConstraints, model_validator
 
 from dbspec.spec.sections.base import SpecModel, d, section
 
-_EMAIL = r"^[^@\s]+@[^@\s]+$"
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 #: The tasks of a generated job (``jobs.tasks`` keys): the stage groups, then the endpoint task.
 TASK_GROUPS = ("data", "tune", "train", "evaluate", "promote", "serve", "batch_predict",
                "update_endpoint", "monitor")
@@ -24,33 +24,26 @@ NODE_LOCAL = "/local_disk0"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
 
-def _on_node_disk(path: str) -> bool:
-    """Whether ``path`` (a POSIX path, or a ``file:`` URI) lies on a node's local disk."""
-    path = path.removeprefix("file:")
-    if not path.startswith("/"):
-        return False
+def _refuse_node_disk(value: str, why: str) -> None:
+    """Raise ValueError when ``value`` (a POSIX path, or a ``file:`` URI) lies on a node's local
+    disk, saying ``why`` that cannot work."""
+    path = value.removeprefix("file:")
     normal = posixpath.normpath("/" + path.lstrip("/"))
-    return normal == NODE_LOCAL or normal.startswith(NODE_LOCAL + "/")
-
-
-def _node_disk_message(value: str, why: str) -> str:
-    return (f"'{value}' is on a node's local disk ({NODE_LOCAL}); {why}: give a directory every "
-            "node reaches, such as a Unity Catalog Volume (/Volumes/<catalog>/<schema>/<volume>)")
+    if path.startswith("/") and (normal == NODE_LOCAL or normal.startswith(NODE_LOCAL + "/")):
+        raise ValueError(f"'{value}' is on a node's local disk ({NODE_LOCAL}); {why}: give a "
+                         "directory every node reaches, such as a Unity Catalog Volume "
+                         "(/Volumes/<catalog>/<schema>/<volume>)")
 
 
 def check_shared_dir(value: str) -> str:
-    """``value`` if it names storage every node of a cluster reaches.
-
-    Accepted: an absolute path (``/Volumes/...``, ``/dbfs/...``, a shared mount) or
-    ``dbfs:/...``.
+    """``value`` if it names storage every node of a cluster reaches: an absolute path
+    (``/Volumes/...``, ``/dbfs/...``, a shared mount) or ``dbfs:/...``.
 
     Raises:
-        ValueError: a relative path, a node-local path, an unknown URI scheme, or a
-            ``/Volumes`` path that stops before the volume.
+        ValueError: a relative or node-local path, another URI scheme, or a ``/Volumes`` path
+            that stops before the volume.
     """
-    why = "training ranks and tasks on other nodes cannot read it"
-    if _on_node_disk(value):
-        raise ValueError(_node_disk_message(value, why))
+    _refuse_node_disk(value, "training ranks and tasks on other nodes cannot read it")
     scheme = _SCHEME.match(value)
     if scheme:
         name = scheme.group(1).lower()
@@ -84,9 +77,8 @@ def check_state_dir(value: str) -> str:
         ValueError: a relative path, a URI (the state dir is opened as a local directory), or
             a node-local path (a later task, retry or repair may run on another node).
     """
-    if _on_node_disk(value):
-        raise ValueError(_node_disk_message(
-            value, "a later task, a retry or a repair may run on another node and not find it"))
+    _refuse_node_disk(value, "a later task, a retry or a repair may run on another node and "
+                      "not find it")
     if _SCHEME.match(value):
         raise ValueError(f"'{value}': the state dir is opened as a local directory; use a "
                          "mounted path (/Volumes/..., /dbfs/...) or leave it unset")
@@ -95,6 +87,11 @@ def check_state_dir(value: str) -> str:
                          "an absolute path or leave it unset")
     _check_volume(value)
     return value
+
+
+_Text = StringConstraints(min_length=1)
+SharedDir = Annotated[str, _Text, AfterValidator(check_shared_dir)]
+StateDir = Annotated[str, _Text, AfterValidator(check_state_dir)]
 
 
 class ScheduleSpec(SpecModel):
@@ -116,11 +113,9 @@ class NotificationsSpec(SpecModel):
 
     @model_validator(mode="after")
     def _addresses(self) -> "NotificationsSpec":
-        import re
-
         for field in ("on_start", "on_success", "on_failure"):
             for address in getattr(self, field):
-                if not re.match(_EMAIL, address):
+                if not _EMAIL.match(address):
                     raise ValueError(f"{field}: '{address}' is not an e-mail address")
         return self
 
@@ -197,7 +192,7 @@ class JobsSpec(SpecModel):
     workspace_root: str = d("Workspace folder the jobs-json format expects the spec and the wheel "
                             "in (bundles upload them).", default="/Workspace/Shared/dbspec",
                             pattern=r"^(/Workspace|/Volumes|dbfs:)/")
-    shared_dir: Optional[str] = d(
+    shared_dir: Optional[SharedDir] = d(
         "Directory every node of the job's clusters reaches, passed to each task as "
         "'dbspec run --shared-dir': distributed training ranks, Spark trial tasks and checkpoints "
         "live there (stage outputs travel in the run key's MLflow run). An absolute path such "
@@ -206,12 +201,12 @@ class JobsSpec(SpecModel):
         "directory, else /Volumes/<catalog>/<schema>/dbspec from a three-part registry.name, "
         "else /Volumes/main/default/dbspec (the volume must exist). Bundles take it from the "
         "'shared_dir' bundle variable, jobs-json from the 'shared_dir' job parameter; both can "
-        "be overridden at deploy or run time.", default=None, min_length=1)
-    state_dir: Optional[str] = d(
+        "be overridden at deploy or run time.", default=None)
+    state_dir: Optional[StateDir] = d(
         "State directory of every task ('dbspec run --state-dir'); unset: node-local scratch "
         "in the task's working directory, since tasks hand over through MLflow and shared_dir. "
         "An absolute path (a mounted /Volumes/... or /dbfs/... path), never under /local_disk0.",
-        default=None, min_length=1)
+        default=None)
     schedule: Optional[ScheduleSpec] = d("Schedule; none: runs on demand.", default=None)
     monitor_schedule: ScheduleSpec = d(
         "With a monitoring section: when the monitor job ('dbspec monitor' on its own job "
@@ -232,13 +227,3 @@ class JobsSpec(SpecModel):
                                               default="aws")
     cluster: ClusterSettings = section("The cluster of the data, evaluation and serving tasks.")
     training_cluster: ClusterSettings = section("The cluster of the tune and train tasks.")
-
-    @field_validator("shared_dir")
-    @classmethod
-    def _shared(cls, value: Optional[str]) -> Optional[str]:
-        return None if value is None else check_shared_dir(value)
-
-    @field_validator("state_dir")
-    @classmethod
-    def _state(cls, value: Optional[str]) -> Optional[str]:
-        return None if value is None else check_state_dir(value)

@@ -3,7 +3,7 @@
 import re
 from typing import Annotated, Literal, Optional, Union
 
-from pydantic import (Discriminator, StringConstraints, Tag, field_validator,
+from pydantic import (AfterValidator, Discriminator, StringConstraints, Tag, field_validator,
                       model_validator)
 
 from dbspec.spec.sections.base import SpecModel, d, section
@@ -33,6 +33,10 @@ def check_alias(value: str) -> str:
                          "as champion or production")
     return value
 
+
+#: An alias a spec moves or serves: a name MLflow does not reserve.
+AliasName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$"),
+                      AfterValidator(check_alias)]
 
 #: Metrics each task computes when ``evaluation.metrics`` is not given.
 DEFAULT_METRICS = {
@@ -113,8 +117,7 @@ class Gate(SpecModel):
     @model_validator(mode="after")
     def _has_condition(self) -> "Gate":
         if self.diagnosis is not None:
-            if self.metric is not None or self.min is not None or self.max is not None or \
-                    self.better_than is not None:
+            if any(v is not None for v in (self.metric, self.min, self.max, self.better_than)):
                 raise ValueError("a diagnosis gate takes no metric, min, max or better_than; "
                                  "write it as a gate of its own: {diagnosis: "
                                  f"{self.diagnosis}}}")
@@ -132,26 +135,19 @@ class Gate(SpecModel):
 class PromotionSpec(SpecModel):
     """Move an alias to the new version when every gate passes (one stage of promotion)."""
 
-    alias: str = d("Alias to set, e.g. production or champion.", default="champion",
-                   pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
+    alias: AliasName = d("Alias to set, e.g. production or champion.", default="champion")
     gates: list[Gate] = d("Conditions that must all hold.", default=[])
     approval: Literal["none", "required"] = d(
         "required: a version that passes the gates waits for `dbspec approve NAME VERSION "
         "--alias ALIAS` instead of moving the alias; only the last stage may ask for it.",
         default="none")
 
-    @field_validator("alias")
-    @classmethod
-    def _not_reserved(cls, value: str) -> str:
-        return check_alias(value)
-
 
 class PromotionStage(PromotionSpec):
     """One stage of a staged promotion (``registry.promotion`` as a list): its alias is
     required."""
 
-    alias: str = d("Alias of this stage, e.g. staging or production.",
-                   pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
+    alias: AliasName = d("Alias of this stage, e.g. staging or production.")
 
 
 class RegistrySpec(SpecModel):
@@ -293,13 +289,8 @@ class ServingSpec(SpecModel):
 
     mode: Literal["realtime", "batch", "none"] = d("realtime endpoint, batch scoring, or none.",
                                                    default="none")
-    model_alias: Optional[str] = d("Alias to serve; default: the promotion alias.", default=None,
-                                   pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
-
-    @field_validator("model_alias")
-    @classmethod
-    def _alias_not_reserved(cls, value: Optional[str]) -> Optional[str]:
-        return None if value is None else check_alias(value)
+    model_alias: Optional[AliasName] = d("Alias to serve; default: the promotion alias.",
+                                         default=None)
     realtime: RealtimeSpec = section("Settings of the realtime mode.")
     batch: Optional[BatchSpec] = d("Settings of the batch mode.", default=None)
     out_of_range: OutOfRangeSpec = section("What the endpoint and batch scoring do with rows "

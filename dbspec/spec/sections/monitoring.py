@@ -2,9 +2,9 @@
 alerts, and what it does then."""
 
 import re
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import field_validator
+from pydantic import AfterValidator
 
 from dbspec.spec.sections.base import SpecModel, d, section
 
@@ -24,6 +24,14 @@ def duration_seconds(text: str) -> int:
         raise ValueError(f"'{text}' is not a duration: write a positive number with s, m, h or "
                          "d, such as 15m, 1h or 7d")
     return int(found[1]) * _SECONDS[found[2]]
+
+
+def _duration(text: str) -> str:
+    duration_seconds(text)
+    return text
+
+
+Duration = Annotated[str, AfterValidator(_duration)]
 
 
 class ThresholdsSpec(SpecModel):
@@ -64,9 +72,9 @@ class MonitoringSpec(SpecModel):
     table: Optional[str] = d("The inference table (Delta); default: "
                              "serving.realtime.inference_table.path.", default=None,
                              min_length=1)
-    window: str = d("Length of one window, such as 15m, 1h or 1d; windows start on multiples "
+    window: Duration = d("Length of one window, such as 15m, 1h or 1d; windows start on multiples "
                     "of it (UTC).", default="1h")
-    lookback: Optional[str] = d("How far back a pass reads when --since is not given, such as "
+    lookback: Optional[Duration] = d("How far back a pass reads when --since is not given, such as "
                                 "2h for an hourly job (a pass then alerts on recent windows "
                                 "only); default: the whole table.", default=None)
     min_rows: int = d("Windows with fewer rows are reported, not checked.", default=100, ge=1)
@@ -85,13 +93,6 @@ class MonitoringSpec(SpecModel):
     experiment: Optional[str] = d("MLflow experiment of the monitoring runs; default: "
                                   "<registered name>-monitoring.", default=None, min_length=1)
 
-    @field_validator("window", "lookback")
-    @classmethod
-    def _a_duration(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None:
-            duration_seconds(value)
-        return value
-
 
 def default_alias(spec: Any) -> Optional[str]:
     """The alias monitoring acts on: its own, ``serving.model_alias``, else the last promotion
@@ -100,10 +101,7 @@ def default_alias(spec: Any) -> Optional[str]:
         return spec.monitoring.alias
     if spec.serving.model_alias:
         return spec.serving.model_alias
-    promotion = spec.registry.promotion if spec.registry is not None else None
-    if promotion is None:
-        return None
-    return (promotion[-1] if isinstance(promotion, list) else promotion).alias
+    return spec.registry.final_alias() if spec.registry is not None else None
 
 
 def check_monitoring(spec: Any) -> list[tuple[tuple, str]]:

@@ -3,18 +3,11 @@ custom class; typed features' encoders and the combiner that joins them."""
 
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Optional, Union, get_args
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from dbspec.spec.sections.base import SpecModel, d, section
+from dbspec.spec.sections.base import SpecModel, d, section, shorthand
 from dbspec.spec.sections.layers import Layer, LayerSpec
-
-
-class SettingError(ValueError):
-    """A setting that cannot work with the inputs it is given; ``field`` names it."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
+from dbspec.spec.shapes import divisors
 
 
 def _layer_list(entries: list) -> list:
@@ -241,18 +234,18 @@ class AttentionCombiner(SpecModel):
     layers: int = d("Attention layers.", default=1, ge=1, le=16)
     dropout: float = d("Dropout inside the attention layers.", default=0.0, ge=0, lt=1)
 
+    @field_validator("heads")
+    @classmethod
+    def _divides_width(cls, heads: int, info: ValidationInfo) -> int:
+        width = info.data.get("width")
+        if width is not None and width % heads:
+            raise ValueError(f"{heads} heads do not divide the width {width}; use a head count "
+                             f"that divides it ({divisors(width)})")
+        return heads
+
     def output_width(self, numeric: int, widths: list[int]) -> int:
         """Width of the joined vector for ``numeric`` numeric features (one token together)
-        and encoder outputs of ``widths``.
-
-        Raises:
-            SettingError: heads that do not divide the width.
-        """
-        if self.width % self.heads:
-            choices = ", ".join(str(h) for h in range(1, min(self.width, 64) + 1)
-                                if self.width % h == 0)
-            raise SettingError("heads", f"{self.heads} heads do not divide the width "
-                                        f"{self.width}; use a head count that divides it ({choices})")
+        and encoder outputs of ``widths``."""
         return (len(widths) + (1 if numeric else 0)) * self.width
 
     def summary(self) -> str:
@@ -274,16 +267,9 @@ class ConcatCombiner(SpecModel):
         return "concat"
 
 
-def _combiner_shorthand(value):
-    return {"kind": value} if isinstance(value, str) else value
-
-
-CombinerSpec = Annotated[
-    Union[ConcatCombiner, AttentionCombiner],
-    Field(discriminator="kind"),
-    BeforeValidator(_combiner_shorthand, json_schema_input_type=Union[
-        ConcatCombiner, AttentionCombiner, Literal["concat", "attention"]]),
-]
+_Combiners = Union[ConcatCombiner, AttentionCombiner]
+CombinerSpec = Annotated[_Combiners, Field(discriminator="kind"),
+                         shorthand(_Combiners, "kind", Literal["concat", "attention"])]
 
 
 class CustomModel(SpecModel):

@@ -1,12 +1,8 @@
 """``roles``: who may read, change and deploy what the spec produces on Databricks.
 
-Three roles, following the course's access table: ``admin`` reads, writes and deploys;
-``data_scientist`` reads and writes; ``analyst`` only reads. Each lists principals, written
-``user:<email>``, ``group:<name>`` or ``service_principal:<application-id>``; a bare e-mail
-address means a user and any other bare name a group. ``dbspec jobs`` turns the roles into
-Unity Catalog grants and permission levels (see ``dbspec.jobs.resources``); on an
-``mlflow server --app-name basic-auth``, ``dbspec grant`` and ``dbspec run`` make the users
-MANAGE / EDIT / READ on the experiment and registered model (``dbspec.registry.access``).
+``dbspec jobs`` turns the roles into Unity Catalog grants and permission levels
+(``dbspec.jobs.resources``); on an ``mlflow server --app-name basic-auth``, ``dbspec grant``
+and ``dbspec run`` make the users MANAGE / EDIT / READ (``dbspec.registry.access``).
 """
 
 import re
@@ -104,9 +100,8 @@ class RolesSpec(SpecModel):
     @field_validator("admin", "data_scientist", "analyst")
     @classmethod
     def _one_role_each(cls, value: list[str], info: ValidationInfo) -> list[str]:
-        seen: dict[str, str] = {}
-        for role in ROLE_NAMES[:ROLE_NAMES.index(info.field_name)]:
-            seen.update({p: role for p in info.data.get(role, [])})
+        earlier = ROLE_NAMES[:ROLE_NAMES.index(info.field_name)]
+        seen = {p: role for role in earlier for p in info.data.get(role, [])}
         for index, principal in enumerate(value):
             if principal in value[:index]:
                 raise ValueError(f"'{principal}' is listed twice")

@@ -6,8 +6,6 @@ from pydantic import BaseModel, Discriminator, Tag
 
 from dbspec.spec.sections.base import SpecModel, d, section, shorthand
 
-Number = Union[int, float]
-
 
 class FloatDistribution(SpecModel):
     low_high: tuple[float, float] = d("[low, high] bounds, both included.", alias="float")
@@ -74,10 +72,10 @@ class SearchSpec(SpecModel):
                       ge=1)
     timeout: Optional[float] = d("Stop starting trials after this many seconds.", default=None,
                                  gt=0)
-    sampler: shorthand("name", Literal["tpe", "random", "cmaes", "grid", "qmc"])(
-        SamplerSpec) = section("Sampler: a name, or a mapping with options.")
-    pruner: shorthand("name", Literal["median", "hyperband", "successive_halving", "none"])(
-        PrunerSpec) = section("Pruner: a name, or a mapping with options.")
+    sampler: Annotated[SamplerSpec, shorthand(SamplerSpec, "name")] = section(
+        "Sampler: a name, or a mapping with options.")
+    pruner: Annotated[PrunerSpec, shorthand(PrunerSpec, "name")] = section(
+        "Pruner: a name, or a mapping with options.")
     parallelism: int = d("Trials run at a time (processes locally, Spark tasks on Spark).",
                          default=1, ge=1)
     metric: str = d("Metric the study optimises, reported every epoch.", default="val_loss")
