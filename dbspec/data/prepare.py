@@ -58,7 +58,7 @@ def build_table(frame, data: DataSpec) -> Table:
     """
     columns = [str(c) for c in frame.columns]
     frame = frame.rename(columns={c: str(c) for c in frame.columns})
-    _require_target(columns, data)
+    require_target(columns, data)
     features = data.feature_names or [c for c in columns if c != data.target]
     require_features(features, columns)
     non_numeric = [f"{c} ({frame[c].dtype})" for c in features
@@ -85,7 +85,7 @@ def build_typed_table(frame, data: DataSpec, features: list) -> tuple[Table, Any
         DataError: as :func:`build_table`, for the target and infinite numeric values.
     """
     frame = frame.rename(columns={c: str(c) for c in frame.columns})
-    _require_target(list(frame.columns), data)
+    require_target(list(frame.columns), data)
     names = [f.name for f in features]
     numeric = [f.name for f in features if f.type == "numeric"]
     if numeric:
@@ -95,7 +95,7 @@ def build_typed_table(frame, data: DataSpec, features: list) -> tuple[Table, Any
     return table, frame[names].reset_index(drop=True)
 
 
-def _require_target(columns: list[str], data: DataSpec) -> None:
+def require_target(columns: list[str], data: DataSpec) -> None:
     if data.target not in columns:
         raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
                         f"; the data has: {_listing(columns)}")
@@ -121,12 +121,21 @@ def _target(frame, data: DataSpec) -> tuple[np.ndarray, Optional[list[Any]]]:
             raise DataError("data.target: infinite target values")
         return y, None
     classes, y = np.unique(y_raw.to_numpy(), return_inverse=True)
+    return y.astype(np.int64), check_classes([_plain(c) for c in classes], data)
+
+
+def check_classes(classes: list[Any], data: DataSpec) -> list[Any]:
+    """``classes`` (the target's distinct labels, sorted), when they fit the task.
+
+    Raises:
+        DataError: a binary task without exactly 2 classes, or a single class.
+    """
     if data.task == "binary" and len(classes) != 2:
         raise DataError(f"data.task: binary needs exactly 2 target classes, found {len(classes)}"
                         f" ({_listing([str(c) for c in classes])})")
     if len(classes) < 2:
         raise DataError("data.target: only one class present")
-    return y.astype(np.int64), [_plain(c) for c in classes]
+    return classes
 
 
 def _is_numeric(dtype) -> bool:

@@ -22,9 +22,7 @@ give the same first epoch on small data.
 from __future__ import annotations
 
 import math
-import os
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
+from dbspec.atomic import atomic_file
 from dbspec.data.read_ahead import read_ahead
 from dbspec.data.shards import ShardSet, read_shard
 from dbspec.data.sources import DataError
@@ -260,14 +259,11 @@ class StreamedSplit:
             return path
         local = Path(cache) / self.shard_set.root.name / path.relative_to(self.shard_set.root)
         if not local.exists():
-            partial = local.with_name(f"{local.name}.{os.getpid()}-{threading.get_ident()}"
-                                      ".partial")  # ranks on one node share the cache
             try:
                 local.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, partial)
-                partial.replace(local)
+                with open(path, "rb") as original, atomic_file(local, durable=False) as copy:
+                    shutil.copyfileobj(original, copy)
             except OSError as exc:
-                partial.unlink(missing_ok=True)
                 raise DataError(f"data.streaming.cache_dir: cannot copy shard {path} into "
                                 f"{local.parent}: {exc.strerror or exc}") from None
         return local
