@@ -1,8 +1,7 @@
-"""Read a spec's data source into a pandas frame, with the version of the data that was read.
+"""Read a spec's data source, through its kind, and what the source kinds share.
 
-Every source kind of ``data.source`` is read here. The version (a Delta table version, a file
-digest, the scikit-learn release) is resolved cheaply by :func:`resolve_version` before any
-stage runs, so it can enter the plan's fingerprints, and recorded with the run.
+The version (a Delta table version, a file digest, the scikit-learn release) is resolved
+cheaply by :func:`resolve_version` before any stage runs, so it enters the plan's fingerprints.
 """
 
 from __future__ import annotations
@@ -24,13 +23,8 @@ class DataError(DbspecError):
 
 @dataclass(frozen=True)
 class SourceData:
-    """Rows of a source as read.
-
-    Attributes:
-        frame: Every column of the source.
-        version: What identifies exactly these rows (Delta version, file digest...).
-        uri: Where they came from, for the run's dataset record.
-    """
+    """Every column of a source as read (a pandas frame), what identifies exactly these rows
+    (Delta version, file digest...), and where they came from (for the run's record)."""
 
     frame: Any
     version: str
@@ -50,32 +44,11 @@ SPARK_ONLY = ("is read through a Spark session: run with --executor spark (or ex
 
 
 def read_source(data: DataSpec, *, base: Path) -> SourceData:
-    """Read every row of the source (:meth:`dbspec.seams.sources.DataSource.read`).
-
-    Args:
-        data: The spec's data section.
-        base: Directory relative paths are resolved against (the current directory).
-
-    Raises:
-        DataError: missing file or table, unreadable content.
-    """
+    """Every row of the source (:meth:`dbspec.seams.sources.DataSource.read`); relative
+    paths are resolved against ``base``."""
     from dbspec.seams.sources import source_kind
 
     return source_kind(data).read(data, base=base)
-
-
-def check_csv_header(path: Path, delimiter: str) -> None:
-    """pandas renames a repeated column name (``a``, ``a.1``) without a word; a feature list
-    would then silently pick one of them."""
-    import csv
-
-    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
-        header = next(csv.reader(handle, delimiter=delimiter), [])
-    repeated = sorted({name for name in header if header.count(name) > 1})
-    if repeated:
-        raise DataError(f"data.source.path: {path}:1: repeated column name(s) "
-                        f"{', '.join(repr(name) for name in repeated)}: give every column its "
-                        "own name")
 
 
 def resolve_path(path: str, base: Path) -> Path:

@@ -26,18 +26,11 @@ def read_delta(spark, path: Path, open_table: Callable[[], Any], *, what: str,
                timestamp: Optional[str] = None) -> tuple[Any, Optional[str]]:
     """A Spark DataFrame over one version of the Delta table at ``path``, and its version label.
 
-    With the session's ``delta`` format Spark reads the table itself (and the label is None:
-    the caller knows the version asked for); elsewhere ``open_table()`` (``deltalake``, opened
-    at the wanted version by the caller, which words its errors) lists the version's Parquet
-    files and Spark reads exactly those (label ``delta-vN``).
-
-    Args:
-        spark: The session.
-        path: The table's directory.
-        open_table: Opens the ``deltalake`` table at the version wanted.
-        what: How errors name the table (``input x``, ``data.source: Delta table x``).
-        version: The version to read natively (``versionAsOf``).
-        timestamp: Or the time (``timestampAsOf``).
+    With the session's ``delta`` format Spark reads the table itself, at ``version`` or
+    ``timestamp`` (and the label is None: the caller knows the version asked for); elsewhere
+    ``open_table()`` (``deltalake``, opened at the wanted version by the caller, which words its
+    errors) lists the version's Parquet files and Spark reads exactly those (label ``delta-vN``).
+    ``what`` names the table in errors.
 
     Raises:
         DataError: the version has no data files.
@@ -64,12 +57,8 @@ def spark_version(spark, data: DataSpec, *, base: Path) -> str:
 
 
 def read_source_spark(spark, data: DataSpec, *, base: Path) -> SourceData:
-    """Read every row through Spark and collect them (through Arrow) for training
-    (:meth:`dbspec.seams.sources.DataSource.read_spark`).
-
-    Raises:
-        DataError: missing path or table, unreadable data, an unsupported time travel.
-    """
+    """Every row read through Spark, collected through Arrow
+    (:meth:`dbspec.seams.sources.DataSource.read_spark`)."""
     from dbspec.seams.sources import source_kind
 
     return source_kind(data).read_spark(spark, data, base=base)

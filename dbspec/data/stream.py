@@ -1,22 +1,15 @@
 """Batches streamed from a shard set: rank-aware, shuffled by seed and epoch, prefetched, and
 resumable in the middle of an epoch.
 
-An epoch's plan is a pure function of (the set's index, seed, epoch, rank, world size): the
-shard order is a permutation drawn from the seed and the epoch; those shards, in that order, are
-one sequence of rows, and rank ``r`` of ``w`` takes the ``r``-th of ``w`` equal ranges of it;
-its rows are read a window of ``shuffle_window`` shard pieces at a time and permuted within the
-window (a torch generator seeded from the seed, epoch and rank); batches are cut from that
-stream of rows. So ranks see disjoint rows that together cover the split once, and a run
-resumed at batch ``k`` (the loader's whole state is ``(epoch, k)``) sees exactly the rows the
-uninterrupted run would have seen from there.
-
-Every rank runs the same number of steps, as DDP needs: ranges differ by at most one row, and
-the step count is the smallest rank's; a rank with one row more spreads it over its batches,
-so no row is repeated or left out and no batch is empty.
-
-On one rank with the whole split in one window, an epoch-0 order equals the in-memory loop's
-(``torch.randperm`` of the training rows from a generator seeded with the seed), so the two paths
-give the same first epoch on small data.
+An epoch's plan is a pure function of (index, seed, epoch, rank, world size): the shards, in a
+seeded per-epoch order, form one sequence of rows; rank ``r`` of ``w`` takes the ``r``-th of
+``w`` equal ranges of it, reads it ``shuffle_window`` shard pieces at a time and permutes each
+window (a torch generator seeded from seed, epoch and rank). So ranks see disjoint rows that
+cover the split once, and a run resumed at batch ``k`` (the loader's whole state is
+``(epoch, k)``) sees the rows the uninterrupted run would have. Every rank runs as many steps
+(DDP needs it): the smallest rank's count, a rank with a row more spreading it over its
+batches. On one rank with the split in one window, epoch 0 is the in-memory loop's order
+(``torch.randperm`` seeded with the seed).
 """
 
 from __future__ import annotations
@@ -71,11 +64,8 @@ class EpochPlan:
 
 def epoch_plan(shards: list[tuple[Path, int]], settings: StreamSettings, *, epoch: int,
                rank: int = 0, world: int = 1) -> EpochPlan:
-    """The pieces and batch sizes of ``rank`` in ``epoch`` (see the module docstring).
-
-    The epoch's shards, in their shuffled order, form one sequence of rows; rank ``r`` reads
-    the ``r``-th of ``world`` equal ranges of it (rows differ by at most one between ranks),
-    so it opens only the shards its range touches.
+    """The pieces and batch sizes of ``rank`` in ``epoch`` (see the module docstring); a rank
+    opens only the shards its range touches.
 
     Raises:
         DataError: the split has fewer rows than there are ranks.
@@ -121,13 +111,9 @@ class StreamedSplit:
     """A split of a shard set as training batches (or, unshuffled, as scoring batches).
 
     Args:
-        shard_set: The set.
-        split: ``train``, ``validation`` or ``test``.
-        settings: Batch size, seed, shuffling, prefetch and cache.
         prepare: Turns a window's ``(x, y)`` numpy arrays into what batches are cut from
             (the served model's transform and the training form of the target, as tensors);
             runs in the prefetch thread.
-        rank, world: This process's rank and the world size.
     """
 
     def __init__(self, shard_set: ShardSet, split: str, settings: StreamSettings,
