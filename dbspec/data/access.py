@@ -33,6 +33,10 @@ class InMemoryData:
         read (strings, image bytes), row for row with the table's encoded matrix."""
         self.table, self.splits, self.raw = table, splits, raw
         self._raw_rows: Any = None  # the file, read once (the example, the dataset, the check)
+        self.feature_names: list[str] = table.feature_names
+        self.classes: Optional[list[Any]] = table.classes
+        #: The fitted typed features that encoded the table; None when all are numeric.
+        self.inputs: Optional[list[dict[str, Any]]] = table.inputs
 
     def raw_head(self, split: str, rows: int) -> Optional[Any]:
         """The split's first ``rows`` rows as read from the source (a DataFrame), for a model
@@ -44,19 +48,6 @@ class InMemoryData:
 
             self._raw_rows = pq.read_table(self.raw)
         return self._raw_rows.take(self._rows(split)[:rows]).to_pandas()
-
-    @property
-    def feature_names(self) -> list[str]:
-        return self.table.feature_names
-
-    @property
-    def classes(self) -> Optional[list[Any]]:
-        return self.table.classes
-
-    @property
-    def inputs(self) -> Optional[list[dict[str, Any]]]:
-        """The fitted typed features that encoded the table; None when all are numeric."""
-        return self.table.inputs
 
     def _rows(self, split: str) -> np.ndarray:
         return getattr(self.splits, SPLIT_NAMES[split])
@@ -90,22 +81,16 @@ class StreamedData:
 
     streamed = True
 
+    inputs = None  # streamed features are numeric
+
     def __init__(self, shard_set: ShardSet):
         self.shard_set = shard_set
-
-    inputs = None  # streamed features are numeric
+        self.feature_names: list[str] = shard_set.feature_names
+        self.classes: Optional[list[Any]] = shard_set.classes
 
     def raw_head(self, split: str, rows: int) -> None:
         """Streamed features are numeric: :meth:`head` is what the model takes."""
         return None
-
-    @property
-    def feature_names(self) -> list[str]:
-        return self.shard_set.feature_names
-
-    @property
-    def classes(self) -> Optional[list[Any]]:
-        return self.shard_set.classes
 
     def size(self, split: str) -> int:
         return self.shard_set.rows(SPLIT_NAMES[split])

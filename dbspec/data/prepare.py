@@ -53,8 +53,8 @@ def build_table(frame, data: DataSpec) -> Table:
     """Select and check features and target; encode class labels.
 
     Raises:
-        DataError: a missing column (the message lists those that exist), non-numeric
-            features, infinite values, missing targets, or a class count that does not fit.
+        DataError: a missing column, non-numeric features, infinite values, missing targets,
+            or a class count that does not fit.
     """
     columns = [str(c) for c in frame.columns]
     frame = frame.rename(columns={c: str(c) for c in frame.columns})
@@ -74,12 +74,9 @@ def build_table(frame, data: DataSpec) -> Table:
 
 
 def build_typed_table(frame, data: DataSpec, features: list) -> tuple[Table, Any]:
-    """The target of a spec with typed features, and its feature columns as they are.
-
-    Returns:
-        A :class:`Table` with the target, the feature names and no feature matrix (the
-        features are encoded by ``preprocess``, once their vocabularies are fitted on the
-        training split), and the raw feature columns as a frame.
+    """A :class:`Table` with the target and feature names of a spec with typed features, but
+    no feature matrix (``preprocess`` encodes the features once their vocabularies are fitted
+    on the training split); and the raw feature columns as a frame.
 
     Raises:
         DataError: as :func:`build_table`, for the target and infinite numeric values.
@@ -158,7 +155,7 @@ def require_features(features: list[str], columns: list[str]) -> None:
     """The feature columns exist in ``columns``, and there is at least one.
 
     Raises:
-        DataError: a missing column (the message lists those that exist), or none left.
+        DataError: a missing column, or none left.
     """
     missing = [c for c in features if c not in columns]
     if missing:
@@ -178,30 +175,29 @@ def split_rows(table: Table, data: DataSpec, *, limit: Optional[int] = None) -> 
     Args:
         limit: keep only this many rows (stratified), for smoke runs.
     """
-    from sklearn.model_selection import train_test_split
-
     split = data.split
     indices = np.arange(len(table.target))
     stratify_on = split.stratify if split.stratify is not None else data.task != "regression"
     labels = table.target if stratify_on else None
     if limit is not None and limit < len(indices):
-        indices, _ = _split(indices, labels, limit, split.seed, train_test_split)
+        indices, _ = _split(indices, labels, limit, split.seed)
         labels = table.target[indices] if stratify_on else None
     holdout = split.validation + split.test
     if holdout == 0:
         return Splits(indices, indices[:0], indices[:0])
-    train, rest = _split(indices, labels, 1 - holdout, split.seed, train_test_split)
+    train, rest = _split(indices, labels, 1 - holdout, split.seed)
     rest_labels = table.target[rest] if stratify_on else None
     if split.test == 0:
         return Splits(train, rest, rest[:0])
     if split.validation == 0:
         return Splits(train, rest[:0], rest)
-    validation, test = _split(rest, rest_labels, split.validation / holdout, split.seed,
-                              train_test_split)
+    validation, test = _split(rest, rest_labels, split.validation / holdout, split.seed)
     return Splits(train, validation, test)
 
 
-def _split(indices, labels, train_fraction, seed, train_test_split):
+def _split(indices, labels, train_fraction, seed):
+    from sklearn.model_selection import train_test_split
+
     size = train_fraction if isinstance(train_fraction, float) else int(train_fraction)
     try:
         return train_test_split(indices, train_size=size, random_state=seed, stratify=labels)
