@@ -85,6 +85,36 @@ def _check_after_first_commit(table, when, path: Path) -> None:
                         f"{first.isoformat(timespec='seconds')})")
 
 
+def _spark_frame(spark, source, base: Path) -> tuple[Any, Optional[str]]:
+    """A Spark DataFrame over the source's table version, and its version label.
+
+    With the session's ``delta`` format Spark reads the table itself (no label: the version
+    asked for is the one read). Elsewhere (delta-spark has no release for this pyspark, and its
+    JAR would come from Maven at session start) ``deltalake`` lists the version's Parquet files
+    and Spark reads exactly those (label ``delta-vN``).
+
+    Raises:
+        DataError: the version has no data files.
+    """
+    from dbspec.data.sources import DataError, resolve_path
+    from dbspec.data.spark_sources import has_delta_format
+
+    path = resolve_path(source.path, base)
+    if has_delta_format(spark):
+        reader = spark.read.format("delta")
+        if source.version is not None:
+            reader = reader.option("versionAsOf", source.version)
+        elif source.timestamp is not None:
+            reader = reader.option("timestampAsOf", source.timestamp)
+        return reader.load(str(path)), None
+    table = open_delta(source, base)
+    files = table.file_uris()
+    if not files:
+        raise DataError(f"data.source: Delta table {path} has no data files at version "
+                        f"{table.version()}")
+    return spark.read.parquet(*files), f"delta-v{table.version()}"
+
+
 class DeltaKind(FileSource):
     """delta-rs (``deltalake``) reads it here; Spark reads the version's Parquet files."""
 
@@ -111,30 +141,20 @@ class DeltaKind(FileSource):
                           str(resolve_path(data.source.path, base)))
 
     def read_spark(self, spark, data, *, base: Path):
-        """The version's data files through Spark (Delta's format where the session has it)."""
+        """The version's rows through Spark, collected through Arrow."""
         from dbspec.data.sources import resolve_path
-        from dbspec.data.spark_sources import collect_spark, read_delta
-
-        source = data.source
+        from dbspec.data.spark_sources import collect_spark
 
         def read():
-            path = resolve_path(source.path, base)
-            frame, label = read_delta(spark, path, lambda: open_delta(source, base),
-                                      what=f"data.source: Delta table {path}",
-                                      version=source.version, timestamp=source.timestamp)
-            return frame, label or self.version(data, base=base), str(path)
+            frame, label = _spark_frame(spark, data.source, base)
+            return frame, label or self.version(data, base=base), \
+                str(resolve_path(data.source.path, base))
 
         return collect_spark(spark, read)
 
     def spark_frame(self, spark, data, path: Path) -> Any:
         """The version's rows as a Spark DataFrame, not collected (batch scoring reads it)."""
-        from dbspec.data.spark_sources import read_delta
-
-        source = data.source.model_copy(update={"path": str(path)})
-        frame, _ = read_delta(spark, path, lambda: open_delta(source, path),
-                              what=f"data.source: Delta table {path}",
-                              version=source.version, timestamp=source.timestamp)
-        return frame
+        return _spark_frame(spark, data.source.model_copy(update={"path": str(path)}), path)[0]
 
     def open(self, data, *, base: Path, spark: Any = None):
         """The version's Parquet files as an Arrow dataset (Spark tasks may open them)."""
