@@ -22,10 +22,6 @@ from dbspec.data.sources import DataError
 from dbspec.spec.sections.data import DataSpec
 
 
-def _quiet(text: str) -> None:
-    """No progress lines."""
-
-
 @dataclass(frozen=True)
 class Decision:
     """Whether the rows stream, and why, in words for the run's output."""
@@ -146,7 +142,7 @@ def count_rows(opened: OpenedSource) -> Optional[int]:
 
 def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
                    limit: Optional[int] = None, spark=None,
-                   say: Callable[[str], None] = _quiet) -> ShardSet:
+                   say: Callable[[str], None] = lambda text: None) -> ShardSet:
     """The source's shard set under ``location`` (which every node sees): found there, or
     written now.
 

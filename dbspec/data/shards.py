@@ -40,10 +40,9 @@ def shard_identity(data: DataSpec, version: str, *, where: str = "",
     """What the shards' content depends on, hashed: the set's directory name carries it.
 
     Args:
-        data: The data section.
-        version: The resolved data version, with whatever else pins the rows (a Delta
-            table's id: a table recreated at the same path is another table).
-        where: The source's resolved location (two projects' ``data/events`` differ).
+        where: The source's resolved location (two projects' ``data/events`` differ), with
+            whatever else pins the rows (a Delta table's id: a table recreated at the same
+            path is another table).
         made_by: ``arrow`` (one process) or ``spark`` (tasks per file): the shard boundaries
             differ, so the epochs' orders would.
     """
@@ -162,7 +161,7 @@ def read_shard(path: Path, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     the raw target, the rows' positions.
 
     Raises:
-        DataError: the file is missing or damaged.
+        DataError: the file is missing or damaged, or of another format.
     """
     table = _shard_table(path)
     if table.schema.names[:width] != [f"f{j}" for j in range(width)]:
@@ -175,11 +174,7 @@ def read_shard(path: Path, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def read_targets(path: Path) -> np.ndarray:
-    """The raw target column of a shard (a memory map: the features are not read).
-
-    Raises:
-        DataError: the file is missing or damaged.
-    """
+    """The raw target column of a shard (a memory map: the features are not read)."""
     return _shard_table(path).column("y").to_numpy()
 
 

@@ -47,15 +47,10 @@ class StreamSettings:
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """One rank's epoch: its pieces of shards in reading order and its batch sizes.
+    """One rank's epoch, in reading order."""
 
-    Attributes:
-        pieces: ``(path, first row, end row)`` of each shard part this rank reads.
-        batch_sizes: Rows of each of its batches (every rank has as many).
-    """
-
-    pieces: list[tuple[Path, int, int]]
-    batch_sizes: list[int]
+    pieces: list[tuple[Path, int, int]]  # (path, first row, end row) of each shard part read
+    batch_sizes: list[int]  # rows of each batch (every rank has as many)
 
     @property
     def rows(self) -> int:
@@ -144,10 +139,13 @@ class StreamedSplit:
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[tuple[Any, Any]]:
         """``(x, y)`` batches of ``epoch`` from batch ``start`` on (a mid-epoch resume)."""
+        import torch
+
         plan = self.plan(epoch)
         sizes = plan.batch_sizes
         skip = sum(sizes[:start])
-        generator = self._generator(epoch)
+        generator = torch.Generator().manual_seed(
+            self.settings.seed + _EPOCH_STRIDE * epoch + _RANK_STRIDE * self.rank)
         windows = [plan.pieces[i:i + self.settings.window]
                    for i in range(0, len(plan.pieces), self.settings.window)]
         sizes_of = [sum(stop - begin for _, begin, stop in window) for window in windows]
@@ -162,12 +160,6 @@ class StreamedSplit:
         orders = (self._permutation(rows, generator) for rows in sizes_of[first:])
         loaded = self._windows(windows[first:], orders)
         yield from self._cut(loaded, sizes[start:], skip)
-
-    def _generator(self, epoch: int):
-        import torch
-
-        seed = self.settings.seed + _EPOCH_STRIDE * epoch + _RANK_STRIDE * self.rank
-        return torch.Generator().manual_seed(seed)
 
     def _permutation(self, rows: int, generator):
         import torch
