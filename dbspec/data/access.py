@@ -1,10 +1,7 @@
-"""The prepared data as the stages after ``preprocess`` read it, in memory or streamed.
-
-Training, evaluation, the reference profile, registration's champion re-scoring and the serve
-check need a split's targets (one small column), its features block by block, its first rows,
-or a uniform sample of it. :class:`InMemoryData` answers from the arrays ``load_data`` wrote;
-:class:`StreamedData` from a shard set, one block at a time, so nothing holds a whole split's
-features.
+"""The prepared data as the stages after ``preprocess`` read it: a split's targets, its
+features block by block, its first rows, or a uniform sample. :class:`InMemoryData` answers
+from the arrays ``load_data`` wrote; :class:`StreamedData` from a shard set, one shard at a
+time, so nothing holds a whole split's features.
 """
 
 from __future__ import annotations
@@ -59,7 +56,6 @@ class InMemoryData:
         return self.table.target[self._rows(split)]
 
     def blocks(self, split: str, rows: int = BLOCK_ROWS) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(features, targets)`` blocks of the split, in order."""
         index = self._rows(split)
         for start in range(0, len(index), rows):
             part = index[start:start + rows]
@@ -89,8 +85,7 @@ class StreamedData:
         self.classes: Optional[list[Any]] = shard_set.classes
 
     def raw_head(self, split: str, rows: int) -> None:
-        """Streamed features are numeric: :meth:`head` is what the model takes."""
-        return None
+        return None  # streamed features are numeric: head() is what the model takes
 
     def size(self, split: str) -> int:
         return self.shard_set.rows(SPLIT_NAMES[split])
