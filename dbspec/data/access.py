@@ -1,10 +1,7 @@
-"""The prepared data as the stages after ``preprocess`` read it, in memory or streamed.
-
-Training, evaluation, the reference profile, registration's champion re-scoring and the serve
-check need a split's targets (one small column), its features block by block, its first rows,
-or a uniform sample of it. :class:`InMemoryData` answers from the arrays ``load_data`` wrote;
-:class:`StreamedData` from a shard set, one block at a time, so nothing holds a whole split's
-features.
+"""The prepared data as the stages after ``preprocess`` read it: a split's targets, its
+features block by block, its first rows, or a uniform sample. :class:`InMemoryData` answers
+from the arrays ``load_data`` wrote; :class:`StreamedData` from a shard set, one shard at a
+time, so nothing holds a whole split's features.
 """
 
 from __future__ import annotations
@@ -33,6 +30,10 @@ class InMemoryData:
         read (strings, image bytes), row for row with the table's encoded matrix."""
         self.table, self.splits, self.raw = table, splits, raw
         self._raw_rows: Any = None  # the file, read once (the example, the dataset, the check)
+        self.feature_names: list[str] = table.feature_names
+        self.classes: Optional[list[Any]] = table.classes
+        #: The fitted typed features that encoded the table; None when all are numeric.
+        self.inputs: Optional[list[dict[str, Any]]] = table.inputs
 
     def raw_head(self, split: str, rows: int) -> Optional[Any]:
         """The split's first ``rows`` rows as read from the source (a DataFrame), for a model
@@ -45,19 +46,6 @@ class InMemoryData:
             self._raw_rows = pq.read_table(self.raw)
         return self._raw_rows.take(self._rows(split)[:rows]).to_pandas()
 
-    @property
-    def feature_names(self) -> list[str]:
-        return self.table.feature_names
-
-    @property
-    def classes(self) -> Optional[list[Any]]:
-        return self.table.classes
-
-    @property
-    def inputs(self) -> Optional[list[dict[str, Any]]]:
-        """The fitted typed features that encoded the table; None when all are numeric."""
-        return self.table.inputs
-
     def _rows(self, split: str) -> np.ndarray:
         return getattr(self.splits, SPLIT_NAMES[split])
 
@@ -68,7 +56,6 @@ class InMemoryData:
         return self.table.target[self._rows(split)]
 
     def blocks(self, split: str, rows: int = BLOCK_ROWS) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(features, targets)`` blocks of the split, in order."""
         index = self._rows(split)
         for start in range(0, len(index), rows):
             part = index[start:start + rows]
@@ -90,22 +77,15 @@ class StreamedData:
 
     streamed = True
 
-    def __init__(self, shard_set: ShardSet):
-        self.shard_set = shard_set
-
     inputs = None  # streamed features are numeric
 
+    def __init__(self, shard_set: ShardSet):
+        self.shard_set = shard_set
+        self.feature_names: list[str] = shard_set.feature_names
+        self.classes: Optional[list[Any]] = shard_set.classes
+
     def raw_head(self, split: str, rows: int) -> None:
-        """Streamed features are numeric: :meth:`head` is what the model takes."""
-        return None
-
-    @property
-    def feature_names(self) -> list[str]:
-        return self.shard_set.feature_names
-
-    @property
-    def classes(self) -> Optional[list[Any]]:
-        return self.shard_set.classes
+        return None  # streamed features are numeric: head() is what the model takes
 
     def size(self, split: str) -> int:
         return self.shard_set.rows(SPLIT_NAMES[split])

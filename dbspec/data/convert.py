@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import reduce
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -18,10 +20,6 @@ from dbspec.data.shard_writing import (Layout, Origin, Tally, check_schema, conv
 from dbspec.data.shards import ShardSet, open_shard_set, shard_identity, shard_rows
 from dbspec.data.sources import DataError
 from dbspec.spec.sections.data import DataSpec
-
-
-def _quiet(text: str) -> None:
-    """No progress lines."""
 
 
 @dataclass(frozen=True)
@@ -33,22 +31,11 @@ class Decision:
 
 
 def available_memory() -> int:
-    """Bytes of memory available to new work: the machine's ``MemAvailable`` (or its physical
-    total), or less when this process's memory cgroup (a container, a job's slot) leaves less
-    room under its limit."""
-    import os
+    """Bytes of memory available to new work: the machine's, or less when this process's
+    memory cgroup (a container, a job's slot) leaves less room under its limit."""
+    import psutil
 
-    machine = None
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    machine = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
-    if machine is None:
-        machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    machine = psutil.virtual_memory().available
     room = cgroup_room()
     return machine if room is None else min(machine, room)
 
@@ -58,28 +45,24 @@ def cgroup_room() -> Optional[int]:
     ``memory.limit_in_bytes``), or None without a limit. Page cache counts in the usage, as
     the kernel counts it; it is reclaimable, so this errs on the side of streaming."""
     try:
-        with open("/proc/self/cgroup") as handle:
-            lines = handle.read().splitlines()
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
         return None
     for line in lines:
         _, controllers, path = line.split(":", 2)
         if controllers == "":
-            base, limit_file, usage_file = Path("/sys/fs/cgroup") / path.lstrip("/"), \
-                "memory.max", "memory.current"
+            base, files = Path("/sys/fs/cgroup"), ("memory.max", "memory.current")
         elif "memory" in controllers.split(","):
-            base, limit_file, usage_file = Path("/sys/fs/cgroup/memory") / path.lstrip("/"), \
-                "memory.limit_in_bytes", "memory.usage_in_bytes"
+            base = Path("/sys/fs/cgroup/memory")
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes")
         else:
             continue
         try:
-            limit = (base / limit_file).read_text().strip()
-            usage = int((base / usage_file).read_text().strip())
+            limit, usage = ((base / path.lstrip("/") / name).read_text().strip() for name in files)
+            if limit != "max" and int(limit) < 2**60:  # else no limit set
+                return max(int(limit) - int(usage), 0)
         except (OSError, ValueError):
             continue
-        if limit == "max" or int(limit) >= 2**60:  # no limit set
-            continue
-        return max(int(limit) - usage, 0)
     return None
 
 
@@ -92,12 +75,8 @@ IN_MEMORY_PEAK_FACTOR = 10
 
 
 def decide(data: DataSpec, rows: Optional[int], features: int) -> Decision:
-    """Stream or not, for a spec with ``data.streaming``.
-
-    Args:
-        rows: The source's row count from its metadata (None: unknown, e.g. a CSV file).
-        features: Feature columns.
-    """
+    """Stream or not, for a spec with ``data.streaming``; ``rows`` from the source's metadata
+    (None: unknown, e.g. a CSV file)."""
     streaming = data.streaming
     if streaming.enabled is True:
         return Decision(True, "data.streaming.enabled: true")
@@ -146,41 +125,10 @@ class OpenedSource:
 
 
 def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
-    """The source as an Arrow dataset, without reading its rows
-    (:meth:`dbspec.seams.sources.DataSource.open`).
-
-    Raises:
-        DataError: a missing path or table, an unreadable source.
-    """
+    """The source as an Arrow dataset (:meth:`dbspec.seams.sources.DataSource.open`)."""
     from dbspec.seams.sources import source_kind
 
     return source_kind(data).open(data, base=base, spark=spark)
-
-
-def csv_format(data: DataSpec, path: Path):
-    """CSV read with feature (and a regression target's) columns as float64: Arrow infers a
-    type from the first block, and a column of integers that later holds 0.5 would fail."""
-    import pyarrow.csv as pacsv
-    import pyarrow.dataset as ds
-
-    source = data.source
-    first = path if path.is_file() else next(iter(sorted(path.rglob("*.csv"))), None)
-    header: list[str] = []
-    if first is not None:
-        import csv
-
-        with open(first, newline="", encoding="utf-8", errors="replace") as handle:
-            header = next(csv.reader(handle, delimiter=source.delimiter), [])
-    key = data.streaming.key if data.streaming is not None else None
-    numeric = list(data.feature_names or [c for c in header if c not in (data.target, key)])
-    if data.task == "regression":
-        numeric.append(data.target)
-    import pyarrow as pa
-
-    return ds.CsvFileFormat(
-        parse_options=pacsv.ParseOptions(delimiter=source.delimiter),
-        convert_options=pacsv.ConvertOptions(
-            column_types={name: pa.float64() for name in numeric if name in header}))
 
 
 def count_rows(opened: OpenedSource) -> Optional[int]:
@@ -194,16 +142,13 @@ def count_rows(opened: OpenedSource) -> Optional[int]:
 
 def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
                    limit: Optional[int] = None, spark=None,
-                   say: Callable[[str], None] = _quiet) -> ShardSet:
-    """The source's shard set under ``location``: found there, or written now.
+                   say: Callable[[str], None] = lambda text: None) -> ShardSet:
+    """The source's shard set under ``location`` (which every node sees): found there, or
+    written now.
 
     Args:
-        data: The data section (with ``streaming``).
-        opened: The source (:func:`open_source`).
-        location: Where shard sets live (every node must see it).
         limit: Convert only the first rows (smoke runs).
         spark: A session whose tasks convert the source's files in parallel, or None.
-        say: Progress lines.
 
     Raises:
         DataError: the source does not fit the spec (the set is not left behind).
@@ -275,15 +220,12 @@ def _convert_on_spark(spark, opened: OpenedSource, layout: Layout, directory: Pa
     """One Spark task per source file: each converts its file into its own shards (row
     positions continue from the files before it, as in the single-process conversion)."""
     fragments = list(opened.dataset.get_fragments())
-    offsets, position = [], 0
-    for fragment in fragments:
-        offsets.append(position)
-        position += fragment.count_rows()
+    offsets = [0, *accumulate(fragment.count_rows() for fragment in fragments)]
     jobs = [(part, opened.file_path(fragment), offsets[part])
             for part, fragment in enumerate(fragments)]
     if not jobs:
         return Tally()
-    say(f"  converting {len(jobs)} file(s), {position:,} rows, in Spark tasks")
+    say(f"  converting {len(jobs)} file(s), {offsets[-1]:,} rows, in Spark tasks")
     file_format, target = opened.file_format, str(directory)
     schema = opened.dataset.schema  # the table's, also for files written before a column came
 
@@ -304,7 +246,4 @@ def _convert_on_spark(spark, opened: OpenedSource, layout: Layout, directory: Pa
     errors = [message for status, message in results if status == "error"]
     if errors:
         raise DataError(errors[0])
-    tally = Tally()
-    for _, part_tally in results:
-        tally.merge(part_tally)
-    return tally
+    return reduce(Tally.merge, (part for _, part in results), Tally())

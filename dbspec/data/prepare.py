@@ -53,12 +53,12 @@ def build_table(frame, data: DataSpec) -> Table:
     """Select and check features and target; encode class labels.
 
     Raises:
-        DataError: a missing column (the message lists those that exist), non-numeric
-            features, infinite values, missing targets, or a class count that does not fit.
+        DataError: a missing column, non-numeric features, infinite values, missing targets,
+            or a class count that does not fit.
     """
     columns = [str(c) for c in frame.columns]
     frame = frame.rename(columns={c: str(c) for c in frame.columns})
-    _require_target(columns, data)
+    require_target(columns, data)
     features = data.feature_names or [c for c in columns if c != data.target]
     require_features(features, columns)
     non_numeric = [f"{c} ({frame[c].dtype})" for c in features
@@ -74,18 +74,15 @@ def build_table(frame, data: DataSpec) -> Table:
 
 
 def build_typed_table(frame, data: DataSpec, features: list) -> tuple[Table, Any]:
-    """The target of a spec with typed features, and its feature columns as they are.
-
-    Returns:
-        A :class:`Table` with the target, the feature names and no feature matrix (the
-        features are encoded by ``preprocess``, once their vocabularies are fitted on the
-        training split), and the raw feature columns as a frame.
+    """A :class:`Table` with the target and feature names of a spec with typed features, but
+    no feature matrix (``preprocess`` encodes the features once their vocabularies are fitted
+    on the training split); and the raw feature columns as a frame.
 
     Raises:
         DataError: as :func:`build_table`, for the target and infinite numeric values.
     """
     frame = frame.rename(columns={c: str(c) for c in frame.columns})
-    _require_target(list(frame.columns), data)
+    require_target(list(frame.columns), data)
     names = [f.name for f in features]
     numeric = [f.name for f in features if f.type == "numeric"]
     if numeric:
@@ -95,7 +92,7 @@ def build_typed_table(frame, data: DataSpec, features: list) -> tuple[Table, Any
     return table, frame[names].reset_index(drop=True)
 
 
-def _require_target(columns: list[str], data: DataSpec) -> None:
+def require_target(columns: list[str], data: DataSpec) -> None:
     if data.target not in columns:
         raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
                         f"; the data has: {_listing(columns)}")
@@ -121,12 +118,21 @@ def _target(frame, data: DataSpec) -> tuple[np.ndarray, Optional[list[Any]]]:
             raise DataError("data.target: infinite target values")
         return y, None
     classes, y = np.unique(y_raw.to_numpy(), return_inverse=True)
+    return y.astype(np.int64), check_classes([_plain(c) for c in classes], data)
+
+
+def check_classes(classes: list[Any], data: DataSpec) -> list[Any]:
+    """``classes`` (the target's distinct labels, sorted), when they fit the task.
+
+    Raises:
+        DataError: a binary task without exactly 2 classes, or a single class.
+    """
     if data.task == "binary" and len(classes) != 2:
         raise DataError(f"data.task: binary needs exactly 2 target classes, found {len(classes)}"
                         f" ({_listing([str(c) for c in classes])})")
     if len(classes) < 2:
         raise DataError("data.target: only one class present")
-    return y.astype(np.int64), [_plain(c) for c in classes]
+    return classes
 
 
 def _is_numeric(dtype) -> bool:
@@ -149,7 +155,7 @@ def require_features(features: list[str], columns: list[str]) -> None:
     """The feature columns exist in ``columns``, and there is at least one.
 
     Raises:
-        DataError: a missing column (the message lists those that exist), or none left.
+        DataError: a missing column, or none left.
     """
     missing = [c for c in features if c not in columns]
     if missing:
@@ -169,30 +175,29 @@ def split_rows(table: Table, data: DataSpec, *, limit: Optional[int] = None) -> 
     Args:
         limit: keep only this many rows (stratified), for smoke runs.
     """
-    from sklearn.model_selection import train_test_split
-
     split = data.split
     indices = np.arange(len(table.target))
     stratify_on = split.stratify if split.stratify is not None else data.task != "regression"
     labels = table.target if stratify_on else None
     if limit is not None and limit < len(indices):
-        indices, _ = _split(indices, labels, limit, split.seed, train_test_split)
+        indices, _ = _split(indices, labels, limit, split.seed)
         labels = table.target[indices] if stratify_on else None
     holdout = split.validation + split.test
     if holdout == 0:
         return Splits(indices, indices[:0], indices[:0])
-    train, rest = _split(indices, labels, 1 - holdout, split.seed, train_test_split)
+    train, rest = _split(indices, labels, 1 - holdout, split.seed)
     rest_labels = table.target[rest] if stratify_on else None
     if split.test == 0:
         return Splits(train, rest, rest[:0])
     if split.validation == 0:
         return Splits(train, rest[:0], rest)
-    validation, test = _split(rest, rest_labels, split.validation / holdout, split.seed,
-                              train_test_split)
+    validation, test = _split(rest, rest_labels, split.validation / holdout, split.seed)
     return Splits(train, validation, test)
 
 
-def _split(indices, labels, train_fraction, seed, train_test_split):
+def _split(indices, labels, train_fraction, seed):
+    from sklearn.model_selection import train_test_split
+
     size = train_fraction if isinstance(train_fraction, float) else int(train_fraction)
     try:
         return train_test_split(indices, train_size=size, random_state=seed, stratify=labels)

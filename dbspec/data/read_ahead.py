@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import queue
-import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from threading import current_thread
 from typing import Iterable, Iterator
 
 
@@ -12,41 +13,13 @@ def read_ahead(batches: Iterable, depth: int = 2, name: str = "dbspec-read-ahead
     decodes the next batch while this one is converted; the stream's prefetch prepares the next
     window while this one trains); an error there is raised here, and closing this iterator
     stops the thread."""
-    box: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    end = object()
-
-    def produce() -> None:
-        try:
-            for batch in batches:
-                while not stop.is_set():
-                    try:
-                        box.put(batch, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            box.put(end)
-        except BaseException as exc:  # raised in the caller
-            box.put(exc)
-
-    thread = threading.Thread(target=produce, name=name, daemon=True)
-    thread.start()
+    items, end = iter(batches), object()
+    # one worker: the items are made in order, one at a time, as the iterator needs
+    pool = ThreadPoolExecutor(1, initializer=lambda: setattr(current_thread(), "name", name))
     try:
-        while True:
-            item = box.get()
-            if item is end:
-                return
-            if isinstance(item, BaseException):
-                raise item
+        pending = deque(pool.submit(next, items, end) for _ in range(depth))
+        while (item := pending.popleft().result()) is not end:
+            pending.append(pool.submit(next, items, end))
             yield item
     finally:
-        stop.set()
-        while thread.is_alive():
-            try:
-                box.get_nowait()
-            except queue.Empty:
-                pass
-            thread.join(timeout=0.05)
-
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -1,10 +1,9 @@
-"""Write a shard set: a source's record batches split by row into shards, then checked and indexed.
+"""Write a shard set (the format is :mod:`dbspec.data.shards`').
 
-:func:`check_schema` checks the columns before anything is written; :func:`convert_batches`
-(one call per conversion task: this process, or one Spark task per source file) appends each
-batch's rows of a split to that split's open shard and tallies what it saw; :func:`finish`
-checks the merged :class:`Tally`, writes the index and renames the set into place. The format
-itself, and reading it, are :mod:`dbspec.data.shards`'.
+:func:`convert_batches` runs once per conversion task (this process, or one Spark task per
+source file): each batch's rows of a split go to that split's open shard, column by column,
+and a :class:`Tally` notes what was seen; :func:`finish` checks the merged tallies, writes the
+index and renames the set, written in a staging directory, into place.
 """
 
 from __future__ import annotations
@@ -81,12 +80,10 @@ def check_schema(schema, data: DataSpec) -> list[str]:
     """
     import pyarrow as pa
 
-    from dbspec.data.prepare import _listing, require_features
+    from dbspec.data.prepare import _listing, require_features, require_target
 
     columns = list(schema.names)
-    if data.target not in columns:
-        raise DataError(f"data.target: no column '{data.target}'{did_you_mean(data.target, columns)}"
-                        f"; the data has: {_listing(columns)}")
+    require_target(columns, data)
     key = data.streaming.key if data.streaming is not None else None
     features = data.feature_names or [c for c in columns if c not in (data.target, key)]
     require_features(features, columns)
@@ -110,12 +107,10 @@ def check_schema(schema, data: DataSpec) -> list[str]:
 def convert_batches(batches: Iterable, layout: Layout, directory: Path, part: int,
                     first_row: int = 0, progress: Optional[Callable[[int], None]] = None
                     ) -> Tally:
-    """Write the rows of ``batches`` (Arrow record batches) into ``directory/<split>/``.
+    """Write the rows of ``batches`` (Arrow record batches of ``layout.columns``, in source
+    order) into ``directory/<split>/``.
 
     Args:
-        batches: Record batches holding ``layout.columns``, in source order.
-        layout: Columns and shard size.
-        directory: The set being written.
         part: This task's number (in the shard file names).
         first_row: The position of the first row within the pinned version.
         progress: Called with the rows converted so far.
@@ -204,62 +199,46 @@ def _feature_columns(batch, features: list[str], tally: Tally) -> list:
 
 class _SplitWriter:
     """One split's open shard: record batches are appended until it holds ``rows_per_shard``
-    rows, then the file is closed (renamed into place) and the next one opened."""
+    rows, then the file is closed and the next one opened. No temporary names: the whole set
+    is written in a staging directory."""
 
     def __init__(self, directory: Path, split: str, part: int, layout: Layout):
         self.directory, self.split, self.part = Path(directory), split, part
         self.limit = layout.rows_per_shard
         self.written: list[dict[str, Any]] = []
         self.writer: Any = None  # the open shard's IPC writer; None between shards
-        self.sink: Any = None
-        self.name = ""
         self.count = 0
 
     def add(self, rows) -> None:
+        import pyarrow as pa
+
         offset = 0
         while offset < rows.num_rows:
             if self.writer is None:
-                self._open(rows.schema)
+                name = f"{self.split}/shard-{self.part:05d}-{len(self.written):05d}.arrow"
+                (self.directory / name).parent.mkdir(parents=True, exist_ok=True)
+                self.writer = pa.ipc.new_file(str(self.directory / name), rows.schema)
+                self.written.append({"file": name, "rows": 0})
+                self.count = 0
             take = min(self.limit - self.count, rows.num_rows - offset)
             self.writer.write_batch(rows.slice(offset, take))
             self.count += take
             offset += take
             if self.count == self.limit:
-                self._close()
+                self.close()
 
     def close(self) -> list[dict[str, Any]]:
         if self.writer is not None:
-            self._close()
+            self.writer.close()
+            self.written[-1]["rows"] = self.count
+            self.writer = None
         return self.written
-
-    def _open(self, schema) -> None:
-        import pyarrow as pa
-
-        self.name = f"{self.split}/shard-{self.part:05d}-{len(self.written):05d}.arrow"
-        path = self.directory / self.name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # no temporary name: the whole set is written in a staging directory, renamed into
-        # place when complete
-        self.sink = pa.OSFile(str(path), "wb")
-        self.writer = pa.ipc.new_file(self.sink, schema)
-        self.count = 0
-
-    def _close(self) -> None:
-        self.writer.close()
-        self.sink.close()
-        self.written.append({"file": self.name, "rows": self.count})
-        self.writer = self.sink = None
 
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a shard set's rows came from, as its index records it.
-
-    Attributes:
-        version: The resolved data version.
-        uri: The source's location.
-        identity: The set's identity (:func:`~dbspec.data.shards.shard_identity`).
-    """
+    """Where a shard set's rows came from (the resolved data version, the source's location,
+    :func:`~dbspec.data.shards.shard_identity`), as its index records it."""
 
     version: str
     uri: str
@@ -268,15 +247,8 @@ class Origin:
 
 def finish(directory: Path, root: Path, data: DataSpec, features: list[str], tally: Tally,
            origin: Origin) -> ShardSet:
-    """Check what the conversion found, write the index and move the set into place.
-
-    Args:
-        directory: The set as written, under its temporary name.
-        root: Its final place.
-        data: The data section.
-        features: The feature columns (:func:`check_schema`).
-        tally: What the conversion tasks found, merged.
-        origin: Where the rows came from.
+    """Check what the conversion found, write the index and move the set from ``directory``
+    (its temporary name) to ``root``.
 
     Raises:
         DataError: infinite feature values, missing or non-finite targets, a class count that
@@ -305,7 +277,7 @@ def finish(directory: Path, root: Path, data: DataSpec, features: list[str], tal
 
 
 def _checked(data: DataSpec, tally: Tally) -> Optional[list[Any]]:
-    from dbspec.data.prepare import _listing, _plain
+    from dbspec.data.prepare import _plain, check_classes
 
     if tally.inf_columns:
         raise DataError(f"data: infinite values in {', '.join(sorted(tally.inf_columns)[:8])}")
@@ -313,17 +285,11 @@ def _checked(data: DataSpec, tally: Tally) -> Optional[list[Any]]:
         raise DataError(f"data.target: {tally.missing_targets} rows have no target value")
     if tally.rows == 0:
         raise DataError("data.source: the source has no rows")
-    if data.task == "regression":
-        if tally.nonfinite_targets:
-            raise DataError("data.target: infinite target values")
-        return None
-    classes = sorted(_plain(c) for c in tally.classes)
-    if data.task == "binary" and len(classes) != 2:
-        raise DataError(f"data.task: binary needs exactly 2 target classes, found {len(classes)}"
-                        f" ({_listing([str(c) for c in classes])})")
-    if len(classes) < 2:
-        raise DataError("data.target: only one class present")
-    return classes
+    if data.task != "regression":
+        return check_classes(sorted(_plain(c) for c in tally.classes), data)
+    if tally.nonfinite_targets:
+        raise DataError("data.target: infinite target values")
+    return None
 
 
 #: A conversion's temporary directory untouched this long was left by a killed conversion.

@@ -1,22 +1,13 @@
-"""Convert a data source once into Arrow shards, one set per split, for streamed training.
+"""The shard set format, the hash split, and reading shards.
 
-A shard set is a directory: ``index.json`` (feature names, classes, the shards of each split and
-their row counts, what the conversion found) and ``<split>/shard-<part>-<n>.arrow`` files, each
-an uncompressed Arrow IPC file with the features as float32 columns ``f0``, ``f1``... (nulls for
-missing values), ``y`` (the target as read) and ``row`` (the row's position within the pinned
-source version). Every split of a row is decided here, by a hash of its key or of its position,
-so a split never needs the whole table. This module holds the format, the split and the reading;
-writing a set is :mod:`dbspec.data.shard_writing`'s.
-
-The conversion streams Arrow record batches, reading the next batch in a background thread
-while the current one is split and written (memory stays a few batches whatever the source's
-size); each batch's rows of a split are taken and appended to that split's open shard as they
-are, column by column, so nothing is transposed or concatenated on the way. Readers build the
-row-major feature matrix one shard at a time. Under the Spark executor the source's files are
-converted by Spark tasks in parallel, each writing its own shards. A set is written under a
-temporary name and renamed when complete, and its directory name carries its identity (source,
-data version, target, features, split, key, shard size), so an unchanged rerun reuses it and a
-new data version gets new shards.
+A shard set is a directory: ``index.json`` (feature names, classes, each split's shards and their
+row counts, what the conversion found) and ``<split>/shard-<part>-<n>.arrow`` files: uncompressed
+Arrow IPC files with float32 columns ``f0``, ``f1``... (nulls for missing values), ``y`` (the
+target as read) and ``row`` (the row's position in the pinned source version). A row's split is
+a hash of its key or position, so no split needs the whole table. The directory name carries the
+set's identity (source, data version, target, features, split, key, shard size): an unchanged
+rerun reuses it, a new data version gets new shards. Writing is
+:mod:`dbspec.data.shard_writing`'s.
 """
 
 from __future__ import annotations
@@ -29,7 +20,6 @@ from typing import Any, Optional
 
 import numpy as np
 
-from dbspec.atomic import atomic_file
 from dbspec.data.sources import DataError
 from dbspec.spec.sections.data import DataSpec
 
@@ -37,7 +27,6 @@ FORMAT = "dbspec-arrow-shards"
 #: 2: one float32 column per feature (1 held them in one fixed-size list column).
 FORMAT_VERSION = 2
 SPLITS = ("train", "validation", "test")
-#: Rows per record batch read from the source.
 INDEX_FILE = "index.json"
 
 
@@ -51,10 +40,9 @@ def shard_identity(data: DataSpec, version: str, *, where: str = "",
     """What the shards' content depends on, hashed: the set's directory name carries it.
 
     Args:
-        data: The data section.
-        version: The resolved data version, with whatever else pins the rows (a Delta
-            table's id: a table recreated at the same path is another table).
-        where: The source's resolved location (two projects' ``data/events`` differ).
+        where: The source's resolved location (two projects' ``data/events`` differ), with
+            whatever else pins the rows (a Delta table's id: a table recreated at the same
+            path is another table).
         made_by: ``arrow`` (one process) or ``spark`` (tasks per file): the shard boundaries
             differ, so the epochs' orders would.
     """
@@ -166,62 +154,39 @@ def hash_split_rows(data: DataSpec, positions: np.ndarray,
     return split_of(keys if keys is not None else positions.astype(np.int64), data)
 
 
-# -- one shard file ---------------------------------------------------------------------------
-
-def write_shard(path: Path, x: np.ndarray, y: np.ndarray, rows: np.ndarray) -> None:
-    """One shard file from arrays (the conversion streams batches instead; tests and tools
-    build small sets with this), written under a temporary name first."""
-    import pyarrow as pa
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    arrays = [pa.array(x[:, j], mask=np.isnan(x[:, j])) for j in range(x.shape[1])]
-    names = [f"f{j}" for j in range(x.shape[1])] + ["y", "row"]
-    table = pa.table(arrays + [pa.array(y), pa.array(rows)], names=names)
-    with atomic_file(path, durable=False) as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-
+# -- reading ------------------------------------------------------------------------------
 
 def read_shard(path: Path, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(x, y, row)`` of a shard: features (rows, width) float32 with NaN for missing values,
     the raw target, the rows' positions.
 
     Raises:
-        DataError: the file is missing or damaged.
+        DataError: the file is missing or damaged, or of another format.
     """
-    import pyarrow as pa
-
-    try:
-        with pa.memory_map(str(path)) as source:
-            table = pa.ipc.open_file(source).read_all()
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise DataError(f"data.streaming: cannot read shard {path}: {exc}") from None
+    table = _shard_table(path)
     if table.schema.names[:width] != [f"f{j}" for j in range(width)]:
         raise DataError(f"data.streaming: {path} is not a shard of this format (columns "
                         f"{', '.join(table.schema.names[:4])}...); convert the source again")
     columns = [_floats(table.column(j)) for j in range(width)]
     x = np.ascontiguousarray(np.stack(columns).T) if columns else \
         np.zeros((table.num_rows, 0), dtype=np.float32)
-    y = table.column("y").to_numpy()
-    rows = table.column("row").to_numpy()
-    return x, y, rows
+    return x, table.column("y").to_numpy(), table.column("row").to_numpy()
 
 
 def read_targets(path: Path) -> np.ndarray:
-    """The raw target column of a shard alone (the features are not read).
+    """The raw target column of a shard (a memory map: the features are not read)."""
+    return _shard_table(path).column("y").to_numpy()
 
-    Raises:
-        DataError: the file is missing or damaged.
-    """
+
+def _shard_table(path: Path):
+    """A shard as an Arrow table over its memory map (no copy: the files are uncompressed)."""
     import pyarrow as pa
 
     try:
         with pa.memory_map(str(path)) as source:
-            reader = pa.ipc.open_file(source)
-            index = reader.schema.get_field_index("y")
-            parts = [reader.get_batch(i).column(index) for i in range(reader.num_record_batches)]
+            return pa.ipc.open_file(source).read_all()
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataError(f"data.streaming: cannot read shard {path}: {exc}") from None
-    return pa.chunked_array(parts, type=reader.schema.field("y").type).to_numpy()
 
 
 def _floats(column) -> np.ndarray:

@@ -1,15 +1,13 @@
-"""Read a spec's data source into a pandas frame, with the version of the data that was read.
+"""Read a spec's data source, through its kind, and what the source kinds share.
 
-Every source kind of ``data.source`` is read here. The version (a Delta table version, a file
-digest, the scikit-learn release) is resolved cheaply by :func:`resolve_version` before any
-stage runs, so it can enter the plan's fingerprints, and recorded with the run.
+The version (a Delta table version, a file digest, the scikit-learn release) is resolved
+cheaply by :func:`resolve_version` before any stage runs, so it enters the plan's fingerprints.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,13 +22,8 @@ class DataError(DbspecError):
 
 @dataclass(frozen=True)
 class SourceData:
-    """Rows of a source as read.
-
-    Attributes:
-        frame: Every column of the source.
-        version: What identifies exactly these rows (Delta version, file digest...).
-        uri: Where they came from, for the run's dataset record.
-    """
+    """Every column of a source as read (a pandas frame), what identifies exactly these rows
+    (Delta version, file digest...), and where they came from (for the run's record)."""
 
     frame: Any
     version: str
@@ -44,99 +37,20 @@ def resolve_version(data: DataSpec, *, base: Path) -> str:
     return source_kind(data).version(data, base=base)
 
 
-#: Why a source that only a Spark session can read has no version or rows here.
-SPARK_ONLY = ("is read through a Spark session: run with --executor spark (or executor: spark "
-              "in the spec)")
-
-
 def read_source(data: DataSpec, *, base: Path) -> SourceData:
-    """Read every row of the source (:meth:`dbspec.seams.sources.DataSource.read`).
-
-    Args:
-        data: The spec's data section.
-        base: Directory relative paths are resolved against (the current directory).
-
-    Raises:
-        DataError: missing file or table, unreadable content.
-    """
+    """Every row of the source (:meth:`dbspec.seams.sources.DataSource.read`); relative
+    paths are resolved against ``base``."""
     from dbspec.seams.sources import source_kind
 
     return source_kind(data).read(data, base=base)
 
 
-def check_csv_header(path: Path, delimiter: str) -> None:
-    """pandas renames a repeated column name (``a``, ``a.1``) without a word; a feature list
-    would then silently pick one of them."""
-    import csv
-
-    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
-        header = next(csv.reader(handle, delimiter=delimiter), [])
-    repeated = sorted({name for name in header if header.count(name) > 1})
-    if repeated:
-        raise DataError(f"data.source.path: {path}:1: repeated column name(s) "
-                        f"{', '.join(repr(name) for name in repeated)}: give every column its "
-                        "own name")
-
-
 def resolve_path(path: str, base: Path) -> Path:
     """``path`` made absolute against ``base``; a located error when it does not exist."""
-    resolved = Path(os.path.expanduser(path))
-    if not resolved.is_absolute():
-        resolved = base / resolved
+    resolved = base / Path(path).expanduser()  # an absolute path stays as it is
     if not resolved.exists():
         raise DataError(f"data.source.path: {resolved} does not exist")
     return resolved
-
-
-def open_delta(source, base: Path):
-    """The Delta table of a ``delta`` source at its version or timestamp."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    path = resolve_path(source.path, base)
-    try:
-        table = DeltaTable(str(path), version=source.version)
-        if source.timestamp is not None:
-            when = _as_of(source.timestamp)
-            _check_after_first_commit(table, when, path)
-            table.load_as_version(when)
-    except DataError:
-        raise
-    except TableNotFoundError:
-        raise DataError(f"data.source.path: {path} is not a Delta table (no _delta_log)") from None
-    except Exception as exc:  # delta-rs reports a missing version or bad timestamp this way
-        raise DataError(f"data.source: cannot open Delta table {path} at "
-                        f"{_delta_point(source)}: {exc}") from None
-    return table
-
-
-def _as_of(timestamp: str):
-    """An ISO-8601 timestamp as an aware datetime; one without a zone is taken as UTC."""
-    from datetime import datetime, timezone
-
-    when = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
-
-
-def _check_after_first_commit(table, when, path: Path) -> None:
-    """delta-rs reads version 0 for a timestamp before the table existed; Spark refuses it.
-    dbspec refuses it too, since those rows were not there at that time."""
-    from datetime import datetime, timezone
-
-    commits = [entry["timestamp"] for entry in table.history() if "timestamp" in entry]
-    if not commits:
-        return
-    first = datetime.fromtimestamp(min(commits) / 1000, tz=timezone.utc)
-    if when < first:
-        raise DataError(f"data.source.timestamp: {when.isoformat()} is before the first commit "
-                        f"of the Delta table {path} (its earliest version is from "
-                        f"{first.isoformat(timespec='seconds')})")
-
-
-def _delta_point(source) -> str:
-    if source.version is not None:
-        return f"version {source.version}"
-    return f"timestamp {source.timestamp}" if source.timestamp else "its latest version"
 
 
 def digest(payload: bytes) -> str:

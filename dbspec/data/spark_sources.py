@@ -1,15 +1,9 @@
-"""Read a spec's data source through Spark (the spark executor's data path).
-
-Delta tables are read natively where the session has the ``delta`` format (Databricks, or a
-cluster with the Delta connector). Elsewhere — delta-spark has no release for this pyspark, and
-its JAR would come from Maven at session start — ``deltalake`` lists the Parquet files of the
-requested table version and Spark reads exactly those.
-"""
+"""Read a spec's data source through Spark (the spark executor's data path)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from dbspec.data.sources import DataError, SourceData
 from dbspec.spec.sections.data import DataSpec
@@ -21,41 +15,6 @@ def has_delta_format(spark) -> bool:
     return "DeltaSparkSessionExtension" in extensions
 
 
-def read_delta(spark, path: Path, open_table: Callable[[], Any], *, what: str,
-               version: Optional[int] = None,
-               timestamp: Optional[str] = None) -> tuple[Any, Optional[str]]:
-    """A Spark DataFrame over one version of the Delta table at ``path``, and its version label.
-
-    With the session's ``delta`` format Spark reads the table itself (and the label is None:
-    the caller knows the version asked for); elsewhere ``open_table()`` (``deltalake``, opened
-    at the wanted version by the caller, which words its errors) lists the version's Parquet
-    files and Spark reads exactly those (label ``delta-vN``).
-
-    Args:
-        spark: The session.
-        path: The table's directory.
-        open_table: Opens the ``deltalake`` table at the version wanted.
-        what: How errors name the table (``input x``, ``data.source: Delta table x``).
-        version: The version to read natively (``versionAsOf``).
-        timestamp: Or the time (``timestampAsOf``).
-
-    Raises:
-        DataError: the version has no data files.
-    """
-    if has_delta_format(spark):
-        reader = spark.read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
-        elif timestamp is not None:
-            reader = reader.option("timestampAsOf", timestamp)
-        return reader.load(str(path)), None
-    table = open_table()
-    files = table.file_uris()
-    if not files:
-        raise DataError(f"{what} has no data files at version {table.version()}")
-    return spark.read.parquet(*files), f"delta-v{table.version()}"
-
-
 def spark_version(spark, data: DataSpec, *, base: Path) -> str:
     """The data version, as :func:`dbspec.data.sources.resolve_version`, for Spark tables too."""
     from dbspec.seams.sources import source_kind
@@ -64,12 +23,8 @@ def spark_version(spark, data: DataSpec, *, base: Path) -> str:
 
 
 def read_source_spark(spark, data: DataSpec, *, base: Path) -> SourceData:
-    """Read every row through Spark and collect them (through Arrow) for training
-    (:meth:`dbspec.seams.sources.DataSource.read_spark`).
-
-    Raises:
-        DataError: missing path or table, unreadable data, an unsupported time travel.
-    """
+    """Every row read through Spark, collected through Arrow
+    (:meth:`dbspec.seams.sources.DataSource.read_spark`)."""
     from dbspec.seams.sources import source_kind
 
     return source_kind(data).read_spark(spark, data, base=base)

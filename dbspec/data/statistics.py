@@ -25,14 +25,16 @@ from dbspec.spec.sections.data import DataSpec
 
 @dataclass
 class Moments:
-    """Per-column sums over the present values of the training rows."""
+    """Per-column sums over the present values of the ``n`` training rows; carried through
+    the preprocessing steps by :func:`_exact_moments`."""
 
+    n: float
     count: np.ndarray
-    total: np.ndarray
-    squares: np.ndarray
+    s1: np.ndarray
+    s2: np.ndarray
     low: np.ndarray
     high: np.ndarray
-    rows: int
+    exact: np.ndarray  # whether a column's values are still known exactly from the sums
 
 
 @dataclass
@@ -65,8 +67,8 @@ def fit_streamed(data: DataSpec, shard_set: ShardSet) -> StreamedStats:
     wanted = data.streaming.sample_rows
     chosen = np.arange(total) if total <= wanted else \
         np.sort(np.random.default_rng(data.split.seed).choice(total, wanted, replace=False))
-    moments = Moments(np.zeros(width), np.zeros(width), np.zeros(width),
-                      np.full(width, np.inf), np.full(width, -np.inf), total)
+    moments = Moments(float(total), np.zeros(width), np.zeros(width), np.zeros(width),
+                      np.full(width, np.inf), np.full(width, -np.inf), np.ones(width, dtype=bool))
     sample, targets, offset = [], [], 0
     for path, count in shard_set.shards("train"):
         x, y, _ = read_shard(path, width)
@@ -82,25 +84,21 @@ def fit_streamed(data: DataSpec, shard_set: ShardSet) -> StreamedStats:
     _check_complete(data, names, set(shard_set.index["nan_columns"]["train"]))
     sample_table = Table(x_sample, np.zeros(len(x_sample), dtype=np.float32), names)
     fitted = fit_preprocessing(data, sample_table, np.arange(len(x_sample)), missing=missing)
+    ranges = {"low": _finite(moments.low), "high": _finite(moments.high)}
     exact = len(x_sample) == total
     if not exact:
         _exact_moments(data, fitted, moments)
     mean, std = _target_scale(data.task, targets)
-    ranges = {"low": _finite(moments.low), "high": _finite(moments.high)}
     return StreamedStats(fitted, mean, std, ranges, len(x_sample), exact)
 
 
 def _accumulate(moments: Moments, x: np.ndarray) -> None:
     values = x.astype(np.float64)
-    present = ~np.isnan(values)
-    filled = np.where(present, values, 0.0)
-    moments.count += present.sum(axis=0)
-    moments.total += filled.sum(axis=0)
-    moments.squares += (filled * filled).sum(axis=0)
-    with np.errstate(invalid="ignore"):
-        moments.low = np.fmin(moments.low, np.nanmin(np.where(present, values, np.inf), axis=0))
-        moments.high = np.fmax(moments.high, np.nanmax(np.where(present, values, -np.inf),
-                                                       axis=0))
+    moments.count += (~np.isnan(values)).sum(axis=0)
+    moments.s1 += np.nansum(values, axis=0)
+    moments.s2 += np.nansum(values * values, axis=0)
+    moments.low = np.fmin(moments.low, np.fmin.reduce(values, axis=0))  # fmin skips NaN
+    moments.high = np.fmax(moments.high, np.fmax.reduce(values, axis=0))
 
 
 def _missing_anywhere(shard_set: ShardSet) -> np.ndarray:
@@ -126,32 +124,17 @@ def _check_complete(data: DataSpec, names: list[str], train_missing: set) -> Non
                             "step before it")
 
 
-def _exact_moments(data: DataSpec, fitted: list[FittedStep], m: Moments) -> None:
+def _exact_moments(data: DataSpec, fitted: list[FittedStep], sums: Moments) -> None:
     """Replace sample estimates by exact values where the sums give them (module docstring).
 
-    The running sums are carried through the steps in order, each step's kind updating them
-    as its transform would (``_EXACT`` holds one function per fitted-step kind).
+    The sums are carried through the steps in order, each step's kind updating them as its
+    transform would (``_EXACT`` holds one function per fitted-step kind).
     """
-    sums = _Running(float(m.rows), m.count.copy(), m.total.copy(), m.squares.copy(),
-                    m.low.copy(), m.high.copy(), np.ones(len(m.total), dtype=bool))
     for step, spec_step in zip(fitted, data.preprocessing):
         _EXACT[step.kind](sums, step, spec_step, np.array(step.columns, dtype=np.int64))
 
 
-@dataclass
-class _Running:
-    """The moments of every column as the preprocessing steps transform it."""
-
-    n: float
-    count: np.ndarray
-    s1: np.ndarray
-    s2: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    exact: np.ndarray  # whether a column's values are still known exactly from the sums
-
-
-def _exact_impute(r: _Running, step: FittedStep, spec_step: Any, cols: np.ndarray) -> None:
+def _exact_impute(r: Moments, step: FittedStep, spec_step: Any, cols: np.ndarray) -> None:
     fill = np.array(step.params["fill"], dtype=np.float64)
     if spec_step.args.strategy == "mean":
         mean = np.where(r.count[cols] > 0, r.s1[cols] / np.maximum(r.count[cols], 1), 0.0)
@@ -165,11 +148,11 @@ def _exact_impute(r: _Running, step: FittedStep, spec_step: Any, cols: np.ndarra
     r.count[cols] = r.n
 
 
-def _exact_clip(r: _Running, step: FittedStep, spec_step: Any, cols: np.ndarray) -> None:
+def _exact_clip(r: Moments, step: FittedStep, spec_step: Any, cols: np.ndarray) -> None:
     r.exact[cols] = False  # clipping moves values by amounts the sums cannot tell
 
 
-def _exact_scale(r: _Running, step: FittedStep, spec_step: Any, cols: np.ndarray) -> None:
+def _exact_scale(r: Moments, step: FittedStep, spec_step: Any, cols: np.ndarray) -> None:
     n = r.n
     center = np.array(step.params["center"], dtype=np.float64)
     scale = np.array(step.params["scale"], dtype=np.float64)

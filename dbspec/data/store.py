@@ -50,13 +50,11 @@ def read_table(directory: Path, meta: dict[str, Any],
 
 
 def write_splits(directory: Path, splits: Splits) -> None:
-    np.savez(directory / "splits.npz", train=splits.train, validation=splits.validation,
-             test=splits.test)
+    np.savez(directory / "splits.npz", **asdict(splits))
 
 
 def read_splits(directory: Path) -> Splits:
-    arrays = np.load(Path(directory) / "splits.npz")
-    return Splits(arrays["train"], arrays["validation"], arrays["test"])
+    return Splits(**np.load(Path(directory) / "splits.npz"))
 
 
 def write_preprocessing(directory: Path, fitted: list[FittedStep]) -> list[dict[str, Any]]:

@@ -1,30 +1,21 @@
 """Batches streamed from a shard set: rank-aware, shuffled by seed and epoch, prefetched, and
 resumable in the middle of an epoch.
 
-An epoch's plan is a pure function of (the set's index, seed, epoch, rank, world size): the
-shard order is a permutation drawn from the seed and the epoch; those shards, in that order, are
-one sequence of rows, and rank ``r`` of ``w`` takes the ``r``-th of ``w`` equal ranges of it;
-its rows are read a window of ``shuffle_window`` shard pieces at a time and permuted within the
-window (a torch generator seeded from the seed, epoch and rank); batches are cut from that
-stream of rows. So ranks see disjoint rows that together cover the split once, and a run
-resumed at batch ``k`` (the loader's whole state is ``(epoch, k)``) sees exactly the rows the
-uninterrupted run would have seen from there.
-
-Every rank runs the same number of steps, as DDP needs: ranges differ by at most one row, and
-the step count is the smallest rank's; a rank with one row more spreads it over its batches,
-so no row is repeated or left out and no batch is empty.
-
-On one rank with the whole split in one window, an epoch-0 order equals the in-memory loop's
-(``torch.randperm`` of the training rows from a generator seeded with the seed), so the two paths
-give the same first epoch on small data.
+An epoch's plan is a pure function of (index, seed, epoch, rank, world size): the shards, in a
+seeded per-epoch order, form one sequence of rows; rank ``r`` of ``w`` takes the ``r``-th of
+``w`` equal ranges of it, reads it ``shuffle_window`` shard pieces at a time and permutes each
+window (a torch generator seeded from seed, epoch and rank). So ranks see disjoint rows that
+cover the split once, and a run resumed at batch ``k`` (the loader's whole state is
+``(epoch, k)``) sees the rows the uninterrupted run would have. Every rank runs as many steps
+(DDP needs it): the smallest rank's count, a rank with a row more spreading it over its
+batches. On one rank with the split in one window, epoch 0 is the in-memory loop's order
+(``torch.randperm`` seeded with the seed).
 """
 
 from __future__ import annotations
 
 import math
-import os
 import shutil
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +23,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
+from dbspec.atomic import atomic_file
 from dbspec.data.read_ahead import read_ahead
 from dbspec.data.shards import ShardSet, read_shard
 from dbspec.data.sources import DataError
@@ -55,15 +47,10 @@ class StreamSettings:
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """One rank's epoch: its pieces of shards in reading order and its batch sizes.
+    """One rank's epoch, in reading order."""
 
-    Attributes:
-        pieces: ``(path, first row, end row)`` of each shard part this rank reads.
-        batch_sizes: Rows of each of its batches (every rank has as many).
-    """
-
-    pieces: list[tuple[Path, int, int]]
-    batch_sizes: list[int]
+    pieces: list[tuple[Path, int, int]]  # (path, first row, end row) of each shard part read
+    batch_sizes: list[int]  # rows of each batch (every rank has as many)
 
     @property
     def rows(self) -> int:
@@ -72,11 +59,8 @@ class EpochPlan:
 
 def epoch_plan(shards: list[tuple[Path, int]], settings: StreamSettings, *, epoch: int,
                rank: int = 0, world: int = 1) -> EpochPlan:
-    """The pieces and batch sizes of ``rank`` in ``epoch`` (see the module docstring).
-
-    The epoch's shards, in their shuffled order, form one sequence of rows; rank ``r`` reads
-    the ``r``-th of ``world`` equal ranges of it (rows differ by at most one between ranks),
-    so it opens only the shards its range touches.
+    """The pieces and batch sizes of ``rank`` in ``epoch`` (see the module docstring); a rank
+    opens only the shards its range touches.
 
     Raises:
         DataError: the split has fewer rows than there are ranks.
@@ -122,13 +106,9 @@ class StreamedSplit:
     """A split of a shard set as training batches (or, unshuffled, as scoring batches).
 
     Args:
-        shard_set: The set.
-        split: ``train``, ``validation`` or ``test``.
-        settings: Batch size, seed, shuffling, prefetch and cache.
         prepare: Turns a window's ``(x, y)`` numpy arrays into what batches are cut from
             (the served model's transform and the training form of the target, as tensors);
             runs in the prefetch thread.
-        rank, world: This process's rank and the world size.
     """
 
     def __init__(self, shard_set: ShardSet, split: str, settings: StreamSettings,
@@ -159,10 +139,13 @@ class StreamedSplit:
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[tuple[Any, Any]]:
         """``(x, y)`` batches of ``epoch`` from batch ``start`` on (a mid-epoch resume)."""
+        import torch
+
         plan = self.plan(epoch)
         sizes = plan.batch_sizes
         skip = sum(sizes[:start])
-        generator = self._generator(epoch)
+        generator = torch.Generator().manual_seed(
+            self.settings.seed + _EPOCH_STRIDE * epoch + _RANK_STRIDE * self.rank)
         windows = [plan.pieces[i:i + self.settings.window]
                    for i in range(0, len(plan.pieces), self.settings.window)]
         sizes_of = [sum(stop - begin for _, begin, stop in window) for window in windows]
@@ -177,12 +160,6 @@ class StreamedSplit:
         orders = (self._permutation(rows, generator) for rows in sizes_of[first:])
         loaded = self._windows(windows[first:], orders)
         yield from self._cut(loaded, sizes[start:], skip)
-
-    def _generator(self, epoch: int):
-        import torch
-
-        seed = self.settings.seed + _EPOCH_STRIDE * epoch + _RANK_STRIDE * self.rank
-        return torch.Generator().manual_seed(seed)
 
     def _permutation(self, rows: int, generator):
         import torch
@@ -260,14 +237,11 @@ class StreamedSplit:
             return path
         local = Path(cache) / self.shard_set.root.name / path.relative_to(self.shard_set.root)
         if not local.exists():
-            partial = local.with_name(f"{local.name}.{os.getpid()}-{threading.get_ident()}"
-                                      ".partial")  # ranks on one node share the cache
             try:
                 local.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, partial)
-                partial.replace(local)
+                with open(path, "rb") as original, atomic_file(local, durable=False) as copy:
+                    shutil.copyfileobj(original, copy)
             except OSError as exc:
-                partial.unlink(missing_ok=True)
                 raise DataError(f"data.streaming.cache_dir: cannot copy shard {path} into "
                                 f"{local.parent}: {exc.strerror or exc}") from None
         return local

@@ -1,16 +1,9 @@
 """Generated sources for typed features: a labelled text corpus and numeric-plus-ID rows.
 
-``data.source.generator: tabular`` stays in :mod:`dbspec.data.sources` (scikit-learn's
-generators, unchanged so existing runs read the same rows). The two generators here exist to
-exercise the typed encoders, so each is built so that the shortcut a simpler model would take
-does not work:
-
-* ``text``: the class is *who does something* in one sentence, so the words alone do not tell
-  it; only their order does (see :func:`generate_text`).
-* ``mixed``: part of the target comes from random per-ID effects of two high-cardinality ID
-  columns, which no function of the ID's number can recover (see :func:`generate_mixed`).
-
-Both are reproducible from ``seed`` (numpy's ``default_rng``) and the other source settings.
+Each is built so that a simpler model's shortcut does not work: in ``text`` the class is *who
+does something*, so only word order tells it; in ``mixed`` part of the target comes from random
+per-ID effects that no function of an ID's number recovers. Both are reproducible from
+``seed``. (``generator: tabular`` is scikit-learn's, in :mod:`dbspec.sources.synthetic`.)
 """
 
 from __future__ import annotations
@@ -38,22 +31,13 @@ _POPULARITY_EXPONENT = 0.7
 def generate_text(source):
     """A labelled corpus: columns ``text`` (str) and ``target`` (int64 class 0..classes-1).
 
-    Every document mentions exactly one *actor* word of every class's group of actors (six
-    generated nouns per class). One sentence has an action, ``the <actor> <verb>ed the
-    <actor>``; the class is the group of the actor before the verb. The other actors appear
-    as objects or bystanders (``near the <actor>, the <actor> and the <actor>``). So the set
-    of words of a document has the same distribution in every class: a bag of words sits at
-    chance. Which actor stands directly before a verb decides the class, so word pairs (a
-    bigram model, a recurrent or attention encoder) recover it.
-
-    Filler words (300 generated words and a few function words, Zipf-distributed) make up the
-    rest, in sentences with commas and ``.``, ``!`` or ``?``; a document has 6 to 40 tokens,
-    punctuation counted (at least ``3 x classes + 1`` from 3 classes on, to fit every actor).
-    ``noise`` is the fraction of labels (capped at 0.5) replaced by another class, after the
-    text is written. ``features``, ``informative`` and ``cardinality`` are not used.
-
-    The caller (:func:`dbspec.data.sources.read_source`) has refused a regression task and
-    more than :data:`TEXT_MAX_CLASSES` classes with a located error.
+    Every document names one *actor* of each class's six; one sentence is an action,
+    ``the <actor> <verb>ed the <actor>``, and the class is that of the actor before the verb.
+    The others appear as objects or bystanders, so a bag of words sits at chance and word pairs
+    recover the class. Zipf-distributed filler fills 6 to 40 tokens (punctuation counted, at
+    least ``3 x classes + 1``). ``noise`` (capped at 0.5) of the labels are then replaced by
+    another class. ``features``, ``informative`` and ``cardinality`` are not used; the caller
+    has refused a regression task and more than :data:`TEXT_MAX_CLASSES` classes.
     """
     import pandas as pd
 
@@ -67,25 +51,16 @@ def generate_text(source):
 
 
 def generate_mixed(source, task: str):
-    """Numeric columns ``f0..`` (float32), ID columns ``user_id`` and ``item_id`` (strings),
-    and ``target``.
+    """Numeric columns ``f0..`` (float32), string ID columns ``user_id`` (``cardinality``
+    values) and ``item_id`` (``cardinality // 4``, at least 2), and ``target``.
 
-    ``user_id`` takes ``cardinality`` values ``u0000..``, ``item_id`` ``cardinality // 4``
-    (at least 2) values ``i000..``, zero-padded to one width per column. IDs are strings so
-    that they are read as categorical: their numbers carry nothing (each ID's effect is drawn
-    independently of its number), and their popularity follows a mild power law (exponent
-    0.7) over IDs in shuffled order.
-
-    A latent score with unit variance adds four parts, each scaled to its share
-    (:data:`MIXED_SHARES`): a linear function of the first ``informative`` numeric columns
-    (default: up to 10; the rest are noise columns), a random effect per user, a random
-    effect per item, and a user x item-category interaction (each user's taste for each of 8
-    hidden item categories). A model on the numeric columns alone explains at most 40% of
-    it; learning the per-ID effects (an embedding, a target encoding) explains the rest.
-
-    regression: ``target = score + noise * N(0, 1)`` (float32). binary / multiclass: the
-    score is cut at its quantiles into ``classes`` equally frequent, ordered classes
-    (int64), then ``noise`` (capped at 0.5) of the labels are replaced by another class.
+    IDs have power-law popularity (exponent 0.7) in shuffled order, and effects drawn apart
+    from their numbers. A unit-variance score adds, by :data:`MIXED_SHARES`: a linear function
+    of the first ``informative`` numeric columns (default up to 10), a per-user and a per-item
+    effect, and each user's taste for 8 hidden item categories; the numeric columns alone
+    explain at most 40% of it. regression: ``score + noise * N(0, 1)`` (float32);
+    classification: the score cut at its quantiles into equally frequent classes (int64),
+    then ``noise`` (capped at 0.5) of the labels flipped.
     """
     import pandas as pd
 
@@ -175,10 +150,7 @@ def _invent_words(rng, count: int) -> list[str]:
 
 def _document(rng, vocabulary: _Vocabulary, label: int, classes: int) -> str:
     """One document of ``label``: an action sentence, a bystander sentence, filler sentences.
-
-    Tokens (words and punctuation) are planned first: the fixed ones, then a length drawn up
-    to 40, whose remainder goes to filler words and whole filler sentences.
-    """
+    The token count is drawn first; what the fixed tokens leave goes to filler."""
     others = [c for c in range(classes) if c != label]
     rng.shuffle(others)
     actor = [vocabulary.actors[c][rng.integers(_ACTORS_PER_CLASS)] for c in range(classes)]

@@ -1,8 +1,7 @@
 """Data sources: one module per data.source kind (see dbspec.seams.sources).
 
 The spec models are imported first: they build the ``data.source`` union from the registry,
-which imports these modules; a kind module imported on its own (a test) would otherwise be
-half loaded when the union asks for it.
+which imports these modules; a kind module imported alone would be half loaded when asked.
 """
 
 import dbspec.spec.sections  # noqa: F401  (see above)

@@ -11,25 +11,22 @@ from dbspec.seams.sources import Finding
 
 
 class _Source:
-    """Defaults every source shares: no checks, nothing known before reading."""
+    """Defaults every source shares: no checks beyond the section's types, nothing known
+    before reading, the same version with a Spark session or without."""
 
     name: ClassVar[str]
     model: ClassVar[type]
 
     def check(self, spec) -> Iterable[Finding]:
-        """No problems beyond the section's types."""
         return ()
 
     def known_width(self, source) -> Optional[int]:
-        """Unknown until the data is read."""
         return None
 
     def known_classes(self, source) -> Optional[int]:
-        """Unknown until the data is read."""
         return None
 
     def spark_version(self, spark, data, *, base: Path) -> str:
-        """The same version a Spark session or not."""
         return self.version(data, base=base)
 
     def version(self, data, *, base: Path) -> str:
@@ -43,11 +40,10 @@ class GeneratedSource(_Source):
     uri: ClassVar[str]
 
     def frame(self, data) -> Any:
-        """The generated rows."""
+        """The generated rows (a pandas frame)."""
         raise NotImplementedError
 
     def read(self, data, *, base: Path):
-        """Every row, generated here."""
         from dbspec.data.sources import SourceData
 
         return SourceData(self.frame(data), self.version(data, base=base), self.uri_of(data))
@@ -57,8 +53,7 @@ class GeneratedSource(_Source):
         return self.uri
 
     def read_spark(self, spark, data, *, base: Path):
-        """Generated on the driver: nothing to distribute."""
-        return self.read(data, base=base)
+        return self.read(data, base=base)  # generated on the driver: nothing to distribute
 
     def open(self, data, *, base: Path, spark: Any = None):
         """An in-memory Arrow dataset over the generated rows."""
@@ -86,7 +81,6 @@ class FileSource(_Source):
         raise NotImplementedError
 
     def read_spark(self, spark, data, *, base: Path):
-        """Every row through Spark, collected through Arrow."""
         from dbspec.data.sources import resolve_path
         from dbspec.data.spark_sources import collect_spark
 

@@ -17,6 +17,27 @@ class CsvSource(SpecModel):
     delimiter: str = d("Field delimiter.", default=",", min_length=1, max_length=1)
 
 
+def csv_header(path: Path, delimiter: str) -> list[str]:
+    """The header row of a CSV file.
+
+    Raises:
+        DataError: a repeated column name: pandas and Spark rename one (``a.1``, ``a3``)
+            without a word, and a feature list would then silently pick one of them.
+    """
+    import csv
+
+    from dbspec.data.sources import DataError
+
+    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        header = next(csv.reader(handle, delimiter=delimiter), [])
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise DataError(f"data.source.path: {path}:1: repeated column name(s) "
+                        f"{', '.join(repr(name) for name in repeated)}: give every column its "
+                        "own name")
+    return header
+
+
 class CsvKind(FileSource):
     """pandas reads it here, Spark on the Spark executor, Arrow when streamed."""
 
@@ -24,36 +45,45 @@ class CsvKind(FileSource):
     model = CsvSource
 
     def read(self, data, *, base: Path):
-        """Every row through pandas; a repeated column name is refused."""
+        """Every row through pandas."""
         import pandas as pd
 
-        from dbspec.data.sources import DataError, SourceData, check_csv_header, resolve_path
+        from dbspec.data.sources import DataError, SourceData, resolve_path
 
         path = resolve_path(data.source.path, base)
         try:
             frame = pd.read_csv(path, sep=data.source.delimiter)
         except (ValueError, UnicodeDecodeError) as exc:
             raise DataError(f"data.source.path: cannot read {path} as CSV: {exc}") from None
-        check_csv_header(path, data.source.delimiter)
+        csv_header(path, data.source.delimiter)
         return SourceData(frame, self.version(data, base=base), str(path))
 
     def spark_frame(self, spark, data, path: Path) -> Any:
         """Spark's CSV reader with the header and inferred types."""
-        from dbspec.data.sources import check_csv_header
-
-        if path.is_file():  # Spark, too, renames a repeated column (a0, a3) without a word
-            check_csv_header(path, data.source.delimiter)
+        if path.is_file():
+            csv_header(path, data.source.delimiter)
         return (spark.read.option("header", True).option("inferSchema", True)
                 .option("sep", data.source.delimiter).csv(str(path)))
 
     def file_format(self, data, path: Path) -> Any:
-        """Arrow's CSV format, feature columns as float64; every file's header checked."""
-        from dbspec.data.convert import csv_format
-        from dbspec.data.sources import check_csv_header
+        """Arrow's CSV format, every file's header checked. Feature (and a regression
+        target's) columns are read as float64: Arrow infers a type from the first block, and
+        a column of integers that later holds 0.5 would fail."""
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+        import pyarrow.dataset as ds
 
-        for file in ([path] if path.is_file() else sorted(path.rglob("*.csv"))):
-            check_csv_header(file, data.source.delimiter)
-        return csv_format(data, path)
+        files = [path] if path.is_file() else sorted(path.rglob("*.csv"))
+        headers = [csv_header(file, data.source.delimiter) for file in files]
+        header = headers[0] if headers else []
+        key = data.streaming.key if data.streaming is not None else None
+        numeric = list(data.feature_names or [c for c in header if c not in (data.target, key)])
+        if data.task == "regression":
+            numeric.append(data.target)
+        return ds.CsvFileFormat(
+            parse_options=pacsv.ParseOptions(delimiter=data.source.delimiter),
+            convert_options=pacsv.ConvertOptions(
+                column_types={name: pa.float64() for name in numeric if name in header}))
 
 
 SOURCE = CsvKind()

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal, Optional
@@ -21,9 +20,10 @@ class SparkTableSource(SpecModel):
 
 
 def _spark_only():
-    from dbspec.data.sources import SPARK_ONLY, DataError
+    from dbspec.data.sources import DataError
 
-    return DataError(f"data.source.kind 'spark_table' {SPARK_ONLY}")
+    return DataError("data.source.kind 'spark_table' is read through a Spark session: run with "
+                     "--executor spark (or executor: spark in the spec)")
 
 
 class SparkTableKind(_Source):
@@ -42,17 +42,12 @@ class SparkTableKind(_Source):
 
     def spark_version(self, spark, data, *, base: Path) -> str:
         """The asked version, else a digest of the table's current data files."""
-        from dbspec.data.sources import DataError
+        from dbspec.data.sources import digest
 
         source = data.source
-        try:
-            files = sorted(spark.table(source.table).inputFiles())
-        except Exception as exc:  # AnalysisException and friends
-            raise DataError(f"data.source.table: cannot read table '{source.table}': "
-                            f"{str(exc).splitlines()[0]}") from None
-        digest = hashlib.sha256(json.dumps(files).encode()).hexdigest()[:16]
+        files = json.dumps(sorted(_input_files(spark, source)))
         return f"spark_table-{source.table}-v{source.version}" if source.version is not None \
-            else f"spark_table-{source.table}-{digest}"
+            else f"spark_table-{source.table}-{digest(files.encode())}"
 
     def read_spark(self, spark, data, *, base: Path):
         """The table (at ``version`` through Delta's time travel), collected through Arrow."""
@@ -75,45 +70,46 @@ class SparkTableKind(_Source):
         return collect_spark(spark, read)
 
     def open(self, data, *, base: Path, spark: Any = None):
-        """The table's current data files, where this process can open them."""
+        """The table's current data files, where this process can open them.
+
+        Raises:
+            DataError: no session; a version is asked for (its files are not what
+                ``inputFiles`` lists); the files lie in object storage, not on a mounted path.
+        """
+        import pyarrow.dataset as ds
+
+        from dbspec.data.convert import OpenedSource
+        from dbspec.data.sources import DataError
+
         if spark is None:
             raise _spark_only()
-        return _table_files(spark, data, base, self.spark_version(spark, data, base=base))
+        version, source = self.spark_version(spark, data, base=base), data.source
+        if source.version is not None:
+            raise DataError("data.source.version: a Spark table streams at its current version; "
+                            "to stream an earlier one, give the Delta table's path instead "
+                            "(kind: delta, path: ..., version: N)")
+        files = _input_files(spark, source)
+        if not files:
+            raise DataError(f"data.source.table: '{source.table}' has no data files to stream")
+        local = [_mounted(uri) for uri in files]
+        if None in local:
+            raise DataError(f"data.source.table: '{source.table}' keeps its files in object "
+                            f"storage ({files[0].split('://')[0]}://...), which streaming reads "
+                            "through a mounted path: give the table's path as kind: delta (a "
+                            "/Volumes or /dbfs path) instead")
+        return OpenedSource(ds.dataset(local, format="parquet"), version,
+                            f"spark_table:{source.table}", ds.ParquetFileFormat())
 
 
-def _table_files(spark, data, base: Path, version: str):
-    """A Spark catalog table's current data files, where this process can open them.
-
-    Raises:
-        DataError: a version is asked for (its files are not what ``inputFiles`` lists), or
-            the files lie in object storage rather than on a mounted path.
-    """
-    import pyarrow.dataset as ds
-
-    from dbspec.data.convert import OpenedSource
+def _input_files(spark, source) -> list[str]:
+    """The table's current data files; a located error when Spark cannot read the table."""
     from dbspec.data.sources import DataError
 
-    source = data.source
-    if source.version is not None:
-        raise DataError("data.source.version: a Spark table streams at its current version; "
-                        "to stream an earlier one, give the Delta table's path instead (kind: "
-                        "delta, path: ..., version: N)")
     try:
-        files = spark.table(source.table).inputFiles()
+        return spark.table(source.table).inputFiles()
     except Exception as exc:  # AnalysisException and friends
         raise DataError(f"data.source.table: cannot read table '{source.table}': "
                         f"{str(exc).splitlines()[0]}") from None
-    if not files:
-        raise DataError(f"data.source.table: '{source.table}' has no data files to stream")
-    local = [_mounted(uri) for uri in files]
-    if None in local:
-        raise DataError(f"data.source.table: '{source.table}' keeps its files in object storage "
-                        f"({files[0].split('://')[0]}://...), which streaming reads through a "
-                        "mounted path: give the table's path as kind: delta (a /Volumes or "
-                        "/dbfs path) instead")
-    return OpenedSource(ds.dataset(local, format="parquet"),
-                        version, f"spark_table:{source.table}",
-                        ds.ParquetFileFormat())
 
 
 def _mounted(uri: str) -> Optional[str]:

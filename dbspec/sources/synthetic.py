@@ -49,11 +49,9 @@ class SyntheticKind(GeneratedSource):
             yield Finding(("data", "source", "classes"), "a binary task has 2 classes")
 
     def known_width(self, source) -> int:
-        """``features``."""
         return source.features
 
     def known_classes(self, source) -> int:
-        """``classes``."""
         return source.classes
 
     def version(self, data, *, base: Path) -> str:
