@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from dbspec.registry.client import DECISION_TAG, GATES_TAG, RUN_TAG, Registry
 from dbspec.registry.errors import RegistryError
-from dbspec.registry.lifecycle import APPROVAL_TAG, STAGES_TAG, load_json
+from dbspec.registry.lifecycle import APPROVAL_TAG, STAGES_TAG, load_json, version_stages
 
 if TYPE_CHECKING:
     from dbspec.spec.sections.lifecycle import Gate, PromotionSpec
@@ -145,14 +145,14 @@ def recorded_candidate(registry: Registry, name: str, version: str, *,
     tags = dict(registry.version(name, version).tags or {})
     where = f"{name} v{version}"
     try:
-        stages = tuple(_stage(raw, where) for raw in _stage_list(tags))
+        stages = tuple(_stage(raw, where) for raw in version_stages(tags))
         gates = parse_gates(load_json(tags[GATES_TAG], []), f"{where} {GATES_TAG}") \
             if GATES_TAG in tags else None
     except RegistryError:
         if not lenient:
             raise
         stages = tuple(StageRecord(str(s["alias"]), (), str(s.get("approval") or "none"))
-                       for s in _stage_list(tags))
+                       for s in version_stages(tags))
         gates = ()
     approvals = {key[len(APPROVAL_TAG.format(alias="")):]: record for key in sorted(tags)
                  if key.startswith(APPROVAL_TAG.format(alias=""))
@@ -160,12 +160,6 @@ def recorded_candidate(registry: Registry, name: str, version: str, *,
     return Candidate(
         name, str(version), recorded_metrics(tags), logged_score(registry, name),
         diagnosis=tags.get(DIAGNOSIS_TAG), stages=stages, gates=gates, approvals=approvals, decision=tags.get(DECISION_TAG), run_id=tags.get(RUN_TAG))
-
-
-def _stage_list(tags: dict[str, str]) -> list[dict[str, Any]]:
-    found = load_json(tags.get(STAGES_TAG), [])
-    return [s for s in found if isinstance(s, dict) and "alias" in s] \
-        if isinstance(found, list) else []
 
 
 def _stage(raw: dict[str, Any], where: str) -> StageRecord:

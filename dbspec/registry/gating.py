@@ -58,6 +58,11 @@ class Decision:
         """Each gate's result in words."""
         return [r.describe() for r in self.results]
 
+    @property
+    def failures(self) -> str:
+        """The failed gates in words, ``; ``-separated."""
+        return "; ".join(r.describe() for r in self.results if not r.passed)
+
     def stage_report(self) -> dict[str, Any]:
         """As the run's promote output lists a stage: ``{alias, moved, previous, outcome,
         gates}``."""

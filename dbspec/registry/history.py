@@ -64,13 +64,6 @@ class RegistrySnapshot:
                 return move.get("previous")
         return None
 
-    def reference(self, alias: str, candidate: str) -> Optional[str]:
-        """The champion ``candidate`` is compared with on ``alias``: the holder, or the version
-        the candidate replaced when it holds the alias already (a promotion killed after the
-        move and resumed)."""
-        holder = self.holder(alias)
-        return self.replaced(alias, candidate) if holder == candidate else holder
-
 
 def _history_entries(tags: dict[str, str], alias: str, holder: Optional[str]) -> list[dict]:
     """One entry per tag in key order, then the outside move that

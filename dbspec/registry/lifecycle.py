@@ -98,16 +98,20 @@ def record_approval(client, at: StageKey, gates: list[str], by: str,
                                              "requested_ns": (requested or {}).get("ns")}))
 
 
-def record_final_move(client, name: str, previous: Optional[str], target: str,
-                      alias: str, why: str) -> Optional[str]:
-    """The last stage's alias moved from ``previous`` to ``target``: ``previous`` is archived
-    (when and why), and ``target``, if it was archived, restored.
+def record_final_move(client, name: str, alias: str, outcome: Any, *,
+                      final: Optional[str]) -> Optional[str]:
+    """When ``alias`` is the last stage's (``final``) and the guarded move ``outcome`` moved
+    it: the version it left is archived (when and why), the one it reached restored if it was
+    archived.
 
     Returns:
-        None, or a warning when the registry refused these records: the move itself happened
-        (and is in the alias history, from which the states are read all the same), so it is
-        told, not raised as if nothing had moved.
+        None, or a warning when the registry refused these records: the move happened (and the
+        states are read from the alias history all the same), so it is told, not raised.
     """
+    if not outcome.moved or alias != final:
+        return None
+    previous, target = outcome.previous, str(outcome.decision.version)
+    why = outcome.decision.reason
     by = acting_user()
     try:
         if previous is not None and previous != target:

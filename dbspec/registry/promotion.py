@@ -1,12 +1,10 @@
 """The promotion service: typed candidates in, typed gate results and decisions out.
 
 Every way an alias moves goes through here: the run's promote stage (:func:`promote_stages`,
-also what the generated Databricks job's ``promote`` task runs), ``dbspec promote``
-(:func:`promote`), ``dbspec approve`` (:func:`approve`) and ``dbspec rollback`` /
-``dbspec monitor --on-alert rollback`` (:func:`rollback`). Gates are evaluated by the gate
-kinds of :data:`dbspec.seams.gates.GATES` (:func:`evaluate_gates`) on inputs gathered in one
-function (:func:`gate_inputs`); each decision is taken under the registry lock, against the
-holder seen there (:meth:`Registry.guarded_move`).
+also the Databricks job's ``promote`` task), ``dbspec promote``, ``approve`` and ``rollback``
+(also ``dbspec monitor --on-alert rollback``). Gates are evaluated by :mod:`.gating`; each
+decision is taken under the registry lock, on the holder seen there
+(:meth:`Registry.guarded_move`).
 """
 
 from __future__ import annotations
@@ -15,11 +13,11 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from dbspec.registry.access import registry_uri, require_deployer
+from dbspec.registry.access import require_deployer
 from dbspec.registry.candidate import (Candidate, StageRecord, promotion_tags,
                                        recorded_candidate)
 from dbspec.registry.client import DECIDED, AliasDecision, Registry
-from dbspec.registry.errors import RegistryError
+from dbspec.registry.errors import RegistryError, unavailable
 from dbspec.registry.gating import (AWAITING_APPROVAL, PROMOTED, REJECTED, Decision,
                                     GatesFailed, alias_argument, check_stage)
 from dbspec.registry.history import RegistrySnapshot
@@ -41,14 +39,13 @@ def _final_alias(seen: RegistrySnapshot, candidate: Candidate) -> Optional[str]:
 
 def promote(registry: Registry, name: str, version: str, alias: str, *,
             force: bool = False) -> Decision:
-    """Point ``alias`` at ``version``; the version's gates for ``alias`` are re-checked first.
+    """Point ``alias`` at ``version`` after re-checking its gates for ``alias``.
 
-    The gates are those of the promotion stage ``alias`` (recorded with the version), else the
-    version's recorded gates, re-checked on the metrics logged for each version (the command
-    has no data split of its own). A version without a decision (its run died before gating
-    it) is gated here and the decision recorded; without gates or metrics to re-check it needs
-    ``force``. A stage that requires approval is entered with :func:`approve` (or ``force``).
-    The version leaving the last stage's alias is archived.
+    The gates are the recorded ones of the stage ``alias``, else the version's, re-checked on
+    the metrics logged for each version (the command has no data split). A version without a
+    decision (its run died before gating it) is gated here and the decision recorded; without
+    gates or metrics it needs ``force``, as does a stage that requires approval (else
+    :func:`approve`). The version leaving the last stage's alias is archived.
 
     Raises:
         GatesFailed: a gate fails (nothing moved).
@@ -60,7 +57,7 @@ def promote(registry: Registry, name: str, version: str, alias: str, *,
     stage = _promotable(candidate, alias, force)
     gates = stage.gates if stage is not None else (candidate.gates or ())
     if alias == _final_alias(registry.snapshot(name), candidate):  # deploying: admins only
-        require_deployer(registry_uri(registry.client), name,
+        require_deployer(registry.client.tracking_uri, name,
                          f"promote {name} v{candidate.version} to @{alias}, the last "
                          "promotion stage")
     final: list[Optional[str]] = []
@@ -80,14 +77,10 @@ def promote(registry: Registry, name: str, version: str, alias: str, *,
                               REJECTED if not decision.passed else "forced" if force
                               else PROMOTED)
     if not decision.passed:
-        raise GatesFailed(f"{name} v{candidate.version} fails its gates: "
-                          + "; ".join(r.describe() for r in decision.results if not r.passed)
-                          + " (use --force to promote anyway)", decision)
-    if outcome.moved and final and final[0] == alias:
-        decision = replace(decision, warning=record_final_move(
-            registry.client, name, outcome.previous, candidate.version, alias,
-            outcome.decision.reason))
-    return decision
+        raise GatesFailed(f"{name} v{candidate.version} fails its gates: {decision.failures} "
+                          "(use --force to promote anyway)", decision)
+    return replace(decision, warning=record_final_move(registry.client, name, alias, outcome,
+                                                       final=final[0] if final else None))
 
 
 def _promotable(candidate: Candidate, alias: str, force: bool) -> Optional[StageRecord]:
@@ -121,13 +114,10 @@ def _decided(candidate: Candidate, alias: str, outcome: Any, *, forced: bool = F
 
 
 def approve(registry: Registry, name: str, version: str, alias: str) -> Decision:
-    """Approve ``version`` for the promotion stage ``alias``: its gates for that stage are
-    re-checked on recorded metrics under the registry lock, the alias moves, who and when are
-    recorded on the version and in the alias history, and the version leaving the last stage's
-    alias is archived.
-
-    Only a version awaiting approval for ``alias`` (its run passed that stage's gates), or one
-    that holds the alias of the stage before, can be approved.
+    """Approve ``version`` for the stage ``alias``: its gates for it are re-checked on recorded
+    metrics under the registry lock, the alias moves, who and when are recorded, and the version
+    leaving the last stage's alias is archived. Only a version awaiting approval for ``alias``,
+    or one holding the alias of the stage before, can be approved.
 
     Raises:
         GatesFailed: a gate fails (nothing moved).
@@ -137,7 +127,7 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> Decision
     alias_argument(alias)
     candidate = recorded_candidate(registry, name, str(version))
     stage, before = _approvable(candidate, alias)
-    require_deployer(registry_uri(registry.client), name,
+    require_deployer(registry.client.tracking_uri, name,
                      f"approve {name} v{candidate.version} for @{alias}")
     who = acting_user()
 
@@ -152,13 +142,11 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> Decision
     decision = _decided(candidate, alias, outcome, by=who)
     if not decision.passed:
         raise GatesFailed(f"{name} v{candidate.version} fails its gates for @{alias}: "
-                          + "; ".join(r.describe() for r in decision.results if not r.passed)
-                          + "; nothing moved", decision)
+                          f"{decision.failures}; nothing moved", decision)
     warning = _record_approval(registry, StageKey(name, candidate.version, alias), decision,
                                candidate.approvals.get(alias))
-    if alias == candidate.final_alias:
-        warning = record_final_move(registry.client, name, outcome.previous,
-                                    candidate.version, alias, f"approved by {who}") or warning
+    warning = record_final_move(registry.client, name, alias, outcome,
+                                final=candidate.final_alias) or warning
     return replace(decision, warning=warning)
 
 
@@ -208,8 +196,6 @@ def _record_approval(registry: Registry, at: StageKey, decision: Decision,
     entry names the approver)."""
     from mlflow.exceptions import MlflowException
 
-    from dbspec.registry.errors import unavailable
-
     try:
         record_approval(registry.client, at, decision.gates, str(decision.by), requested)
     except MlflowException as exc:
@@ -242,13 +228,12 @@ class StagedPromotion:
 
 def promote_stages(registry: Registry, candidate: Candidate, *,
                    staged: bool) -> StagedPromotion:
-    """A run's promotion: walk ``candidate.stages`` in order. Each stage's gates are checked as
-    the version enters it; a stage that passes moves its alias and the walk goes on; a stage
-    with approval records the version as awaiting approval and stops; a failing stage stops
-    (rejected there). The gate results and the decision are recorded on the version.
+    """A run's promotion: walk ``candidate.stages`` in order, checking each stage's gates as
+    the version enters it. A stage that passes moves its alias and the walk goes on; one with
+    approval records the version as awaiting it and stops; a failing one stops (rejected).
+    The gate results and the decision are recorded on the version.
 
     Args:
-        registry: The registry.
         candidate: The run's version (champions re-scored on the run's own split).
         staged: Whether the spec lists stages (each result then names its stage).
 
@@ -272,8 +257,6 @@ def promote_stages(registry: Registry, candidate: Candidate, *,
 def _record_plan(registry: Registry, candidate: Candidate, *, staged: bool) -> None:
     """The version's gates and stages, and the model's stage aliases in order."""
     from mlflow.exceptions import MlflowException
-
-    from dbspec.registry.errors import unavailable
 
     name, version = candidate.name, candidate.version
     try:
@@ -300,11 +283,8 @@ def _enter(registry: Registry, candidate: Candidate, stage: StageRecord, *, last
         return _ask_approval(registry, candidate, stage, seen, tuple(first.detail))
     outcome = registry.guarded_move(candidate.name, stage.alias, decide)
     decision = _decided(candidate, stage.alias, outcome)
-    if outcome.moved and last:
-        decision = replace(decision, warning=record_final_move(
-            registry.client, candidate.name, outcome.previous, candidate.version, stage.alias,
-            outcome.decision.reason))
-    return decision
+    return replace(decision, warning=record_final_move(
+        registry.client, candidate.name, stage.alias, outcome, final=stage.alias if last else None))
 
 
 def _ask_approval(registry: Registry, candidate: Candidate, stage: StageRecord,

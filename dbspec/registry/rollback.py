@@ -54,10 +54,8 @@ def rollback(registry: Registry, name: str, alias: str, to: Optional[str] = None
     if expected is not None and not outcome.moved:
         return Decision(name, alias, None, UNCHANGED, previous=outcome.previous)
     version = outcome.decision.version
-    warning = None
-    if outcome.moved and final and final[0] == alias:
-        warning = record_final_move(registry.client, name, outcome.previous, str(version),
-                                    alias, _REASON)
+    warning = record_final_move(registry.client, name, alias, outcome,
+                                final=final[0] if final else None)
     return Decision(name, alias, None if version is None else str(version), ROLLED_BACK,
                     moved=outcome.moved, previous=outcome.previous, warning=warning)
 
