@@ -21,7 +21,7 @@ import time
 from typing import Any, NamedTuple, Optional
 
 from dbspec.registry.errors import from_registry, unavailable
-from dbspec.registry.history import RegistrySnapshot, now
+from dbspec.registry.history import RegistrySnapshot, load_json, now
 
 STAGES_TAG = "dbspec.stages"
 MODEL_STAGES_TAG = "dbspec.promotion_stages"
@@ -35,14 +35,6 @@ ARCHIVED_STATE = "Archived"
 def acting_user() -> str:
     """``MLFLOW_TRACKING_USERNAME`` when set (the tracking server's user), else the OS user."""
     return os.environ.get("MLFLOW_TRACKING_USERNAME") or getpass.getuser()
-
-
-def load_json(raw: Optional[str], default: Any = None) -> Any:
-    """``raw`` parsed; ``default`` when absent or not JSON (a tag written by hand)."""
-    try:
-        return json.loads(raw) if raw else default
-    except json.JSONDecodeError:
-        return default
 
 
 def version_stages(tags: dict[str, str]) -> list[dict[str, Any]]:

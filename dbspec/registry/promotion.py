@@ -18,21 +18,22 @@ from dbspec.registry.candidate import (Candidate, StageRecord, promotion_tags,
                                        recorded_candidate)
 from dbspec.registry.client import DECIDED, AliasDecision, Registry
 from dbspec.registry.errors import RegistryError, unavailable
-from dbspec.registry.gating import (AWAITING_APPROVAL, PROMOTED, REJECTED, Decision,
-                                    GatesFailed, alias_argument, check_stage)
+from dbspec.registry.gating import (AWAITING_APPROVAL, PROMOTED, REJECTED, ROLLED_BACK,
+                                    UNCHANGED, Decision, GatesFailed, alias_argument,
+                                    check_stage)
 from dbspec.registry.history import RegistrySnapshot
 from dbspec.registry.lifecycle import (MODEL_STAGES_TAG, PENDING_APPROVAL, StageKey,
                                        acting_user, model_stages, record_approval,
                                        record_final_move, request_approval)
-from dbspec.registry.rollback import rollback
 from dbspec.seams.gates import GateResult
 
+_REASON = "rollback"
 __all__ = ["Decision", "GatesFailed", "StagedPromotion", "alias_argument", "approve",
            "promote", "promote_stages", "rollback"]
 
 
 def _final_alias(seen: RegistrySnapshot, candidate: Candidate) -> Optional[str]:
-    """The last promotion stage's alias, as the model or else the version records it."""
+    """The last stage's alias, as the model or else the version records it."""
     stages = model_stages(seen)
     return stages[-1] if stages else candidate.final_alias
 
@@ -84,11 +85,8 @@ def promote(registry: Registry, name: str, version: str, alias: str, *,
 
 
 def _promotable(candidate: Candidate, alias: str, force: bool) -> Optional[StageRecord]:
-    """The candidate's stage for ``alias`` (None: none recorded), if ``promote`` may move it.
-
-    Raises:
-        RegistryError: nothing to re-check an undecided version with, or approval required.
-    """
+    """The candidate's stage for ``alias`` (None: none recorded), if ``promote`` may move it
+    (RegistryError: nothing to re-check an undecided version with, or approval required)."""
     name, version = candidate.name, candidate.version
     if candidate.decision not in DECIDED and not force and (
             candidate.gates is None or not candidate.metrics):
@@ -114,15 +112,14 @@ def _decided(candidate: Candidate, alias: str, outcome: Any, *, forced: bool = F
 
 
 def approve(registry: Registry, name: str, version: str, alias: str) -> Decision:
-    """Approve ``version`` for the stage ``alias``: its gates for it are re-checked on recorded
-    metrics under the registry lock, the alias moves, who and when are recorded, and the version
-    leaving the last stage's alias is archived. Only a version awaiting approval for ``alias``,
-    or one holding the alias of the stage before, can be approved.
+    """Approve ``version`` for the stage ``alias``: its gates are re-checked on recorded
+    metrics under the lock, the alias moves, who and when are recorded, and the version leaving
+    the last stage's alias is archived.
 
     Raises:
         GatesFailed: a gate fails (nothing moved).
-        RegistryError: ``alias`` is not a stage of the version that requires approval, or the
-            version is not awaiting it.
+        RegistryError: ``alias`` is no stage of the version that needs approval, or the
+            version neither awaits approval nor holds the stage before.
     """
     alias_argument(alias)
     candidate = recorded_candidate(registry, name, str(version))
@@ -151,11 +148,8 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> Decision
 
 
 def _approvable(candidate: Candidate, alias: str) -> tuple[StageRecord, Optional[str]]:
-    """The candidate's stage for ``alias`` and the alias of the stage before it.
-
-    Raises:
-        RegistryError: ``alias`` is not one of its stages, or one that needs no approval.
-    """
+    """The candidate's stage for ``alias`` and the alias of the stage before it
+    (RegistryError: no such stage, or one that needs no approval)."""
     name, version = candidate.name, candidate.version
     names = [s.alias for s in candidate.stages]
     if alias not in names:
@@ -171,7 +165,7 @@ def _approvable(candidate: Candidate, alias: str) -> tuple[StageRecord, Optional
 
 def _check_waiting(candidate: Candidate, seen: RegistrySnapshot, alias: str,
                    before: Optional[str]) -> None:
-    """Refuse an approval the registry, as ``seen`` under the lock, does not wait for."""
+    """Refuse an approval the registry, as seen under the lock, does not wait for."""
     name, version = candidate.name, candidate.version
     if seen.holder(alias) == version:
         raise RegistryError(f"{name} v{version} already holds @{alias}")
@@ -212,12 +206,10 @@ class StagedPromotion:
 
     @property
     def results(self) -> tuple[GateResult, ...]:
-        """Every gate result of every stage entered."""
         return tuple(r for d in self.decisions for r in d.results)
 
     @property
     def passed(self) -> bool:
-        """Whether every gate passed."""
         return all(r.passed for r in self.results)
 
     @property
@@ -229,12 +221,10 @@ class StagedPromotion:
 def promote_stages(registry: Registry, candidate: Candidate, *,
                    staged: bool) -> StagedPromotion:
     """A run's promotion: walk ``candidate.stages`` in order, checking each stage's gates as
-    the version enters it. A stage that passes moves its alias and the walk goes on; one with
-    approval records the version as awaiting it and stops; a failing one stops (rejected).
-    The gate results and the decision are recorded on the version.
+    the version enters it; a stage that passes moves its alias, one with approval records the
+    version as awaiting it and stops, a failing one stops. Results and decision are recorded.
 
     Args:
-        candidate: The run's version (champions re-scored on the run's own split).
         staged: Whether the spec lists stages (each result then names its stage).
 
     Raises:
@@ -283,8 +273,9 @@ def _enter(registry: Registry, candidate: Candidate, stage: StageRecord, *, last
         return _ask_approval(registry, candidate, stage, seen, tuple(first.detail))
     outcome = registry.guarded_move(candidate.name, stage.alias, decide)
     decision = _decided(candidate, stage.alias, outcome)
-    return replace(decision, warning=record_final_move(
-        registry.client, candidate.name, stage.alias, outcome, final=stage.alias if last else None))
+    return replace(decision, warning=record_final_move(registry.client, candidate.name,
+                                                       stage.alias, outcome,
+                                                       final=stage.alias if last else None))
 
 
 def _ask_approval(registry: Registry, candidate: Candidate, stage: StageRecord,
@@ -298,3 +289,71 @@ def _ask_approval(registry: Registry, candidate: Candidate, stage: StageRecord,
                          [r.describe() for r in results], candidate.run_id)
     outcome = REJECTED if not passed else PROMOTED if held else AWAITING_APPROVAL
     return Decision(candidate.name, stage.alias, candidate.version, outcome, results)
+
+
+def rollback(registry: Registry, name: str, alias: str, to: Optional[str] = None, *,
+             expected: Optional[str] = None) -> Decision:
+    """Point ``alias`` back at ``to``, by default the version that held it before.
+
+    "Before" comes from the moves that happened, read under the registry lock, rollbacks
+    skipped (repeated rollbacks step further back); a move or deletion outside dbspec counts
+    as a move. On the last stage's alias, the version left is archived, the one reached
+    restored.
+
+    Args:
+        expected: Roll back only while this version holds the alias, else nothing moves
+            (``unchanged``): ``dbspec monitor`` never rolls back a version promoted since.
+
+    Raises:
+        RegistryError: no earlier holder, ``to`` is no version or the holder already, or, on
+            the last stage's alias, never held it (a new version goes through promote).
+    """
+    if to is not None:
+        registry.version(name, str(to))
+    final: list[Optional[str]] = []
+
+    def decide(seen: RegistrySnapshot) -> AliasDecision:
+        stages = model_stages(seen)
+        final[:] = [stages[-1] if stages else None]
+        current = seen.holder(alias)
+        if expected is not None and current != str(expected):
+            return AliasDecision(None, _REASON)
+        target = str(to) if to is not None else seen.replaced(alias, current)
+        _check_target(seen, name, alias, target, last=bool(stages) and stages[-1] == alias
+                      and to is not None)
+        return AliasDecision(target, _REASON)
+
+    outcome = registry.guarded_move(name, alias, decide)
+    if expected is not None and not outcome.moved:
+        return Decision(name, alias, None, UNCHANGED, previous=outcome.previous)
+    version = outcome.decision.version
+    warning = record_final_move(registry.client, name, alias, outcome,
+                                final=final[0] if final else None)
+    return Decision(name, alias, None if version is None else str(version), ROLLED_BACK,
+                    moved=outcome.moved, previous=outcome.previous, warning=warning)
+
+
+def _check_target(seen: RegistrySnapshot, name: str, alias: str, target: Optional[str], *,
+                  last: bool) -> None:
+    """Refuse a rollback to nothing, to the holder, or (``last``) to a version that never held
+    the alias."""
+    current = seen.holder(alias)
+    if last and not _held(seen, alias, str(target)):
+        raise RegistryError(f"v{target} of {name} never held @{alias}: a rollback returns "
+                            "to a version that was deployed; a new one goes through "
+                            "dbspec promote / approve")
+    if target is None:
+        moves = seen.history(alias)
+        if moves and moves[-1].get("outside") and current is not None:
+            raise RegistryError(f"@{alias} of {name} was set to v{current} outside dbspec "
+                                "and no earlier holder is recorded; give --to VERSION")
+        raise RegistryError(f"@{alias} of {name} has no earlier holder recorded; give "
+                            "--to VERSION")
+    if target == current:
+        raise RegistryError(f"@{alias} of {name} already points at v{target}: nothing to "
+                            "roll back; give --to VERSION for another version")
+
+
+def _held(seen: RegistrySnapshot, alias: str, version: str) -> bool:
+    return any(version in (move.get("version"), move.get("previous"))
+               for move in seen.history(alias))
