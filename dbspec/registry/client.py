@@ -14,22 +14,25 @@ Integrity under ``kill -9`` and concurrency (per store: the README's "Registry g
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from dbspec.faults import pause_point
+from dbspec.filelocks import HostLock, LockBusy
 from dbspec.processes import owner
 from dbspec.registry.aliases import alias_holder
 from dbspec.registry.errors import (RegistryError, is_not_found, is_permission_denied,
                                     refusals_said_as, unavailable)
 from dbspec.registry.history import HISTORY_TAG, RegistrySnapshot, now
 from dbspec.registry.lifecycle import acting_user
-from dbspec.registry.locks import lock_path, registry_lock
 from dbspec.registry.pending import (ABANDONED_TAG, DECISION_TAG, OWNER_TAG, PENDING, abandon,
                                      abandon_dead, search_versions)
 from dbspec.seams.gates import GateResult
@@ -275,12 +278,36 @@ class Registry:
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:
-        """Exclusive access to ``name``'s aliases among dbspec processes (:mod:`.locks`)."""
+        """Exclusive access to ``name``'s aliases among dbspec processes: dbspec's one file
+        lock, beside a SQLite database (every writer is excluded), else in the user's cache,
+        named after the store and model (this machine's writers only: MLflow has no
+        compare-and-set; the re-reads of :meth:`guarded_move` catch a holder changed in
+        between, and Databricks' deployment job queues its runs).
+
+        Raises:
+            RegistryError: the lock stayed held, or its file cannot be made.
+        """
         # the tracking URI names one lock for every dbspec process configured alike, even with
         # a registry URI apart
-        uri = self.client.tracking_uri
-        with registry_lock(lock_path(sqlite_path(uri), uri, name), name, self.lock_wait_s):
+        uri, database = self.client.tracking_uri, sqlite_path(self.client.tracking_uri)
+        if database is not None:
+            path = Path(f"{database}.dbspec-lock")
+        else:
+            cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+            digest = hashlib.sha256(f"{uri}\n{name}".encode()).hexdigest()[:24]
+            path = cache / "dbspec" / "registry-locks" / f"{digest}.lock"
+        lock = HostLock(path)
+        try:
+            lock.acquire(f"the registry lock of {name} ({path})", wait=self.lock_wait_s)
+        except LockBusy as busy:
+            raise RegistryError(str(busy)) from None
+        except OSError as exc:
+            raise RegistryError(f"cannot open the registry lock {path}: {exc.strerror}") \
+                from None
+        try:
             yield
+        finally:
+            lock.release()
 
     def versions(self, name: str) -> list[Any]:
         """Every version of ``name``, newest first."""
