@@ -19,8 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-#: MLflow's limit of metrics in one ``log_batch`` request.
-BATCH_LIMIT = 1000
+BATCH_LIMIT = 1000  # metrics in one MLflow request
 
 
 @dataclass(frozen=True)
@@ -92,13 +91,11 @@ class MetricBuffer:
 
     def _send(self, *, wait: bool) -> None:
         buffer, self._buffer = self._buffer, []
-        for start in range(0, len(buffer), BATCH_LIMIT):
-            chunk = buffer[start:start + BATCH_LIMIT]
-            if wait:
-                self.client.log_batch(self.run_id, metrics=chunk)
-            else:
-                self._pending.append(self.client.log_batch(self.run_id, metrics=chunk,
-                                                           synchronous=False))
+        for start in range(0, len(buffer), BATCH_LIMIT):  # a handle per request, each waited
+            sent = self.client.log_batch(self.run_id, metrics=buffer[start:start + BATCH_LIMIT],
+                                         synchronous=wait)
+            if not wait:
+                self._pending.append(sent)
         self._last_send = self._clock()
 
     def __len__(self) -> int:

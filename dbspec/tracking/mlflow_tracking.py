@@ -129,9 +129,8 @@ class Tracker:
         from dbspec.errors import redact
 
         # environment values a template read are logged as {{ env.NAME }}, never the value
-        items = [Param(redact(k)[:250], redact(v)) for k, v in params.items()]
-        for start in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[start:start + 100])
+        self.client.log_batch(self.run_id, params=[Param(redact(k)[:250], redact(v))
+                                                   for k, v in params.items()])
 
     def set_tags(self, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
