@@ -122,18 +122,11 @@ def roles_resources(client: Any, experiment: Optional[str],
 
 
 def apply_roles(tracking_uri: str, roles: Any, resources: list[Resource]) -> RolesReport:
-    """Give each ``user:`` principal of ``roles`` (a ``RolesSpec``) its role's permission on
-    each resource.
+    """Give each ``user:`` principal of ``roles`` its role's permission on each resource.
 
-    Idempotent: a user who has exactly that permission is left alone ("unchanged"); another is
-    revoked and granted again (MLflow has no update); nothing but permissions is created. Users
-    the server does not know are reported in ``missing_users``, after every other grant.
-
-    Returns:
-        The report; ``report.auth`` is False (and nothing done) without auth on the server.
-
-    Raises:
-        RegistryPermissionError: the caller may not grant on a resource (needs MANAGE).
+    Idempotent: an exact permission is left alone; another is revoked and granted again (MLflow
+    has no update). Unknown users are reported after every other grant. Without auth on the
+    server nothing is done (``report.auth`` False). RegistryPermissionError: no MANAGE.
     """
     report = RolesReport(user=server_user(tracking_uri))
     if report.user is None:
@@ -238,13 +231,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def require_deployer(tracking_uri: str, name: str, action: str) -> None:
-    """Refuse ``action`` (promoting ``name`` to its last stage, approving a version of it)
-    unless the caller holds MANAGE on the registered model, or is an MLflow admin; nothing is
-    checked on a store without auth.
-
-    Raises:
-        RegistryPermissionError: the caller lacks MANAGE.
-    """
+    """Refuse ``action`` (deploying or approving a version of ``name``) with a
+    RegistryPermissionError unless the caller holds MANAGE on the model or is an MLflow admin
+    (nothing is checked without auth)."""
     user = server_user(tracking_uri)
     if user is None or user.is_admin:
         return

@@ -1,15 +1,9 @@
 """MLflow model registry: versions, gate records and guarded alias moves.
 
-Integrity under ``kill -9`` and concurrency (per store: the README's "Registry guarantees"):
-
-- A version is created already tagged ``dbspec.decision=pending``, so a kill before its gates
-  ran never leaves one that looks decided; a rerun of the same training run adopts it instead
-  of registering a duplicate; pending versions of dead processes are tagged ``abandoned``.
-- Every alias move runs in :meth:`Registry.guarded_move`: under a registry-wide lock, the
-  history entry is written first (an intent) and the holder re-read right before and after the
-  move; a changed holder means deciding again; an unreadable holder stops the move.
-- A move made outside dbspec shows in every read (:mod:`dbspec.registry.history`) and is
-  written into the history by the next move under the lock. Reads take no lock.
+Under ``kill -9`` and concurrency (README, "Registry guarantees"): a version is created tagged
+pending, so a kill never leaves one that looks decided, and a rerun of its run adopts it; every
+alias move runs in :meth:`Registry.guarded_move`; a move made outside dbspec shows in every
+read and is recorded by the next move under the lock. Reads take no lock.
 """
 
 from __future__ import annotations
@@ -51,13 +45,9 @@ _LOGGED_MODEL_URI = re.compile(r"^models:/(?P<model_id>[^/@]+)$")
 
 @dataclass(frozen=True)
 class AliasDecision:
-    """What a caller of :meth:`Registry.guarded_move` wants, given the holders it saw.
-
-    Attributes:
-        version: Where the alias should point; None leaves it where it is.
-        reason: Recorded in the history entry, with ``by`` (default: :func:`acting_user`).
-        detail: The caller's own data (its gate results), handed back in the outcome.
-    """
+    """What a caller of :meth:`Registry.guarded_move` wants, given the holders it saw: where
+    the alias should point (None: where it is), ``reason`` and ``by`` for the history entry,
+    ``detail`` (its gate results) handed back in the outcome."""
 
     version: Optional[str]
     reason: str = ""
@@ -199,13 +189,10 @@ class Registry:
                      decide: Callable[[RegistrySnapshot], AliasDecision]) -> AliasOutcome:
         """Move ``alias`` where ``decide`` says, atomically with respect to other dbspec writers.
 
-        Under :meth:`lock`: read, ``decide``, append the history entry (before the move, so a
-        kill cannot leave a move without one), move only if the holder is still the one decided
-        on, re-read after; a holder changed in between (a writer without the lock) means
-        deciding again. ``decide`` may raise :class:`RegistryError` to refuse.
-
-        Raises:
-            RegistryError: ``decide`` refused, no lock, or the alias kept changing.
+        Under :meth:`lock`: read, ``decide`` (it may raise RegistryError to refuse), append the
+        history entry (before the move: a kill cannot leave a move without one), move only if
+        the holder is still the one decided on, re-read after; a holder changed in between (a
+        writer without the lock) means deciding again. RegistryError: it kept changing.
         """
         from mlflow.exceptions import MlflowException
 
@@ -278,15 +265,10 @@ class Registry:
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:
-        """Exclusive access to ``name``'s aliases among dbspec processes: dbspec's one file
-        lock, beside a SQLite database (every writer is excluded), else in the user's cache,
-        named after the store and model (this machine's writers only: MLflow has no
-        compare-and-set; the re-reads of :meth:`guarded_move` catch a holder changed in
-        between, and Databricks' deployment job queues its runs).
-
-        Raises:
-            RegistryError: the lock stayed held, or its file cannot be made.
-        """
+        """Exclusive access to ``name``'s aliases among dbspec processes (RegistryError: it
+        stayed held). The file lock is beside a SQLite database (every writer excluded), else
+        in the user's cache: this machine's writers only (MLflow has no compare-and-set; the
+        re-reads of :meth:`guarded_move` catch a change, Databricks' job queues its runs)."""
         # the tracking URI names one lock for every dbspec process configured alike, even with
         # a registry URI apart
         uri, database = self.client.tracking_uri, sqlite_path(self.client.tracking_uri)
@@ -316,11 +298,7 @@ class Registry:
         return sorted(found, key=lambda v: int(v.version), reverse=True)
 
     def version(self, name: str, version: str) -> Any:
-        """Version ``version`` of ``name``.
-
-        Raises:
-            RegistryError: no such model or version (RegistryUnavailable: no answer).
-        """
+        """Version ``version`` of ``name`` (RegistryError: none such)."""
         from mlflow.exceptions import MlflowException
 
         self._model(name)

@@ -40,13 +40,11 @@ def _final_alias(seen: RegistrySnapshot, candidate: Candidate) -> Optional[str]:
 
 def promote(registry: Registry, name: str, version: str, alias: str, *,
             force: bool = False) -> Decision:
-    """Point ``alias`` at ``version`` after re-checking its gates for ``alias``.
-
-    The gates are the recorded ones of the stage ``alias``, else the version's, re-checked on
-    the metrics logged for each version (the command has no data split). A version without a
-    decision (its run died before gating it) is gated here and the decision recorded; without
-    gates or metrics it needs ``force``, as does a stage that requires approval (else
-    :func:`approve`). The version leaving the last stage's alias is archived.
+    """Point ``alias`` at ``version`` after re-checking its recorded gates for ``alias`` (the
+    stage's, else the version's) on the metrics logged for each version. An undecided version
+    is gated here and decided; without gates or metrics it needs ``force``, as does a stage that
+    requires approval (else :func:`approve`). The version leaving the last stage's alias is
+    archived.
 
     Raises:
         GatesFailed: a gate fails (nothing moved).

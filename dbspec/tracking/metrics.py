@@ -73,11 +73,8 @@ class MetricBuffer:
             self._send(wait=not self.background)
 
     def flush(self) -> None:
-        """Send everything buffered and wait until the store has it all.
-
-        Raises:
-            MlflowException: the store refused a batch (also one sent in the background).
-        """
+        """Send everything buffered and wait until the store has it all (MlflowException: the
+        store refused a batch, also one sent in the background)."""
         self._send(wait=True)
         pending, self._pending = self._pending, []
         failed: Optional[BaseException] = None

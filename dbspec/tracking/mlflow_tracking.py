@@ -58,12 +58,8 @@ def flatten(data: Any, prefix: str = "") -> dict[str, str]:
 
 
 class Tracker:
-    """MLflow experiment, run and logging for one spec.
-
-    Args:
-        state_dir: The run's ``.dbspec`` directory (default store and artifacts live there).
-        experiment: Experiment name override (smoke runs use their own).
-    """
+    """MLflow experiment, run and logging for one spec; ``state_dir`` is the run's ``.dbspec``
+    (the default store and artifacts), ``experiment`` a name override (smoke runs)."""
 
     def __init__(self, spec: Spec, state_dir: Path, *, experiment: Optional[str] = None):
         import mlflow
@@ -138,11 +134,7 @@ class Tracker:
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        """Buffer metrics of the run at ``step``, stamped now.
-
-        Raises:
-            TrackingError: outside :meth:`run`.
-        """
+        """Buffer metrics of the run at ``step``, stamped now (TrackingError: outside a run)."""
         if self._metrics is None:
             raise TrackingError("metrics logged outside a run: start Tracker.run first")
         self._metrics.log(metrics, step)
@@ -203,18 +195,12 @@ class Tracker:
             mlflow.log_input(dataset, context="training", tags={"data_version": version})
 
     def log_model(self, served_dir: Path, example, prediction) -> str:
-        """Log the served model as a pyfunc with signature and input example.
-
-        Numeric inputs are unnamed ``double`` columns (:func:`_input_schema`), so MLflow lets
-        positional input through (a frame, an array, a Spark struct) and named input keeps its
-        names; the feature names are in the example and the metadata (``dbspec_features``). The
-        model is self-contained: the dbspec modules the pyfunc imports and a ``model.custom``
-        class's module travel as code paths (:mod:`dbspec.models.portable`); requirements are
-        pins without local version labels (``torch==2.13.0``, never ``+cpu``).
+        """Log the served model as a self-contained pyfunc (the dbspec modules it imports and a
+        ``model.custom`` class's module travel as code paths; requirements are pins without
+        local version labels) with signature (:func:`_input_schema`) and input example.
 
         Returns:
-            Its logged-model URI, ``models:/<model_id>``: loadable as is, and what
-            :meth:`dbspec.registry.Registry.register` takes (it reads the model id from it).
+            Its logged-model URI, ``models:/<model_id>`` (what ``Registry.register`` takes).
 
         Raises:
             PortabilityError: the custom class lives where it cannot travel (``__main__``, ...).
