@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from dbspec.registry.errors import (RegistryError, is_not_found, is_permission_denied, refused,
-                                    unavailable)
+from dbspec.registry.errors import (RegistryError, first_line, is_not_found,
+                                    is_permission_denied, refused, unavailable)
 
 ROLE_PERMISSIONS = {"admin": "MANAGE", "data_scientist": "EDIT", "analyst": "READ"}
 _RANK = {"DENY": -1, "NO_PERMISSIONS": 0, "READ": 1, "USE": 2, "EDIT": 3, "MANAGE": 4}
@@ -213,21 +213,16 @@ def _grant_one(auth: Any, report: RolesReport, user: str, target: str, resource:
         if is_not_found(exc) and "user" in str(exc).lower():
             return "missing"
         if getattr(exc, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
-            raise RegistryError(f"cannot {action} to {user}: {_first_line(exc)}") from None
+            raise RegistryError(f"cannot {action} to {user}: {first_line(exc)}") from None
         # a grant the caller could not read: set it anew (its earlier level stays unknown)
         try:
             set_level(True)
         except MlflowException as again:
-            raise RegistryError(f"cannot {action} to {user}: {_first_line(again)}") from None
+            raise RegistryError(f"cannot {action} to {user}: {first_line(again)}") from None
         report.changed += 1
         return f"set (its earlier level is not readable by {caller.name})"
     report.changed += 1
     return f"changed from {current}" if current else "granted"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "message", None) or exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def require_deployer(tracking_uri: str, name: str, action: str) -> None:

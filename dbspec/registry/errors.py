@@ -67,8 +67,13 @@ def unavailable(exc: BaseException, what: str) -> RegistryUnavailable:
     """
     if is_permission_denied(exc):
         return denied(exc, f"read {what}", "READ on it")
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-    return RegistryUnavailable(f"the registry did not answer ({what}): {text}")
+    return RegistryUnavailable(f"the registry did not answer ({what}): {first_line(exc)}")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def refused(action: str, needs: str, *, unauthenticated: bool = False,

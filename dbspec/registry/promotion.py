@@ -138,8 +138,16 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> Decision
     if not decision.passed:
         raise GatesFailed(f"{name} v{candidate.version} fails its gates for @{alias}: "
                           f"{decision.failures}; nothing moved", decision)
-    warning = _record_approval(registry, StageKey(name, candidate.version, alias), decision,
-                               candidate.approvals.get(alias))
+    from mlflow.exceptions import MlflowException
+
+    warning = None
+    try:
+        record_approval(registry.client, StageKey(name, candidate.version, alias),
+                        decision.gates, who, candidate.approvals.get(alias))
+    except MlflowException as exc:  # the move stands: its history entry names the approver
+        warning = (f"@{alias} moved to v{candidate.version}, but the approval record could not "
+                   "be written: "
+                   f"{unavailable(exc, f'the approval of {name} v{candidate.version}')}")
     warning = record_final_move(registry.client, name, alias, outcome,
                                 final=candidate.final_alias) or warning
     return replace(decision, warning=warning)
@@ -182,20 +190,6 @@ def _check_waiting(candidate: Candidate, seen: RegistrySnapshot, alias: str,
                                               f"--alias {before}" if before else ""))
 
 
-def _record_approval(registry: Registry, at: StageKey, decision: Decision,
-                     requested: Optional[dict[str, Any]]) -> Optional[str]:
-    """Record the approval; a warning when the registry refused (the move stands: its history
-    entry names the approver)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        record_approval(registry.client, at, decision.gates, str(decision.by), requested)
-    except MlflowException as exc:
-        return (f"@{at.alias} moved to v{at.version}, but the approval record could not be "
-                f"written: {unavailable(exc, f'the approval of {at.name} v{at.version}')}")
-    return None
-
-
 @dataclass(frozen=True)
 class StagedPromotion:
     """A run's walk through its promotion stages: one decision per stage entered, in order."""
@@ -228,7 +222,16 @@ def promote_stages(registry: Registry, candidate: Candidate, *,
     Raises:
         RegistryUnavailable: the registry did not answer (nothing is decided on it).
     """
-    _record_plan(registry, candidate, staged=staged)
+    from mlflow.exceptions import MlflowException
+
+    name, version = candidate.name, candidate.version
+    try:  # the version's gates and stages, the model's stage aliases in order
+        for key, value in promotion_tags(list(candidate.stages), staged=staged).items():
+            registry.client.set_model_version_tag(name, version, key, value)
+        registry.client.set_registered_model_tag(
+            name, MODEL_STAGES_TAG, json.dumps([s.alias for s in candidate.stages]))
+    except MlflowException as exc:
+        raise unavailable(exc, f"the promotion records of {name} v{version}") from None
     decisions: list[Decision] = []
     for index, stage in enumerate(candidate.stages):
         decision = _enter(registry, candidate, stage, last=index == len(candidate.stages) - 1,
@@ -237,23 +240,9 @@ def promote_stages(registry: Registry, candidate: Candidate, *,
         if decision.outcome != PROMOTED:
             break
     walked = StagedPromotion(tuple(decisions))
-    registry.record_gates(candidate.name, candidate.version, list(walked.results),
+    registry.record_gates(name, version, list(walked.results),
                           PROMOTED if walked.passed else REJECTED)
     return walked
-
-
-def _record_plan(registry: Registry, candidate: Candidate, *, staged: bool) -> None:
-    """The version's gates and stages, and the model's stage aliases in order."""
-    from mlflow.exceptions import MlflowException
-
-    name, version = candidate.name, candidate.version
-    try:
-        for key, value in promotion_tags(list(candidate.stages), staged=staged).items():
-            registry.client.set_model_version_tag(name, version, key, value)
-        registry.client.set_registered_model_tag(
-            name, MODEL_STAGES_TAG, json.dumps([s.alias for s in candidate.stages]))
-    except MlflowException as exc:
-        raise unavailable(exc, f"the promotion records of {name} v{version}") from None
 
 
 def _enter(registry: Registry, candidate: Candidate, stage: StageRecord, *, last: bool,
