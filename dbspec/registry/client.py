@@ -171,7 +171,8 @@ class Registry:
         (:func:`~dbspec.registry.aliases.alias_holder`)."""
         return alias_holder(self.client, name, alias)
 
-    def record_gates(self, name: str, version: str, results: list[GateResult], decision: str) -> None:
+    def record_gates(self, name: str, version: str, results: list[GateResult],
+                     decision: str) -> None:
         """Store each gate result and the decision as tags on the version."""
         for index, result in enumerate(results):
             self.client.set_model_version_tag(name, version, f"dbspec.gate.{index}",

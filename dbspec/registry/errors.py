@@ -9,9 +9,7 @@ from typing import Callable, Optional
 
 from dbspec.errors import DbspecError
 
-#: Error codes with which a registry says "there is no such thing" (a model, version, alias).
-NOT_FOUND_CODES = ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND")
-#: Error codes with which an MLflow server (``--app-name basic-auth``) refuses the caller: 403, 401.
+NOT_FOUND_CODES = ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND")  # "no such model, version, alias"
 PERMISSION_CODES = ("PERMISSION_DENIED", "UNAUTHENTICATED")
 ASK_ADMIN = "ask an admin (roles.admin) to grant it (dbspec grant SPEC)"
 

@@ -84,9 +84,15 @@ def applying_kinds(gate: Any, kinds: KindRegistry[GateKind] = GATES) -> list[tup
     return [(name, kind) for name, kind in kinds.load_all().items() if kind.applies(gate)]
 
 
-def needs_of(gates: Sequence[Any], kinds: KindRegistry[GateKind] = GATES) -> frozenset[str]:
-    """The inputs the kinds evaluating ``gates`` need (RegistryError: one the service does not
-    gather)."""
+def gate_inputs(candidate: Candidate, seen: RegistrySnapshot, gates: Sequence[Any], *,
+                moving: str, stage: str = "",
+                kinds: KindRegistry[GateKind] = GATES) -> GateInputs:
+    """What the kinds evaluating ``gates`` read about ``candidate`` while ``moving`` is decided
+    on ``seen``: the one place gate inputs are gathered (only those the kinds need).
+
+    Raises:
+        RegistryError: a kind needs an input the service does not gather.
+    """
     needs: set[str] = set()
     for gate in gates:
         for name, kind in applying_kinds(gate, kinds):
@@ -97,13 +103,6 @@ def needs_of(gates: Sequence[Any], kinds: KindRegistry[GateKind] = GATES) -> fro
                     f"{', '.join(sorted(unknown))}, which the promotion service does not "
                     f"gather (it gathers {', '.join(sorted(INPUTS))}); fix that kind")
             needs |= set(kind.needs)
-    return frozenset(needs)
-
-
-def gate_inputs(candidate: Candidate, seen: RegistrySnapshot, *, moving: str,
-                needs: frozenset[str], stage: str = "") -> GateInputs:
-    """What the gates read about ``candidate`` while ``moving`` is decided on ``seen``: the one
-    place gate inputs are gathered (only those in ``needs``)."""
     return GateInputs(
         metrics=dict(candidate.metrics) if METRICS in needs else {},
         diagnosis=candidate.diagnosis if DIAGNOSIS in needs else None,
@@ -168,5 +167,5 @@ def check_stage(candidate: Candidate, seen: RegistrySnapshot, gates: Sequence[An
                 moving: str, label: str = "") -> list[GateResult]:
     """``gates`` on ``candidate`` while ``moving`` is decided on ``seen``; ``label``: the stage
     recorded with each result (empty for a single promotion)."""
-    inputs = gate_inputs(candidate, seen, moving=moving, needs=needs_of(gates), stage=label)
+    inputs = gate_inputs(candidate, seen, gates, moving=moving, stage=label)
     return evaluate_gates(gates, inputs)
