@@ -268,16 +268,13 @@ def grant_spec(spec: Any, tracking_uri: str, *, smoke: bool = False) -> RolesRep
         raise RegistryError(f"the tracking server at {tracking_uri} has no auth: start it as "
                             "`mlflow server --app-name basic-auth` (see the README's Roles)")
     client = mlflow.MlflowClient(tracking_uri, registry_uri=spec.tracking.registry_uri)
-    model = None
-    if spec.registry is not None:
-        model = spec.registry.name + ("_smoke" if smoke else "")
+    model = spec.registry.name + ("_smoke" if smoke else "") if spec.registry else None
     resources, absent = roles_resources(client, spec.tracking.experiment or spec.name, model)
     if not resources:
         raise RegistryError(f"neither {' nor '.join(absent)} exists on {tracking_uri} yet: run "
                             "the spec first (dbspec run grants the roles once it registered)")
-    # MLflow's auth guards the registry of the server it runs in; one elsewhere (Unity
-    # Catalog) has its own permissions, which dbspec jobs grants
-    report = apply_roles(client.tracking_uri, spec.roles, resources)
+    # MLflow's auth guards its own server's registry (Unity Catalog's: dbspec jobs grants)
+    report = apply_roles(tracking_uri, spec.roles, resources)
     report.absent = absent
     return report
 
