@@ -257,13 +257,10 @@ def _input_schema(card: dict):
         from dbspec.models.card import has_typed_inputs
         from dbspec.models.encoding import raw_columns, signature_types
 
-        if has_typed_inputs(inputs):
-            specs = []
-            for name, kind in signature_types(inputs):
-                if kind.startswith("array<"):
-                    specs.append(ColSpec(Array(DataType[kind[len("array<"):-1]]), name))
-                else:
-                    specs.append(ColSpec(kind, name))
+        if has_typed_inputs(inputs):  # a sequence is an array<type>
+            specs = [ColSpec(Array(DataType[kind[len("array<"):-1]])
+                             if kind.startswith("array<") else kind, name)
+                     for name, kind in signature_types(inputs)]
             return Schema(specs), raw_columns(inputs)
     return Schema([ColSpec("double") for _ in card["feature_names"]]), card["feature_names"]
 
