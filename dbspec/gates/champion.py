@@ -15,23 +15,16 @@ if TYPE_CHECKING:
 
 class ChampionGate:
     """``{metric: test_rmse, better_than: production, tolerance: 2}``: at least as good as
-    the holder of ``@production``, give or take the tolerance.
-
-    No holder (the registry confirmed it) passes: the first version has nothing to beat. A
-    holder that cannot be read, or without the metric, fails: a champion nobody could compare
-    with is never "no champion".
-    """
+    the holder of ``@production``, give or take the tolerance. No holder (confirmed) passes; a
+    holder that cannot be read, or lacks the metric, fails: never taken for "no champion"."""
 
     name = "champion"
     needs: FrozenSet[str] = frozenset({METRICS, CHAMPION})
 
     def applies(self, gate: Gate) -> bool:
-        """A metric gate with ``better_than``."""
         return gate.metric is not None and gate.better_than is not None
 
     def evaluate(self, gate: Gate, inputs: GateInputs) -> GateResult:
-        """Compare the candidate's metric with the champion's, looked up through
-        ``inputs.champion``."""
         metric, alias = str(gate.metric), str(gate.better_than)
         value = inputs.metrics.get(metric)
         condition = f"{no_worse_sign(metric)} @{alias}" + \

@@ -22,11 +22,9 @@ class DiagnosisGate:
     needs: FrozenSet[str] = frozenset({DIAGNOSIS})
 
     def applies(self, gate: Gate) -> bool:
-        """A gate with ``diagnosis``."""
         return gate.diagnosis is not None
 
     def evaluate(self, gate: Gate, inputs: GateInputs) -> GateResult:
-        """Pass unless the diagnosis contradicts the condition."""
         condition, label = str(gate.diagnosis), inputs.diagnosis
         words = condition.replace("_", " ")
         if label in (None, "undetermined"):

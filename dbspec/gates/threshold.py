@@ -18,11 +18,9 @@ class ThresholdGate:
     needs: FrozenSet[str] = frozenset({METRICS})
 
     def applies(self, gate: Gate) -> bool:
-        """A metric gate with ``min`` or ``max``."""
         return gate.metric is not None and (gate.min is not None or gate.max is not None)
 
     def evaluate(self, gate: Gate, inputs: GateInputs) -> GateResult:
-        """Pass when the metric is logged and within ``min`` and ``max``."""
         metric = str(gate.metric)
         value = inputs.metrics.get(metric)
         bounds = " and ".join(part for part in (

@@ -1,21 +1,12 @@
-"""The spec's roles as MLflow permissions, on a tracking server with MLflow's own auth.
+"""The spec's roles as MLflow permissions, on a server with MLflow's auth (``mlflow server
+--app-name basic-auth``: users and per-user permissions on experiments and registered models).
 
-``mlflow server --app-name basic-auth`` keeps users and per-user permissions on each
-experiment and registered model. A spec's ``roles`` become those permissions
-(:func:`apply_roles`): ``admin`` -> MANAGE, ``data_scientist`` -> EDIT, ``analyst`` -> READ, on
-the spec's experiment and registered model, for each ``user:`` principal (its e-mail address is
-the MLflow username). Groups and service principals have no counterpart in MLflow's own auth
-and are skipped, said once.
-
-What MLflow itself enforces (read from its auth plugin, checked against a real server):
-reading needs READ; tags, new versions and setting an alias need EDIT; deleting an alias or a
-version, and granting permissions, need MANAGE. So a data scientist (EDIT) may move any alias
-as far as MLflow is concerned; the course's rule that only an admin deploys is dbspec's
-(:func:`require_deployer`): promoting to the last stage and approving need MANAGE.
-
-Granting needs MANAGE on the resource (or an MLflow admin). A caller who is no MLflow admin
-cannot read other users' permissions, and never lowers its own (it would lose the right to
-finish); both are said in the report, not guessed.
+``admin`` -> MANAGE, ``data_scientist`` -> EDIT, ``analyst`` -> READ, for each ``user:``
+principal (its e-mail is the MLflow username); groups and service principals have no
+counterpart there and are skipped, said once. MLflow asks READ to read, EDIT for tags, versions
+and setting an alias, MANAGE to delete or grant; that only an admin deploys is dbspec's rule
+(:func:`require_deployer`: MANAGE). A caller who is no MLflow admin cannot read other users'
+permissions and never lowers its own; both are said in the report, not guessed.
 """
 
 from __future__ import annotations
@@ -23,21 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from dbspec.registry.errors import (RegistryError, is_not_found, is_permission_denied, refused,
-                                    unavailable)
+from dbspec.registry.errors import (RegistryError, first_line, is_not_found,
+                                    is_permission_denied, refused, unavailable)
 
-#: The MLflow permission each role of the spec gets.
 ROLE_PERMISSIONS = {"admin": "MANAGE", "data_scientist": "EDIT", "analyst": "READ"}
 _RANK = {"DENY": -1, "NO_PERMISSIONS": 0, "READ": 1, "USE": 2, "EDIT": 3, "MANAGE": 4}
+# AuthServiceClient (3.17) has no call for these two reads
 _CURRENT_USER = "/api/2.0/mlflow/users/current"
 _USER_PERMISSIONS = "/api/3.0/mlflow/users/permissions/list"
-#: Why promoting to the last stage and approving need MANAGE (MLflow asks only EDIT).
 DEPLOY_RULE = "only roles.admin deploys and approves"
 
 
 @dataclass(frozen=True)
 class ServerUser:
-    """The caller as a tracking server with auth knows it."""
+    """The caller, as a server with auth knows it."""
 
     name: str
     is_admin: bool
@@ -70,12 +60,11 @@ class RolesReport:
 
 
 def server_user(tracking_uri: str) -> Optional[ServerUser]:
-    """Who dbspec acts as on ``tracking_uri`` (``MLFLOW_TRACKING_USERNAME``); None when the
-    store has no auth (a file or database URI, or a server without the basic-auth app).
+    """Who dbspec acts as on ``tracking_uri``; None when the store has no auth.
 
     Raises:
-        RegistryPermissionError: the server has auth and refuses the login (401).
-        RegistryUnavailable: the server answered with another error.
+        RegistryUnavailable: the server answered with an error (a refused login: its
+            RegistryPermissionError).
     """
     if not tracking_uri.lower().startswith(("http://", "https://")):
         return None
@@ -84,8 +73,10 @@ def server_user(tracking_uri: str) -> Optional[ServerUser]:
         return None  # no auth app: the route does not exist
     if response.status_code == 401:
         raise refused("use the tracking server", "a login", unauthenticated=True)
+    from mlflow.utils.rest_utils import verify_rest_response
+
     try:
-        body = _checked(response, _CURRENT_USER)
+        body = verify_rest_response(response, _CURRENT_USER).json()
     except Exception as exc:
         raise unavailable(exc, "the caller's user") from None
     user = body.get("user") or {}
@@ -101,13 +92,6 @@ def _get(tracking_uri: str, endpoint: str, params: dict[str, str]):
                             params=params, max_retries=0)
     except Exception as exc:  # a refused connection, a timeout
         raise unavailable(exc, endpoint) from None
-
-
-def _checked(response, endpoint: str) -> dict[str, Any]:
-    """The JSON of a 200 answer; an MLflow error (with its code) for any other."""
-    from mlflow.utils.rest_utils import verify_rest_response
-
-    return verify_rest_response(response, endpoint).json()
 
 
 def roles_resources(client: Any, experiment: Optional[str],
@@ -140,21 +124,9 @@ def roles_resources(client: Any, experiment: Optional[str],
 def apply_roles(tracking_uri: str, roles: Any, resources: list[Resource]) -> RolesReport:
     """Give each ``user:`` principal of ``roles`` its role's permission on each resource.
 
-    Idempotent: a user who already has exactly that permission is left alone ("unchanged"); one
-    with another is changed (revoked and granted again, MLflow has no update for one user);
-    nothing but permissions is created. Users the server does not know are reported in
-    :attr:`RolesReport.missing_users`, after every other grant was made.
-
-    Args:
-        tracking_uri: The tracking server (its auth API).
-        roles: The spec's :class:`~dbspec.spec.sections.roles.RolesSpec`.
-        resources: From :func:`roles_resources`.
-
-    Returns:
-        The report; ``report.auth`` is False (and nothing done) without auth on the server.
-
-    Raises:
-        RegistryPermissionError: the caller may not grant on a resource (needs MANAGE).
+    Idempotent: an exact permission is left alone; another is revoked and granted again (MLflow
+    has no update). Unknown users are reported after every other grant. Without auth on the
+    server nothing is done (``report.auth`` False). RegistryPermissionError: no MANAGE.
     """
     report = RolesReport(user=server_user(tracking_uri))
     if report.user is None:
@@ -194,13 +166,14 @@ _MISSING: dict = {}  # sentinel: the server does not know the user
 
 def _explicit(tracking_uri: str, user: str) -> Optional[dict]:
     """``{(resource_type, pattern): permission}`` of the user's own grants; None when the
-    caller may not read them (only MLflow admins and the user may); :data:`_MISSING` when
-    the server has no such user."""
+    caller may not read them (only admins and the user may); :data:`_MISSING`: no such user."""
     response = _get(tracking_uri, _USER_PERMISSIONS, {"username": user})
     if response.status_code == 403:
         return None
+    from mlflow.utils.rest_utils import verify_rest_response
+
     try:
-        body = _checked(response, _USER_PERMISSIONS)
+        body = verify_rest_response(response, _USER_PERMISSIONS).json()
     except Exception as exc:
         if is_not_found(exc):
             return _MISSING
@@ -225,10 +198,14 @@ def _grant_one(auth: Any, report: RolesReport, user: str, target: str, resource:
         return (f"left as {current or 'it is'} (dbspec does not change its caller's own "
                 "permission; an MLflow admin's dbspec grant sets it)")
     action = f"grant permissions on {resource.label}"
-    try:
-        if current:  # another level: MLflow grants one row per user, so revoke it first
+
+    def set_level(revoke: bool) -> None:  # MLflow grants one row per user: revoke another
+        if revoke:
             auth.revoke_user_permission(user, resource.kind, resource.id)
         auth.grant_user_permission(user, resource.kind, resource.id, target)
+
+    try:
+        set_level(bool(current))
     except MlflowException as exc:
         if is_permission_denied(exc):
             raise refused(action, f"MANAGE on the {resource.kind.replace('_', ' ')}",
@@ -236,69 +213,44 @@ def _grant_one(auth: Any, report: RolesReport, user: str, target: str, resource:
         if is_not_found(exc) and "user" in str(exc).lower():
             return "missing"
         if getattr(exc, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
-            raise RegistryError(f"cannot {action} to {user}: {_first_line(exc)}") from None
+            raise RegistryError(f"cannot {action} to {user}: {first_line(exc)}") from None
         # a grant the caller could not read: set it anew (its earlier level stays unknown)
         try:
-            auth.revoke_user_permission(user, resource.kind, resource.id)
-            auth.grant_user_permission(user, resource.kind, resource.id, target)
+            set_level(True)
         except MlflowException as again:
-            raise RegistryError(f"cannot {action} to {user}: {_first_line(again)}") from None
+            raise RegistryError(f"cannot {action} to {user}: {first_line(again)}") from None
         report.changed += 1
         return f"set (its earlier level is not readable by {caller.name})"
     report.changed += 1
     return f"changed from {current}" if current else "granted"
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "message", None) or exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
-def has_permission(tracking_uri: str, kind: str, resource_id: str, needed: str) -> bool:
-    """Whether the caller holds at least ``needed`` on a resource (True without auth, and for
-    an MLflow admin, whom nothing restricts)."""
+def require_deployer(tracking_uri: str, name: str, action: str) -> None:
+    """Refuse ``action`` (deploying or approving a version of ``name``) with a
+    RegistryPermissionError unless the caller holds MANAGE on the model or is an MLflow admin
+    (nothing is checked without auth)."""
     user = server_user(tracking_uri)
     if user is None or user.is_admin:
-        return True
+        return
     from mlflow.exceptions import MlflowException
     from mlflow.server.auth.client import AuthServiceClient
 
     try:
-        held = AuthServiceClient(tracking_uri).get_user_permission(user.name, kind,
-                                                                   resource_id).permission
+        held = AuthServiceClient(tracking_uri).get_user_permission(
+            user.name, "registered_model", name).permission
     except MlflowException as exc:
-        raise unavailable(exc, f"the permission of {user.name} on {resource_id}") from None
-    return _RANK.get(held, 0) >= _RANK[needed]
-
-
-def require_deployer(tracking_uri: str, name: str, action: str) -> None:
-    """Refuse ``action`` (promoting ``name`` to its last stage, approving a version of it)
-    unless the caller holds MANAGE on the registered model: roles.admin, by the course's
-    rule. MLflow itself lets EDIT (data_scientist) set any alias. Nothing is checked on a
-    store without auth.
-
-    Raises:
-        RegistryPermissionError: the caller lacks MANAGE.
-    """
-    if not has_permission(tracking_uri, "registered_model", name, "MANAGE"):
+        raise unavailable(exc, f"the permission of {user.name} on {name}") from None
+    if _RANK.get(held, 0) < _RANK["MANAGE"]:
         raise refused(action, f"MANAGE on the registered model ({DEPLOY_RULE})",
                       hint="ask an admin (roles.admin) to do it")
-
-
-def registry_uri(client: Any) -> str:
-    """The server whose auth guards the models of an ``MlflowClient``: its tracking server
-    (MLflow's auth app guards the registry of the server it runs in; a registry elsewhere,
-    such as Unity Catalog, has its own permissions, which dbspec jobs grants)."""
-    return client.tracking_uri
 
 
 def grant_spec(spec: Any, tracking_uri: str, *, smoke: bool = False) -> RolesReport:
     """``dbspec grant``: the spec's roles on its experiment and registered model.
 
     Raises:
-        RegistryError: the spec has no roles, the store has no auth, or neither the experiment
-            nor the registered model exists yet.
-        RegistryPermissionError: the caller may not grant (needs MANAGE, or an MLflow admin).
+        RegistryError: no roles, no auth, neither the experiment nor the model exists yet, or
+            (RegistryPermissionError) the caller may not grant.
     """
     import mlflow
 
@@ -316,28 +268,25 @@ def grant_spec(spec: Any, tracking_uri: str, *, smoke: bool = False) -> RolesRep
         raise RegistryError(f"the tracking server at {tracking_uri} has no auth: start it as "
                             "`mlflow server --app-name basic-auth` (see the README's Roles)")
     client = mlflow.MlflowClient(tracking_uri, registry_uri=spec.tracking.registry_uri)
-    model = None
-    if spec.registry is not None:
-        model = spec.registry.name + ("_smoke" if smoke else "")
+    model = spec.registry.name + ("_smoke" if smoke else "") if spec.registry else None
     resources, absent = roles_resources(client, spec.tracking.experiment or spec.name, model)
     if not resources:
         raise RegistryError(f"neither {' nor '.join(absent)} exists on {tracking_uri} yet: run "
                             "the spec first (dbspec run grants the roles once it registered)")
-    report = apply_roles(registry_uri(client), spec.roles, resources)
+    # MLflow's auth guards its own server's registry (Unity Catalog's: dbspec jobs grants)
+    report = apply_roles(tracking_uri, spec.roles, resources)
     report.absent = absent
     return report
 
 
 def grant_after_register(tracker: Any, spec: Any, name: str) -> list[str]:
     """``dbspec run``, after registering ``name``: the spec's roles as permissions, when the
-    tracking server has auth and the spec has roles; the lines to show (none otherwise).
-
-    Never fails the run: a caller who may not grant (no MANAGE), or a server that does not
-    answer, is said in a line that points at ``dbspec grant``.
+    server has auth and the spec has roles; the lines to show. Never fails the run: a refusal
+    or an error is said in a line that points at ``dbspec grant``.
     """
     if spec.roles is None:
         return []
-    uri = registry_uri(tracker.client)
+    uri = tracker.client.tracking_uri
     try:
         resources = [Resource("experiment", str(tracker.experiment_id),
                               f"experiment '{tracker.experiment_name}' (id "

@@ -10,21 +10,16 @@ from dbspec.registry.errors import from_registry, is_not_found, unavailable
 def alias_holder(client: Any, name: str, alias: str) -> Optional[Any]:
     """The model version holding ``alias`` of registered model ``name``.
 
-    Returns None only when the registry confirms that nothing holds it: it answers "not
-    found" (no such alias, or no such model), or, as MLflow's SQL stores do for an unset alias,
-    an invalid-parameter error that a read of the model confirms (the alias is not among its
-    aliases).
+    None only when the registry confirms nothing holds it: "not found" (no such alias or
+    model), or, as MLflow's SQL stores say of an unset alias, an invalid-parameter error that a
+    read of the model confirms.
 
     Args:
-        client: An ``mlflow.MlflowClient``, or anything with its ``get_model_version_by_alias``
-            and ``get_registered_model`` whose errors carry MLflow's ``error_code`` (serving's
-            SQLite reader). MLflow is not imported here: errors are told apart by that code.
-        name: The registered model.
-        alias: The alias.
+        client: An ``mlflow.MlflowClient``, or anything with its two reads whose errors carry
+            MLflow's ``error_code`` (serving's SQLite reader): errors are told apart by it.
 
     Raises:
-        RegistryUnavailable: any other error (a server answering 5xx, a refused connection, a
-            permission error): a caller must not take it for "no holder".
+        RegistryUnavailable: any other error (5xx, no connection, a refusal): never "no holder".
     """
     what = f"@{alias} of '{name}'"
     try:

@@ -1,10 +1,6 @@
-"""The typed candidate of a promotion: a registered version with what its gates read.
-
-A :class:`Candidate` comes from a run (its evaluate stage's metrics and diagnosis, its spec's
-stages, champions re-scored on its own test split) or from the registry
-(:func:`recorded_candidate`: what the run recorded on the version, champions' logged figures),
-and the promotion service (:mod:`dbspec.registry.promotion`) decides on it either way.
-"""
+"""The typed candidate of a promotion: a registered version with what its gates read, from a
+run (champions re-scored on its own test split) or from the registry
+(:func:`recorded_candidate`: what the run recorded, champions' logged figures)."""
 
 from __future__ import annotations
 
@@ -14,31 +10,23 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from dbspec.registry.client import DECISION_TAG, GATES_TAG, RUN_TAG, Registry
 from dbspec.registry.errors import RegistryError
-from dbspec.registry.lifecycle import APPROVAL_TAG, STAGES_TAG, load_json
+from dbspec.registry.lifecycle import APPROVAL_TAG, STAGES_TAG, load_json, version_stages
 
 if TYPE_CHECKING:
     from dbspec.spec.sections.lifecycle import Gate, PromotionSpec
 
-#: Version tag with the learning-curve diagnosis of the version's training run.
-DIAGNOSIS_TAG = "dbspec.diagnosis"
-#: Version tags ``metric.<name>``: the metrics the run logged for the version.
-METRIC_PREFIX = "metric."
+DIAGNOSIS_TAG = "dbspec.diagnosis"  # the learning-curve label of the version's run
+METRIC_PREFIX = "metric."  # version tags metric.<name>: what the run logged
 
-#: ``(holder version, metric) -> its figure`` (None when it has none): how a champion is
-#: scored. A run re-scores holders on its own split; the commands read their logged figures.
+#: ``(holder version, metric) -> its figure`` (None when it has none): how a champion is scored.
 Score = Callable[[str, str], Optional[float]]
 _REMEDY = "rerun the spec to record them again (dbspec promote --force moves it without gates)"
 
 
 @dataclass(frozen=True)
 class StageRecord:
-    """One promotion stage a version is gated through.
-
-    Attributes:
-        alias: The alias the stage moves.
-        gates: The spec's gates of the stage, as the user wrote them.
-        approval: ``required``: a version that passes waits for ``dbspec approve``.
-    """
+    """One promotion stage a version is gated through: the alias it moves, its gates as the
+    user wrote them, and ``approval`` (``required``: a version that passes waits for it)."""
 
     alias: str
     gates: tuple[Gate, ...] = ()
@@ -46,12 +34,10 @@ class StageRecord:
 
     @property
     def needs_approval(self) -> bool:
-        """Whether entering the stage takes an approval."""
         return self.approval == "required"
 
     @classmethod
     def from_spec(cls, stage: PromotionSpec) -> StageRecord:
-        """A stage of ``registry.promotion``."""
         return cls(stage.alias, tuple(stage.gates), stage.approval)
 
     def to_json(self) -> dict[str, Any]:
@@ -69,7 +55,7 @@ def parse_gates(raw: Any, where: str) -> tuple[Gate, ...]:
     """Recorded gates back as spec gates.
 
     Raises:
-        RegistryError: a record that is not a list of gates (edited by hand), with where it is.
+        RegistryError: not a list of gates (edited by hand), saying ``where``.
     """
     from pydantic import ValidationError
 
@@ -93,16 +79,9 @@ class Candidate:
     """A version up for promotion, and everything its gates read.
 
     Attributes:
-        name: The registered model.
-        version: The version.
-        metrics: Its metrics (``test_rmse``...).
-        score: How a champion's figure is found (:data:`Score`).
-        diagnosis: Its learning-curve label; None when unknown.
-        stages: The promotion stages it goes through, in order.
         gates: Its recorded gates (``dbspec.gates``, the first stage's); None when none are.
         approvals: Alias -> its approval record (``{state, at, ...}``).
         decision: Its recorded decision (``pending``, ``promoted``...), None when none.
-        run_id: The training run.
     """
 
     name: str
@@ -117,55 +96,43 @@ class Candidate:
     run_id: Optional[str] = None
 
     def stage(self, alias: str) -> Optional[StageRecord]:
-        """Its stage moving ``alias``, or None."""
         return next((s for s in self.stages if s.alias == alias), None)
 
     @property
     def final_alias(self) -> Optional[str]:
-        """The last stage's alias (production), as the version records it."""
         return self.stages[-1].alias if self.stages else None
 
 
 def recorded_candidate(registry: Registry, name: str, version: str, *,
                        lenient: bool = False) -> Candidate:
-    """``name`` v``version`` as the registry records it: the metrics and diagnosis its run
-    logged, its stages and gates, its approvals; champions are scored by their logged figures.
+    """``name`` v``version`` as the registry records it; champions scored by their logged
+    figures.
 
     Args:
-        registry: The registry.
-        name: The registered model.
-        version: The version.
-        lenient: Gates recorded in a form that is not one count as none (``promote --force``,
-            which checks none).
+        lenient: Unreadable recorded gates count as none (``promote --force`` checks none).
 
     Raises:
-        RegistryError: no such model or version, or (unless ``lenient``) gates recorded in a
-            form that is not one.
+        RegistryError: no such model or version, or (unless ``lenient``) unreadable gates.
     """
     tags = dict(registry.version(name, version).tags or {})
     where = f"{name} v{version}"
     try:
-        stages = tuple(_stage(raw, where) for raw in _stage_list(tags))
+        stages = tuple(_stage(raw, where) for raw in version_stages(tags))
         gates = parse_gates(load_json(tags[GATES_TAG], []), f"{where} {GATES_TAG}") \
             if GATES_TAG in tags else None
     except RegistryError:
         if not lenient:
             raise
         stages = tuple(StageRecord(str(s["alias"]), (), str(s.get("approval") or "none"))
-                       for s in _stage_list(tags))
+                       for s in version_stages(tags))
         gates = ()
-    approvals = {key[len(APPROVAL_TAG.format(alias="")):]: record for key in sorted(tags)
-                 if key.startswith(APPROVAL_TAG.format(alias=""))
+    prefix = APPROVAL_TAG.format(alias="")
+    approvals = {key[len(prefix):]: record for key in sorted(tags) if key.startswith(prefix)
                  and isinstance(record := load_json(tags[key]), dict)}
-    return Candidate(
-        name, str(version), recorded_metrics(tags), logged_score(registry, name),
-        diagnosis=tags.get(DIAGNOSIS_TAG), stages=stages, gates=gates, approvals=approvals, decision=tags.get(DECISION_TAG), run_id=tags.get(RUN_TAG))
-
-
-def _stage_list(tags: dict[str, str]) -> list[dict[str, Any]]:
-    found = load_json(tags.get(STAGES_TAG), [])
-    return [s for s in found if isinstance(s, dict) and "alias" in s] \
-        if isinstance(found, list) else []
+    return Candidate(name, str(version), recorded_metrics(tags), logged_score(registry, name),
+                     diagnosis=tags.get(DIAGNOSIS_TAG), stages=stages, gates=gates,
+                     approvals=approvals, decision=tags.get(DECISION_TAG),
+                     run_id=tags.get(RUN_TAG))
 
 
 def _stage(raw: dict[str, Any], where: str) -> StageRecord:
@@ -194,8 +161,8 @@ def logged_score(registry: Registry, name: str) -> Score:
 
 
 def promotion_tags(stages: list[StageRecord], *, staged: bool) -> dict[str, str]:
-    """Version tags of a promotion: its (first stage's) gates, and every stage where there are
-    several or one needs approval (a single promotion records what it always did)."""
+    """Version tags of a promotion: its (first stage's) gates, and the stages where there are
+    several or one needs approval."""
     if not stages:
         return {}
     tags = {GATES_TAG: json.dumps(gate_records(stages[0].gates))}

@@ -1,40 +1,32 @@
 """MLflow model registry: versions, gate records and guarded alias moves.
 
-Integrity under ``kill -9`` and concurrency (what holds on which store is in the README's
-"Registry guarantees"):
-
-- A version is created already tagged ``dbspec.decision=pending`` (the tag travels with
-  ``create_model_version``), so a kill before its gates ran never leaves a version that looks
-  decided. A rerun of the same training run adopts that version instead of registering a
-  duplicate; pending versions of dead processes are tagged ``abandoned``.
-- Every alias move (promotion, ``promote``, ``rollback``) runs in :meth:`Registry.guarded_move`:
-  under a registry-wide lock, the caller decides on the holders it sees, the history entry is
-  written first (an intent), and the holder is re-read right before and after the move; a
-  changed holder means deciding again against the new one. A holder that cannot be read
-  (:func:`~dbspec.registry.aliases.alias_holder` raises) stops the move.
-- A move made outside dbspec shows in every read (:mod:`dbspec.registry.history`); the next
-  move under the lock writes it into the history before its own entry, so it is recorded
-  once, when first seen. Reads take no lock and write nothing.
+Under ``kill -9`` and concurrency (README, "Registry guarantees"): a version is created tagged
+pending, so a kill never leaves one that looks decided, and a rerun of its run adopts it; every
+alias move runs in :meth:`Registry.guarded_move`; a move made outside dbspec shows in every
+read and is recorded by the next move under the lock. Reads take no lock.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from dbspec.faults import pause_point
+from dbspec.filelocks import HostLock, LockBusy
 from dbspec.processes import owner
 from dbspec.registry.aliases import alias_holder
 from dbspec.registry.errors import (RegistryError, is_not_found, is_permission_denied,
                                     refusals_said_as, unavailable)
 from dbspec.registry.history import HISTORY_TAG, RegistrySnapshot, now
 from dbspec.registry.lifecycle import acting_user
-from dbspec.registry.locks import lock_path, registry_lock
 from dbspec.registry.pending import (ABANDONED_TAG, DECISION_TAG, OWNER_TAG, PENDING, abandon,
                                      abandon_dead, search_versions)
 from dbspec.seams.gates import GateResult
@@ -53,14 +45,9 @@ _LOGGED_MODEL_URI = re.compile(r"^models:/(?P<model_id>[^/@]+)$")
 
 @dataclass(frozen=True)
 class AliasDecision:
-    """What a caller of :meth:`Registry.guarded_move` wants, given the holders it saw.
-
-    Attributes:
-        version: Where the alias should point; None leaves it where it is.
-        reason: Recorded in the history entry.
-        detail: The caller's own data (its gate results), handed back in the outcome.
-        by: Who moves it, recorded in the history entry; default: :func:`acting_user`.
-    """
+    """What a caller of :meth:`Registry.guarded_move` wants, given the holders it saw: where
+    the alias should point (None: where it is), ``reason`` and ``by`` for the history entry,
+    ``detail`` (its gate results) handed back in the outcome."""
 
     version: Optional[str]
     reason: str = ""
@@ -99,19 +86,13 @@ class Registry:
                       "on the training run)")
     def register(self, name: str, model_uri: str, run_id: str, tags: dict[str, str], *,
                  decision: str = PENDING) -> RegisteredVersion:
-        """A version of ``name`` from ``model_uri``, created pending, or the undecided version
-        an interrupted register of the same run left behind (adopted, not duplicated).
-
-        Pending versions whose process is dead are tagged ``abandoned`` on the way.
+        """A version of ``name`` (created if missing) from ``model_uri`` (``models:/<id>``),
+        created pending, or the version an earlier register of the same run made (adopted, not
+        duplicated). Pending versions whose process is dead are tagged ``abandoned`` on the way.
 
         Args:
-            name: The registered model (created if missing).
-            model_uri: What :meth:`Tracker.log_model` returned, ``models:/<model_id>``.
-            run_id: The training run, linked from the version.
-            tags: Version tags.
-            decision: The version's decision until its gates run: ``pending``, or ``ungated``
-                when no promotion will gate it (then only ``promote --force`` moves an alias
-                to it).
+            decision: The decision until its gates run: ``pending``, or ``ungated`` when no
+                promotion will gate it (then only ``promote --force`` moves an alias to it).
         """
         self._ensure_model(name)
         model_id = logged_model_id(model_uri)
@@ -146,7 +127,6 @@ class Registry:
         return RegisteredVersion(str(version.version), adopted is not None, tuple(abandoned))
 
     def _ensure_model(self, name: str) -> None:
-        """The registered model ``name``, created when missing."""
         from mlflow.exceptions import MlflowException
 
         try:
@@ -164,8 +144,8 @@ class Registry:
                 raise
 
     def _adopt(self, name: str, adopted: Any, tags: dict[str, str]) -> Any:
-        """Re-tag the version an earlier register of the same run made; a decided one keeps
-        its decision (its gates run again; until then it stands)."""
+        """Re-tag a version of the same run; a decided one keeps its decision until its gates
+        run again."""
         keep_decision = not _undecided(adopted)
         for key, value in tags.items():
             if keep_decision and key in (DECISION_TAG, OWNER_TAG):
@@ -177,8 +157,7 @@ class Registry:
 
     def _link_logged_model(self, model_id: str, name: str, version: str) -> None:
         """Record the version on the logged model, as ``mlflow.register_model`` does (the UI
-        links the two through this tag). A tracking server records it itself; the SQLite
-        store does not."""
+        links them by this tag); the SQLite store, unlike a server, does not."""
         model = self.client.get_logged_model(model_id)
         linked = json.loads(model.tags.get(_MODEL_VERSIONS_TAG, "[]"))
         if any(entry.get("name") == name and str(entry.get("version")) == version
@@ -188,15 +167,12 @@ class Registry:
         self.client.set_logged_model_tags(model_id, {_MODEL_VERSIONS_TAG: json.dumps(linked)})
 
     def holder(self, name: str, alias: str) -> Optional[Any]:
-        """The version holding ``alias``; None only when the registry confirms none does.
-
-        Raises:
-            RegistryUnavailable: the registry answered with an error (see
-                :func:`~dbspec.registry.aliases.alias_holder`).
-        """
+        """The version holding ``alias``; None only when the registry confirms none does
+        (:func:`~dbspec.registry.aliases.alias_holder`)."""
         return alias_holder(self.client, name, alias)
 
-    def record_gates(self, name: str, version: str, results: list[GateResult], decision: str) -> None:
+    def record_gates(self, name: str, version: str, results: list[GateResult],
+                     decision: str) -> None:
         """Store each gate result and the decision as tags on the version."""
         for index, result in enumerate(results):
             self.client.set_model_version_tag(name, version, f"dbspec.gate.{index}",
@@ -214,15 +190,10 @@ class Registry:
                      decide: Callable[[RegistrySnapshot], AliasDecision]) -> AliasOutcome:
         """Move ``alias`` where ``decide`` says, atomically with respect to other dbspec writers.
 
-        Under :meth:`lock`: read the model, ``decide`` on it, append the history entry (before
-        the move, so a kill cannot leave a move without one), re-read and move only if the
-        holder is still the one decided on, re-read after the move; a holder that changed in
-        between (a writer without the lock, or on another machine) means deciding again on what is
-        there now. ``decide`` may raise :class:`RegistryError` to refuse.
-
-        Raises:
-            RegistryError: the refusal of ``decide``, the lock could not be had, or the alias
-                kept changing under the move.
+        Under :meth:`lock`: read, ``decide`` (it may raise RegistryError to refuse), append the
+        history entry (before the move: a kill cannot leave a move without one), move only if
+        the holder is still the one decided on, re-read after; a holder changed in between (a
+        writer without the lock) means deciding again. RegistryError: it kept changing.
         """
         from mlflow.exceptions import MlflowException
 
@@ -262,13 +233,11 @@ class Registry:
         return str(found.version) if found is not None else None
 
     def move_alias(self, name: str, alias: str, version: str, *, reason: str) -> Optional[str]:
-        """Point ``alias`` at ``version`` unconditionally (with its history); returns the old
-        holder."""
+        """Point ``alias`` at ``version`` (with its history); returns the old holder."""
         return self.guarded_move(name, alias, lambda _: AliasDecision(version, reason)).previous
 
     def _record_outside_move(self, seen: RegistrySnapshot, alias: str) -> RegistrySnapshot:
-        """Write the outside move ``seen`` shows for ``alias`` into the history (under the
-        lock, before any entry of this writer); ``seen`` with it."""
+        """``seen`` with the outside move it shows for ``alias`` written into the history."""
         move = seen.unrecorded(alias)
         if move is None:
             return seen
@@ -280,8 +249,8 @@ class Registry:
     def _append_history(self, seen: RegistrySnapshot, alias: str,
                         entry: dict) -> tuple[RegistrySnapshot, str]:
         """One new tag per move, keyed by time (never before the newest entry, whatever the
-        clocks say) and a random part, so concurrent writers never overwrite each other.
-        Returns ``seen`` with the tag and the tag's key."""
+        clocks say) and a random part, so concurrent writers never overwrite each other;
+        ``seen`` with it, and its key."""
         base = HISTORY_TAG.format(alias=alias) + "."
         stamps = [int(k[len(base):].split("-")[0]) for k in seen.tags
                   if k.startswith(base) and k[len(base):].split("-")[0].isdigit()]
@@ -297,12 +266,31 @@ class Registry:
 
     @contextmanager
     def lock(self, name: str) -> Iterator[None]:
-        """Exclusive access to ``name``'s aliases among dbspec processes of this machine (of
-        every machine for a SQLite store); see :mod:`dbspec.registry.locks`."""
-        uri = self.client.tracking_uri  # the registry's too, unless set apart (then this
-        # still names one lock file for every dbspec process configured alike)
-        with registry_lock(lock_path(sqlite_path(uri), uri, name), name, self.lock_wait_s):
+        """Exclusive access to ``name``'s aliases among dbspec processes (RegistryError: it
+        stayed held). The file lock is beside a SQLite database (every writer excluded), else
+        in the user's cache: this machine's writers only (MLflow has no compare-and-set; the
+        re-reads of :meth:`guarded_move` catch a change, Databricks' job queues its runs)."""
+        # the tracking URI names one lock for every dbspec process configured alike, even with
+        # a registry URI apart
+        uri, database = self.client.tracking_uri, sqlite_path(self.client.tracking_uri)
+        if database is not None:
+            path = Path(f"{database}.dbspec-lock")
+        else:
+            cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+            digest = hashlib.sha256(f"{uri}\n{name}".encode()).hexdigest()[:24]
+            path = cache / "dbspec" / "registry-locks" / f"{digest}.lock"
+        lock = HostLock(path)
+        try:
+            lock.acquire(f"the registry lock of {name} ({path})", wait=self.lock_wait_s)
+        except LockBusy as busy:
+            raise RegistryError(str(busy)) from None
+        except OSError as exc:
+            raise RegistryError(f"cannot open the registry lock {path}: {exc.strerror}") \
+                from None
+        try:
             yield
+        finally:
+            lock.release()
 
     def versions(self, name: str) -> list[Any]:
         """Every version of ``name``, newest first."""
@@ -311,12 +299,7 @@ class Registry:
         return sorted(found, key=lambda v: int(v.version), reverse=True)
 
     def version(self, name: str, version: str) -> Any:
-        """Version ``version`` of ``name``.
-
-        Raises:
-            RegistryError: no such model or version.
-            RegistryUnavailable: the registry answered with an error.
-        """
+        """Version ``version`` of ``name`` (RegistryError: none such)."""
         from mlflow.exceptions import MlflowException
 
         self._model(name)
@@ -351,7 +334,6 @@ def _undecided(version) -> bool:
 
 
 def logged_model_id(model_uri: str) -> Optional[str]:
-    """The model id in an MLflow 3 logged model URI (``models:/m-...``); None for any other
-    URI (``runs:/...``, a path), which a registry takes without a model id."""
+    """The model id of an MLflow 3 logged model URI (``models:/m-...``); None for any other."""
     found = _LOGGED_MODEL_URI.match(model_uri)
     return found["model_id"] if found else None

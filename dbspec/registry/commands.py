@@ -1,5 +1,4 @@
-"""``dbspec models``: the registry from the command line (``promote``, ``approve`` and
-``rollback`` are the promotion service's, :mod:`dbspec.registry.promotion`)."""
+"""``dbspec models``: the registry from the command line."""
 
 from __future__ import annotations
 
@@ -36,8 +35,8 @@ def open_registry(tracking_uri: Optional[str], state_dir: Path) -> Registry:
 
 
 def describe_models(registry: Registry, name: str) -> dict[str, Any]:
-    """Versions (newest first) with aliases, decision, lifecycle state and history, gate
-    results and test metrics; the promotion stages; each alias's history."""
+    """Versions (newest first) with aliases, decision, lifecycle, gates, metrics and history;
+    the promotion stages; each alias's history."""
     seen = registry.snapshot(name)
     stages = model_stages(seen)
     aliases: dict[str, list[str]] = {}
@@ -64,7 +63,6 @@ def describe_models(registry: Registry, name: str) -> dict[str, Any]:
 
 
 def render_models(described: dict[str, Any]) -> str:
-    """A text listing of :func:`describe_models`."""
     lines = [f"{described['name']}: {len(described['versions'])} version(s)"]
     if described.get("stages"):
         lines[0] += f"; stages {' -> '.join('@' + a for a in described['stages'])}"
@@ -94,7 +92,6 @@ def render_models(described: dict[str, Any]) -> str:
 
 
 def _state_text(lifecycle: dict[str, Any]) -> str:
-    """``Production``, ``Staging/staging``, ``Archived``, ``Development``."""
     where = lifecycle["stages"] or lifecycle["awaiting"]
     if lifecycle["state"] == "Staging" and where:
         return f"Staging/{where[-1]}"
@@ -102,14 +99,12 @@ def _state_text(lifecycle: dict[str, Any]) -> str:
 
 
 def _describe_event(event: dict[str, Any]) -> str:
-    """``2026-01-02T00:00:00Z approved for @production by alice``."""
     by = f" by {event['by']}" if event.get("by") else ""
     reason = f" ({event['reason']})" if event.get("reason") else ""
     return f"{event.get('at') or '?'} {event['event']}{by}{reason}"
 
 
 def _describe_move(move: dict[str, Any]) -> str:
-    """``v2 (2026-01-02T00:00:00Z, promoted by hand)``; a move dbspec only saw says so first."""
     if move.get("outside"):
         return f"{_shown(move['version'])} ({move['reason'].upper()}, seen {move['at']})"
     return f"{_shown(move['version'])} ({move['at']}, {move['reason']})"
@@ -121,8 +116,7 @@ def _shown(version: Optional[str]) -> str:
 
 def rollback(registry: Registry, name: str, alias: str, to: Optional[str], *,
              expected: Optional[str] = None) -> dict[str, Any]:
-    """:func:`dbspec.registry.promotion.rollback` as the dict ``dbspec monitor`` reads:
-    ``{name, alias, version, previous, moved, warning}``."""
+    """:func:`dbspec.registry.promotion.rollback` as the dict ``dbspec monitor`` reads."""
     decision = rollback_alias(registry, name, alias, to, expected=expected)
     return {"name": name, "alias": alias, "version": decision.version,
             "previous": decision.previous, "moved": decision.moved,

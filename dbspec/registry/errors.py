@@ -5,13 +5,13 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from dbspec.errors import DbspecError
 
-#: Error codes with which a registry says "there is no such thing" (a model, version, alias).
-NOT_FOUND_CODES = ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND")
+NOT_FOUND_CODES = ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND")  # "no such model, version, alias"
+PERMISSION_CODES = ("PERMISSION_DENIED", "UNAUTHENTICATED")
+ASK_ADMIN = "ask an admin (roles.admin) to grant it (dbspec grant SPEC)"
 
 
 class RegistryError(DbspecError):
@@ -23,42 +23,11 @@ class RegistryUnavailable(RegistryError):
     may be decided on it (a gate fails, an alias stays where it is)."""
 
 
-def is_not_found(exc: BaseException) -> bool:
-    """Whether an MLflow error is the registry's confirmed "no such thing"."""
-    return getattr(exc, "error_code", None) in NOT_FOUND_CODES
-
-
-def unavailable(exc: BaseException, what: str) -> RegistryUnavailable:
-    """A :class:`RegistryUnavailable` for a failed read or write of ``what``, one line long.
-
-    The message starts with "the registry did not answer", which callers show as a failure
-    rather than as the registry's answer; a server's refusal of the caller (403/401) is a
-    :class:`RegistryPermissionError` instead, saying who may not read what.
-    """
-    if is_permission_denied(exc):
-        return denied(exc, f"read {what}", "READ on it")
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-    return RegistryUnavailable(f"the registry did not answer ({what}): {text}")
-
-
-def from_registry(exc: BaseException) -> bool:
-    """An error from the registry or the way to it: one with MLflow's ``error_code`` (MLflow's
-    own, or serving's SQLite reader's), or a failed connection; anything else is a bug here."""
-    return isinstance(getattr(exc, "error_code", None), str) or isinstance(exc, OSError)
-
-
-# --- permissions: a tracking server with MLflow's auth (``mlflow server --app-name basic-auth``)
-
-#: Error codes with which an MLflow server refuses the caller: 403 and 401.
-PERMISSION_CODES = ("PERMISSION_DENIED", "UNAUTHENTICATED")
-ASK_ADMIN = "ask an admin (roles.admin) to grant it (dbspec grant SPEC)"
-
-
 class RegistryPermissionError(RegistryUnavailable):
-    """The tracking server refused the caller: no permission for the action (403), or no valid
-    login (401). Nothing was changed. A :class:`RegistryUnavailable`, so that whatever reads a
-    refusal as "nothing is known" (a gate fails closed) still does; its message says who may
-    not do what, and what it needs.
+    """The tracking server refused the caller (403, or 401: no valid login); nothing changed.
+
+    A :class:`RegistryUnavailable`, so a refusal still reads as "nothing is known" (a gate
+    fails closed).
 
     Attributes:
         user: The caller (``MLFLOW_TRACKING_USERNAME``), None when not logged in.
@@ -71,9 +40,9 @@ class RegistryPermissionError(RegistryUnavailable):
         self.user, self.action, self.needs = user, action, needs
 
 
-def caller() -> Optional[str]:
-    """Who dbspec acts as on a tracking server: ``MLFLOW_TRACKING_USERNAME`` (None: nobody)."""
-    return os.environ.get("MLFLOW_TRACKING_USERNAME") or None
+def is_not_found(exc: BaseException) -> bool:
+    """Whether an MLflow error is the registry's confirmed "no such thing"."""
+    return getattr(exc, "error_code", None) in NOT_FOUND_CODES
 
 
 def is_permission_denied(exc: BaseException) -> bool:
@@ -81,17 +50,40 @@ def is_permission_denied(exc: BaseException) -> bool:
     return getattr(exc, "error_code", None) in PERMISSION_CODES
 
 
+def from_registry(exc: BaseException) -> bool:
+    """An error from the registry or the way to it: one with MLflow's ``error_code`` (MLflow's
+    own, or serving's SQLite reader's), or a failed connection; anything else is a bug here."""
+    return isinstance(getattr(exc, "error_code", None), str) or isinstance(exc, OSError)
+
+
+def unavailable(exc: BaseException, what: str) -> RegistryUnavailable:
+    """A one-line :class:`RegistryUnavailable` for a failed read or write of ``what``.
+
+    It starts "the registry did not answer", which callers show as a failure rather than as
+    the registry's answer; a refusal of the caller (403/401) is a
+    :class:`RegistryPermissionError` instead.
+    """
+    if is_permission_denied(exc):
+        return denied(exc, f"read {what}", "READ on it")
+    return RegistryUnavailable(f"the registry did not answer ({what}): {first_line(exc)}")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
 def refused(action: str, needs: str, *, unauthenticated: bool = False,
             user: Optional[str] = None, hint: str = ASK_ADMIN) -> RegistryPermissionError:
     """The error for a refused ``action``: who, what, which permission, what to do next."""
-    user = user or caller()
-    if unauthenticated or user is None:
-        if user is None:
-            text = (f"the tracking server requires a login to {action}: set "
-                    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
-        else:
-            text = (f"the tracking server did not accept the login of {user} to {action}: check "
-                    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+    user = user or os.environ.get("MLFLOW_TRACKING_USERNAME") or None
+    if user is None:
+        text = (f"the tracking server requires a login to {action}: set "
+                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
+    elif unauthenticated:
+        text = (f"the tracking server did not accept the login of {user} to {action}: check "
+                "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
     else:
         text = f"{user} may not {action}: needs {needs}; {hint}"
     return RegistryPermissionError(text, user=user, action=action, needs=needs)
@@ -103,30 +95,23 @@ def denied(exc: BaseException, action: str, needs: str) -> RegistryPermissionErr
                    unauthenticated=getattr(exc, "error_code", None) == "UNAUTHENTICATED")
 
 
-@contextmanager
-def refusals_as(action: str, needs: str) -> Iterator[None]:
-    """Inside, a server's refusal (403/401) of any call becomes :func:`denied` for ``action``;
-    a :class:`RegistryPermissionError` raised deeper keeps its own, narrower action."""
-    try:
-        yield
-    except RegistryPermissionError:
-        raise
-    except Exception as exc:
-        if is_permission_denied(exc):
-            raise denied(exc, action, needs) from None
-        raise
-
-
 def refusals_said_as(action: str, needs: str) -> Callable[[Callable], Callable]:
-    """Decorator: the function runs inside :func:`refusals_as`, its ``action`` formatted with
-    the call's arguments (``"move @{alias} of {name}"``)."""
+    """Decorator: a server's refusal (403/401) of any call inside becomes :func:`denied` for
+    ``action``, formatted with the call's arguments (``"move @{alias} of {name}"``); a
+    :class:`RegistryPermissionError` raised deeper keeps its own, narrower action."""
     def wrap(function: Callable) -> Callable:
         signature = inspect.signature(function)
 
         @functools.wraps(function)
         def wrapped(*args, **kwargs):
-            arguments = signature.bind(*args, **kwargs).arguments
-            with refusals_as(action.format(**arguments), needs):
+            try:
                 return function(*args, **kwargs)
+            except RegistryPermissionError:
+                raise
+            except Exception as exc:
+                if not is_permission_denied(exc):
+                    raise
+                arguments = signature.bind(*args, **kwargs).arguments
+                raise denied(exc, action.format(**arguments), needs) from None
         return wrapped
     return wrap

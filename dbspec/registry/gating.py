@@ -1,5 +1,5 @@
-"""The gates part of the promotion service: inputs gathered once, every gate kind asked, and
-the typed decision the service returns (:mod:`dbspec.registry.promotion`)."""
+"""The promotion service's gates: inputs gathered once, every gate kind asked, and the typed
+decision the service returns."""
 
 from __future__ import annotations
 
@@ -23,17 +23,12 @@ class Decision:
     """What the service decided for one alias.
 
     Attributes:
-        name: The registered model.
-        alias: The alias decided on.
-        version: The version the alias points at for this decision (the candidate; for a
-            rollback, the version returned to; None when a rollback did nothing).
+        version: The candidate; for a rollback the version returned to (None: nothing done).
         outcome: ``promoted`` (the alias is the version's), ``rejected``, ``awaiting_approval``,
             ``rolled_back`` or ``unchanged``.
         results: Every gate's result, in the order of the spec's gates.
-        moved: Whether the alias moved.
         previous: The holder it moved from (None when it did not move, or was unset).
-        by: Who approved it (``approve``).
-        forced: Gates skipped (``promote --force``).
+        by: Who approved it; ``forced``: gates skipped (``promote --force``).
         warning: A record that could not be written after the move (the move stands).
     """
 
@@ -50,17 +45,18 @@ class Decision:
 
     @property
     def passed(self) -> bool:
-        """Whether every gate passed."""
         return all(r.passed for r in self.results)
 
     @property
     def gates(self) -> list[str]:
-        """Each gate's result in words."""
         return [r.describe() for r in self.results]
 
+    @property
+    def failures(self) -> str:
+        return "; ".join(r.describe() for r in self.results if not r.passed)
+
     def stage_report(self) -> dict[str, Any]:
-        """As the run's promote output lists a stage: ``{alias, moved, previous, outcome,
-        gates}``."""
+        """The stage as the run's promote output lists it."""
         return {"alias": self.alias, "moved": self.moved, "previous": self.previous,
                 "outcome": self.outcome, "gates": self.gates}
 
@@ -74,11 +70,7 @@ class GatesFailed(RegistryError):
 
 
 def alias_argument(alias: str) -> str:
-    """``alias`` unless MLflow reserves the name (``latest``, ``v<number>``).
-
-    Raises:
-        RegistryError: a reserved name.
-    """
+    """``alias``, unless MLflow reserves the name (``latest``, ``v<number>``): RegistryError."""
     from dbspec.spec.sections.lifecycle import check_alias
 
     try:
@@ -92,8 +84,11 @@ def applying_kinds(gate: Any, kinds: KindRegistry[GateKind] = GATES) -> list[tup
     return [(name, kind) for name, kind in kinds.load_all().items() if kind.applies(gate)]
 
 
-def needs_of(gates: Sequence[Any], kinds: KindRegistry[GateKind] = GATES) -> frozenset[str]:
-    """The inputs the kinds evaluating ``gates`` need.
+def gate_inputs(candidate: Candidate, seen: RegistrySnapshot, gates: Sequence[Any], *,
+                moving: str, stage: str = "",
+                kinds: KindRegistry[GateKind] = GATES) -> GateInputs:
+    """What the kinds evaluating ``gates`` read about ``candidate`` while ``moving`` is decided
+    on ``seen``: the one place gate inputs are gathered (only those the kinds need).
 
     Raises:
         RegistryError: a kind needs an input the service does not gather.
@@ -108,13 +103,6 @@ def needs_of(gates: Sequence[Any], kinds: KindRegistry[GateKind] = GATES) -> fro
                     f"{', '.join(sorted(unknown))}, which the promotion service does not "
                     f"gather (it gathers {', '.join(sorted(INPUTS))}); fix that kind")
             needs |= set(kind.needs)
-    return frozenset(needs)
-
-
-def gate_inputs(candidate: Candidate, seen: RegistrySnapshot, *, moving: str,
-                needs: frozenset[str], stage: str = "") -> GateInputs:
-    """Everything the gates read about ``candidate`` while ``moving`` is decided on ``seen``:
-    the one place gate inputs are gathered (only those in ``needs``)."""
     return GateInputs(
         metrics=dict(candidate.metrics) if METRICS in needs else {},
         diagnosis=candidate.diagnosis if DIAGNOSIS in needs else None,
@@ -123,10 +111,9 @@ def gate_inputs(candidate: Candidate, seen: RegistrySnapshot, *, moving: str,
 
 
 def _champions(candidate: Candidate, seen: RegistrySnapshot, moving: str) -> ChampionLookup:
-    """``(alias, metric) -> Champion``: the holder ``seen`` shows, scored by the candidate's
-    :data:`~dbspec.registry.candidate.Score`. When the candidate holds the alias being moved
-    already (a move killed before its records, resumed), it is compared with the version it
-    replaced there; holding another alias, with itself, and said so."""
+    """``(alias, metric) -> Champion``: the holder ``seen`` shows, scored by the candidate. A
+    candidate holding the alias being moved already (a move killed before its records) is
+    compared with the version it replaced there; holding another alias, with itself (said)."""
     version = candidate.version
 
     def champion(alias: str, metric: str) -> Champion:
@@ -151,8 +138,8 @@ def evaluate_gates(gates: Sequence[Any], inputs: GateInputs,
     """Every gate's results: one per kind that evaluates it; a gate no kind evaluates fails.
 
     Raises:
-        RegistryError: a kind failed (raised something other than a dbspec error, or returned
-            something other than a :class:`GateResult`): its name and origin are said.
+        RegistryError: a kind raised something other than a dbspec error, or returned no
+            :class:`GateResult` (its name and origin said).
     """
     results = []
     for gate in gates:
@@ -178,7 +165,7 @@ def evaluate_gates(gates: Sequence[Any], inputs: GateInputs,
 
 def check_stage(candidate: Candidate, seen: RegistrySnapshot, gates: Sequence[Any], *,
                 moving: str, label: str = "") -> list[GateResult]:
-    """``gates`` on ``candidate`` while ``moving`` is decided on ``seen``; ``label`` is the
-    stage recorded with each result (empty for a single promotion)."""
-    inputs = gate_inputs(candidate, seen, moving=moving, needs=needs_of(gates), stage=label)
+    """``gates`` on ``candidate`` while ``moving`` is decided on ``seen``; ``label``: the stage
+    recorded with each result (empty for a single promotion)."""
+    inputs = gate_inputs(candidate, seen, gates, moving=moving, stage=label)
     return evaluate_gates(gates, inputs)

@@ -1,22 +1,15 @@
-"""Staged promotion's records: the stages a version is gated through, approvals waiting or
-given, archived versions, and the lifecycle state read back from them.
+"""Staged promotion's records and the lifecycle state read back from them. Tags (JSON):
 
-Tags (each one JSON value):
+- version ``dbspec.stages``: its spec's stages (``[{alias, gates, approval}]``), for several
+  stages or one with approval; registered model ``dbspec.promotion_stages``: their aliases in
+  order, the last one production.
+- version ``dbspec.approval.<alias>``: ``{state: pending, gates, at, run_id}`` once it passed
+  a stage with approval, ``{state: approved, by, at, requested_at, gates}`` once approved.
+- version ``dbspec.lifecycle``: ``{state: archived|restored, at, why, by}`` when it left the
+  last stage's alias, or a rollback gave it back.
 
-- version ``dbspec.stages``: the stages of the spec that registered it (``[{alias, gates,
-  approval}]``), written for a list of stages or a stage with approval; ``dbspec approve`` and
-  ``dbspec promote`` take a stage's gates from it.
-- registered model ``dbspec.promotion_stages``: the aliases of those stages in order; the
-  last one is production.
-- version ``dbspec.approval.<alias>``: ``{state: pending, gates, at, run_id}`` once its gates
-  passed at a stage with approval, ``{state: approved, by, at, requested_at, gates}`` once
-  approved.
-- version ``dbspec.lifecycle``: ``{state: archived, at, why, by}`` when it left the last
-  stage's alias, ``{state: restored, ...}`` when a rollback gave the alias back to it.
-
-A version's state (:func:`lifecycle_state`) comes from these and the aliases: Production (it
-holds the last stage's alias), Staging (it holds an earlier stage's alias or awaits approval),
-Archived (it held the last stage's alias once), Development (anything else).
+State: Production (holds the last stage's alias), Staging (an earlier one, or awaits approval),
+Archived (held the last one once), Development.
 """
 
 from __future__ import annotations
@@ -28,7 +21,7 @@ import time
 from typing import Any, NamedTuple, Optional
 
 from dbspec.registry.errors import from_registry, unavailable
-from dbspec.registry.history import RegistrySnapshot, now
+from dbspec.registry.history import RegistrySnapshot, load_json, now
 
 STAGES_TAG = "dbspec.stages"
 MODEL_STAGES_TAG = "dbspec.promotion_stages"
@@ -40,40 +33,25 @@ ARCHIVED_STATE = "Archived"
 
 
 def acting_user() -> str:
-    """Who is acting: ``MLFLOW_TRACKING_USERNAME`` when set (the tracking server's user), else
-    the operating system's user."""
+    """``MLFLOW_TRACKING_USERNAME`` when set (the tracking server's user), else the OS user."""
     return os.environ.get("MLFLOW_TRACKING_USERNAME") or getpass.getuser()
 
 
-def load_json(raw: Optional[str], default: Any = None) -> Any:
-    """``raw`` parsed, ``default`` when absent or not JSON (a tag written by hand)."""
-    try:
-        return json.loads(raw) if raw else default
-    except json.JSONDecodeError:
-        return default
-
-
 def version_stages(tags: dict[str, str]) -> list[dict[str, Any]]:
-    """The stages a version's spec gates it through (``[{alias, gates, approval}]``)."""
+    """The stages recorded on a version (``[{alias, gates, approval}]``)."""
     found = load_json(tags.get(STAGES_TAG), [])
     return [s for s in found if isinstance(s, dict) and "alias" in s] \
         if isinstance(found, list) else []
 
 
 def model_stages(seen: RegistrySnapshot) -> list[str]:
-    """The aliases of the promotion stages, in order, as the last run recorded them."""
+    """The stage aliases in order, as the last run recorded them."""
     found = load_json(seen.tags.get(MODEL_STAGES_TAG), [])
     return [a for a in found if isinstance(a, str)] if isinstance(found, list) else []
 
 
-def approval_of(tags: dict[str, str], alias: str) -> Optional[dict[str, Any]]:
-    """The approval record of a version for ``alias``, or None."""
-    found = load_json(tags.get(APPROVAL_TAG.format(alias=alias)))
-    return found if isinstance(found, dict) else None
-
-
 class StageKey(NamedTuple):
-    """A version at a promotion stage: where an approval record goes."""
+    """A version at a promotion stage."""
 
     name: str
     version: str
@@ -98,24 +76,27 @@ def record_approval(client, at: StageKey, gates: list[str], by: str,
                                              "requested_ns": (requested or {}).get("ns")}))
 
 
-def record_final_move(client, name: str, previous: Optional[str], target: str,
-                      alias: str, why: str) -> Optional[str]:
-    """The last stage's alias moved from ``previous`` to ``target``: ``previous`` is archived
-    (when and why), and ``target``, if it was archived, restored.
+def record_final_move(client, name: str, alias: str, outcome: Any, *,
+                      final: Optional[str]) -> Optional[str]:
+    """When ``alias`` is the last stage's (``final``) and the guarded move ``outcome`` moved
+    it: the version it left is archived (when and why), the one it reached restored if it was
+    archived.
 
     Returns:
-        None, or a warning when the registry refused these records: the move itself happened
-        (and is in the alias history, from which the states are read all the same), so it is
-        told, not raised as if nothing had moved.
+        None, or a warning when the registry refused these records: the move happened (and the
+        states are read from the alias history all the same), so it is told, not raised.
     """
+    if not outcome.moved or alias != final:
+        return None
+    previous, target = outcome.previous, str(outcome.decision.version)
+    why = outcome.decision.reason
     by = acting_user()
     try:
         if previous is not None and previous != target:
             client.set_model_version_tag(name, previous, LIFECYCLE_TAG, json.dumps(
                 {"state": ARCHIVED, "at": now(), "ns": time.time_ns(), "by": by,
                  "why": f"left @{alias} for v{target} ({why})"}))
-        tags = client.get_model_version(name, target).tags or {}
-        if (load_json(tags.get(LIFECYCLE_TAG), {}) or {}).get("state") == ARCHIVED:
+        if _state(client.get_model_version(name, target).tags or {}, LIFECYCLE_TAG) == ARCHIVED:
             client.set_model_version_tag(name, target, LIFECYCLE_TAG, json.dumps(
                 {"state": RESTORED, "at": now(), "ns": time.time_ns(), "by": by,
                  "why": f"@{alias} back on it ({why})"}))
@@ -127,15 +108,21 @@ def record_final_move(client, name: str, previous: Optional[str], target: str,
     return None
 
 
+def _state(tags: dict[str, str], key: str) -> Optional[str]:
+    """The ``state`` of the JSON record in tag ``key``."""
+    found = load_json(tags.get(key))
+    return found.get("state") if isinstance(found, dict) else None
+
+
 def lifecycle_state(version: str, tags: dict[str, str], seen: RegistrySnapshot,
                     stages: list[str]) -> dict[str, Any]:
-    """``{state, aliases, awaiting}`` of ``version``: its lifecycle state, the stage aliases it
-    holds and those it awaits approval for."""
+    """``{state, stages, awaiting}``: ``version``'s state, the stage aliases it holds and those
+    it awaits approval for."""
     held = [a for a in stages if seen.holder(a) == version]
     # a request stands until another version takes the stage before (that supersedes it: it
     # can no longer be approved)
     awaiting = [a for a in stages if a not in held
-                and (approval_of(tags, a) or {}).get("state") == PENDING_APPROVAL
+                and _state(tags, APPROVAL_TAG.format(alias=a)) == PENDING_APPROVAL
                 and (stages.index(a) == 0
                      or seen.holder(stages[stages.index(a) - 1]) in (None, version))]
     final = stages[-1] if stages else None
@@ -143,7 +130,7 @@ def lifecycle_state(version: str, tags: dict[str, str], seen: RegistrySnapshot,
         state = PRODUCTION
     elif held or awaiting:
         state = STAGING
-    elif (load_json(tags.get(LIFECYCLE_TAG), {}) or {}).get("state") == ARCHIVED or (
+    elif _state(tags, LIFECYCLE_TAG) == ARCHIVED or (
             final is not None and any(m.get("version") == version
                                       for m in seen.history(final))):
         state = ARCHIVED_STATE
@@ -155,39 +142,37 @@ def lifecycle_state(version: str, tags: dict[str, str], seen: RegistrySnapshot,
 def version_history(version: str, tags: dict[str, str],
                     seen: RegistrySnapshot) -> list[dict[str, Any]]:
     """What happened to ``version``, oldest first: stage entries and exits (alias history),
-    approvals requested and given, archiving. Events of one second keep the order they
-    happened in (history entries and these records carry nanoseconds)."""
-    events = []
+    approvals requested and given, archiving; events of one second in the order they happened
+    (history entries and these records carry nanoseconds)."""
+    events: list[tuple[str, int, dict[str, Any]]] = []
+
+    def add(at: Any, ns: Any, event: str, **more: Any) -> None:
+        events.append((at or "", ns or 0, {"at": at, "event": event, **more}))
+
     for alias in seen.history_aliases():
         for move in seen.history(alias):
             what = f"entered @{alias}" if move.get("version") == version else \
                 f"left @{alias}" if move.get("previous") == version else None
             if what is not None:
                 stamp = str(move.get("id") or "").split("-")[0]
-                events.append((move.get("at"), int(stamp) if stamp.isdigit() else 0,
-                               {"at": move.get("at"), "event": what, "by": move.get("by"),
-                                "reason": move.get("reason")}))
+                add(move.get("at"), int(stamp) if stamp.isdigit() else 0, what,
+                    by=move.get("by"), reason=move.get("reason"))
     prefix = APPROVAL_TAG.format(alias="")
     for key in sorted(k for k in tags if k.startswith(prefix)):
-        record = load_json(tags[key])
+        record, alias = load_json(tags[key]), key[len(prefix):]
         if not isinstance(record, dict):
             continue
-        alias = key[len(prefix):]
         if record.get("state") == PENDING_APPROVAL:
-            events.append((record.get("at"), record.get("ns") or 0,
-                           {"at": record.get("at"), "event": f"awaits approval for @{alias}"}))
+            add(record.get("at"), record.get("ns"), f"awaits approval for @{alias}")
         elif record.get("state") == APPROVED:
             if record.get("requested_at"):
-                events.append((record["requested_at"], record.get("requested_ns") or 0,
-                               {"at": record["requested_at"],
-                                "event": f"awaits approval for @{alias}"}))
-            events.append((record.get("at"), record.get("ns") or 0,
-                           {"at": record.get("at"), "event": f"approved for @{alias}",
-                            "by": record.get("by")}))
+                add(record["requested_at"], record.get("requested_ns"),
+                    f"awaits approval for @{alias}")
+            add(record.get("at"), record.get("ns"), f"approved for @{alias}",
+                by=record.get("by"))
     record = load_json(tags.get(LIFECYCLE_TAG))
     if isinstance(record, dict) and record.get("state"):
-        events.append((record.get("at"), record.get("ns") or 0,
-                       {"at": record.get("at"), "event": record["state"],
-                        "by": record.get("by"), "reason": record.get("why")}))
-    events.sort(key=lambda e: (e[0] or "", e[1]))
+        add(record.get("at"), record.get("ns"), record["state"], by=record.get("by"),
+            reason=record.get("why"))
+    events.sort(key=lambda e: (e[0], e[1]))
     return [event for _, _, event in events]

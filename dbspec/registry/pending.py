@@ -1,5 +1,5 @@
-"""Pending versions whose gating process died: found and tagged ``abandoned``, so that a
-version is never left looking "being gated" after a kill (see :mod:`dbspec.registry.client`)."""
+"""Pending versions whose gating process died, tagged ``abandoned``: after a kill no version
+is left looking "being gated"."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ PENDING_GRACE_S = 3600.0
 
 
 def abandon_dead(client: Any, name: str, keep: Optional[str]) -> list[str]:
-    """Tag ``abandoned`` every pending version (but ``keep``) whose gating process is gone;
-    returns their numbers."""
+    """Tag ``abandoned`` every pending version (but ``keep``) whose process is gone; their
+    numbers."""
     found = []
     for version in search_versions(client, name, DECISION_TAG, PENDING):
         if str(version.version) != keep and owner_is_dead(client, version):
@@ -31,8 +31,8 @@ def abandon_dead(client: Any, name: str, keep: Optional[str]) -> list[str]:
 
 
 def owner_is_dead(client: Any, version: Any) -> bool:
-    """The version's run FAILED or KILLED, or its owner process is not running (checked on
-    this host; an owner elsewhere counts as dead after :data:`PENDING_GRACE_S`)."""
+    """Its run FAILED or KILLED, or its owner process is not running (an owner on another
+    host counts as dead after :data:`PENDING_GRACE_S`)."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -40,9 +40,9 @@ def owner_is_dead(client: Any, version: Any) -> bool:
                 "FAILED", "KILLED"):
             return True
     except MlflowException as exc:
-        # an error says nothing about the run: keep the version pending (raising here
-        # made one unreadable run fail every later registration of the model)
-        return is_not_found(exc)  # only a run that is gone is dead
+        # only a run that is gone is dead; raising made one unreadable run fail every later
+        # registration of the model
+        return is_not_found(exc)
     host, _, pid = (version.tags or {}).get(OWNER_TAG, "").rpartition(":")
     if host == socket.gethostname() and pid.isdigit():
         return not process_alive(int(pid))
@@ -51,7 +51,6 @@ def owner_is_dead(client: Any, version: Any) -> bool:
 
 
 def abandon(client: Any, name: str, version: str, why: str) -> None:
-    """Tag ``version`` abandoned, with when and why."""
     client.set_model_version_tag(name, version, DECISION_TAG, ABANDONED)
     client.set_model_version_tag(name, version, ABANDONED_TAG, f"{now()}: {why}")
 

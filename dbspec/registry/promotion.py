@@ -1,12 +1,10 @@
 """The promotion service: typed candidates in, typed gate results and decisions out.
 
 Every way an alias moves goes through here: the run's promote stage (:func:`promote_stages`,
-also what the generated Databricks job's ``promote`` task runs), ``dbspec promote``
-(:func:`promote`), ``dbspec approve`` (:func:`approve`) and ``dbspec rollback`` /
-``dbspec monitor --on-alert rollback`` (:func:`rollback`). Gates are evaluated by the gate
-kinds of :data:`dbspec.seams.gates.GATES` (:func:`evaluate_gates`) on inputs gathered in one
-function (:func:`gate_inputs`); each decision is taken under the registry lock, against the
-holder seen there (:meth:`Registry.guarded_move`).
+also the Databricks job's ``promote`` task), ``dbspec promote``, ``approve`` and ``rollback``
+(also ``dbspec monitor --on-alert rollback``). Gates are evaluated by :mod:`.gating`; each
+decision is taken under the registry lock, on the holder seen there
+(:meth:`Registry.guarded_move`).
 """
 
 from __future__ import annotations
@@ -15,40 +13,38 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from dbspec.registry.access import registry_uri, require_deployer
+from dbspec.registry.access import require_deployer
 from dbspec.registry.candidate import (Candidate, StageRecord, promotion_tags,
                                        recorded_candidate)
 from dbspec.registry.client import DECIDED, AliasDecision, Registry
-from dbspec.registry.errors import RegistryError
-from dbspec.registry.gating import (AWAITING_APPROVAL, PROMOTED, REJECTED, Decision,
-                                    GatesFailed, alias_argument, check_stage)
+from dbspec.registry.errors import RegistryError, unavailable
+from dbspec.registry.gating import (AWAITING_APPROVAL, PROMOTED, REJECTED, ROLLED_BACK,
+                                    UNCHANGED, Decision, GatesFailed, alias_argument,
+                                    check_stage)
 from dbspec.registry.history import RegistrySnapshot
 from dbspec.registry.lifecycle import (MODEL_STAGES_TAG, PENDING_APPROVAL, StageKey,
                                        acting_user, model_stages, record_approval,
                                        record_final_move, request_approval)
-from dbspec.registry.rollback import rollback
 from dbspec.seams.gates import GateResult
 
+_REASON = "rollback"
 __all__ = ["Decision", "GatesFailed", "StagedPromotion", "alias_argument", "approve",
            "promote", "promote_stages", "rollback"]
 
 
 def _final_alias(seen: RegistrySnapshot, candidate: Candidate) -> Optional[str]:
-    """The last promotion stage's alias, as the model or else the version records it."""
+    """The last stage's alias, as the model or else the version records it."""
     stages = model_stages(seen)
     return stages[-1] if stages else candidate.final_alias
 
 
 def promote(registry: Registry, name: str, version: str, alias: str, *,
             force: bool = False) -> Decision:
-    """Point ``alias`` at ``version``; the version's gates for ``alias`` are re-checked first.
-
-    The gates are those of the promotion stage ``alias`` (recorded with the version), else the
-    version's recorded gates, re-checked on the metrics logged for each version (the command
-    has no data split of its own). A version without a decision (its run died before gating
-    it) is gated here and the decision recorded; without gates or metrics to re-check it needs
-    ``force``. A stage that requires approval is entered with :func:`approve` (or ``force``).
-    The version leaving the last stage's alias is archived.
+    """Point ``alias`` at ``version`` after re-checking its recorded gates for ``alias`` (the
+    stage's, else the version's) on the metrics logged for each version. An undecided version
+    is gated here and decided; without gates or metrics it needs ``force``, as does a stage that
+    requires approval (else :func:`approve`). The version leaving the last stage's alias is
+    archived.
 
     Raises:
         GatesFailed: a gate fails (nothing moved).
@@ -60,7 +56,7 @@ def promote(registry: Registry, name: str, version: str, alias: str, *,
     stage = _promotable(candidate, alias, force)
     gates = stage.gates if stage is not None else (candidate.gates or ())
     if alias == _final_alias(registry.snapshot(name), candidate):  # deploying: admins only
-        require_deployer(registry_uri(registry.client), name,
+        require_deployer(registry.client.tracking_uri, name,
                          f"promote {name} v{candidate.version} to @{alias}, the last "
                          "promotion stage")
     final: list[Optional[str]] = []
@@ -80,22 +76,15 @@ def promote(registry: Registry, name: str, version: str, alias: str, *,
                               REJECTED if not decision.passed else "forced" if force
                               else PROMOTED)
     if not decision.passed:
-        raise GatesFailed(f"{name} v{candidate.version} fails its gates: "
-                          + "; ".join(r.describe() for r in decision.results if not r.passed)
-                          + " (use --force to promote anyway)", decision)
-    if outcome.moved and final and final[0] == alias:
-        decision = replace(decision, warning=record_final_move(
-            registry.client, name, outcome.previous, candidate.version, alias,
-            outcome.decision.reason))
-    return decision
+        raise GatesFailed(f"{name} v{candidate.version} fails its gates: {decision.failures} "
+                          "(use --force to promote anyway)", decision)
+    return replace(decision, warning=record_final_move(registry.client, name, alias, outcome,
+                                                       final=final[0] if final else None))
 
 
 def _promotable(candidate: Candidate, alias: str, force: bool) -> Optional[StageRecord]:
-    """The candidate's stage for ``alias`` (None: none recorded), if ``promote`` may move it.
-
-    Raises:
-        RegistryError: nothing to re-check an undecided version with, or approval required.
-    """
+    """The candidate's stage for ``alias`` (None: none recorded), if ``promote`` may move it
+    (RegistryError: nothing to re-check an undecided version with, or approval required)."""
     name, version = candidate.name, candidate.version
     if candidate.decision not in DECIDED and not force and (
             candidate.gates is None or not candidate.metrics):
@@ -121,23 +110,19 @@ def _decided(candidate: Candidate, alias: str, outcome: Any, *, forced: bool = F
 
 
 def approve(registry: Registry, name: str, version: str, alias: str) -> Decision:
-    """Approve ``version`` for the promotion stage ``alias``: its gates for that stage are
-    re-checked on recorded metrics under the registry lock, the alias moves, who and when are
-    recorded on the version and in the alias history, and the version leaving the last stage's
-    alias is archived.
-
-    Only a version awaiting approval for ``alias`` (its run passed that stage's gates), or one
-    that holds the alias of the stage before, can be approved.
+    """Approve ``version`` for the stage ``alias``: its gates are re-checked on recorded
+    metrics under the lock, the alias moves, who and when are recorded, and the version leaving
+    the last stage's alias is archived.
 
     Raises:
         GatesFailed: a gate fails (nothing moved).
-        RegistryError: ``alias`` is not a stage of the version that requires approval, or the
-            version is not awaiting it.
+        RegistryError: ``alias`` is no stage of the version that needs approval, or the
+            version neither awaits approval nor holds the stage before.
     """
     alias_argument(alias)
     candidate = recorded_candidate(registry, name, str(version))
     stage, before = _approvable(candidate, alias)
-    require_deployer(registry_uri(registry.client), name,
+    require_deployer(registry.client.tracking_uri, name,
                      f"approve {name} v{candidate.version} for @{alias}")
     who = acting_user()
 
@@ -152,22 +137,25 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> Decision
     decision = _decided(candidate, alias, outcome, by=who)
     if not decision.passed:
         raise GatesFailed(f"{name} v{candidate.version} fails its gates for @{alias}: "
-                          + "; ".join(r.describe() for r in decision.results if not r.passed)
-                          + "; nothing moved", decision)
-    warning = _record_approval(registry, StageKey(name, candidate.version, alias), decision,
-                               candidate.approvals.get(alias))
-    if alias == candidate.final_alias:
-        warning = record_final_move(registry.client, name, outcome.previous,
-                                    candidate.version, alias, f"approved by {who}") or warning
+                          f"{decision.failures}; nothing moved", decision)
+    from mlflow.exceptions import MlflowException
+
+    warning = None
+    try:
+        record_approval(registry.client, StageKey(name, candidate.version, alias),
+                        decision.gates, who, candidate.approvals.get(alias))
+    except MlflowException as exc:  # the move stands: its history entry names the approver
+        warning = (f"@{alias} moved to v{candidate.version}, but the approval record could not "
+                   "be written: "
+                   f"{unavailable(exc, f'the approval of {name} v{candidate.version}')}")
+    warning = record_final_move(registry.client, name, alias, outcome,
+                                final=candidate.final_alias) or warning
     return replace(decision, warning=warning)
 
 
 def _approvable(candidate: Candidate, alias: str) -> tuple[StageRecord, Optional[str]]:
-    """The candidate's stage for ``alias`` and the alias of the stage before it.
-
-    Raises:
-        RegistryError: ``alias`` is not one of its stages, or one that needs no approval.
-    """
+    """The candidate's stage for ``alias`` and the alias of the stage before it
+    (RegistryError: no such stage, or one that needs no approval)."""
     name, version = candidate.name, candidate.version
     names = [s.alias for s in candidate.stages]
     if alias not in names:
@@ -183,7 +171,7 @@ def _approvable(candidate: Candidate, alias: str) -> tuple[StageRecord, Optional
 
 def _check_waiting(candidate: Candidate, seen: RegistrySnapshot, alias: str,
                    before: Optional[str]) -> None:
-    """Refuse an approval the registry, as ``seen`` under the lock, does not wait for."""
+    """Refuse an approval the registry, as seen under the lock, does not wait for."""
     name, version = candidate.name, candidate.version
     if seen.holder(alias) == version:
         raise RegistryError(f"{name} v{version} already holds @{alias}")
@@ -202,22 +190,6 @@ def _check_waiting(candidate: Candidate, seen: RegistrySnapshot, alias: str,
                                               f"--alias {before}" if before else ""))
 
 
-def _record_approval(registry: Registry, at: StageKey, decision: Decision,
-                     requested: Optional[dict[str, Any]]) -> Optional[str]:
-    """Record the approval; a warning when the registry refused (the move stands: its history
-    entry names the approver)."""
-    from mlflow.exceptions import MlflowException
-
-    from dbspec.registry.errors import unavailable
-
-    try:
-        record_approval(registry.client, at, decision.gates, str(decision.by), requested)
-    except MlflowException as exc:
-        return (f"@{at.alias} moved to v{at.version}, but the approval record could not be "
-                f"written: {unavailable(exc, f'the approval of {at.name} v{at.version}')}")
-    return None
-
-
 @dataclass(frozen=True)
 class StagedPromotion:
     """A run's walk through its promotion stages: one decision per stage entered, in order."""
@@ -226,12 +198,10 @@ class StagedPromotion:
 
     @property
     def results(self) -> tuple[GateResult, ...]:
-        """Every gate result of every stage entered."""
         return tuple(r for d in self.decisions for r in d.results)
 
     @property
     def passed(self) -> bool:
-        """Whether every gate passed."""
         return all(r.passed for r in self.results)
 
     @property
@@ -242,20 +212,26 @@ class StagedPromotion:
 
 def promote_stages(registry: Registry, candidate: Candidate, *,
                    staged: bool) -> StagedPromotion:
-    """A run's promotion: walk ``candidate.stages`` in order. Each stage's gates are checked as
-    the version enters it; a stage that passes moves its alias and the walk goes on; a stage
-    with approval records the version as awaiting approval and stops; a failing stage stops
-    (rejected there). The gate results and the decision are recorded on the version.
+    """A run's promotion: walk ``candidate.stages`` in order, checking each stage's gates as
+    the version enters it; a stage that passes moves its alias, one with approval records the
+    version as awaiting it and stops, a failing one stops. Results and decision are recorded.
 
     Args:
-        registry: The registry.
-        candidate: The run's version (champions re-scored on the run's own split).
         staged: Whether the spec lists stages (each result then names its stage).
 
     Raises:
         RegistryUnavailable: the registry did not answer (nothing is decided on it).
     """
-    _record_plan(registry, candidate, staged=staged)
+    from mlflow.exceptions import MlflowException
+
+    name, version = candidate.name, candidate.version
+    try:  # the version's gates and stages, the model's stage aliases in order
+        for key, value in promotion_tags(list(candidate.stages), staged=staged).items():
+            registry.client.set_model_version_tag(name, version, key, value)
+        registry.client.set_registered_model_tag(
+            name, MODEL_STAGES_TAG, json.dumps([s.alias for s in candidate.stages]))
+    except MlflowException as exc:
+        raise unavailable(exc, f"the promotion records of {name} v{version}") from None
     decisions: list[Decision] = []
     for index, stage in enumerate(candidate.stages):
         decision = _enter(registry, candidate, stage, last=index == len(candidate.stages) - 1,
@@ -264,25 +240,9 @@ def promote_stages(registry: Registry, candidate: Candidate, *,
         if decision.outcome != PROMOTED:
             break
     walked = StagedPromotion(tuple(decisions))
-    registry.record_gates(candidate.name, candidate.version, list(walked.results),
+    registry.record_gates(name, version, list(walked.results),
                           PROMOTED if walked.passed else REJECTED)
     return walked
-
-
-def _record_plan(registry: Registry, candidate: Candidate, *, staged: bool) -> None:
-    """The version's gates and stages, and the model's stage aliases in order."""
-    from mlflow.exceptions import MlflowException
-
-    from dbspec.registry.errors import unavailable
-
-    name, version = candidate.name, candidate.version
-    try:
-        for key, value in promotion_tags(list(candidate.stages), staged=staged).items():
-            registry.client.set_model_version_tag(name, version, key, value)
-        registry.client.set_registered_model_tag(
-            name, MODEL_STAGES_TAG, json.dumps([s.alias for s in candidate.stages]))
-    except MlflowException as exc:
-        raise unavailable(exc, f"the promotion records of {name} v{version}") from None
 
 
 def _enter(registry: Registry, candidate: Candidate, stage: StageRecord, *, last: bool,
@@ -300,11 +260,9 @@ def _enter(registry: Registry, candidate: Candidate, stage: StageRecord, *, last
         return _ask_approval(registry, candidate, stage, seen, tuple(first.detail))
     outcome = registry.guarded_move(candidate.name, stage.alias, decide)
     decision = _decided(candidate, stage.alias, outcome)
-    if outcome.moved and last:
-        decision = replace(decision, warning=record_final_move(
-            registry.client, candidate.name, outcome.previous, candidate.version, stage.alias,
-            outcome.decision.reason))
-    return decision
+    return replace(decision, warning=record_final_move(registry.client, candidate.name,
+                                                       stage.alias, outcome,
+                                                       final=stage.alias if last else None))
 
 
 def _ask_approval(registry: Registry, candidate: Candidate, stage: StageRecord,
@@ -318,3 +276,71 @@ def _ask_approval(registry: Registry, candidate: Candidate, stage: StageRecord,
                          [r.describe() for r in results], candidate.run_id)
     outcome = REJECTED if not passed else PROMOTED if held else AWAITING_APPROVAL
     return Decision(candidate.name, stage.alias, candidate.version, outcome, results)
+
+
+def rollback(registry: Registry, name: str, alias: str, to: Optional[str] = None, *,
+             expected: Optional[str] = None) -> Decision:
+    """Point ``alias`` back at ``to``, by default the version that held it before.
+
+    "Before" comes from the moves that happened, read under the registry lock, rollbacks
+    skipped (repeated rollbacks step further back); a move or deletion outside dbspec counts
+    as a move. On the last stage's alias, the version left is archived, the one reached
+    restored.
+
+    Args:
+        expected: Roll back only while this version holds the alias, else nothing moves
+            (``unchanged``): ``dbspec monitor`` never rolls back a version promoted since.
+
+    Raises:
+        RegistryError: no earlier holder, ``to`` is no version or the holder already, or, on
+            the last stage's alias, never held it (a new version goes through promote).
+    """
+    if to is not None:
+        registry.version(name, str(to))
+    final: list[Optional[str]] = []
+
+    def decide(seen: RegistrySnapshot) -> AliasDecision:
+        stages = model_stages(seen)
+        final[:] = [stages[-1] if stages else None]
+        current = seen.holder(alias)
+        if expected is not None and current != str(expected):
+            return AliasDecision(None, _REASON)
+        target = str(to) if to is not None else seen.replaced(alias, current)
+        _check_target(seen, name, alias, target, last=bool(stages) and stages[-1] == alias
+                      and to is not None)
+        return AliasDecision(target, _REASON)
+
+    outcome = registry.guarded_move(name, alias, decide)
+    if expected is not None and not outcome.moved:
+        return Decision(name, alias, None, UNCHANGED, previous=outcome.previous)
+    version = outcome.decision.version
+    warning = record_final_move(registry.client, name, alias, outcome,
+                                final=final[0] if final else None)
+    return Decision(name, alias, None if version is None else str(version), ROLLED_BACK,
+                    moved=outcome.moved, previous=outcome.previous, warning=warning)
+
+
+def _check_target(seen: RegistrySnapshot, name: str, alias: str, target: Optional[str], *,
+                  last: bool) -> None:
+    """Refuse a rollback to nothing, to the holder, or (``last``) to a version that never held
+    the alias."""
+    current = seen.holder(alias)
+    if last and not _held(seen, alias, str(target)):
+        raise RegistryError(f"v{target} of {name} never held @{alias}: a rollback returns "
+                            "to a version that was deployed; a new one goes through "
+                            "dbspec promote / approve")
+    if target is None:
+        moves = seen.history(alias)
+        if moves and moves[-1].get("outside") and current is not None:
+            raise RegistryError(f"@{alias} of {name} was set to v{current} outside dbspec "
+                                "and no earlier holder is recorded; give --to VERSION")
+        raise RegistryError(f"@{alias} of {name} has no earlier holder recorded; give "
+                            "--to VERSION")
+    if target == current:
+        raise RegistryError(f"@{alias} of {name} already points at v{target}: nothing to "
+                            "roll back; give --to VERSION for another version")
+
+
+def _held(seen: RegistrySnapshot, alias: str, version: str) -> bool:
+    return any(version in (move.get("version"), move.get("previous"))
+               for move in seen.history(alias))

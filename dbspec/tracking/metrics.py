@@ -1,23 +1,15 @@
 """The one way dbspec sends a run's metrics to MLflow: buffered, with real timestamps.
 
-The train stage's :class:`~dbspec.tracking.mlflow_tracking.Tracker`, rank 0 of a distributed
-training and each search trial log through :class:`MetricBuffer`. One ``log_metric`` call
-per value costs 2-3.7 ms here against a 0.2 ms training step, and one ``log_batch`` ~7 ms, so
-values are kept with the wall-clock time and step they were logged at and sent in batches:
-every few seconds, when the buffer grows large, and on :meth:`MetricBuffer.flush`. The batches
-sent during training go through MLflow's own asynchronous logging (``synchronous=False``: a
-queue and a background thread), so the store's writes overlap the training;
-:meth:`MetricBuffer.flush` waits until everything is stored.
+The train stage's Tracker, rank 0 of a distributed training and each search trial log through
+:class:`MetricBuffer`: values keep the wall-clock time and step they were logged at and go out
+in ``log_batch`` calls every few seconds, when the buffer is large, and on :meth:`flush`.
+Batches due during training go through MLflow's asynchronous logging (``synchronous=False``).
 
-Measured with ``benchmarks/metric_logging.py`` (diabetes, 300 epochs of 12 steps, a SQLite
-store, process CPU seconds, median of 5-7, two runs on a shared machine): this buffer
-1.07-1.16x no logging, the same buffer sending in the training thread 1.11x in both (the two
-are within noise of each other on CPU; on wall time the background sends were ahead when the
-disk was slow), MLflow's asynchronous logging of every epoch on its own 2.5x (each call pays
-the queue, a future and one store transaction). What remains is MLflow's per-value store work
-(SQLAlchemy objects and the latest-metric update): a smaller share of longer epochs.
-
-This module imports no MLflow at import time: the caller hands in its ``MlflowClient``.
+Why not MLflow's asynchronous logging alone: ``benchmarks/metric_logging.py`` (diabetes, 300
+epochs of 12 steps, SQLite store, process CPU seconds against no logging, median of 5; MLflow
+3.17.2): this buffer 1.18x (1.07-1.16x earlier), sending in the training thread 1.16x, MLflow's
+``log_batch(synchronous=False)`` each epoch 2.41x (each call pays a queue, a future and one
+store transaction). Median wall time: 1.28x, 1.41x and 1.86x.
 """
 
 from __future__ import annotations
@@ -27,8 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-#: MLflow's limit of metrics in one ``log_batch`` request.
-BATCH_LIMIT = 1000
+BATCH_LIMIT = 1000  # metrics in one MLflow request
 
 
 @dataclass(frozen=True)
@@ -45,17 +36,13 @@ def now_ms() -> int:
 
 
 class MetricBuffer:
-    """Metrics of one MLflow run, sent in batches.
+    """Metrics of one MLflow run (``client``: an ``mlflow.MlflowClient``), sent in batches.
 
     Args:
-        client: An ``mlflow.MlflowClient`` for the run's tracking store.
-        run_id: The run the metrics belong to.
-        flush_seconds: Send what is buffered once this long has passed since the last send
-            (None: only on :meth:`flush` and when the buffer is full).
-        max_buffered: Send when this many values wait.
-        background: Send the batches due during logging through MLflow's asynchronous
-            logging (:meth:`flush` still waits for them); False sends every batch in the
-            caller's thread.
+        flush_seconds: Send once this long has passed since the last send (None: only on
+            :meth:`flush` and when ``max_buffered`` values wait).
+        background: Send batches due during logging through MLflow's asynchronous logging
+            (:meth:`flush` still waits for them); False sends them in the caller's thread.
         clock: Seconds for the flush period (a test seam).
     """
 
@@ -72,11 +59,8 @@ class MetricBuffer:
 
     def log(self, metrics: dict[str, Optional[float]], step: int,
             timestamp: Optional[int] = None) -> None:
-        """Buffer ``metrics`` at ``step``, stamped ``timestamp`` (ms; default: now).
-
-        None and non-finite values are left out: MLflow's stores disagree on NaN and
-        infinity, and a training whose loss is not finite fails before it logs it.
-        """
+        """Buffer ``metrics`` at ``step``, stamped ``timestamp`` (ms; default: now). None and
+        non-finite values are left out: MLflow's stores disagree on NaN and infinity."""
         from mlflow.entities import Metric
 
         stamp = now_ms() if timestamp is None else timestamp
@@ -89,11 +73,8 @@ class MetricBuffer:
             self._send(wait=not self.background)
 
     def flush(self) -> None:
-        """Send everything buffered and wait until the store has it all.
-
-        Raises:
-            MlflowException: the store refused a batch (one sent in the background too).
-        """
+        """Send everything buffered and wait until the store has it all (MlflowException: the
+        store refused a batch, also one sent in the background)."""
         self._send(wait=True)
         pending, self._pending = self._pending, []
         failed: Optional[BaseException] = None
@@ -107,13 +88,11 @@ class MetricBuffer:
 
     def _send(self, *, wait: bool) -> None:
         buffer, self._buffer = self._buffer, []
-        for start in range(0, len(buffer), BATCH_LIMIT):
-            chunk = buffer[start:start + BATCH_LIMIT]
-            if wait:
-                self.client.log_batch(self.run_id, metrics=chunk)
-            else:
-                self._pending.append(self.client.log_batch(self.run_id, metrics=chunk,
-                                                           synchronous=False))
+        for start in range(0, len(buffer), BATCH_LIMIT):  # a handle per request, each waited
+            sent = self.client.log_batch(self.run_id, metrics=buffer[start:start + BATCH_LIMIT],
+                                         synchronous=wait)
+            if not wait:
+                self._pending.append(sent)
         self._last_send = self._clock()
 
     def __len__(self) -> int:

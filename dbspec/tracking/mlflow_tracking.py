@@ -1,13 +1,9 @@
 """One place that talks to MLflow tracking for a dbspec run.
 
-Defaults need nothing running: a SQLite tracking and registry store and artifacts under
-``.dbspec/`` in the working directory. ``MLFLOW_TRACKING_URI`` in the environment wins over
-the spec, as MLflow users expect. Metrics are buffered and sent in batches
-(:class:`~dbspec.tracking.metrics.MetricBuffer`: one ``log_metric`` per step costs more than a
-small model's step): every few seconds and on every way out of :meth:`Tracker.run` (an
-exception, Ctrl-C, SIGTERM). A SIGKILL loses the buffer; a
-resumed training then logs the lost epochs from its checkpoint's history
-(:meth:`Tracker.log_missing_epochs`) and skips the ones MLflow has (:meth:`Tracker.log_epoch`).
+Default store: SQLite and artifacts under ``.dbspec/``; ``MLFLOW_TRACKING_URI`` wins over the
+spec. Metrics are buffered (:class:`~dbspec.tracking.metrics.MetricBuffer`) and flushed on
+every way out of :meth:`Tracker.run`; a SIGKILL loses the buffer, and a resumed training logs
+the lost epochs from its checkpoint (:meth:`Tracker.log_missing_epochs`).
 """
 
 from __future__ import annotations
@@ -33,8 +29,8 @@ _FLUSH_SECONDS = 5.0
 
 
 def process_tags() -> dict[str, str]:
-    """``dbspec.pid`` and ``dbspec.host`` of this process: a later run of the spec ends a run
-    whose process died as KILLED (:func:`dbspec.executors.recovery.end_dead_runs`)."""
+    """This process's ``dbspec.pid`` and ``dbspec.host``: a later run ends a run whose process
+    died as KILLED (:func:`dbspec.executors.recovery.end_dead_runs`)."""
     return {"dbspec.pid": str(os.getpid()), "dbspec.host": socket.gethostname()}
 
 
@@ -62,13 +58,8 @@ def flatten(data: Any, prefix: str = "") -> dict[str, str]:
 
 
 class Tracker:
-    """MLflow experiment, run and logging for one spec.
-
-    Args:
-        spec: The validated spec.
-        state_dir: The run's ``.dbspec`` directory (default store and artifacts live there).
-        experiment: Experiment name override (smoke runs use their own).
-    """
+    """MLflow experiment, run and logging for one spec; ``state_dir`` is the run's ``.dbspec``
+    (the default store and artifacts), ``experiment`` a name override (smoke runs)."""
 
     def __init__(self, spec: Spec, state_dir: Path, *, experiment: Optional[str] = None):
         import mlflow
@@ -82,25 +73,19 @@ class Tracker:
             mlflow.set_registry_uri(spec.tracking.registry_uri)
         self.client = mlflow.MlflowClient()
         self.experiment_name = experiment or spec.tracking.experiment or spec.name
-        self.experiment_id = self._experiment(state_dir)
+        self.experiment_id = ensure_experiment(self.client, self.experiment_name, state_dir)
         self._metrics: Optional[MetricBuffer] = None
         self._logged: dict[str, set[int]] = {}  # steps MLflow had when a resumed run re-opened
         self.run_id: Optional[str] = None
 
-    def _experiment(self, state_dir: Path) -> str:
-        return ensure_experiment(self.client, self.experiment_name, state_dir)
-
     @contextlib.contextmanager
     def run(self, run_id: Optional[str] = None, *, tags: Optional[dict[str, str]] = None,
             system_metrics: bool = False) -> Iterator[str]:
-        """Start (or re-open) the run; ends it FAILED on an exception, KILLED on Ctrl-C or
-        SIGTERM (see :mod:`dbspec.executors.recovery`), after flushing the buffered metrics.
+        """Start (or re-open) the run, tagged with :func:`process_tags`; end it, after
+        flushing the metrics, FAILED on an exception, KILLED on Ctrl-C or SIGTERM.
 
-        The run is tagged with this process's PID and host, so a later run can tell that a run
-        left RUNNING belongs to a dead process. MLflow's system-metrics sampler runs with it
-        when ``system_metrics`` asks (``tracking.system_metrics``) or MLflow's own switch
-        ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING`` is on; by default dbspec's monitor
-        (:mod:`dbspec.monitoring`) is the one sampler.
+        MLflow's system-metrics sampler runs when ``system_metrics`` asks or
+        ``MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING`` is on; by default dbspec's monitor samples.
         """
         import mlflow
         from mlflow.environment_variables import MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING
@@ -140,9 +125,8 @@ class Tracker:
         from dbspec.errors import redact
 
         # environment values a template read are logged as {{ env.NAME }}, never the value
-        items = [Param(redact(k)[:250], redact(v)) for k, v in params.items()]
-        for start in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[start:start + 100])
+        self.client.log_batch(self.run_id, params=[Param(redact(k)[:250], redact(v))
+                                                   for k, v in params.items()])
 
     def set_tags(self, tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
@@ -150,12 +134,7 @@ class Tracker:
         self.client.log_batch(self.run_id, tags=[RunTag(k, str(v)) for k, v in tags.items()])
 
     def log_metrics(self, metrics: dict[str, float], step: int = 0) -> None:
-        """Buffer metrics of the run at ``step``, stamped now; they are sent every few seconds
-        and when the run ends.
-
-        Raises:
-            TrackingError: outside :meth:`run`.
-        """
+        """Buffer metrics of the run at ``step``, stamped now (TrackingError: outside a run)."""
         if self._metrics is None:
             raise TrackingError("metrics logged outside a run: start Tracker.run first")
         self._metrics.log(metrics, step)
@@ -172,9 +151,8 @@ class Tracker:
                 for key in keys}
 
     def resume_epochs(self) -> None:
-        """Remember the steps MLflow has, so :meth:`log_epoch` does not log them again: a
-        resumed training retrains the epochs after its checkpoint, some of which a killed run
-        may have flushed already."""
+        """Remember the steps MLflow has, so :meth:`log_epoch` does not log again the epochs a
+        killed run flushed after the checkpoint it resumes from."""
         self._logged = self.logged_steps()
 
     def log_epoch(self, metrics: dict[str, float], epoch: int) -> None:
@@ -184,11 +162,8 @@ class Tracker:
                           if epoch not in self._logged.get(k, ())}, step=epoch)
 
     def log_missing_epochs(self, history: list[dict[str, float]]) -> int:
-        """Log every epoch of ``history`` (epoch ``i`` at step ``i``) that MLflow lacks.
-
-        A SIGKILLed training loses what its buffer held; the checkpoint it resumes from still
-        has those epochs' metrics. Returns how many metric values were logged.
-        """
+        """Log every epoch of ``history`` (epoch ``i`` at step ``i``) that MLflow lacks (a
+        SIGKILL lost the buffer; the checkpoint still has them); returns how many values."""
         self.flush()
         logged = self.logged_steps()
         missing = 0
@@ -220,29 +195,16 @@ class Tracker:
             mlflow.log_input(dataset, context="training", tags={"data_version": version})
 
     def log_model(self, served_dir: Path, example, prediction) -> str:
-        """Log the served model as a pyfunc with signature and input example.
-
-        The signature's inputs are one unnamed ``double`` column per feature, so MLflow lets
-        positional input through (``pd.DataFrame(X)``, an array, a Spark struct of columns
-        "0".."n-1"), and named input keeps its names: the model takes columns by name when all
-        of them are there, by position otherwise (:mod:`dbspec.models.inputs`). A signature with
-        named columns would make MLflow refuse any input without those names before the model
-        sees it. The feature names are in the input example and in the model's metadata
-        (``dbspec_features``).
-
-        The model is self-contained: the dbspec modules the pyfunc imports (not all of dbspec)
-        and, for a ``model.custom`` class, the user's module travel as code paths
-        (:mod:`dbspec.models.portable`); requirements are pins without local version labels
-        (``torch==2.13.0``, never ``2.13.0+cpu``).
+        """Log the served model as a self-contained pyfunc (the dbspec modules it imports and a
+        ``model.custom`` class's module travel as code paths; requirements are pins without
+        local version labels) with signature (:func:`_input_schema`) and input example.
 
         Returns:
-            Its logged-model URI, ``models:/<model_id>``: loadable as is, and what
-            :meth:`dbspec.registry.Registry.register` takes (it reads the model id from it).
+            Its logged-model URI, ``models:/<model_id>`` (what ``Registry.register`` takes).
 
         Raises:
             PortabilityError: the custom class lives where it cannot travel (``__main__``, ...).
         """
-        import json
         import tempfile
 
         import mlflow
@@ -260,7 +222,10 @@ class Tracker:
         requirements += [r for r in custom.requirements
                          if canonicalize_name(r.split("==")[0]) not in known]
         inputs_schema, features = _input_schema(card)
-        requirements += [pin(dist) for dist in _encoding_packages(card)]
+        if card.get("inputs"):  # Pillow for images, tokenizers for subword text
+            from dbspec.models.encoding import required_packages
+
+            requirements += [pin(dist) for dist in required_packages(card["inputs"])]
         with tempfile.TemporaryDirectory(prefix="dbspec-code-") as staging, \
                 warnings.catch_warnings():
             # class labels are integers by design; MLflow's hint about missing values in
@@ -282,10 +247,8 @@ class Tracker:
 
 def _input_schema(card: dict):
     """The signature's inputs and the feature names for the metadata: unnamed doubles for a
-    numeric model (see :meth:`MlflowTracker.log_model`); for a model with typed features, one
-    named column per feature with its type (``string`` for text and categorical values,
-    ``binary`` for image bytes, arrays for sequences), since such a model takes its columns
-    by name only."""
+    numeric model (a named signature would make MLflow refuse positional input before the model
+    sees it); a model with typed features takes its columns by name only, each with its type."""
     from mlflow.types import ColSpec, DataType, Schema
     from mlflow.types.schema import Array
 
@@ -294,26 +257,12 @@ def _input_schema(card: dict):
         from dbspec.models.card import has_typed_inputs
         from dbspec.models.encoding import raw_columns, signature_types
 
-        if has_typed_inputs(inputs):
-            specs = []
-            for name, kind in signature_types(inputs):
-                if kind.startswith("array<"):
-                    specs.append(ColSpec(Array(DataType[kind[len("array<"):-1]]), name))
-                else:
-                    specs.append(ColSpec(kind, name))
+        if has_typed_inputs(inputs):  # a sequence is an array<type>
+            specs = [ColSpec(Array(DataType[kind[len("array<"):-1]])
+                             if kind.startswith("array<") else kind, name)
+                     for name, kind in signature_types(inputs)]
             return Schema(specs), raw_columns(inputs)
     return Schema([ColSpec("double") for _ in card["feature_names"]]), card["feature_names"]
-
-
-def _encoding_packages(card: dict) -> list[str]:
-    """What scoring a model with typed features needs besides torch and pandas (Pillow for
-    images, tokenizers for subword text)."""
-    inputs = card.get("inputs")
-    if not inputs:
-        return []
-    from dbspec.models.encoding import required_packages
-
-    return required_packages(inputs)
 
 
 class _QuietDownloads:  # what overlapping artifact_progress_bars_off blocks share
@@ -322,12 +271,9 @@ class _QuietDownloads:  # what overlapping artifact_progress_bars_off blocks sha
 
 @contextlib.contextmanager
 def artifact_progress_bars_off() -> Iterator[None]:
-    """No tqdm bars while dbspec itself downloads a model (two bars of every file it carries).
-
-    MLflow reads ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR`` on each download and has no per-call
-    switch: it is false for the block and unset after the last overlapping one, so the caller's
-    own downloads keep their bars. A value already set is left as it is.
-    """
+    """No tqdm bars while dbspec itself downloads a model. MLflow has no per-call switch, so
+    ``MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR`` is false for the block, unset after the last
+    overlapping one (the caller's downloads keep their bars); a value already set stays."""
     name, shared = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", _QuietDownloads
     with shared.lock:
         if shared.depth == 0 and name not in os.environ:
@@ -344,10 +290,8 @@ def artifact_progress_bars_off() -> Iterator[None]:
 
 
 def dataset_digest(frame, version: str) -> str:
-    """The logged dataset's digest: the data version (which already names the source's
-    content) with the frame's rows and columns. MLflow's own digest hashes the values of every
-    column, 29 s for 70,000 rows x 2,508 columns (a one-hot frame) and 6 s for 500 here, each
-    run, for a fact the version already states."""
+    """The logged dataset's digest: the data version (which names the content) with the
+    frame's shape. MLflow's own hashes every value: 29 s for 70,000 x 2,508 (one-hot) each run."""
     import hashlib
 
     key = json.dumps([version, len(frame), [str(c) for c in frame.columns]])
@@ -355,28 +299,26 @@ def dataset_digest(frame, version: str) -> str:
 
 
 def dataset_schema(frame, sample_rows: int = 1000):
-    """The MLflow schema of ``frame``, as ``mlflow.data.from_pandas`` would infer it, in
-    milliseconds: the types from a sample, whether a column may be missing from all its rows
-    at once (MLflow tests each value in Python: 54 s of a 35 s smoke run's training stage
-    for 200,000 rows x 100 columns, measured on monitoring_synthetic.yaml).
-    """
+    """The MLflow schema of ``frame``, as ``mlflow.data.from_pandas`` infers it, in ms: types
+    from a sample, optional columns from all rows at once (MLflow tests each value in Python:
+    54 s for 200,000 x 100 on monitoring_synthetic.yaml)."""
+    from mlflow.models import infer_signature
     from mlflow.types import ColSpec, Schema
-    from mlflow.types.utils import _infer_schema
 
-    sampled = _infer_schema(frame.head(sample_rows))
+    sampled = infer_signature(frame.head(sample_rows)).inputs
     missing = frame.isna().any()
     return Schema([ColSpec(spec.type, spec.name, required=not bool(missing[spec.name]))
                    for spec in sampled.inputs])
 
 
 def ensure_experiment(client, name: str, state_dir: Path) -> str:
-    """The id of experiment ``name``, created if missing; with a local store (SQLite or files)
-    its artifacts go under ``state_dir/mlartifacts``."""
+    """The id of experiment ``name``, created if missing (a local store's artifacts under
+    ``state_dir/mlartifacts``)."""
     found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
     location = None
-    if client.tracking_uri.startswith("sqlite:") or client.tracking_uri.startswith("file:"):
+    if client.tracking_uri.startswith(("sqlite:", "file:")):
         artifacts = (state_dir / "mlartifacts").resolve()
         artifacts.mkdir(parents=True, exist_ok=True)
         location = artifacts.as_uri()

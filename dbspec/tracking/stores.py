@@ -1,11 +1,8 @@
 """A tracking store URI checked before anything uses it: a clear message, in bounded time.
 
-MLflow reports an unusable store from deep inside whatever first touches it, as a SQLAlchemy
-traceback (``sqlite:////etc/passwd``: "file is not a database"), an ``MlflowException`` about
-the file store's maintenance mode (``file:///etc``), an ``ImportError`` of a database driver
-(``postgresql://``) or an unsupported scheme. :func:`check_store` turns each into one
-:class:`TrackingError` line naming the URI; an ``http(s)://`` server is probed with a short
-timeout first (:func:`check_tracking_server`), so nothing waits on MLflow's minutes of retries.
+MLflow reports an unusable store from deep inside whatever first touches it (a SQLAlchemy
+traceback for ``sqlite:////etc/passwd``, a driver's ``ImportError``, minutes of retries for a
+server that is down); :func:`check_tracking_server` says it in one :class:`TrackingError` line.
 """
 
 from __future__ import annotations
@@ -21,8 +18,7 @@ from dbspec.errors import DbspecError, redact
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PROBE_SECONDS = 10.0
-#: Stores that passed :func:`check_store` in this process (a database that exists stays one);
-#: http(s) servers are probed every time, since a server can stop.
+#: Stores that passed :func:`check_store` in this process (http(s) servers: probed each time).
 _CHECKED: set[tuple[str, bool]] = set()
 
 
@@ -43,16 +39,13 @@ def quiet_mlflow() -> None:
 def check_tracking_server(uri: str, *, must_exist: bool = False) -> None:
     """Fail in seconds, with one line, when the tracking store at ``uri`` is unusable.
 
-    An ``http(s)://`` server is probed (``/health``, one retry): MLflow itself retries a
-    refused connection for about four minutes before it gives up, deep inside whatever stage
-    first logs something. Any HTTP answer counts as alive (a 401 or 404 is for MLflow to
-    report); TLS problems are left to MLflow too, which has its own settings for them. Any
-    other store is checked by :func:`dbspec.tracking.stores.check_store` (``must_exist``: a
-    reading command needs a SQLite database to be there already).
+    An ``http(s)://`` server is probed (``/health``, one retry; MLflow retries for minutes):
+    any HTTP answer counts as alive, and TLS problems are left to MLflow's own settings. Any
+    other store goes to :func:`check_store` (``must_exist``: a reading command's SQLite
+    database must be there).
 
     Raises:
-        TrackingError: nothing accepts connections there, it sends no answer in time, or the
-            store cannot be used.
+        TrackingError: nothing answers there in time, or the store cannot be used.
     """
     if not uri.lower().startswith(("http://", "https://")):
         check_store(uri, must_exist=must_exist)
@@ -104,15 +97,11 @@ def sqlite_path(uri: str) -> Optional[Path]:
 
 
 def check_store(uri: str, *, must_exist: bool) -> None:
-    """Fail with one clear line unless MLflow can use ``uri`` as its tracking store.
+    """Fail with one clear line, naming the URI, unless MLflow can use it as its store.
 
     Args:
-        uri: The tracking URI (``sqlite:///...``, ``http(s)://...``, ``databricks``...).
-        must_exist: A command that only reads (``models``, ``promote``) needs the store to be
-            there already; ``run`` may create a SQLite database.
-
-    Raises:
-        TrackingError: naming the URI and what is wrong with it.
+        must_exist: A command that only reads needs the store to be there already; ``run``
+            may create a SQLite database.
     """
     if (uri, must_exist) in _CHECKED or (uri, True) in _CHECKED:
         return  # a Tracker, the stage state and the executor each check the same store
