@@ -216,8 +216,7 @@ class Tracker:
 
         card = json.loads((Path(served_dir) / "model.json").read_text())
         custom = custom_code(card["model"])  # refuses before anything is logged
-        requirements = [pin(dist) for dist in ("torch", "pandas", "numpy", "pydantic", "PyYAML",
-                                               "jinja2")]
+        requirements = [pin(dist) for dist in ("torch", "pandas", "numpy", "pydantic", "PyYAML")]
         known = {canonicalize_name(r.split("==")[0]) for r in requirements}
         requirements += [r for r in custom.requirements
                          if canonicalize_name(r.split("==")[0]) not in known]
