@@ -7,21 +7,13 @@ Layout of ``.dbspec/runs/<spec>[@target][-smoke]/``::
     cache/<stage>/<fp>/     the files one run of the stage wrote at that fingerprint
     cache/<stage>/<fp>.json its entry (status done, output, last use), written when it finished
 
-A stage whose planned fingerprint has a finished entry in the cache is not run again: its entry
-becomes current and ``stages/<stage>`` points at its folder. So undoing a ``--set`` reuses the
-earlier training (its output names the MLflow run and model), and what follows it.
-:data:`RERUN_FROM_CACHE` are the exceptions: their outcome is the registry's state, which may
-have moved since.
+A stage whose planned fingerprint has a finished entry here is not run again (undoing a
+``--set`` reuses the earlier training), except :data:`RERUN_FROM_CACHE`.
 
-Crash safety rests on three atomic steps, in this order: a stage's folder is complete before
-its ``<fp>.json`` is written (``write_json`` renames a finished file into place), the symlink is
-replaced by ``rename`` and re-pointed each time a stage is used (so a kill between the symlink
-and ``state.json`` is repaired by the next run), and an entry is evicted by deleting its JSON
-before its folder (a folder without JSON is never reused, and the next eviction deletes it).
-Everything here runs under the run directory's :class:`~dbspec.executors.lock.RunLock`.
-
-``dbspec gc`` is :mod:`dbspec.executors.gc`; ``dbspec plan``'s status column is
-:mod:`dbspec.executors.plan_status`.
+Crash safety rests on three atomic steps: a folder is complete before its ``<fp>.json`` is
+written; the symlink is replaced by ``rename`` and re-pointed each time a stage is used (a kill
+before ``state.json`` is repaired by the next run); eviction deletes the JSON before the folder
+(a folder without JSON is never reused). All of it runs under the run directory's lock.
 """
 
 from __future__ import annotations
@@ -57,9 +49,7 @@ def keep_from_env(environ: Mapping[str, str] = os.environ) -> int:
         UsageError: the variable is not a whole number of at least 1.
     """
     raw = environ.get(KEEP_ENV, "").strip()
-    if not raw:
-        return DEFAULT_KEEP
-    return check_keep(raw, KEEP_ENV)
+    return check_keep(raw, KEEP_ENV) if raw else DEFAULT_KEEP
 
 
 def check_keep(value: Any, what: str) -> int:
@@ -87,17 +77,12 @@ def run_dir_for(state_dir: Path, spec_name: str, target: Optional[str], smoke: b
 
 def read_state(run_dir: Path) -> dict[str, Any]:
     """``state.json`` as recorded (``{"stages": {}}`` when absent or cut short by a crash)."""
-    path = Path(run_dir) / "state.json"
-    if path.exists():
-        try:
-            state = json.loads(path.read_text())
-            # a state without the cache's layout was written before the cache, by a dbspec
-            # that was never released: start over, as for a damaged file
-            if isinstance(state, dict) and isinstance(state.get("stages"), dict) \
-                    and state.get("layout") == LAYOUT:
-                return state
-        except (OSError, ValueError):
-            pass  # a state file from a crash mid-write: start over rather than guess
+    state = _read_json(Path(run_dir) / "state.json")
+    # another layout was written before the cache, by a dbspec that was never released: start
+    # over, as for a file a crash cut short
+    if state is not None and isinstance(state.get("stages"), dict) \
+            and state.get("layout") == LAYOUT:
+        return state
     return {"stages": {}}
 
 
