@@ -118,15 +118,15 @@ class StageCache:
     def lookup(self, name: str, fingerprint: str,
                inputs: Optional[Mapping[str, str]] = None) -> Optional[dict[str, Any]]:
         """The finished entry of ``name`` at ``fingerprint``, or None; with ``inputs``, only
-        one made from those upstream entries (:func:`inputs_of`)."""
+        one made from those upstream entries (:func:`inputs_of`: an upstream that ran again
+        at its fingerprint since made a new output)."""
         entry = _read_json(self._entry_path(name, fingerprint))
         if entry is None or entry.get("status") != "done" or \
                 entry.get("fingerprint") != fingerprint or not self.holds(name, fingerprint):
             return None
         made_from = entry.get("inputs") or {}
-        if inputs is not None and any(made_from.get(d) != v for d, v in inputs.items()):
-            return None  # an upstream ran again at its fingerprint since: a new output
-        return entry
+        fresh = inputs is None or all(made_from.get(d) == v for d, v in inputs.items())
+        return entry if fresh else None
 
     def record(self, name: str, entry: dict[str, Any]) -> None:
         """Keep a finished entry (its folder must be complete: this makes it reusable)."""

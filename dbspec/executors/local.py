@@ -1,16 +1,11 @@
-"""Run a plan's stages in order in this process, with stage state on disk.
+"""Run a plan's stages in order in this process.
 
-Each stage's outputs and fingerprint are kept under ``.dbspec/runs/<spec>/`` (or, with a run
-key, in an MLflow run: see :mod:`dbspec.executors.state`), per fingerprint
-(:mod:`dbspec.executors.cache`). A rerun skips stages whose fingerprint is unchanged or has a
-finished entry in the cache (``batch_predict`` always runs: its input lives outside the spec);
-a change reruns what depends on it; ``--from`` forces a stage and its dependents; ``--only`` runs
-the named stages on recorded inputs; ``--resume`` continues an interrupted training from its
-last checkpoint.
-
-One run per run directory at a time (:mod:`dbspec.executors.lock`); a run first ends the MLflow
-runs that dead processes left RUNNING, and SIGTERM unwinds it like Ctrl-C
-(:mod:`dbspec.executors.recovery`).
+Stage state is kept per run directory (:mod:`.state`), each stage's files per fingerprint
+(:mod:`.cache`). A rerun skips stages whose fingerprint has a finished entry (``batch_predict``
+always runs: its input lives outside the spec) and reruns what depends on a change; ``--from``
+forces a stage and its dependents, ``--only`` runs the named stages on recorded inputs,
+``--resume`` continues an interrupted training. One run per run directory at a time
+(:mod:`.lock`); dead runs and SIGTERM are :mod:`.recovery`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ from typing import Any, Iterator, Optional, Sequence
 from dbspec.errors import DbspecError, UsageError, did_you_mean
 from dbspec.executors.cache import RERUN_FROM_CACHE, inputs_of, keep_from_env, run_dir_for
 from dbspec.executors.failures import failure_message
-from dbspec.executors.lock import RunLock
+from dbspec.executors.lock import RunLock, describe_holder
 from dbspec.executors.records import (DONE, FAILED, RUNNING, RunRecord, RunState, StageEntry,
                                       StageRecord)
 from dbspec.executors.recovery import RunTerminated, Terminated, sigterm_unwinds
@@ -34,8 +29,7 @@ from dbspec.faults import pause_point
 from dbspec.plan import Plan, compile_plan
 from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
-from dbspec.stages.base import Reporter, RunOptions, StageContext
-
+from dbspec.stages.base import Reporter, RunOptions, StageContext, experiment_name
 
 
 @dataclass(frozen=True)
@@ -47,6 +41,7 @@ class _Pass:
     store: LocalState
     state: RunState
     only: tuple[str, ...]
+
 
 class StageFailed(DbspecError):
     """A stage raised; the run stopped there and can be resumed."""
@@ -108,8 +103,7 @@ class LocalExecutor:
                 status = "KILLED"
                 raise
             finally:
-                if isinstance(store, MlflowState):
-                    store.finish(status)
+                store.finish(status)
 
     @contextlib.contextmanager
     def guarded(self, loaded: LoadedSpec, run_key: Optional[str]) -> Iterator[None]:
@@ -161,8 +155,6 @@ class LocalExecutor:
         return any(entry.status in (RUNNING, FAILED) for entry in stages.values())
 
     def _say_lock(self, lock: RunLock) -> None:
-        from dbspec.executors.lock import describe_holder
-
         if not lock.supported:
             self._warn(f"warning: {lock.path.parent} is on a file system without file locks: "
                        "this run is not protected from a second run of the same spec there")
@@ -175,27 +167,23 @@ class LocalExecutor:
 
     def end_dead_runs(self, loaded: LoadedSpec) -> list[str]:
         """End as KILLED this spec's MLflow runs whose process died on this host."""
-        from dbspec.executors.recovery import end_dead_runs
-        from dbspec.tracking.mlflow_tracking import TrackingError, resolve_tracking_uri
-
-        spec = loaded.spec
-        uri = resolve_tracking_uri(spec, self.project_dir)
-        from dbspec.tracking.stores import sqlite_path
-
-        database = sqlite_path(uri)
-        if database is not None and not database.exists():
-            return []  # a new store: nothing ran there yet
         import mlflow
         from mlflow.exceptions import MlflowException
 
-        from dbspec.tracking.mlflow_tracking import quiet_mlflow
+        from dbspec.executors.recovery import end_dead_runs
+        from dbspec.tracking.mlflow_tracking import (TrackingError, quiet_mlflow,
+                                                     resolve_tracking_uri)
+        from dbspec.tracking.stores import sqlite_path
 
+        spec = loaded.spec
+        uri = resolve_tracking_uri(spec, self.project_dir)
+        database = sqlite_path(uri)
+        if database is not None and not database.exists():
+            return []  # a new store: nothing ran there yet
         quiet_mlflow()
-        experiment = (spec.tracking.experiment or spec.name) + \
-            ("-smoke" if self.options.smoke else "")
         try:
             client = mlflow.MlflowClient(tracking_uri=uri)
-            found = client.get_experiment_by_name(experiment)
+            found = client.get_experiment_by_name(experiment_name(spec, self.options.smoke))
             if found is None:
                 return []
             return end_dead_runs(client, found.experiment_id, spec=spec.name,
@@ -215,21 +203,18 @@ class LocalExecutor:
     def check_placement(self, loaded: LoadedSpec) -> None:
         """Refuse, before any work, a run whose executors would need this machine's disk."""
         from dbspec.spark.placement import check_placement
-        from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
+        from dbspec.tracking.mlflow_tracking import check_tracking_server, resolve_tracking_uri
 
         spec = loaded.spec
         if getattr(self, "_placement_checked", None) is loaded:
             return
         self._placement_checked = loaded
-        notes = check_placement(spec, master=self.master(loaded), executor=self.kind,
-                                shared_dir=self.options.shared_dir,
-                                tracking_uri=resolve_tracking_uri(spec, self.project_dir),
-                                study_storage=spec.search.storage if spec.search else None)
-        for note in notes:
+        uri = resolve_tracking_uri(spec, self.project_dir)
+        for note in check_placement(spec, master=self.master(loaded), executor=self.kind,
+                                    shared_dir=self.options.shared_dir, tracking_uri=uri,
+                                    study_storage=spec.search.storage if spec.search else None):
             self.reporter.line(f"> {note}")
-        from dbspec.tracking.mlflow_tracking import check_tracking_server
-
-        check_tracking_server(resolve_tracking_uri(spec, self.project_dir))  # before any stage
+        check_tracking_server(uri)  # before any stage
 
     def state_store(self, loaded: LoadedSpec, run_key: Optional[str]) -> LocalState:
         """Local stage state, or the MLflow run of ``run_key``."""
@@ -239,12 +224,9 @@ class LocalExecutor:
         from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
 
         spec = loaded.spec
-        experiment = spec.tracking.experiment or spec.name
-        if self.options.smoke:
-            experiment += "-smoke"
-        tags = {"dbspec.spec": spec.name, "dbspec.target": loaded.target or ""}
         return MlflowState(run_dir, tracking_uri=resolve_tracking_uri(spec, self.project_dir),
-                           experiment=experiment, key=run_key, tags=tags,
+                           experiment=experiment_name(spec, self.options.smoke), key=run_key,
+                           tags={"dbspec.spec": spec.name, "dbspec.target": loaded.target or ""},
                            state_dir=self.project_dir)
 
     def data_version(self, loaded: LoadedSpec) -> str:

@@ -1,12 +1,9 @@
 """What a run leaves behind when its process dies, and how the next run deals with it.
 
-* Every MLflow run dbspec starts carries ``dbspec.pid`` and ``dbspec.host`` tags
-  (:func:`dbspec.tracking.mlflow_tracking.process_tags`). The next ``dbspec run`` of the same
-  spec and target ends the RUNNING runs whose process is gone from this host as KILLED
-  (:func:`end_dead_runs`): a ``kill -9`` leaves no RUNNING run behind for longer than it takes
-  to start the spec again.
+* Every MLflow run dbspec starts is tagged with its process (``dbspec.pid``, ``dbspec.host``);
+  the next run of the spec ends those whose process is gone as KILLED (:func:`end_dead_runs`).
 * SIGTERM unwinds a run like Ctrl-C (:func:`sigterm_unwinds`): the MLflow run ends KILLED with
-  its buffered metrics flushed, the stage is recorded as failed and can be resumed.
+  its metrics flushed, the stage is recorded as failed and can be resumed.
 """
 
 from __future__ import annotations
@@ -39,15 +36,11 @@ class RunTerminated(DbspecError):
 
 def end_dead_runs(client, experiment_id: str, *, spec: str, target: Optional[str],
                   say: Callable[[str], None]) -> list[str]:
-    """End as KILLED the RUNNING runs of ``spec``@``target`` whose process died on this host.
-
-    Runs of other hosts are left alone (their processes cannot be seen from here), and so are
-    runs without the process tags (older dbspec versions, other tools). Returns the run ids.
-    """
+    """End as KILLED the RUNNING runs of ``spec``@``target`` whose process died on this host;
+    returns their ids. Runs of other hosts, or without the process tags, are left alone."""
     here = socket.gethostname()
-    name = spec.replace("\\", "\\\\").replace("'", "\\'")
     found = client.search_runs([experiment_id], f"attributes.status = 'RUNNING' and "
-                               f"tags.`dbspec.spec` = '{name}'", max_results=200)
+                               f"tags.`dbspec.spec` = '{quoted(spec)}'", max_results=200)
     ended = []
     for run in found:
         tags = run.data.tags
@@ -68,11 +61,16 @@ def end_dead_runs(client, experiment_id: str, *, spec: str, target: Optional[str
     return ended
 
 
+def quoted(value: str) -> str:
+    """``value`` escaped for a quoted string of an MLflow search filter."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
     """Turn the first SIGTERM into :class:`Terminated` in the main thread; later ones are
-    ignored while the run unwinds, so its flush and its MLflow run's end are not cut short
-    (SIGKILL still stops it at once). Off the main thread signals cannot be handled: no-op."""
+    ignored while the run unwinds, so its flush and its MLflow run's end are not cut short.
+    Off the main thread signals cannot be handled: no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from dbspec.data import store
 from dbspec.spec.layout import has_typed_features
@@ -194,12 +193,14 @@ class SplitStage:
     def run(self, ctx: StageContext) -> SplitOutput:
         if ctx.spec.data.streaming is not None:
             return _hash_split(ctx)
-        table = load_table(ctx)
         limit = SMOKE_ROWS if ctx.options.smoke else None
-        splits = split_rows(table, ctx.spec.data, limit=limit)
-        store.write_splits(ctx.directory, splits)
-        return SplitOutput(train=len(splits.train), validation=len(splits.validation),
-                           test=len(splits.test))
+        return _write_splits(ctx, split_rows(load_table(ctx), ctx.spec.data, limit=limit))
+
+
+def _write_splits(ctx: StageContext, splits: Splits) -> SplitOutput:
+    store.write_splits(ctx.directory, splits)
+    return SplitOutput(train=len(splits.train), validation=len(splits.validation),
+                       test=len(splits.test))
 
 
 def _hash_split(ctx: StageContext) -> SplitOutput:
@@ -212,10 +213,7 @@ def _hash_split(ctx: StageContext) -> SplitOutput:
         return SplitOutput(train=shard_set.rows("train"),
                            validation=shard_set.rows("validation"), test=shard_set.rows("test"))
     codes = np.load(ctx.dir_of("load_data") / "hash_split.npy")
-    splits = Splits(*(np.flatnonzero(codes == code) for code in range(3)))
-    store.write_splits(ctx.directory, splits)
-    return SplitOutput(train=len(splits.train), validation=len(splits.validation),
-                       test=len(splits.test))
+    return _write_splits(ctx, Splits(*(np.flatnonzero(codes == code) for code in range(3))))
 
 
 def load_splits(ctx: StageContext) -> Splits:
@@ -288,15 +286,6 @@ def _preprocess_typed(ctx: StageContext, table: Table, splits: Splits) -> Prepro
     ctx.reporter.line(f"  encoded {len(x):,} rows into {x.shape[1]:,} columns in "
                       f"{time.perf_counter() - started:.1f}s")
     return PreprocessOutput(steps=[step["kind"] for step in steps])
-
-
-def load_inputs(ctx: StageContext) -> Optional[list[dict]]:
-    """The fitted typed inputs ``preprocess`` wrote; None when every feature is numeric."""
-    import json
-
-    if ctx.output(LoadDataOutput).features is None:
-        return None
-    return json.loads((ctx.dir_of("preprocess") / "inputs.json").read_text())
 
 
 def load_encoded_table(ctx: StageContext) -> Table:

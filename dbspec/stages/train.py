@@ -1,10 +1,9 @@
 """train: build the network, train it, log the run and the served model to MLflow.
 
-A resumed training logs each epoch exactly once to its MLflow run: epochs MLflow already has
-are not logged again when they are retrained after the checkpoint, and epochs the checkpoint
-has but MLflow lost (the metric buffer of a killed run) are logged from the checkpoint's
-history. Flushing at each checkpoint instead would cost a ``log_batch`` per epoch at the
-default checkpoint interval.
+A resumed training logs each epoch once to its MLflow run: epochs MLflow has are not logged
+again when retrained after the checkpoint, and epochs it lost (a killed run's metric buffer) are
+logged from the checkpoint's history (flushing at each checkpoint would cost a ``log_batch`` per
+epoch).
 """
 
 from __future__ import annotations
@@ -46,7 +45,10 @@ class TrainStage:
         tracker = ctx.tracker
         observer = TrainingObserver(job.spec, log_dir=ctx.directory / "tensorboard",
                                     say=ctx.reporter.line)
-        with tracker.run(job.previous_run, tags=_run_tags(ctx, job.spec),
+        tags = {"dbspec.spec": job.spec.name, "dbspec.target": ctx.loaded.target or "",
+                "dbspec.smoke": str(ctx.options.smoke).lower(),
+                "dbspec.data_version": ctx.output(LoadDataOutput).data_version}
+        with tracker.run(job.previous_run, tags=tags,
                          system_metrics=job.spec.tracking.system_metrics) as run_id, observer:
             write_json(ctx.directory / "run.json", {"run_id": run_id})
             if job.previous_run is not None:
@@ -74,9 +76,12 @@ class _TrainingJob:
 
 def _prepare(ctx: StageContext) -> _TrainingJob:
     """The data, the checkpoints (cleared unless resuming) and the run to continue."""
+    from dbspec.spec.loader import apply_values
     from dbspec.training.checkpoints import CheckpointStore
 
-    spec = tuned_spec(ctx)
+    spec = ctx.spec  # with the search's best parameters applied when a study ran before
+    if ctx.has_output(TuneOutput):
+        spec = apply_values(ctx.loaded, ctx.output(TuneOutput).best_params).spec
     files = _rank_files_dir(ctx, spec)
     checkpoints = None
     if spec.training.checkpointing.enabled:
@@ -92,12 +97,6 @@ def _prepare(ctx: StageContext) -> _TrainingJob:
     return _TrainingJob(ctx, spec, load_data_access(ctx), load_preprocessing(ctx),
                         files, checkpoints, 1 if ctx.options.smoke else spec.training.epochs,
                         previous_run, reused)
-
-
-def _run_tags(ctx: StageContext, spec) -> dict[str, str]:
-    return {"dbspec.spec": spec.name, "dbspec.target": ctx.loaded.target or "",
-            "dbspec.smoke": str(ctx.options.smoke).lower(),
-            "dbspec.data_version": ctx.output(LoadDataOutput).data_version}
 
 
 def _fit(job: _TrainingJob, tracker, run_id: str, observer):
@@ -149,9 +148,15 @@ def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
             work_dir=job.files / "distributed",
             tracking=TrackingTarget(tracker.tracking_uri, run_id),
             say=ctx.reporter.line))
-    if "placement" not in result.outcome.extra:  # a launcher may word its own
-        result.outcome.extra["placement"] = _placement(spec, session, job.files)
-    _log_ranks(tracker, result.outcome.extra)
+    extra = result.outcome.extra
+    if "placement" not in extra:  # a launcher may word its own
+        remote = compute_kind(spec).remote_ranks(spec.compute) is not None
+        extra["placement"] = (f"on the executors of {session.sparkContext.master}, files in "
+                              f"{job.files}") if remote else "on the driver"
+    tracker.log_params({"dbspec.world_size": str(extra["world_size"]),
+                        "dbspec.backend": extra["backend"]})
+    tracker.log_metrics({f"rank_{r['rank']}_samples_per_second": r["samples_per_second"]
+                         for r in extra["ranks"]})
     return result
 
 
@@ -183,13 +188,9 @@ def _log_served_model(job: _TrainingJob, tracker, result) -> str:
     write_json(job.ctx.directory / "history.json", outcome.history)
     example = _example_frame(job.data)
     model_uri = tracker.log_model(served_dir, example, served.predict_frame(example))
-    tracker.log_metrics(_summary_metrics(outcome))
+    tracker.log_metrics({"best_epoch": outcome.best_epoch + 1, "epochs_run": outcome.epochs_run,
+                         "train_samples_per_second": outcome.samples_per_second})
     return model_uri
-
-
-def _summary_metrics(outcome) -> dict[str, float]:
-    return {"best_epoch": outcome.best_epoch + 1, "epochs_run": outcome.epochs_run,
-            "train_samples_per_second": outcome.samples_per_second}
 
 
 def _output(job: _TrainingJob, tracker, model_uri: str, result, diagnosis: list[str],
@@ -226,13 +227,6 @@ def _rank_files_dir(ctx: StageContext, spec) -> Path:
     return ctx.directory
 
 
-def _placement(spec, session, files: Path) -> str:
-    """In words, where the ranks ran: ``on the driver``, or on executors with the shared dir."""
-    if compute_kind(spec).remote_ranks(spec.compute) is None:
-        return "on the driver"
-    return f"on the executors of {session.sparkContext.master}, files in {files}"
-
-
 def _example_frame(data):
     """The input example: the first training rows as the model takes them (raw columns for a
     model with typed features)."""
@@ -242,14 +236,6 @@ def _example_frame(data):
     if raw is not None:
         return raw
     return pd.DataFrame(data.head("train", 5).astype(np.float64), columns=data.feature_names)
-
-
-def _log_ranks(tracker, extra: dict) -> None:
-    """World size, backend and per-rank throughput of a distributed training run."""
-    tracker.log_params({"dbspec.world_size": str(extra["world_size"]),
-                        "dbspec.backend": extra["backend"]})
-    tracker.log_metrics({f"rank_{r['rank']}_samples_per_second": r["samples_per_second"]
-                         for r in extra["ranks"]})
 
 
 def _best_trial(ctx: StageContext):
@@ -271,15 +257,6 @@ def _best_trial(ctx: StageContext):
     ctx.reporter.line(f"  reusing the model of trial {trial} (search.final_model: best_trial)")
     return Fitted(served, outcome, torch.device("cpu"), torch.get_num_threads(),
                   sum(p.numel() for p in served.network.parameters()))
-
-
-def tuned_spec(ctx: StageContext):
-    """The spec, with the search's best parameters applied when a study ran before."""
-    if not ctx.has_output(TuneOutput):
-        return ctx.spec
-    from dbspec.spec.loader import apply_values
-
-    return apply_values(ctx.loaded, ctx.output(TuneOutput).best_params).spec
 
 
 #: Rows of a streamed training split logged as the run's dataset (MLflow profiles the frame).
