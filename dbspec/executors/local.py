@@ -58,7 +58,7 @@ class LocalExecutor:
         self.resume_command = resume_command
         self.spark: Any = None  # the Spark session of a run on Spark (executors.spark)
         self._tracker = None
-        self._guarded_depth = 0
+        self._locked = False
         self._stage_now: Optional[str] = None
 
     def run(self, loaded: LoadedSpec, *, only: Sequence[str] = (),
@@ -110,17 +110,13 @@ class LocalExecutor:
         """Hold the run directory's lock, end the MLflow runs dead processes left RUNNING,
         and turn SIGTERM into :class:`RunTerminated` (re-entrant: the spark executor enters
         it before its session starts, and the run again inside)."""
-        if self._guarded_depth:
-            self._guarded_depth += 1
-            try:
-                yield
-            finally:
-                self._guarded_depth -= 1
+        if self._locked:
+            yield
             return
         what = f"dbspec run {loaded.spec.name}" + (f" --target {loaded.target}"
                                                    if loaded.target else "")
         lock = RunLock(state_dir_of(self.run_dir(loaded), run_key))
-        self._guarded_depth = 1
+        self._locked = True
         try:
             with sigterm_unwinds():
                 lock.acquire(what)
@@ -139,14 +135,13 @@ class LocalExecutor:
                 finally:
                     lock.release()
         finally:
-            self._guarded_depth = 0
+            self._locked = False
             self._stage_now = None
 
     def _after_a_crash(self, lock: RunLock, loaded: LoadedSpec, run_key: Optional[str]) -> bool:
         """Whether runs may have been left RUNNING: a dead holder's name in the lock file, a
-        stage recorded as running or failed (a SIGTERM'd run's workers), or a --resume. Else
-        there is nothing to look for, and a rerun whose stages are all cached opens no MLflow
-        store at all."""
+        stage recorded as running or failed, or a --resume (else a rerun whose stages are all
+        cached opens no MLflow store at all)."""
         if lock.previous or not lock.supported or self.options.resume:
             return True
         if run_key:
@@ -321,8 +316,9 @@ class LocalExecutor:
             self._fail(store, state, planned.name, directory, exc)
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            raise StageFailed(failure_message(loaded.spec, planned.name, exc, directory, self.resume_command)) \
-                from None if isinstance(exc, DbspecError) else exc
+            message = failure_message(loaded.spec, planned.name, exc, directory,
+                                      self.resume_command)
+            raise StageFailed(message) from None if isinstance(exc, DbspecError) else exc
         self._tracker = ctx._tracker
         self._stage_now = None
         seconds = time.perf_counter() - started

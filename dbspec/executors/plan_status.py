@@ -22,7 +22,7 @@ def stage_statuses(run_dir: Path, plan) -> dict[str, str]:
     run_dir = Path(run_dir)
     state, cache = RunState.from_json(read_state(run_dir)), StageCache(run_dir)
     statuses: dict[str, str] = {}
-    would: dict[str, dict] = {}  # the entries (JSON) the run would use: a stage that runs makes a new one
+    would: dict[str, dict] = {}  # the entries the run would use (a stage that runs: none yet)
     for planned in plan:
         name, fingerprint = planned.name, planned.fingerprint
         recorded = state.entry(name)

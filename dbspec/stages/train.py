@@ -199,8 +199,9 @@ def _output(job: _TrainingJob, tracker, model_uri: str, result, diagnosis: list[
     outcome, extra = result.outcome, result.outcome.extra
     distributed = "world_size" in extra
     return TrainOutput(
-        run_id=tracker.run_id, experiment_id=tracker.experiment_id, tracking_uri=tracker.tracking_uri,
-        model_uri=model_uri, resumed_from_epoch=outcome.resumed_from,
+        run_id=tracker.run_id, experiment_id=tracker.experiment_id,
+        tracking_uri=tracker.tracking_uri, model_uri=model_uri,
+        resumed_from_epoch=outcome.resumed_from,
         stopped_early=outcome.stopped_early, device=str(result.device),
         threads=result.threads, parameters=result.parameters,
         best_epoch=outcome.best_epoch + 1, epochs_run=outcome.epochs_run,
