@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from dbspec.data import store
-from dbspec.spec.layout import has_typed_features
-from dbspec.data.prepare import (FittedStep, Splits, Table, build_table, build_typed_table,
-                                  fit_preprocessing, split_rows)
+from dbspec.data.prepare import (Splits, Table, build_table, build_typed_table,
+                                 fit_preprocessing, split_rows)
 from dbspec.data.sources import read_source
+from dbspec.spec.layout import has_typed_features
 from dbspec.stages.base import SMOKE_ROWS, StageContext, write_json
 from dbspec.stages.outputs import LoadDataOutput, PreprocessOutput, SplitOutput
 
@@ -174,10 +174,12 @@ def load_data_access(ctx: StageContext):
     shard_set = shard_set_of(ctx)
     if shard_set is not None:
         return StreamedData(shard_set)
-    if ctx.output(LoadDataOutput).features is not None:
-        return InMemoryData(load_encoded_table(ctx), load_splits(ctx),
-                            raw=ctx.dir_of("load_data") / "raw.parquet")
-    return InMemoryData(load_table(ctx), load_splits(ctx))
+    splits = store.read_splits(ctx.dir_of("split"))
+    if ctx.output(LoadDataOutput).features is not None:  # the encoded matrix of preprocess
+        table = store.read_table(ctx.dir_of("load_data"), ctx.output(LoadDataOutput).to_json(),
+                                 ctx.dir_of("preprocess"))
+        return InMemoryData(table, splits, raw=ctx.dir_of("load_data") / "raw.parquet")
+    return InMemoryData(load_table(ctx), splits)
 
 
 def load_table(ctx: StageContext) -> Table:
@@ -216,11 +218,6 @@ def _hash_split(ctx: StageContext) -> SplitOutput:
     return _write_splits(ctx, Splits(*(np.flatnonzero(codes == code) for code in range(3))))
 
 
-def load_splits(ctx: StageContext) -> Splits:
-    """The indices written by ``split``."""
-    return store.read_splits(ctx.dir_of("split"))
-
-
 class PreprocessStage:
     """Fit preprocessing on the training rows only."""
 
@@ -238,7 +235,7 @@ class PreprocessStage:
             ctx.reporter.line(f"  fitted on {shard_set.rows('train'):,} streamed training rows "
                               f"({how})")
             return PreprocessOutput(steps=[step["kind"] for step in steps])
-        table, splits = load_table(ctx), load_splits(ctx)
+        table, splits = load_table(ctx), store.read_splits(ctx.dir_of("split"))
         if ctx.output(LoadDataOutput).features is not None:
             return _preprocess_typed(ctx, table, splits)
         steps = store.write_preprocessing(ctx.directory,
@@ -286,21 +283,3 @@ def _preprocess_typed(ctx: StageContext, table: Table, splits: Splits) -> Prepro
     ctx.reporter.line(f"  encoded {len(x):,} rows into {x.shape[1]:,} columns in "
                       f"{time.perf_counter() - started:.1f}s")
     return PreprocessOutput(steps=[step["kind"] for step in steps])
-
-
-def load_encoded_table(ctx: StageContext) -> Table:
-    """The table of a spec with typed features: its encoded matrix from ``preprocess``."""
-    return store.read_table(ctx.dir_of("load_data"), ctx.output(LoadDataOutput).to_json(),
-                            ctx.dir_of("preprocess"))
-
-
-def load_stream_stats(ctx: StageContext) -> dict:
-    """What ``preprocess`` found in its pass over streamed training shards."""
-    import json
-
-    return json.loads((ctx.dir_of("preprocess") / "stats.json").read_text())
-
-
-def load_preprocessing(ctx: StageContext) -> list[FittedStep]:
-    """The fitted steps written by ``preprocess``."""
-    return store.read_preprocessing(ctx.dir_of("preprocess"))

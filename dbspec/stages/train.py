@@ -19,7 +19,8 @@ from dbspec.errors import DbspecError
 from dbspec.faults import pause_point
 from dbspec.seams.compute import compute_kind
 from dbspec.stages.base import StageContext, write_json
-from dbspec.stages.data import load_data_access, load_preprocessing, load_stream_stats
+from dbspec.data import store
+from dbspec.stages.data import load_data_access
 from dbspec.stages.outputs import LoadDataOutput, TrainOutput, TuneOutput
 
 
@@ -94,7 +95,8 @@ def _prepare(ctx: StageContext) -> _TrainingJob:
     previous_run = json.loads(run_file.read_text())["run_id"] \
         if ctx.options.resume and run_file.exists() else None
     reused = ctx.has_output(TuneOutput) and ctx.output(TuneOutput).final_model == "best_trial"
-    return _TrainingJob(ctx, spec, load_data_access(ctx), load_preprocessing(ctx),
+    return _TrainingJob(ctx, spec, load_data_access(ctx),
+                        store.read_preprocessing(ctx.dir_of("preprocess")),
                         files, checkpoints, 1 if ctx.options.smoke else spec.training.epochs,
                         previous_run, reused)
 
@@ -125,7 +127,8 @@ def _fit_data(job: _TrainingJob, options):
 
     data = job.data
     if data.streamed:
-        return fit_streamed(job.spec, data, load_stream_stats(job.ctx), job.fitted, options)
+        stats = json.loads((job.ctx.dir_of("preprocess") / "stats.json").read_text())
+        return fit_streamed(job.spec, data, stats, job.fitted, options)
     return fit_spec(job.spec, data.table, data.splits, job.fitted, options)
 
 
