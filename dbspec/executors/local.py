@@ -96,7 +96,11 @@ class LocalExecutor:
             status = "FAILED"
             try:
                 record = self._run(loaded, plan, store, state, only=only, from_stage=from_stage)
-                self._evict(store, state, keep)
+                removed = store.evict(state, keep)
+                if removed:
+                    self.reporter.line(f"  cache: {len(removed)} older entries removed "
+                                       f"({sum(r.bytes for r in removed) / 1e6:.1f} MB; at most "
+                                       f"{keep} kept per stage, DBSPEC_CACHE_KEEP)")
                 status = "FINISHED"
                 return record
             except KeyboardInterrupt:
@@ -313,7 +317,10 @@ class LocalExecutor:
         try:
             output = build_stage(planned).run(ctx).to_json()
         except BaseException as exc:
-            self._fail(store, state, planned.name, directory, exc)
+            (directory / "error.txt").write_text("".join(traceback.format_exception(exc)))
+            state.stages[planned.name] = replace(state.stages[planned.name], status=FAILED,
+                                                 error=f"{type(exc).__name__}: {exc}")
+            store.save(state, changed=(planned.name,))
             if isinstance(exc, KeyboardInterrupt):
                 raise
             message = failure_message(loaded.spec, planned.name, exc, directory,
@@ -324,28 +331,11 @@ class LocalExecutor:
         seconds = time.perf_counter() - started
         store.publish(planned.name)
         entry = StageEntry(planned.fingerprint, DONE, output, chain=planned.chain,
-                           seconds=seconds, finished_at=_now(), inputs=inputs)
+                           seconds=seconds, inputs=inputs,
+                           finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         state.stages[planned.name] = entry
         store.keep(planned.name, entry)  # its files are complete
         pause_point(f"stage.{planned.name}.kept")  # in the cache, state.json not yet
         store.save(state, changed=(planned.name,))
         self.reporter.line(f"  {planned.name} done in {seconds:.1f}s")
         return StageRecord(planned.name, "ran", seconds, output)
-
-    def _evict(self, store: LocalState, state: RunState, keep: int) -> None:
-        removed = store.evict(state, keep)
-        if removed:
-            freed = sum(r.bytes for r in removed) / 1e6
-            self.reporter.line(f"  cache: {len(removed)} older entries removed ({freed:.1f} MB; "
-                               f"at most {keep} kept per stage, DBSPEC_CACHE_KEEP)")
-
-    def _fail(self, store: LocalState, state, name, directory, exc) -> None:
-        detail = "".join(traceback.format_exception(exc))
-        (directory / "error.txt").write_text(detail)
-        state.stages[name] = replace(state.stages[name], status=FAILED,
-                                     error=f"{type(exc).__name__}: {exc}")
-        store.save(state, changed=(name,))
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
