@@ -23,13 +23,17 @@ from dbspec.executors.failures import failure_message
 from dbspec.executors.lock import RunLock, describe_holder
 from dbspec.executors.records import (DONE, FAILED, RUNNING, RunRecord, RunState, StageEntry,
                                       StageRecord)
-from dbspec.executors.recovery import RunTerminated, Terminated, sigterm_unwinds
+from dbspec.executors.recovery import (RunTerminated, Terminated, end_dead_runs,
+                                       sigterm_unwinds)
 from dbspec.executors.state import LocalState, MlflowState, state_dir_of
 from dbspec.faults import pause_point
 from dbspec.plan import Plan, compile_plan
 from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
 from dbspec.stages.base import Reporter, RunOptions, StageContext, experiment_name
+from dbspec.tracking.mlflow_tracking import (TrackingError, check_tracking_server,
+                                             quiet_mlflow, resolve_tracking_uri)
+from dbspec.tracking.stores import sqlite_path
 
 
 @dataclass(frozen=True)
@@ -169,11 +173,6 @@ class LocalExecutor:
         import mlflow
         from mlflow.exceptions import MlflowException
 
-        from dbspec.executors.recovery import end_dead_runs
-        from dbspec.tracking.mlflow_tracking import (TrackingError, quiet_mlflow,
-                                                     resolve_tracking_uri)
-        from dbspec.tracking.stores import sqlite_path
-
         spec = loaded.spec
         uri = resolve_tracking_uri(spec, self.project_dir)
         database = sqlite_path(uri)
@@ -202,7 +201,6 @@ class LocalExecutor:
     def check_placement(self, loaded: LoadedSpec) -> None:
         """Refuse, before any work, a run whose executors would need this machine's disk."""
         from dbspec.spark.placement import check_placement
-        from dbspec.tracking.mlflow_tracking import check_tracking_server, resolve_tracking_uri
 
         spec = loaded.spec
         if getattr(self, "_placement_checked", None) is loaded:
@@ -220,8 +218,6 @@ class LocalExecutor:
         run_dir = self.run_dir(loaded)
         if not run_key:
             return LocalState(run_dir)
-        from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
-
         spec = loaded.spec
         return MlflowState(run_dir, tracking_uri=resolve_tracking_uri(spec, self.project_dir),
                            experiment=experiment_name(spec, self.options.smoke), key=run_key,

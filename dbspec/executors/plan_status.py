@@ -28,24 +28,19 @@ def stage_statuses(run_dir: Path, plan) -> dict[str, str]:
         recorded = state.entry(name)
         here = recorded is not None and recorded.fingerprint == fingerprint and (
             cache.holds(name, fingerprint))
-        stage_root = run_dir / "cache" / name
         fresh = all(d in would for d in planned.depends_on)
         found = cache.lookup(name, fingerprint, inputs_of(planned.depends_on, would)) \
             if fresh else None
+        ran_here = recorded is not None or (run_dir / "cache" / name).is_dir()
+        statuses[name] = "stale" if ran_here else "new"  # also what a stage that always runs is
         if name == BatchPredictStage.name and BatchPredictStage.always_runs:
-            statuses[name] = "stale" if recorded is not None or stage_root.is_dir() else "new"
-        elif here and recorded is not None and recorded.done:
+            continue
+        if here and recorded is not None and recorded.done:
             statuses[name], would[name] = "cached", recorded.to_json()
         elif found is not None and name not in RERUN_FROM_CACHE:
             statuses[name], would[name] = "cached", found
-        elif found is not None:
-            statuses[name] = "stale"
-        elif here:
+        elif here and found is None:
             statuses[name] = "resumable"
-        elif recorded is not None or stage_root.is_dir():
-            statuses[name] = "stale"
-        else:
-            statuses[name] = "new"
     return statuses
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from dbspec.data import store
 from dbspec.data.prepare import (Splits, Table, build_table, build_typed_table,
                                  fit_preprocessing, split_rows)
-from dbspec.data.sources import read_source
+from dbspec.data.sources import DataError, read_source
 from dbspec.spec.layout import has_typed_features
 from dbspec.stages.base import SMOKE_ROWS, StageContext, write_json
 from dbspec.stages.outputs import LoadDataOutput, PreprocessOutput, SplitOutput
@@ -57,12 +57,10 @@ def _load_typed(ctx: StageContext, frame) -> tuple[Table, list[dict]]:
 def _load_streaming_spec(ctx: StageContext) -> LoadDataOutput:
     """A spec with ``data.streaming``: convert the source into shards (or find them), or,
     when it fits in memory, read it whole; either way the split is the hash split."""
-    from dbspec.data.convert import convert_source, count_rows, decide, open_source
-    from dbspec.data.shard_writing import check_schema
-
     import pyarrow as pa
 
-    from dbspec.data.sources import DataError
+    from dbspec.data.convert import convert_source, count_rows, decide, open_source
+    from dbspec.data.shard_writing import check_schema
 
     data = ctx.spec.data
     opened = open_source(data, base=Path.cwd(), spark=ctx.spark)
@@ -256,7 +254,6 @@ def _preprocess_typed(ctx: StageContext, table: Table, splits: Splits) -> Prepro
 
     from dbspec.models.encoding import encode_columns, fit_inputs, matrix_names
     from dbspec.models.inputs import InputError
-    from dbspec.data.sources import DataError
     from dbspec.spec.sections.features import TypedFeature
 
     started = time.perf_counter()

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from dbspec.errors import DbspecError
+from dbspec.errors import DbspecError, redact_data
 from dbspec.faults import pause_point
 from dbspec.seams.compute import compute_kind
 from dbspec.stages.base import StageContext, write_json
@@ -272,7 +272,6 @@ def _log_inputs(ctx: StageContext, spec, tracker, data, result) -> None:
     import pandas as pd
     import yaml
 
-    from dbspec.errors import redact_data
     from dbspec.tracking.mlflow_tracking import flatten
 
     parameters, threads, device = result.parameters, result.threads, result.device
