@@ -153,9 +153,7 @@ def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
             say=ctx.reporter.line))
     extra = result.outcome.extra
     if "placement" not in extra:  # a launcher may word its own
-        remote = compute_kind(spec).remote_ranks(spec.compute) is not None
-        extra["placement"] = (f"on the executors of {session.sparkContext.master}, files in "
-                              f"{job.files}") if remote else "on the driver"
+        extra["placement"] = _placement(spec, session, job.files)
     tracker.log_params({"dbspec.world_size": str(extra["world_size"]),
                         "dbspec.backend": extra["backend"]})
     tracker.log_metrics({f"rank_{r['rank']}_samples_per_second": r["samples_per_second"]
@@ -229,6 +227,13 @@ def _rank_files_dir(ctx: StageContext, spec) -> Path:
     if ranks_on_executors(spec) and not is_local_master(master):
         return ctx.shared_stage_dir()
     return ctx.directory
+
+
+def _placement(spec, session, files: Path) -> str:
+    """In words, where the ranks ran: ``on the driver``, or on executors with the shared dir."""
+    if compute_kind(spec).remote_ranks(spec.compute) is None:
+        return "on the driver"
+    return f"on the executors of {session.sparkContext.master}, files in {files}"
 
 
 def _example_frame(data):
