@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, TypeVar
 
+from dbspec.executors.cache import LAYOUT
 from dbspec.stages.outputs import StageOutput
 
 O = TypeVar("O", bound=StageOutput)
@@ -67,11 +68,9 @@ class StageEntry:
 
 @dataclass
 class RunState:
-    """The recorded stages of one run directory (or run key); ``layout`` of its files
-    (:data:`~dbspec.executors.cache.LAYOUT`), None before the stage cache."""
+    """The recorded stages of one run directory (or run key)."""
 
     stages: dict[str, StageEntry] = field(default_factory=dict)
-    layout: Optional[int] = None
 
     def entry(self, name: str) -> Optional[StageEntry]:
         return self.stages.get(name)
@@ -81,16 +80,14 @@ class RunState:
         return {name: entry.to_json() for name, entry in self.stages.items()}
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"stages": self.stages_json()}
-        if self.layout is not None:
-            out["layout"] = self.layout
-        return out
+        """``state.json``, with the layout of the stage cache it describes."""
+        return {"stages": self.stages_json(), "layout": LAYOUT}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "RunState":
         stages = data.get("stages") or {}
         return cls({name: StageEntry.from_json(entry) for name, entry in stages.items()
-                    if isinstance(entry, Mapping)}, data.get("layout"))
+                    if isinstance(entry, Mapping)})
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 from dbspec.errors import DbspecError
-from dbspec.executors.cache import LAYOUT, Removal, StageCache, read_state
+from dbspec.executors.cache import Removal, StageCache, read_state
 from dbspec.executors.records import RunState, StageEntry
 from dbspec.executors.recovery import quoted
 from dbspec.paths import inside
@@ -52,7 +52,7 @@ class LocalState:
 
     def save(self, state: RunState, changed: Iterable[str] = ()) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(self.run_dir / "state.json", {**state.to_json(), "layout": LAYOUT})
+        write_json(self.run_dir / "state.json", state.to_json())
 
     def tidy(self) -> None:
         """Clean up after writers that died re-pointing a stage (under the run lock)."""
