@@ -239,7 +239,7 @@ class PromoteStage:
         registry = Registry(ctx.tracker.client)
         rescore = functools.cache(functools.partial(_rescore, ctx, registry, name))
         candidate = Candidate(name, version, evaluate.metrics, rescore,
-                              diagnosis=getattr(evaluate, "diagnosis", None),
+                              diagnosis=evaluate.diagnosis,
                               stages=tuple(_stages(spec)),
                               run_id=ctx.output(TrainOutput).run_id)
         walked = promote_stages(registry, candidate, staged=spec.registry.staged())
