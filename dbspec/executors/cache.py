@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-from dbspec.atomic import is_alive
+from dbspec.atomic import is_alive, remove_partial_files
 from dbspec.errors import UsageError
 from dbspec.paths import inside
 
@@ -206,8 +206,8 @@ class StageCache:
                     self._entry_path(name, fingerprint).unlink(missing_ok=True)  # first
                     shutil.rmtree(self.folder(name, fingerprint), ignore_errors=True)
             if not dry_run:
-                for partial in stage_root.glob("*.json.partial"):  # a write_json cut short
-                    partial.unlink(missing_ok=True)
+                for partial in stage_root.glob(".*.json.*.partial"):  # entries a kill cut short
+                    remove_partial_files(stage_root / partial.name[1:].rsplit(".", 2)[0])
                 for orphan in stage_root.glob("*.json"):  # an entry whose folder is gone
                     if not (stage_root / orphan.stem).is_dir():
                         orphan.unlink(missing_ok=True)
