@@ -19,12 +19,11 @@ from typing import Any, Iterator, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
 from dbspec.executors.cache import RERUN_FROM_CACHE, inputs_of, keep_from_env, run_dir_for
-from dbspec.executors.failures import failure_message
 from dbspec.executors.lock import RunLock, describe_holder
 from dbspec.executors.records import (DONE, FAILED, RUNNING, RunRecord, RunState, StageEntry,
                                       StageRecord)
 from dbspec.executors.recovery import (RunTerminated, Terminated, end_dead_runs,
-                                       sigterm_unwinds)
+                                       failure_message, sigterm_unwinds)
 from dbspec.executors.state import LocalState, MlflowState, state_dir_of
 from dbspec.faults import pause_point
 from dbspec.plan import Plan, compile_plan
