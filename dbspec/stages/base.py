@@ -44,7 +44,8 @@ class Reporter:
 
     def line(self, text: str) -> None:
         if self.enabled:
-            self._clear()
+            if self.tty:
+                self.stream.write("\r\x1b[K")  # over the progress line
             print(text, file=self.stream, flush=True)
 
     def epoch(self, *, epoch: int, epochs: int, metrics: dict[str, float], **_: Any) -> None:
@@ -74,10 +75,6 @@ class Reporter:
         self.stream.write(f"\r  [{'#' * filled}{'.' * (20 - filled)}] {unit} {done}/{total}  "
                           f"{detail}\x1b[K")
         self.stream.flush()
-
-    def _clear(self) -> None:
-        if self.tty:
-            self.stream.write("\r\x1b[K")
 
 
 @dataclass
