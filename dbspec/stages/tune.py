@@ -251,8 +251,7 @@ def _summarize(study, metric: str) -> dict[str, Any]:
     for trial in trials:
         counts[kinds.get(trial.state, "failed")] += 1
     epochs = sum(int(t.user_attrs.get("epochs", 0)) for t in trials)
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    if not complete:
+    if not counts["complete"]:
         reasons = sorted({t.user_attrs.get("error", "pruned") for t in trials})[:3]
         raise TrialFailed(f"no trial of the study completed ({counts}); first reasons: "
                           + "; ".join(reasons))
