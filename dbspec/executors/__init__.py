@@ -1,12 +1,8 @@
-"""Executors run a plan's stages: one module per executor.
+"""Executors run a plan's stages: :mod:`.local` in this process, :mod:`.spark` with one Spark
+session around the run. Stage state is :mod:`.state` and :mod:`.cache`.
 
-- :class:`~dbspec.executors.local.LocalExecutor` (:mod:`.local`): stages in this process.
-- :class:`~dbspec.executors.spark.SparkExecutor` (:mod:`.spark`): the same, with one Spark
-  session around the run.
-
-Stage state between invocations is :mod:`.state` (on disk, or in an MLflow run) and
-:mod:`.cache`; the end-of-run summary :mod:`.summary`. The executors are re-exported lazily:
-``dbspec plan`` and ``dbspec gc`` import :mod:`.cache` and should not pay for them.
+The executors are re-exported lazily: ``dbspec plan`` and ``dbspec gc`` import :mod:`.cache`
+and should not pay for them.
 """
 
 from __future__ import annotations

@@ -7,21 +7,13 @@ Layout of ``.dbspec/runs/<spec>[@target][-smoke]/``::
     cache/<stage>/<fp>/     the files one run of the stage wrote at that fingerprint
     cache/<stage>/<fp>.json its entry (status done, output, last use), written when it finished
 
-A stage whose planned fingerprint has a finished entry in the cache is not run again: its entry
-becomes current and ``stages/<stage>`` points at its folder. So undoing a ``--set`` reuses the
-earlier training (its output names the MLflow run and model), and what follows it.
-:data:`RERUN_FROM_CACHE` are the exceptions: their outcome is the registry's state, which may
-have moved since.
+A stage whose planned fingerprint has a finished entry here is not run again (undoing a
+``--set`` reuses the earlier training), except :data:`RERUN_FROM_CACHE`.
 
-Crash safety rests on three atomic steps, in this order: a stage's folder is complete before
-its ``<fp>.json`` is written (``write_json`` renames a finished file into place), the symlink is
-replaced by ``rename`` and re-pointed each time a stage is used (so a kill between the symlink
-and ``state.json`` is repaired by the next run), and an entry is evicted by deleting its JSON
-before its folder (a folder without JSON is never reused, and the next eviction deletes it).
-Everything here runs under the run directory's :class:`~dbspec.executors.lock.RunLock`.
-
-``dbspec gc`` is :mod:`dbspec.executors.gc`; ``dbspec plan``'s status column is
-:mod:`dbspec.executors.plan_status`.
+Crash safety rests on three atomic steps: a folder is complete before its ``<fp>.json`` is
+written; the symlink is replaced by ``rename`` and re-pointed each time a stage is used (a kill
+before ``state.json`` is repaired by the next run); eviction deletes the JSON before the folder
+(a folder without JSON is never reused). All of it runs under the run directory's lock.
 """
 
 from __future__ import annotations
@@ -36,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
-from dbspec.atomic import is_alive
+from dbspec.atomic import is_alive, remove_partial_files
 from dbspec.errors import UsageError
 from dbspec.paths import inside
 
@@ -57,9 +49,7 @@ def keep_from_env(environ: Mapping[str, str] = os.environ) -> int:
         UsageError: the variable is not a whole number of at least 1.
     """
     raw = environ.get(KEEP_ENV, "").strip()
-    if not raw:
-        return DEFAULT_KEEP
-    return check_keep(raw, KEEP_ENV)
+    return check_keep(raw, KEEP_ENV) if raw else DEFAULT_KEEP
 
 
 def check_keep(value: Any, what: str) -> int:
@@ -87,17 +77,12 @@ def run_dir_for(state_dir: Path, spec_name: str, target: Optional[str], smoke: b
 
 def read_state(run_dir: Path) -> dict[str, Any]:
     """``state.json`` as recorded (``{"stages": {}}`` when absent or cut short by a crash)."""
-    path = Path(run_dir) / "state.json"
-    if path.exists():
-        try:
-            state = json.loads(path.read_text())
-            # a state without the cache's layout was written before the cache, by a dbspec
-            # that was never released: start over, as for a damaged file
-            if isinstance(state, dict) and isinstance(state.get("stages"), dict) \
-                    and state.get("layout") == LAYOUT:
-                return state
-        except (OSError, ValueError):
-            pass  # a state file from a crash mid-write: start over rather than guess
+    state = _read_json(Path(run_dir) / "state.json")
+    # another layout was written before the cache, by a dbspec that was never released: start
+    # over, as for a file a crash cut short
+    if state is not None and isinstance(state.get("stages"), dict) \
+            and state.get("layout") == LAYOUT:
+        return state
     return {"stages": {}}
 
 
@@ -133,15 +118,15 @@ class StageCache:
     def lookup(self, name: str, fingerprint: str,
                inputs: Optional[Mapping[str, str]] = None) -> Optional[dict[str, Any]]:
         """The finished entry of ``name`` at ``fingerprint``, or None; with ``inputs``, only
-        one made from those upstream entries (:func:`inputs_of`)."""
+        one made from those upstream entries (:func:`inputs_of`: an upstream that ran again
+        at its fingerprint since made a new output)."""
         entry = _read_json(self._entry_path(name, fingerprint))
         if entry is None or entry.get("status") != "done" or \
                 entry.get("fingerprint") != fingerprint or not self.holds(name, fingerprint):
             return None
         made_from = entry.get("inputs") or {}
-        if inputs is not None and any(made_from.get(d) != v for d, v in inputs.items()):
-            return None  # an upstream ran again at its fingerprint since: a new output
-        return entry
+        fresh = inputs is None or all(made_from.get(d) == v for d, v in inputs.items())
+        return entry if fresh else None
 
     def record(self, name: str, entry: dict[str, Any]) -> None:
         """Keep a finished entry (its folder must be complete: this makes it reusable)."""
@@ -221,8 +206,8 @@ class StageCache:
                     self._entry_path(name, fingerprint).unlink(missing_ok=True)  # first
                     shutil.rmtree(self.folder(name, fingerprint), ignore_errors=True)
             if not dry_run:
-                for partial in stage_root.glob("*.json.partial"):  # a write_json cut short
-                    partial.unlink(missing_ok=True)
+                for partial in stage_root.glob(".*.json.*.partial"):  # entries a kill cut short
+                    remove_partial_files(stage_root / partial.name[1:].rsplit(".", 2)[0])
                 for orphan in stage_root.glob("*.json"):  # an entry whose folder is gone
                     if not (stage_root / orphan.stem).is_dir():
                         orphan.unlink(missing_ok=True)

@@ -43,8 +43,8 @@ def collect_garbage(state_dir: Path, *, spec_name: Optional[str] = None, keep: i
                          "`dbspec run` used")
     report = CacheReport(dry_run=dry_run)
     for run_dir in sorted(p for p in runs.iterdir() if p.is_dir()):
-        if spec_name is not None and _spec_of(run_dir.name) != spec_name \
-                and run_dir.name != spec_name:
+        base = run_dir.name.removesuffix("-smoke").split("@", 1)[0]
+        if spec_name is not None and spec_name not in (base, run_dir.name):
             continue
         lock = RunLock(run_dir)
         try:
@@ -124,11 +124,6 @@ def render_report(report: CacheReport, *, keep: int) -> str:
              + ("would be freed (--dry-run: nothing deleted)" if report.dry_run else "freed")
              + f"; at most {keep} kept per stage")
     return "\n".join(lines + [total])
-
-
-def _spec_of(run_dir_name: str) -> str:
-    base = run_dir_name[:-len("-smoke")] if run_dir_name.endswith("-smoke") else run_dir_name
-    return base.split("@", 1)[0]
 
 
 def _human(size: float) -> str:

@@ -1,16 +1,11 @@
-"""Run a plan's stages in order in this process, with stage state on disk.
+"""Run a plan's stages in order in this process.
 
-Each stage's outputs and fingerprint are kept under ``.dbspec/runs/<spec>/`` (or, with a run
-key, in an MLflow run: see :mod:`dbspec.executors.state`), per fingerprint
-(:mod:`dbspec.executors.cache`). A rerun skips stages whose fingerprint is unchanged or has a
-finished entry in the cache (``batch_predict`` always runs: its input lives outside the spec);
-a change reruns what depends on it; ``--from`` forces a stage and its dependents; ``--only`` runs
-the named stages on recorded inputs; ``--resume`` continues an interrupted training from its
-last checkpoint.
-
-One run per run directory at a time (:mod:`dbspec.executors.lock`); a run first ends the MLflow
-runs that dead processes left RUNNING, and SIGTERM unwinds it like Ctrl-C
-(:mod:`dbspec.executors.recovery`).
+Stage state is kept per run directory (:mod:`.state`), each stage's files per fingerprint
+(:mod:`.cache`). A rerun skips stages whose fingerprint has a finished entry (``batch_predict``
+always runs: its input lives outside the spec) and reruns what depends on a change; ``--from``
+forces a stage and its dependents, ``--only`` runs the named stages on recorded inputs,
+``--resume`` continues an interrupted training. One run per run directory at a time
+(:mod:`.lock`); dead runs and SIGTERM are :mod:`.recovery`'s.
 """
 
 from __future__ import annotations
@@ -24,18 +19,20 @@ from typing import Any, Iterator, Optional, Sequence
 
 from dbspec.errors import DbspecError, UsageError, did_you_mean
 from dbspec.executors.cache import RERUN_FROM_CACHE, inputs_of, keep_from_env, run_dir_for
-from dbspec.executors.failures import failure_message
-from dbspec.executors.lock import RunLock
+from dbspec.executors.lock import RunLock, describe_holder
 from dbspec.executors.records import (DONE, FAILED, RUNNING, RunRecord, RunState, StageEntry,
                                       StageRecord)
-from dbspec.executors.recovery import RunTerminated, Terminated, sigterm_unwinds
+from dbspec.executors.recovery import (RunTerminated, Terminated, end_dead_runs,
+                                       failure_message, sigterm_unwinds)
 from dbspec.executors.state import LocalState, MlflowState, state_dir_of
 from dbspec.faults import pause_point
 from dbspec.plan import Plan, compile_plan
 from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
-from dbspec.stages.base import Reporter, RunOptions, StageContext
-
+from dbspec.stages.base import Reporter, RunOptions, StageContext, experiment_name
+from dbspec.tracking.mlflow_tracking import (TrackingError, check_tracking_server,
+                                             quiet_mlflow, resolve_tracking_uri)
+from dbspec.tracking.stores import sqlite_path
 
 
 @dataclass(frozen=True)
@@ -47,6 +44,7 @@ class _Pass:
     store: LocalState
     state: RunState
     only: tuple[str, ...]
+
 
 class StageFailed(DbspecError):
     """A stage raised; the run stopped there and can be resumed."""
@@ -63,7 +61,7 @@ class LocalExecutor:
         self.resume_command = resume_command
         self.spark: Any = None  # the Spark session of a run on Spark (executors.spark)
         self._tracker = None
-        self._guarded_depth = 0
+        self._locked = False
         self._stage_now: Optional[str] = None
 
     def run(self, loaded: LoadedSpec, *, only: Sequence[str] = (),
@@ -101,32 +99,31 @@ class LocalExecutor:
             status = "FAILED"
             try:
                 record = self._run(loaded, plan, store, state, only=only, from_stage=from_stage)
-                self._evict(store, state, keep)
+                removed = store.evict(state, keep)
+                if removed:
+                    self.reporter.line(f"  cache: {len(removed)} older entries removed "
+                                       f"({sum(r.bytes for r in removed) / 1e6:.1f} MB; at most "
+                                       f"{keep} kept per stage, DBSPEC_CACHE_KEEP)")
                 status = "FINISHED"
                 return record
             except KeyboardInterrupt:
                 status = "KILLED"
                 raise
             finally:
-                if isinstance(store, MlflowState):
-                    store.finish(status)
+                store.finish(status)
 
     @contextlib.contextmanager
     def guarded(self, loaded: LoadedSpec, run_key: Optional[str]) -> Iterator[None]:
         """Hold the run directory's lock, end the MLflow runs dead processes left RUNNING,
         and turn SIGTERM into :class:`RunTerminated` (re-entrant: the spark executor enters
         it before its session starts, and the run again inside)."""
-        if self._guarded_depth:
-            self._guarded_depth += 1
-            try:
-                yield
-            finally:
-                self._guarded_depth -= 1
+        if self._locked:
+            yield
             return
         what = f"dbspec run {loaded.spec.name}" + (f" --target {loaded.target}"
                                                    if loaded.target else "")
         lock = RunLock(state_dir_of(self.run_dir(loaded), run_key))
-        self._guarded_depth = 1
+        self._locked = True
         try:
             with sigterm_unwinds():
                 lock.acquire(what)
@@ -145,14 +142,13 @@ class LocalExecutor:
                 finally:
                     lock.release()
         finally:
-            self._guarded_depth = 0
+            self._locked = False
             self._stage_now = None
 
     def _after_a_crash(self, lock: RunLock, loaded: LoadedSpec, run_key: Optional[str]) -> bool:
         """Whether runs may have been left RUNNING: a dead holder's name in the lock file, a
-        stage recorded as running or failed (a SIGTERM'd run's workers), or a --resume. Else
-        there is nothing to look for, and a rerun whose stages are all cached opens no MLflow
-        store at all."""
+        stage recorded as running or failed, or a --resume (else a rerun whose stages are all
+        cached opens no MLflow store at all)."""
         if lock.previous or not lock.supported or self.options.resume:
             return True
         if run_key:
@@ -161,8 +157,6 @@ class LocalExecutor:
         return any(entry.status in (RUNNING, FAILED) for entry in stages.values())
 
     def _say_lock(self, lock: RunLock) -> None:
-        from dbspec.executors.lock import describe_holder
-
         if not lock.supported:
             self._warn(f"warning: {lock.path.parent} is on a file system without file locks: "
                        "this run is not protected from a second run of the same spec there")
@@ -175,27 +169,18 @@ class LocalExecutor:
 
     def end_dead_runs(self, loaded: LoadedSpec) -> list[str]:
         """End as KILLED this spec's MLflow runs whose process died on this host."""
-        from dbspec.executors.recovery import end_dead_runs
-        from dbspec.tracking.mlflow_tracking import TrackingError, resolve_tracking_uri
-
-        spec = loaded.spec
-        uri = resolve_tracking_uri(spec, self.project_dir)
-        from dbspec.tracking.stores import sqlite_path
-
-        database = sqlite_path(uri)
-        if database is not None and not database.exists():
-            return []  # a new store: nothing ran there yet
         import mlflow
         from mlflow.exceptions import MlflowException
 
-        from dbspec.tracking.mlflow_tracking import quiet_mlflow
-
+        spec = loaded.spec
+        uri = resolve_tracking_uri(spec, self.project_dir)
+        database = sqlite_path(uri)
+        if database is not None and not database.exists():
+            return []  # a new store: nothing ran there yet
         quiet_mlflow()
-        experiment = (spec.tracking.experiment or spec.name) + \
-            ("-smoke" if self.options.smoke else "")
         try:
             client = mlflow.MlflowClient(tracking_uri=uri)
-            found = client.get_experiment_by_name(experiment)
+            found = client.get_experiment_by_name(experiment_name(spec, self.options.smoke))
             if found is None:
                 return []
             return end_dead_runs(client, found.experiment_id, spec=spec.name,
@@ -215,36 +200,27 @@ class LocalExecutor:
     def check_placement(self, loaded: LoadedSpec) -> None:
         """Refuse, before any work, a run whose executors would need this machine's disk."""
         from dbspec.spark.placement import check_placement
-        from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
 
         spec = loaded.spec
         if getattr(self, "_placement_checked", None) is loaded:
             return
         self._placement_checked = loaded
-        notes = check_placement(spec, master=self.master(loaded), executor=self.kind,
-                                shared_dir=self.options.shared_dir,
-                                tracking_uri=resolve_tracking_uri(spec, self.project_dir),
-                                study_storage=spec.search.storage if spec.search else None)
-        for note in notes:
+        uri = resolve_tracking_uri(spec, self.project_dir)
+        for note in check_placement(spec, master=self.master(loaded), executor=self.kind,
+                                    shared_dir=self.options.shared_dir, tracking_uri=uri,
+                                    study_storage=spec.search.storage if spec.search else None):
             self.reporter.line(f"> {note}")
-        from dbspec.tracking.mlflow_tracking import check_tracking_server
-
-        check_tracking_server(resolve_tracking_uri(spec, self.project_dir))  # before any stage
+        check_tracking_server(uri)  # before any stage
 
     def state_store(self, loaded: LoadedSpec, run_key: Optional[str]) -> LocalState:
         """Local stage state, or the MLflow run of ``run_key``."""
         run_dir = self.run_dir(loaded)
         if not run_key:
             return LocalState(run_dir)
-        from dbspec.tracking.mlflow_tracking import resolve_tracking_uri
-
         spec = loaded.spec
-        experiment = spec.tracking.experiment or spec.name
-        if self.options.smoke:
-            experiment += "-smoke"
-        tags = {"dbspec.spec": spec.name, "dbspec.target": loaded.target or ""}
         return MlflowState(run_dir, tracking_uri=resolve_tracking_uri(spec, self.project_dir),
-                           experiment=experiment, key=run_key, tags=tags,
+                           experiment=experiment_name(spec, self.options.smoke), key=run_key,
+                           tags={"dbspec.spec": spec.name, "dbspec.target": loaded.target or ""},
                            state_dir=self.project_dir)
 
     def data_version(self, loaded: LoadedSpec) -> str:
@@ -336,38 +312,25 @@ class LocalExecutor:
         try:
             output = build_stage(planned).run(ctx).to_json()
         except BaseException as exc:
-            self._fail(store, state, planned.name, directory, exc)
+            (directory / "error.txt").write_text("".join(traceback.format_exception(exc)))
+            state.stages[planned.name] = replace(state.stages[planned.name], status=FAILED,
+                                                 error=f"{type(exc).__name__}: {exc}")
+            store.save(state, changed=(planned.name,))
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            raise StageFailed(failure_message(loaded.spec, planned.name, exc, directory, self.resume_command)) \
-                from None if isinstance(exc, DbspecError) else exc
+            message = failure_message(loaded.spec, planned.name, exc, directory,
+                                      self.resume_command)
+            raise StageFailed(message) from None if isinstance(exc, DbspecError) else exc
         self._tracker = ctx._tracker
         self._stage_now = None
         seconds = time.perf_counter() - started
         store.publish(planned.name)
         entry = StageEntry(planned.fingerprint, DONE, output, chain=planned.chain,
-                           seconds=seconds, finished_at=_now(), inputs=inputs)
+                           seconds=seconds, inputs=inputs,
+                           finished_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         state.stages[planned.name] = entry
         store.keep(planned.name, entry)  # its files are complete
         pause_point(f"stage.{planned.name}.kept")  # in the cache, state.json not yet
         store.save(state, changed=(planned.name,))
         self.reporter.line(f"  {planned.name} done in {seconds:.1f}s")
         return StageRecord(planned.name, "ran", seconds, output)
-
-    def _evict(self, store: LocalState, state: RunState, keep: int) -> None:
-        removed = store.evict(state, keep)
-        if removed:
-            freed = sum(r.bytes for r in removed) / 1e6
-            self.reporter.line(f"  cache: {len(removed)} older entries removed ({freed:.1f} MB; "
-                               f"at most {keep} kept per stage, DBSPEC_CACHE_KEEP)")
-
-    def _fail(self, store: LocalState, state, name, directory, exc) -> None:
-        detail = "".join(traceback.format_exception(exc))
-        (directory / "error.txt").write_text(detail)
-        state.stages[name] = replace(state.stages[name], status=FAILED,
-                                     error=f"{type(exc).__name__}: {exc}")
-        store.save(state, changed=(name,))
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

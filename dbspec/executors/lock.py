@@ -1,11 +1,9 @@
 """One ``dbspec run`` per run directory at a time.
 
-The lock is ``<run dir>/run.lock`` (``.dbspec/runs/<spec>[@target][-smoke][/key-K]/``), the
-directory whose ``state.json`` and ``stages/`` two runs would otherwise share. A lock per state
-dir would also serialise unrelated specs (or targets) of one project, which share nothing but
-the MLflow store. It is dbspec's one file lock (:mod:`dbspec.filelocks`): taken at once or
-refused with its holder's name, dropped by the kernel when the holder dies, and a holder that
-died holding it is told to the next run (:attr:`RunLock.previous`).
+The lock is ``<run dir>/run.lock``, on the directory whose ``state.json`` and ``stages/`` two
+runs would share (one per state dir would also serialise unrelated specs of one project). It is
+a :class:`~dbspec.filelocks.HostLock`: taken at once or refused with its holder's name, dropped
+by the kernel when the holder dies, which the next run is told (:attr:`RunLock.previous`).
 """
 
 from __future__ import annotations
@@ -24,8 +22,7 @@ class RunLocked(LockBusy):
 
 
 class RunLock(HostLock):
-    """The lock of one run directory, held from :meth:`acquire` to :meth:`release`; its
-    ``previous`` and ``supported`` are :class:`~dbspec.filelocks.HostLock`'s."""
+    """The lock of one run directory, held from :meth:`acquire` to :meth:`release`."""
 
     def __init__(self, run_dir: Path):
         super().__init__(Path(run_dir) / LOCK_NAME)

@@ -22,30 +22,25 @@ def stage_statuses(run_dir: Path, plan) -> dict[str, str]:
     run_dir = Path(run_dir)
     state, cache = RunState.from_json(read_state(run_dir)), StageCache(run_dir)
     statuses: dict[str, str] = {}
-    would: dict[str, dict] = {}  # the entries (JSON) the run would use: a stage that runs makes a new one
+    would: dict[str, dict] = {}  # the entries the run would use (a stage that runs: none yet)
     for planned in plan:
         name, fingerprint = planned.name, planned.fingerprint
         recorded = state.entry(name)
         here = recorded is not None and recorded.fingerprint == fingerprint and (
             cache.holds(name, fingerprint))
-        stage_root = run_dir / "cache" / name
         fresh = all(d in would for d in planned.depends_on)
         found = cache.lookup(name, fingerprint, inputs_of(planned.depends_on, would)) \
             if fresh else None
+        ran_here = recorded is not None or (run_dir / "cache" / name).is_dir()
+        statuses[name] = "stale" if ran_here else "new"  # also what a stage that always runs is
         if name == BatchPredictStage.name and BatchPredictStage.always_runs:
-            statuses[name] = "stale" if recorded is not None or stage_root.is_dir() else "new"
-        elif here and recorded is not None and recorded.done:
+            continue
+        if here and recorded is not None and recorded.done:
             statuses[name], would[name] = "cached", recorded.to_json()
         elif found is not None and name not in RERUN_FROM_CACHE:
             statuses[name], would[name] = "cached", found
-        elif found is not None:
-            statuses[name] = "stale"
-        elif here:
+        elif here and found is None:
             statuses[name] = "resumable"
-        elif recorded is not None or stage_root.is_dir():
-            statuses[name] = "stale"
-        else:
-            statuses[name] = "new"
     return statuses
 
 

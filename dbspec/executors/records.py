@@ -1,19 +1,18 @@
 """The stage state a run records between invocations (one entry per stage), and what one
 invocation did (:class:`RunRecord`, the input of the run summary).
 
-:class:`StageEntry` and :class:`RunState` are the only place the state is turned into JSON or
-read from it (``state.json`` of a run directory, ``dbspec/state/<stage>.json`` of a run key's
-MLflow run, the stage cache's ``<fingerprint>.json``). The JSON is the format earlier versions
-wrote, so a run recorded by them resumes as it is: keys an entry does not have (``chain`` and
-``inputs`` before the stage cache) read as unset, and unset keys are not written back.
+:class:`StageEntry` and :class:`RunState` alone turn the state into JSON and back
+(``state.json``, a run key's ``dbspec/state/<stage>.json``, the cache's ``<fingerprint>.json``):
+keys an entry lacks read as unset, and unset keys are not written.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, TypeVar
 
+from dbspec.executors.cache import LAYOUT
 from dbspec.stages.outputs import StageOutput
 
 O = TypeVar("O", bound=StageOutput)
@@ -29,14 +28,12 @@ class StageEntry:
     Attributes:
         fingerprint: The plan's fingerprint of the stage when it ran.
         status: ``running``, ``done`` or ``failed``.
-        output: The stage's record as JSON (:meth:`~dbspec.stages.outputs.StageOutput.to_json`),
-            empty until it is done.
+        output: The stage's output as JSON, empty until it is done.
         chain: The fingerprint without the executor (a data stage rerun only because the
             executor changed keeps what follows it).
-        seconds: How long the run took (done entries).
-        finished_at: When it finished, UTC (done entries; part of the entry's identity).
-        inputs: The identities of the upstream entries it was made from (done entries).
-        error: ``Type: message`` of what it raised (failed entries).
+        seconds, finished_at, inputs: Of a done entry: how long it ran, when it finished
+            (UTC; part of the entry's identity), the identities of the upstream entries it read.
+        error: ``Type: message`` of what a failed entry raised.
     """
 
     fingerprint: str
@@ -54,18 +51,12 @@ class StageEntry:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object recorded (unset keys left out)."""
-        out: dict[str, Any] = {}
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if value is not None:
-                out[item.name] = value
-        return out
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "StageEntry":
-        """An entry as recorded by this or an earlier version (unknown keys, such as the
-        cache's ``used``, are ignored; a missing fingerprint or status reads as empty, which
-        no plan matches: the stage runs again)."""
+        """An entry as recorded (unknown keys, such as the cache's ``used``, are ignored; a
+        missing fingerprint or status reads as empty, which no plan matches)."""
         return cls(fingerprint=str(data.get("fingerprint") or ""),
                    status=str(data.get("status") or ""),
                    output=dict(data.get("output") or {}),
@@ -77,11 +68,9 @@ class StageEntry:
 
 @dataclass
 class RunState:
-    """The recorded stages of one run directory (or run key); ``layout`` of its files
-    (:data:`~dbspec.executors.cache.LAYOUT`), None before the stage cache."""
+    """The recorded stages of one run directory (or run key)."""
 
     stages: dict[str, StageEntry] = field(default_factory=dict)
-    layout: Optional[int] = None
 
     def entry(self, name: str) -> Optional[StageEntry]:
         return self.stages.get(name)
@@ -91,29 +80,21 @@ class RunState:
         return {name: entry.to_json() for name, entry in self.stages.items()}
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"stages": self.stages_json()}
-        if self.layout is not None:
-            out["layout"] = self.layout
-        return out
+        """``state.json``, with the layout of the stage cache it describes."""
+        return {"stages": self.stages_json(), "layout": LAYOUT}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "RunState":
         stages = data.get("stages") or {}
         return cls({name: StageEntry.from_json(entry) for name, entry in stages.items()
-                    if isinstance(entry, Mapping)}, data.get("layout"))
+                    if isinstance(entry, Mapping)})
 
 
 @dataclass(frozen=True)
 class StageRecord:
-    """What happened to one stage in this invocation.
-
-    Attributes:
-        name: The stage.
-        action: ``ran`` or ``cached`` (skipped, reused from the cache, or recorded, with
-            ``--only``).
-        seconds: How long it ran here.
-        output: Its record as JSON (read it typed with :meth:`RunRecord.output`).
-    """
+    """What happened to one stage in this invocation: ``action`` is ``ran`` or ``cached``
+    (skipped, reused from the cache, or recorded, with ``--only``); ``output`` is its record as
+    JSON (read it typed with :meth:`RunRecord.output`)."""
 
     name: str
     action: str

@@ -1,12 +1,11 @@
-"""What a run leaves behind when its process dies, and how the next run deals with it.
+"""How a run that fails or dies is told, and how the next run deals with what it left.
 
-* Every MLflow run dbspec starts carries ``dbspec.pid`` and ``dbspec.host`` tags
-  (:func:`dbspec.tracking.mlflow_tracking.process_tags`). The next ``dbspec run`` of the same
-  spec and target ends the RUNNING runs whose process is gone from this host as KILLED
-  (:func:`end_dead_runs`): a ``kill -9`` leaves no RUNNING run behind for longer than it takes
-  to start the spec again.
+* A failed stage says its cause and how to go on from where it stopped
+  (:func:`failure_message`).
+* Every MLflow run dbspec starts is tagged with its process (``dbspec.pid``, ``dbspec.host``);
+  the next run of the spec ends those whose process is gone as KILLED (:func:`end_dead_runs`).
 * SIGTERM unwinds a run like Ctrl-C (:func:`sigterm_unwinds`): the MLflow run ends KILLED with
-  its buffered metrics flushed, the stage is recorded as failed and can be resumed.
+  its metrics flushed, the stage is recorded as failed and can be resumed.
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ import os
 import signal
 import socket
 import threading
-from typing import Callable, Iterator, Optional
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
 
 from dbspec.errors import DbspecError
 from dbspec.tracking.mlflow_tracking import process_alive
@@ -39,15 +39,11 @@ class RunTerminated(DbspecError):
 
 def end_dead_runs(client, experiment_id: str, *, spec: str, target: Optional[str],
                   say: Callable[[str], None]) -> list[str]:
-    """End as KILLED the RUNNING runs of ``spec``@``target`` whose process died on this host.
-
-    Runs of other hosts are left alone (their processes cannot be seen from here), and so are
-    runs without the process tags (older dbspec versions, other tools). Returns the run ids.
-    """
+    """End as KILLED the RUNNING runs of ``spec``@``target`` whose process died on this host;
+    returns their ids. Runs of other hosts, or without the process tags, are left alone."""
     here = socket.gethostname()
-    name = spec.replace("\\", "\\\\").replace("'", "\\'")
     found = client.search_runs([experiment_id], f"attributes.status = 'RUNNING' and "
-                               f"tags.`dbspec.spec` = '{name}'", max_results=200)
+                               f"tags.`dbspec.spec` = '{quoted(spec)}'", max_results=200)
     ended = []
     for run in found:
         tags = run.data.tags
@@ -68,11 +64,16 @@ def end_dead_runs(client, experiment_id: str, *, spec: str, target: Optional[str
     return ended
 
 
+def quoted(value: str) -> str:
+    """``value`` escaped for a quoted string of an MLflow search filter."""
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
     """Turn the first SIGTERM into :class:`Terminated` in the main thread; later ones are
-    ignored while the run unwinds, so its flush and its MLflow run's end are not cut short
-    (SIGKILL still stops it at once). Off the main thread signals cannot be handled: no-op."""
+    ignored while the run unwinds, so its flush and its MLflow run's end are not cut short.
+    Off the main thread signals cannot be handled: no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -89,3 +90,41 @@ def sigterm_unwinds() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def failure_message(spec: Any, name: str, exc: BaseException, directory: Path,
+                    resume_command: Optional[str]) -> str:
+    """``stage 'NAME' failed: CAUSE`` and a hint to fix and resume (finished stages are kept).
+
+    A data error is fixed in the data or the spec, so the same command runs again; a
+    refusal of the tracking server names the permission; anything unexpected points at the
+    stage's ``error.txt`` with its traceback.
+    """
+    from dbspec.data.sources import DataError
+    from dbspec.registry.errors import is_permission_denied
+
+    resume = f"\n  resume with: {resume_command} --resume" if resume_command else ""
+    if isinstance(exc, DataError):
+        cause = str(exc)
+        resume = ("\n  fix the data or the spec (or its --set values), then run again; "
+                  "finished stages are kept" + (f": {resume_command}" if resume_command else ""))
+    elif isinstance(exc, DbspecError):
+        cause = str(exc)
+    elif is_permission_denied(exc):  # a tracking server with auth refused its user
+        cause = _refusal(spec, name, exc)
+        resume = resume.replace("resume with", "then resume with")
+    else:
+        cause = f"{type(exc).__name__}: {exc} (traceback in {directory / 'error.txt'})"
+    return f"stage '{name}' failed: {cause}{resume}"
+
+
+def _refusal(spec: Any, stage: str, exc: BaseException) -> str:
+    """Who may not do what in ``stage``, and the permission it takes (roles, README)."""
+    from dbspec.registry.errors import denied
+
+    if stage in ("register", "promote"):
+        what, needs = f"registered model '{spec.registry.name}'", "EDIT on the registered model"
+    else:
+        what = f"experiment '{spec.tracking.experiment or spec.name}'"
+        needs = "EDIT on the experiment (roles.data_scientist or roles.admin)"
+    return str(denied(exc, f"write the {stage} stage's results to the {what}", needs))

@@ -1,8 +1,6 @@
-"""The Spark executor: the local executor with one Spark session around the whole run.
-
-Data stages read through the session, and the distributors (TorchDistributor, DeepSpeed, Ray
-on Spark) and the study's trial tasks use it; the session is started and stopped here, once,
-after the run lock is taken (so a second run is refused before paying for a session).
+"""The Spark executor: the local executor with one Spark session around the whole run, for the
+data stages, the distributors and the study's trial tasks. The session starts after the run lock
+is taken (a second run is refused before paying for a session).
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ from dbspec.spec.loader import LoadedSpec
 
 
 class SparkExecutor(LocalExecutor):
-    """The local executor with a Spark session: data stages read through Spark, and the
-    distributors use the same session. The session is started and stopped here, once."""
+    """The local executor with a Spark session, started and stopped here, once."""
 
     kind = "spark"
 

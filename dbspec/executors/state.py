@@ -1,20 +1,14 @@
 """Where stage state and stage files live between invocations.
 
-``LocalState`` keeps them under ``.dbspec/runs/<spec>[@target]/``: ``state.json``, and each
-stage's files per fingerprint in a :class:`~dbspec.executors.cache.StageCache`
-(``cache/<name>/<fingerprint>/``, ``stages/<name>`` leading to the current one), so returning
-to an earlier spec reuses its stages. One machine, the default.
+``LocalState`` (the default): ``.dbspec/runs/<spec>[@target]/state.json`` and a
+:class:`~dbspec.executors.cache.StageCache`, so returning to an earlier spec reuses its stages.
 
-``MlflowState`` keeps them in an MLflow run tagged ``dbspec.run_key=<key>``: each stage's entry
-as ``dbspec/state/<stage>.json`` and its files under ``dbspec/stages/<stage>/``. Processes on
-different machines that share a tracking server and a run key (``--run-key {{job.run_id}}`` in
-a generated job) hand stages over through it: a task downloads the files of the stages it
-depends on, runs its own and uploads them. Checkpoints stay local (they only serve
-``--resume`` within one task).
-
-Only a run key with no pipeline run yet, or a pipeline run without ``dbspec/state``, means
-"nothing ran yet": any failure to read the state (a server error, an unreadable entry) is a
-:class:`StateError`, so a job task fails instead of silently redoing every stage.
+``MlflowState``: the MLflow run tagged ``dbspec.run_key=<key>``, each stage's entry as
+``dbspec/state/<stage>.json`` and its files under ``dbspec/stages/<stage>/``. Processes on
+different machines with one tracking server and run key (``--run-key {{job.run_id}}`` in a
+generated job) hand stages over through it. Checkpoints stay local. Only a key with no
+pipeline run, or a run without ``dbspec/state``, means "nothing ran yet": any failure to read
+the state is a :class:`StateError`, so a job task fails instead of silently redoing every stage.
 """
 
 from __future__ import annotations
@@ -27,8 +21,9 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
 from dbspec.errors import DbspecError
-from dbspec.executors.cache import LAYOUT, Removal, StageCache, read_state
+from dbspec.executors.cache import Removal, StageCache, read_state
 from dbspec.executors.records import RunState, StageEntry
+from dbspec.executors.recovery import quoted
 from dbspec.paths import inside
 from dbspec.stages.base import write_json
 
@@ -57,7 +52,7 @@ class LocalState:
 
     def save(self, state: RunState, changed: Iterable[str] = ()) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_json(self.run_dir / "state.json", {**state.to_json(), "layout": LAYOUT})
+        write_json(self.run_dir / "state.json", state.to_json())
 
     def tidy(self) -> None:
         """Clean up after writers that died re-pointing a stage (under the run lock)."""
@@ -67,7 +62,6 @@ class LocalState:
         return inside(self.run_dir, "stages", name)
 
     def holds(self, name: str, fingerprint: str) -> bool:
-        """Whether the files of ``name`` at ``fingerprint`` are here (finished or not)."""
         return self.cache.holds(name, fingerprint)
 
     def reuse(self, name: str, fingerprint: str,
@@ -94,7 +88,6 @@ class LocalState:
         self.cache.record(name, entry.to_json())
 
     def evict(self, state: RunState, keep: int) -> list[Removal]:
-        """Drop cache entries beyond ``keep`` per stage (least recently used first)."""
         return self.cache.evict(state.to_json(), keep)
 
     def fetch(self, names: Iterable[str]) -> None:
@@ -102,6 +95,9 @@ class LocalState:
 
     def publish(self, name: str) -> None:
         """Share a finished stage's files (nothing to do locally)."""
+
+    def finish(self, status: str) -> None:
+        """End the run's shared record (nothing to do locally)."""
 
 
 class MlflowState(LocalState):
@@ -150,7 +146,7 @@ class MlflowState(LocalState):
 
             with self._tracking("the pipeline run"):
                 found = self.client.search_runs(
-                    [self.experiment_id], f"tags.`dbspec.run_key` = '{_quote(self.key)}'",
+                    [self.experiment_id], f"tags.`dbspec.run_key` = '{quoted(self.key)}'",
                     max_results=2)
                 if found:
                     self._run_id = found[0].info.run_id
@@ -208,14 +204,13 @@ class MlflowState(LocalState):
             for path in sorted(local.glob("*.json")):
                 try:
                     entry = json.loads(path.read_text())
+                    problem = "" if isinstance(entry, dict) else "is not a JSON object"
                 except (OSError, ValueError) as exc:
+                    problem = f"is unreadable ({exc})"
+                if problem:
                     raise StateError(f"--run-key {self.key}: the recorded state of stage "
-                                     f"'{path.stem}' in MLflow run {self.run_id} is "
-                                     f"unreadable ({exc}); rerun with a new --run-key") from None
-                if not isinstance(entry, dict):
-                    raise StateError(f"--run-key {self.key}: the recorded state of stage "
-                                     f"'{path.stem}' in MLflow run {self.run_id} is not a JSON "
-                                     "object; rerun with a new --run-key")
+                                     f"'{path.stem}' in MLflow run {self.run_id} {problem}; "
+                                     "rerun with a new --run-key") from None
                 if entry.get("status") != "invalidated":
                     stages[path.stem] = StageEntry.from_json(entry)
         return RunState(stages)
@@ -271,14 +266,10 @@ class MlflowState(LocalState):
                 where = "/".join(("dbspec", "stages", name, *relative.parts[:-1]))
                 self.client.log_artifact(self.run_id, str(path), where)
 
-    def finish(self, status: str = "FINISHED") -> None:
+    def finish(self, status: str) -> None:
         with self._tracking("the pipeline run"):
             self.client.set_terminated(self.run_id, status)
 
 
 def _safe(key: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)[:80]
-
-
-def _quote(key: str) -> str:
-    return key.replace("\\", "\\\\").replace("'", "\\'")

@@ -56,33 +56,28 @@ class RunSummary:
 
     @classmethod
     def of(cls, record: RunRecord) -> "RunSummary":
-        """run_id, experiment_id, model name and version, aliases set, gates, metrics,
-        stages."""
+        """The summary of a run's record."""
         train, tune = record.output(TrainOutput), record.output(TuneOutput)
         evaluate, register = record.output(EvaluateOutput), record.output(RegisterOutput)
         promote = record.output(PromoteOutput)
         batch, serve = record.output(BatchPredictOutput), record.output(ServeOutput)
-        search: dict[str, Any] = {}
+        trained = train.to_json() if train else {}
+        search = {k: v for k, v in tune.to_json().items() if k in _SEARCH} if tune else {}
         if tune is not None:
-            search = {k: v for k, v in tune.to_json().items() if k in _SEARCH}
             search["study_run_id"] = tune.run_id
         return cls(
-            spec=record.spec, target=record.target,
-            run_id=train.run_id if train else None,
-            experiment_id=train.experiment_id if train else None,
-            tracking_uri=train.tracking_uri if train else None,
-            model_uri=train.model_uri if train else None,
+            spec=record.spec, target=record.target, run_id=trained.get("run_id"),
+            experiment_id=trained.get("experiment_id"),
+            tracking_uri=trained.get("tracking_uri"), model_uri=trained.get("model_uri"),
             model_name=register.name if register else None,
             model_version=register.version if register else None,
             aliases_set=promote.aliases_set() if promote else {},
             previous_alias_holder=promote.previous if promote else None,
             promotion=promote.decision if promote else None,
             gates=list(promote.gates) if promote else [],
-            metrics=dict(evaluate.metrics) if evaluate else {},
-            search=search,
-            training={k: v for k, v in train.to_json().items() if k in _TRAINING}
-            if train else {},
-            diagnosis=list(train.diagnosis) if train else [],
+            metrics=dict(evaluate.metrics) if evaluate else {}, search=search,
+            training={k: v for k, v in trained.items() if k in _TRAINING},
+            diagnosis=list(trained.get("diagnosis", [])),
             learning_curve=dict(evaluate.learning_curve or {}) if evaluate else {},
             batch_predict=batch.to_json() if batch else {},
             serve=serve.to_json() if serve else {},
@@ -96,78 +91,68 @@ class RunSummary:
 
     def render(self) -> str:
         """An aligned text table."""
-        return render_summary(self.to_json())
+        ran = [s.name for s in self.stages if s.action == "ran"]
+        cached = [s.name for s in self.stages if s.action == "cached"]
+        rows = [("stages run", ", ".join(ran) or "none (all unchanged)")]
+        rows += [("stages cached", ", ".join(cached))] if cached else []
+        rows += [(label, value) for label, value in (
+            ("MLflow run", self.run_id), ("experiment", self.experiment_id),
+            ("tracking URI", self.tracking_uri)) if value]
+        if self.model_name:
+            rows.append(("model version", f"{self.model_name} v{self.model_version}"))
+        if self.promotion:
+            moved = ", ".join(f"@{a} -> v{v}" for a, v in self.aliases_set.items())
+            rows.append(("promotion", self.promotion + (f" ({moved})" if moved else "")))
+            rows += [("  gate", gate) for gate in self.gates]
+        rows += self._outcome_rows()
+        if self.training:
+            rows.append(("training", _training_row(self.training)))
+        curve = self.learning_curve
+        if curve:
+            rows.append(("learning curves", f"{curve['label']}: {curve['reason']}"
+                         + "".join(f"; {note}" for note in curve.get("notes", []))))
+        rows += [("" if i else "diagnosis", finding) for i, finding in enumerate(self.diagnosis)]
+        rows += [(name, f"{value:.6g}") for name, value in sorted(self.metrics.items())
+                 if name.startswith("test_")]
+        width = max(len(label) for label, _ in rows)
+        title = f"dbspec run {self.spec}" + (f" --target {self.target}" if self.target else "")
+        return "\n".join([title] + [f"  {label.ljust(width)}  {value}" for label, value in rows])
+
+    def _outcome_rows(self) -> list[tuple[str, str]]:
+        """What the run left behind besides the model: predictions, serving, search."""
+        rows: list[tuple[str, str]] = []
+        batch, serve, search = self.batch_predict, self.serve, self.search
+        if batch:
+            written = f"Delta v{batch['output_version']}" \
+                if batch.get("output_version") is not None else batch["format"]
+            rows.append(("predictions", f"{batch['rows']:,} rows -> {batch['output']} "
+                                        f"({written}) with {batch['model_uri']} "
+                                        f"(v{batch['model_version']})"))
+        if serve.get("problem"):
+            rows.append(("serving", serve["problem"]))
+        elif serve:
+            rows.append(("serving", f"{serve['model_uri']} (v{serve['model_version']}) answers; "
+                                    f"start it with: {serve['command']}"))
+        if search:
+            trials = ", ".join(f"{v} {k}" for k, v in search["trials"].items())
+            params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in search["best_params"].items())
+            rows += [("search", f"study {search['study_name']} ({trials}; "
+                                f"{search['epochs_trained']} epochs trained)"),
+                     ("  storage", search["storage"]),
+                     ("  best", f"{search['metric']}={search['best_value']:.6g} (trial "
+                                f"{search['best_trial']}): {params}")]
+        return rows
 
 
-def render_summary(summary: dict[str, Any]) -> str:
-    """An aligned text table of the summary."""
-    rows: list[tuple[str, str]] = []
-    ran = [s["name"] for s in summary["stages"] if s["action"] == "ran"]
-    cached = [s["name"] for s in summary["stages"] if s["action"] == "cached"]
-    rows.append(("stages run", ", ".join(ran) or "none (all unchanged)"))
-    if cached:
-        rows.append(("stages cached", ", ".join(cached)))
-    for key, label in (("run_id", "MLflow run"), ("experiment_id", "experiment"),
-                       ("tracking_uri", "tracking URI")):
-        if summary.get(key):
-            rows.append((label, str(summary[key])))
-    if summary.get("model_name"):
-        rows.append(("model version", f"{summary['model_name']} v{summary['model_version']}"))
-    if summary.get("promotion"):
-        moved = ", ".join(f"@{a} -> v{v}" for a, v in summary["aliases_set"].items())
-        rows.append(("promotion", summary["promotion"] + (f" ({moved})" if moved else "")))
-        for gate in summary["gates"]:
-            rows.append(("  gate", gate))
-    rows += _outcome_rows(summary)
-    training = summary.get("training", {})
-    if training:
-        rows.append(("training", f"{training.get('epochs_run')} epochs (best "
-                                 f"{training.get('best_epoch')}), "
-                                 f"{training.get('train_samples_per_second', 0):,.0f} samples/s "
-                                 f"on {training.get('device')} x{training.get('threads')} "
-                                 "threads" + (f", batch size {training['batch_size']}"
-                                              if training.get("batch_size") else "")
-                                 + (f", {training['world_size']} ranks ({training['backend']}"
-                                    f"{', ' + training['placement'] if training.get('placement') else ''})"
-                                    if training.get("world_size") else "")))
-    curve = summary.get("learning_curve") or {}
-    if curve:
-        rows.append(("learning curves", f"{curve['label']}: {curve['reason']}"
-                     + "".join(f"; {note}" for note in curve.get("notes", []))))
-    for i, finding in enumerate(summary.get("diagnosis") or []):
-        rows.append(("diagnosis" if i == 0 else "", finding))
-    for name, value in sorted(summary.get("metrics", {}).items()):
-        if name.startswith("test_"):
-            rows.append((name, f"{value:.6g}"))
-    width = max(len(label) for label, _ in rows)
-    title = f"dbspec run {summary['spec']}" + (f" --target {summary['target']}"
-                                               if summary.get("target") else "")
-    return "\n".join([title] + [f"  {label.ljust(width)}  {value}" for label, value in rows])
-
-
-def _outcome_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    """The rows of what the run left behind besides the model: predictions, serving, search."""
-    rows: list[tuple[str, str]] = []
-    batch = summary.get("batch_predict") or {}
-    if batch:
-        written = f"Delta v{batch['output_version']}" if batch.get("output_version") is not None \
-            else batch["format"]
-        rows.append(("predictions", f"{batch['rows']:,} rows -> {batch['output']} ({written}) "
-                                    f"with {batch['model_uri']} (v{batch['model_version']})"))
-    serve = summary.get("serve") or {}
-    if serve.get("problem"):
-        rows.append(("serving", serve["problem"]))
-    elif serve:
-        rows.append(("serving", f"{serve['model_uri']} (v{serve['model_version']}) answers; "
-                                f"start it with: {serve['command']}"))
-    search = summary.get("search") or {}
-    if search:
-        trials = ", ".join(f"{v} {k}" for k, v in search["trials"].items())
-        rows.append(("search", f"study {search['study_name']} ({trials}; "
-                               f"{search['epochs_trained']} epochs trained)"))
-        rows.append(("  storage", search["storage"]))
-        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                           for k, v in search["best_params"].items())
-        rows.append(("  best", f"{search['metric']}={search['best_value']:.6g} (trial "
-                               f"{search['best_trial']}): {params}"))
-    return rows
+def _training_row(training: dict[str, Any]) -> str:
+    """Epochs, throughput, device; the batch size and ranks when they are recorded."""
+    text = (f"{training.get('epochs_run')} epochs (best {training.get('best_epoch')}), "
+            f"{training.get('train_samples_per_second', 0):,.0f} samples/s on "
+            f"{training.get('device')} x{training.get('threads')} threads")
+    if training.get("batch_size"):
+        text += f", batch size {training['batch_size']}"
+    if training.get("world_size"):
+        placement = f", {training['placement']}" if training.get("placement") else ""
+        text += f", {training['world_size']} ranks ({training['backend']}{placement})"
+    return text

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Optional, Protocol, TypeVar
 
 from dbspec.atomic import write_atomic
+from dbspec.errors import DbspecError
+from dbspec.paths import inside
 from dbspec.spec.loader import LoadedSpec
 from dbspec.spec.sections import Spec
 from dbspec.stages.outputs import StageOutput
@@ -42,7 +44,8 @@ class Reporter:
 
     def line(self, text: str) -> None:
         if self.enabled:
-            self._clear()
+            if self.tty:
+                self.stream.write("\r\x1b[K")  # over the progress line
             print(text, file=self.stream, flush=True)
 
     def epoch(self, *, epoch: int, epochs: int, metrics: dict[str, float], **_: Any) -> None:
@@ -73,10 +76,6 @@ class Reporter:
                           f"{detail}\x1b[K")
         self.stream.flush()
 
-    def _clear(self) -> None:
-        if self.tty:
-            self.stream.write("\r\x1b[K")
-
 
 @dataclass
 class StageContext:
@@ -103,9 +102,7 @@ class StageContext:
         if self._tracker is None:
             from dbspec.tracking.mlflow_tracking import Tracker
 
-            experiment = None
-            if self.options.smoke:
-                experiment = f"{self.spec.tracking.experiment or self.spec.name}-smoke"
+            experiment = experiment_name(self.spec, True) if self.options.smoke else None
             self._tracker = Tracker(self.spec, self.project_dir, experiment=experiment)
         return self._tracker
 
@@ -135,13 +132,9 @@ class StageContext:
         Raises:
             DbspecError: no shared dir is set.
         """
-        from dbspec.errors import DbspecError
-
         if not self.options.shared_dir:
             raise DbspecError("spark.shared_dir: this stage's executors need a shared dir; set "
                               "spark.shared_dir, DBSPEC_SHARED_DIR or --shared-dir")
-        from dbspec.paths import inside
-
         return inside(Path(self.options.shared_dir) / "runs", self.run_name or self.spec.name,
                       self.directory.name)
 
@@ -159,6 +152,11 @@ class Stage(Protocol):
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (a crash leaves the old file or the new one, never half)."""
     write_atomic(path, json.dumps(data, indent=2, default=str))
+
+
+def experiment_name(spec: Spec, smoke: bool) -> str:
+    """The MLflow experiment of a run; smoke runs log to ``<experiment>-smoke``."""
+    return (spec.tracking.experiment or spec.name) + ("-smoke" if smoke else "")
 
 
 def registry_name(spec: Spec, options: RunOptions) -> Optional[str]:

@@ -19,12 +19,11 @@ def build_stage(planned: PlannedStage) -> Stage:
     from dbspec.stages.train import TrainStage
     from dbspec.stages.tune import TuneStage
 
-    if planned.name == "tune":
-        return TuneStage(planned.fingerprint)
-    kinds = {cls.name: cls for cls in (LoadDataStage, SplitStage, PreprocessStage, TrainStage,
-                                       EvaluateStage, RegisterStage, PromoteStage,
+    kinds = {cls.name: cls for cls in (LoadDataStage, SplitStage, PreprocessStage, TuneStage,
+                                       TrainStage, EvaluateStage, RegisterStage, PromoteStage,
                                        BatchPredictStage, ServeStage)}
     if planned.name not in kinds:
         raise DbspecError(f"stage '{planned.name}' has no implementation in this version of "
                           "dbspec")
-    return kinds[planned.name]()
+    return TuneStage(planned.fingerprint) if planned.name == TuneStage.name \
+        else kinds[planned.name]()

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from dbspec.data import store
+from dbspec.data.prepare import (Splits, Table, build_table, build_typed_table,
+                                 fit_preprocessing, split_rows)
+from dbspec.data.sources import DataError, read_source
 from dbspec.spec.layout import has_typed_features
-from dbspec.data.prepare import (FittedStep, Splits, Table, build_table, build_typed_table,
-                                  fit_preprocessing, split_rows)
-from dbspec.data.sources import read_source
 from dbspec.stages.base import SMOKE_ROWS, StageContext, write_json
 from dbspec.stages.outputs import LoadDataOutput, PreprocessOutput, SplitOutput
 
@@ -58,12 +57,10 @@ def _load_typed(ctx: StageContext, frame) -> tuple[Table, list[dict]]:
 def _load_streaming_spec(ctx: StageContext) -> LoadDataOutput:
     """A spec with ``data.streaming``: convert the source into shards (or find them), or,
     when it fits in memory, read it whole; either way the split is the hash split."""
-    from dbspec.data.convert import convert_source, count_rows, decide, open_source
-    from dbspec.data.shard_writing import check_schema
-
     import pyarrow as pa
 
-    from dbspec.data.sources import DataError
+    from dbspec.data.convert import convert_source, count_rows, decide, open_source
+    from dbspec.data.shard_writing import check_schema
 
     data = ctx.spec.data
     opened = open_source(data, base=Path.cwd(), spark=ctx.spark)
@@ -175,10 +172,12 @@ def load_data_access(ctx: StageContext):
     shard_set = shard_set_of(ctx)
     if shard_set is not None:
         return StreamedData(shard_set)
-    if ctx.output(LoadDataOutput).features is not None:
-        return InMemoryData(load_encoded_table(ctx), load_splits(ctx),
-                            raw=ctx.dir_of("load_data") / "raw.parquet")
-    return InMemoryData(load_table(ctx), load_splits(ctx))
+    splits = store.read_splits(ctx.dir_of("split"))
+    if ctx.output(LoadDataOutput).features is not None:  # the encoded matrix of preprocess
+        table = store.read_table(ctx.dir_of("load_data"), ctx.output(LoadDataOutput).to_json(),
+                                 ctx.dir_of("preprocess"))
+        return InMemoryData(table, splits, raw=ctx.dir_of("load_data") / "raw.parquet")
+    return InMemoryData(load_table(ctx), splits)
 
 
 def load_table(ctx: StageContext) -> Table:
@@ -194,12 +193,14 @@ class SplitStage:
     def run(self, ctx: StageContext) -> SplitOutput:
         if ctx.spec.data.streaming is not None:
             return _hash_split(ctx)
-        table = load_table(ctx)
         limit = SMOKE_ROWS if ctx.options.smoke else None
-        splits = split_rows(table, ctx.spec.data, limit=limit)
-        store.write_splits(ctx.directory, splits)
-        return SplitOutput(train=len(splits.train), validation=len(splits.validation),
-                           test=len(splits.test))
+        return _write_splits(ctx, split_rows(load_table(ctx), ctx.spec.data, limit=limit))
+
+
+def _write_splits(ctx: StageContext, splits: Splits) -> SplitOutput:
+    store.write_splits(ctx.directory, splits)
+    return SplitOutput(train=len(splits.train), validation=len(splits.validation),
+                       test=len(splits.test))
 
 
 def _hash_split(ctx: StageContext) -> SplitOutput:
@@ -212,15 +213,7 @@ def _hash_split(ctx: StageContext) -> SplitOutput:
         return SplitOutput(train=shard_set.rows("train"),
                            validation=shard_set.rows("validation"), test=shard_set.rows("test"))
     codes = np.load(ctx.dir_of("load_data") / "hash_split.npy")
-    splits = Splits(*(np.flatnonzero(codes == code) for code in range(3)))
-    store.write_splits(ctx.directory, splits)
-    return SplitOutput(train=len(splits.train), validation=len(splits.validation),
-                       test=len(splits.test))
-
-
-def load_splits(ctx: StageContext) -> Splits:
-    """The indices written by ``split``."""
-    return store.read_splits(ctx.dir_of("split"))
+    return _write_splits(ctx, Splits(*(np.flatnonzero(codes == code) for code in range(3))))
 
 
 class PreprocessStage:
@@ -240,7 +233,7 @@ class PreprocessStage:
             ctx.reporter.line(f"  fitted on {shard_set.rows('train'):,} streamed training rows "
                               f"({how})")
             return PreprocessOutput(steps=[step["kind"] for step in steps])
-        table, splits = load_table(ctx), load_splits(ctx)
+        table, splits = load_table(ctx), store.read_splits(ctx.dir_of("split"))
         if ctx.output(LoadDataOutput).features is not None:
             return _preprocess_typed(ctx, table, splits)
         steps = store.write_preprocessing(ctx.directory,
@@ -261,7 +254,6 @@ def _preprocess_typed(ctx: StageContext, table: Table, splits: Splits) -> Prepro
 
     from dbspec.models.encoding import encode_columns, fit_inputs, matrix_names
     from dbspec.models.inputs import InputError
-    from dbspec.data.sources import DataError
     from dbspec.spec.sections.features import TypedFeature
 
     started = time.perf_counter()
@@ -288,30 +280,3 @@ def _preprocess_typed(ctx: StageContext, table: Table, splits: Splits) -> Prepro
     ctx.reporter.line(f"  encoded {len(x):,} rows into {x.shape[1]:,} columns in "
                       f"{time.perf_counter() - started:.1f}s")
     return PreprocessOutput(steps=[step["kind"] for step in steps])
-
-
-def load_inputs(ctx: StageContext) -> Optional[list[dict]]:
-    """The fitted typed inputs ``preprocess`` wrote; None when every feature is numeric."""
-    import json
-
-    if ctx.output(LoadDataOutput).features is None:
-        return None
-    return json.loads((ctx.dir_of("preprocess") / "inputs.json").read_text())
-
-
-def load_encoded_table(ctx: StageContext) -> Table:
-    """The table of a spec with typed features: its encoded matrix from ``preprocess``."""
-    return store.read_table(ctx.dir_of("load_data"), ctx.output(LoadDataOutput).to_json(),
-                            ctx.dir_of("preprocess"))
-
-
-def load_stream_stats(ctx: StageContext) -> dict:
-    """What ``preprocess`` found in its pass over streamed training shards."""
-    import json
-
-    return json.loads((ctx.dir_of("preprocess") / "stats.json").read_text())
-
-
-def load_preprocessing(ctx: StageContext) -> list[FittedStep]:
-    """The fitted steps written by ``preprocess``."""
-    return store.read_preprocessing(ctx.dir_of("preprocess"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Optional
@@ -236,8 +237,9 @@ class PromoteStage:
         registered, evaluate = ctx.output(RegisterOutput), ctx.output(EvaluateOutput)
         name, version = registered.name, str(registered.version)
         registry = Registry(ctx.tracker.client)
-        candidate = Candidate(name, version, evaluate.metrics, _Rescorer(ctx, registry, name),
-                              diagnosis=getattr(evaluate, "diagnosis", None),
+        rescore = functools.cache(functools.partial(_rescore, ctx, registry, name))
+        candidate = Candidate(name, version, evaluate.metrics, rescore,
+                              diagnosis=evaluate.diagnosis,
                               stages=tuple(_stages(spec)),
                               run_id=ctx.output(TrainOutput).run_id)
         walked = promote_stages(registry, candidate, staged=spec.registry.staged())
@@ -268,47 +270,35 @@ def _said(decision) -> str:
     return f"-> v{version}{was}" if decision.moved else f"v{version} holds it already"
 
 
-class _Rescorer:
-    """A champion's figure on this run's own split (champion vs challenger), scored once per
-    holder and metric, whichever stage asks."""
+def _rescore(ctx: StageContext, registry, name: str, holder: str,
+             metric: str) -> Optional[float]:
+    """Version ``holder``'s ``metric`` on this run's split (a champion against the challenger;
+    :func:`functools.cache` scores each holder and metric once, whichever stage asks).
 
-    def __init__(self, ctx: StageContext, registry, name: str):
-        self.ctx, self.registry, self.name = ctx, registry, name
-        self.scores: dict[tuple[str, str], Optional[float]] = {}
+    Raises:
+        RegistryUnavailable: the champion cannot be loaded (its gate then fails).
+    """
+    import mlflow
+    from mlflow.exceptions import MlflowException
 
-    def __call__(self, holder: str, metric: str) -> Optional[float]:
-        if (holder, metric) not in self.scores:
-            self.scores[holder, metric] = self._rescore(holder, metric)
-        return self.scores[holder, metric]
+    from dbspec.evaluation.metrics import task_metrics
+    from dbspec.registry.candidate import recorded_metrics
+    from dbspec.registry.errors import unavailable
 
-    def _rescore(self, holder: str, metric: str) -> Optional[float]:
-        """Version ``holder``'s ``metric`` on this run's split.
-
-        Raises:
-            RegistryUnavailable: the champion cannot be loaded (its gate then fails).
-        """
-        import mlflow
-        from mlflow.exceptions import MlflowException
-
-        from dbspec.evaluation.metrics import task_metrics
-        from dbspec.registry.candidate import recorded_metrics
-        from dbspec.registry.errors import unavailable
-
-        split, _, base = metric.partition("_")
-        data = load_data_access(self.ctx)
-        try:
-            model = mlflow.pyfunc.load_model(f"models:/{self.name}/{holder}")
-        except (MlflowException, OSError) as exc:
-            raise unavailable(exc, f"the champion {self.name} v{holder}") from None
-        served = model.unwrap_python_model().model
-        if served.card.feature_names != data.feature_names or served.card.inputs != data.inputs:
-            # other columns, or typed features encoded with another vocabulary: the champion
-            # cannot score this encoding; its own logged figure stands
-            return recorded_metrics(self.registry.version(self.name, holder).tags or {}).get(
-                metric)
-        if base == "loss":
-            return _loss(served, data, split)
-        found = task_metrics(self.ctx.spec.data.task, data.targets(split),
-                             score_split(served, data, split), [base],
-                             threshold=self.ctx.spec.evaluation.threshold)
-        return found[base]
+    split, _, base = metric.partition("_")
+    data = load_data_access(ctx)
+    try:
+        model = mlflow.pyfunc.load_model(f"models:/{name}/{holder}")
+    except (MlflowException, OSError) as exc:
+        raise unavailable(exc, f"the champion {name} v{holder}") from None
+    served = model.unwrap_python_model().model
+    if served.card.feature_names != data.feature_names or served.card.inputs != data.inputs:
+        # other columns, or typed features encoded with another vocabulary: the champion
+        # cannot score this encoding; its own logged figure stands
+        return recorded_metrics(registry.version(name, holder).tags or {}).get(metric)
+    if base == "loss":
+        return _loss(served, data, split)
+    found = task_metrics(ctx.spec.data.task, data.targets(split),
+                         score_split(served, data, split), [base],
+                         threshold=ctx.spec.evaluation.threshold)
+    return found[base]

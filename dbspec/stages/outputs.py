@@ -1,15 +1,9 @@
 """What each stage hands to the stages after it: one frozen record per stage kind.
 
-A stage returns its record; the executor stores it as JSON (:meth:`StageOutput.to_json`) in the
-stage's state entry (``state.json``, or ``dbspec/state/<stage>.json`` in a run key's MLflow
-run); later stages and the run summary read it back typed (:meth:`StageOutput.from_json`,
-through :meth:`~dbspec.stages.base.StageContext.output`). These two methods are the only place
-a stage output is turned into JSON or read from it, so a field is renamed or retyped here and
-the type checker finds every reader.
-
-The JSON is the format earlier versions wrote (same keys, optional keys left out when unset),
-so state recorded before these records existed is read as it is, and re-recording it changes
-nothing (the stage cache identifies an entry by a digest of its output).
+The executor stores a stage's record as JSON in its state entry; later stages and the run
+summary read it back typed. :meth:`StageOutput.to_json` and :meth:`StageOutput.from_json` are
+the only place a record becomes JSON or is read from it. Re-recording a record read from JSON
+must not change it: the stage cache identifies an entry by a digest of its output.
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ class OutputError(DbspecError):
 
 
 def _omitted_when_none() -> Any:
-    """A field left out of the JSON while it is None (a key earlier versions wrote only when
-    it had a value)."""
+    """A field left out of the JSON while it is None."""
     return field(default=None, metadata={"omit_none": True})
 
 
@@ -40,13 +33,8 @@ class StageOutput:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object recorded for the stage (fields in order, unset optional keys out)."""
-        out = {}
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if value is None and item.metadata.get("omit_none"):
-                continue
-            out[item.name] = value
-        return out
+        return {item.name: getattr(self, item.name) for item in fields(self)
+                if getattr(self, item.name) is not None or not item.metadata.get("omit_none")}
 
     @classmethod
     def from_json(cls: type[O], data: Mapping[str, Any]) -> O:
@@ -71,16 +59,12 @@ class LoadDataOutput(StageOutput):
     """``load_data``: the table's shape and where it came from.
 
     Attributes:
-        rows: Usable rows.
-        feature_names: Feature columns, in model order.
         classes: Original labels (index = encoded class); None for regression.
         data_version: The source's version (``delta-v3``, a file digest...).
-        uri: Where the rows were read.
         shards: The shard set's directory when the data streams (``data.streaming``), else
             None (the rows are in the stage's ``table.npz``).
         features: With typed features (text, images...): every feature's spec, its type
-            resolved (``raw.parquet`` holds their columns; ``preprocess`` encodes them); None
-            when every feature is numeric.
+            resolved (``raw.parquet`` holds their columns); None when all are numeric.
     """
 
     stage: ClassVar[str] = "load_data"
@@ -113,20 +97,14 @@ class PreprocessOutput(StageOutput):
 
 @dataclass(frozen=True)
 class TuneOutput(StageOutput):
-    """``tune``: the study and its best trial.
+    """``tune``: the Optuna study (``storage`` is its URL, ``run_id`` its parent MLflow run)
+    and its best trial.
 
     Attributes:
-        study_name: The Optuna study.
-        storage: Its storage URL.
-        run_id: The study's parent MLflow run.
-        final_model: ``retrain`` or ``best_trial`` (train reuses the trial's model).
-        trials_dir: Where trial models are kept.
-        best_value: The best trial's metric.
-        best_params: Its parameters, as ``--set`` paths.
-        best_trial: Its number.
+        best_params: The best trial's parameters, as ``--set`` paths.
         trials: Counts of complete, pruned and failed trials.
-        epochs_trained: Epochs over all trials.
-        metric: The metric optimised.
+        final_model: ``retrain`` or ``best_trial`` (train reuses the trial's model, kept in
+            ``trials_dir``).
     """
 
     stage: ClassVar[str] = "tune"
@@ -149,24 +127,15 @@ class TrainOutput(StageOutput):
     """``train``: the MLflow run and logged model, and how training went.
 
     Attributes:
-        run_id: The training's MLflow run.
-        experiment_id: Its experiment.
-        tracking_uri: The store it is in.
         model_uri: The logged model (``models:/m-...``).
         resumed_from_epoch: The checkpoint's epoch a resumed training started from.
-        stopped_early: Early stopping ended it.
-        device: ``cpu``, ``cuda:0``...
         threads: Torch intra-op threads.
-        parameters: Trainable parameters of the network.
         best_epoch: The epoch kept (1-based).
-        epochs_run: Epochs trained.
-        train_samples_per_second: Training throughput.
         diagnosis: Findings about the run (bottlenecks, advice).
         gpu_monitoring: ``available``, ``off``, or why GPUs are not monitored.
         batch_size: The batch size, when it differs from the spec's (an automatic retry).
-        world_size: Ranks of a distributed training.
-        backend: Its process-group backend.
-        placement: Where its ranks ran, in words.
+        world_size, backend, placement: Of a distributed training: its ranks, process-group
+            backend and where the ranks ran, in words.
     """
 
     stage: ClassVar[str] = "train"
@@ -198,8 +167,7 @@ class EvaluateOutput(StageOutput):
     metrics: dict[str, float]
     plots: list[str] = field(default_factory=list)
     confusion_matrix: Optional[list[list[int]]] = _omitted_when_none()
-    #: The learning-curve label (``overfitting``, ``underfitting``, ``converged``,
-    #: ``undetermined``); None in state written before it existed.
+    #: The learning-curve label (``overfitting``, ``underfitting``, ``converged``...).
     diagnosis: Optional[str] = _omitted_when_none()
     #: :meth:`dbspec.evaluation.curves.CurveDiagnosis.to_json` of the run.
     learning_curve: Optional[dict[str, Any]] = _omitted_when_none()
@@ -220,8 +188,6 @@ class PromoteOutput(StageOutput):
     """``promote``: the gates' verdict on the version and where the alias went.
 
     Attributes:
-        name: The registered model.
-        version: The version gated.
         alias: The promotion alias (with stages: the last stage entered).
         decision: ``promoted``, ``rejected``, or ``awaiting_approval`` (stopped at a stage that
             requires approval).
@@ -230,7 +196,7 @@ class PromoteOutput(StageOutput):
         passed: Whether every gate passed.
         stages: Per stage entered, in order: ``{alias, outcome, moved, previous, gates}``,
             ``outcome`` one of ``promoted`` (the alias is the version's), ``awaiting_approval``,
-            ``rejected``; None in state written before stages existed.
+            ``rejected``.
     """
 
     stage: ClassVar[str] = "promote"

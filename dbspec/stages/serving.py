@@ -7,6 +7,9 @@ points now), so it runs on every ``dbspec run``. Smoke runs use the version they
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from dbspec.data.sources import DataError
 from dbspec.errors import DbspecError
 from dbspec.seams.targets import BatchRequest, find_target
 from dbspec.stages.base import StageContext, registry_name
@@ -51,10 +54,6 @@ class BatchPredictStage:
         Raises:
             DataError: a local input path that does not exist.
         """
-        from pathlib import Path
-
-        from dbspec.data.sources import DataError
-
         batch = spec.serving.batch
         if batch is None or "://" in batch.input:
             return

@@ -1,10 +1,9 @@
 """train: build the network, train it, log the run and the served model to MLflow.
 
-A resumed training logs each epoch exactly once to its MLflow run: epochs MLflow already has
-are not logged again when they are retrained after the checkpoint, and epochs the checkpoint
-has but MLflow lost (the metric buffer of a killed run) are logged from the checkpoint's
-history. Flushing at each checkpoint instead would cost a ``log_batch`` per epoch at the
-default checkpoint interval.
+A resumed training logs each epoch once to its MLflow run: epochs MLflow has are not logged
+again when retrained after the checkpoint, and epochs it lost (a killed run's metric buffer) are
+logged from the checkpoint's history (flushing at each checkpoint would cost a ``log_batch`` per
+epoch).
 """
 
 from __future__ import annotations
@@ -16,11 +15,12 @@ from typing import Any, Optional
 
 import numpy as np
 
-from dbspec.errors import DbspecError
+from dbspec.errors import DbspecError, redact_data
 from dbspec.faults import pause_point
 from dbspec.seams.compute import compute_kind
 from dbspec.stages.base import StageContext, write_json
-from dbspec.stages.data import load_data_access, load_preprocessing, load_stream_stats
+from dbspec.data import store
+from dbspec.stages.data import load_data_access
 from dbspec.stages.outputs import LoadDataOutput, TrainOutput, TuneOutput
 
 
@@ -46,7 +46,10 @@ class TrainStage:
         tracker = ctx.tracker
         observer = TrainingObserver(job.spec, log_dir=ctx.directory / "tensorboard",
                                     say=ctx.reporter.line)
-        with tracker.run(job.previous_run, tags=_run_tags(ctx, job.spec),
+        tags = {"dbspec.spec": job.spec.name, "dbspec.target": ctx.loaded.target or "",
+                "dbspec.smoke": str(ctx.options.smoke).lower(),
+                "dbspec.data_version": ctx.output(LoadDataOutput).data_version}
+        with tracker.run(job.previous_run, tags=tags,
                          system_metrics=job.spec.tracking.system_metrics) as run_id, observer:
             write_json(ctx.directory / "run.json", {"run_id": run_id})
             if job.previous_run is not None:
@@ -74,9 +77,12 @@ class _TrainingJob:
 
 def _prepare(ctx: StageContext) -> _TrainingJob:
     """The data, the checkpoints (cleared unless resuming) and the run to continue."""
+    from dbspec.spec.loader import apply_values
     from dbspec.training.checkpoints import CheckpointStore
 
-    spec = tuned_spec(ctx)
+    spec = ctx.spec  # with the search's best parameters applied when a study ran before
+    if ctx.has_output(TuneOutput):
+        spec = apply_values(ctx.loaded, ctx.output(TuneOutput).best_params).spec
     files = _rank_files_dir(ctx, spec)
     checkpoints = None
     if spec.training.checkpointing.enabled:
@@ -89,15 +95,10 @@ def _prepare(ctx: StageContext) -> _TrainingJob:
     previous_run = json.loads(run_file.read_text())["run_id"] \
         if ctx.options.resume and run_file.exists() else None
     reused = ctx.has_output(TuneOutput) and ctx.output(TuneOutput).final_model == "best_trial"
-    return _TrainingJob(ctx, spec, load_data_access(ctx), load_preprocessing(ctx),
+    return _TrainingJob(ctx, spec, load_data_access(ctx),
+                        store.read_preprocessing(ctx.dir_of("preprocess")),
                         files, checkpoints, 1 if ctx.options.smoke else spec.training.epochs,
                         previous_run, reused)
-
-
-def _run_tags(ctx: StageContext, spec) -> dict[str, str]:
-    return {"dbspec.spec": spec.name, "dbspec.target": ctx.loaded.target or "",
-            "dbspec.smoke": str(ctx.options.smoke).lower(),
-            "dbspec.data_version": ctx.output(LoadDataOutput).data_version}
 
 
 def _fit(job: _TrainingJob, tracker, run_id: str, observer):
@@ -126,7 +127,8 @@ def _fit_data(job: _TrainingJob, options):
 
     data = job.data
     if data.streamed:
-        return fit_streamed(job.spec, data, load_stream_stats(job.ctx), job.fitted, options)
+        stats = json.loads((job.ctx.dir_of("preprocess") / "stats.json").read_text())
+        return fit_streamed(job.spec, data, stats, job.fitted, options)
     return fit_spec(job.spec, data.table, data.splits, job.fitted, options)
 
 
@@ -149,9 +151,13 @@ def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
             work_dir=job.files / "distributed",
             tracking=TrackingTarget(tracker.tracking_uri, run_id),
             say=ctx.reporter.line))
-    if "placement" not in result.outcome.extra:  # a launcher may word its own
-        result.outcome.extra["placement"] = _placement(spec, session, job.files)
-    _log_ranks(tracker, result.outcome.extra)
+    extra = result.outcome.extra
+    if "placement" not in extra:  # a launcher may word its own
+        extra["placement"] = _placement(spec, session, job.files)
+    tracker.log_params({"dbspec.world_size": str(extra["world_size"]),
+                        "dbspec.backend": extra["backend"]})
+    tracker.log_metrics({f"rank_{r['rank']}_samples_per_second": r["samples_per_second"]
+                         for r in extra["ranks"]})
     return result
 
 
@@ -183,13 +189,9 @@ def _log_served_model(job: _TrainingJob, tracker, result) -> str:
     write_json(job.ctx.directory / "history.json", outcome.history)
     example = _example_frame(job.data)
     model_uri = tracker.log_model(served_dir, example, served.predict_frame(example))
-    tracker.log_metrics(_summary_metrics(outcome))
+    tracker.log_metrics({"best_epoch": outcome.best_epoch + 1, "epochs_run": outcome.epochs_run,
+                         "train_samples_per_second": outcome.samples_per_second})
     return model_uri
-
-
-def _summary_metrics(outcome) -> dict[str, float]:
-    return {"best_epoch": outcome.best_epoch + 1, "epochs_run": outcome.epochs_run,
-            "train_samples_per_second": outcome.samples_per_second}
 
 
 def _output(job: _TrainingJob, tracker, model_uri: str, result, diagnosis: list[str],
@@ -198,8 +200,9 @@ def _output(job: _TrainingJob, tracker, model_uri: str, result, diagnosis: list[
     outcome, extra = result.outcome, result.outcome.extra
     distributed = "world_size" in extra
     return TrainOutput(
-        run_id=tracker.run_id, experiment_id=tracker.experiment_id, tracking_uri=tracker.tracking_uri,
-        model_uri=model_uri, resumed_from_epoch=outcome.resumed_from,
+        run_id=tracker.run_id, experiment_id=tracker.experiment_id,
+        tracking_uri=tracker.tracking_uri, model_uri=model_uri,
+        resumed_from_epoch=outcome.resumed_from,
         stopped_early=outcome.stopped_early, device=str(result.device),
         threads=result.threads, parameters=result.parameters,
         best_epoch=outcome.best_epoch + 1, epochs_run=outcome.epochs_run,
@@ -244,14 +247,6 @@ def _example_frame(data):
     return pd.DataFrame(data.head("train", 5).astype(np.float64), columns=data.feature_names)
 
 
-def _log_ranks(tracker, extra: dict) -> None:
-    """World size, backend and per-rank throughput of a distributed training run."""
-    tracker.log_params({"dbspec.world_size": str(extra["world_size"]),
-                        "dbspec.backend": extra["backend"]})
-    tracker.log_metrics({f"rank_{r['rank']}_samples_per_second": r["samples_per_second"]
-                         for r in extra["ranks"]})
-
-
 def _best_trial(ctx: StageContext):
     """The best trial's model and training record, reused instead of training again."""
     import torch
@@ -273,15 +268,6 @@ def _best_trial(ctx: StageContext):
                   sum(p.numel() for p in served.network.parameters()))
 
 
-def tuned_spec(ctx: StageContext):
-    """The spec, with the search's best parameters applied when a study ran before."""
-    if not ctx.has_output(TuneOutput):
-        return ctx.spec
-    from dbspec.spec.loader import apply_values
-
-    return apply_values(ctx.loaded, ctx.output(TuneOutput).best_params).spec
-
-
 #: Rows of a streamed training split logged as the run's dataset (MLflow profiles the frame).
 DATASET_ROWS_STREAMED = 10_000
 
@@ -291,7 +277,6 @@ def _log_inputs(ctx: StageContext, spec, tracker, data, result) -> None:
     import pandas as pd
     import yaml
 
-    from dbspec.errors import redact_data
     from dbspec.tracking.mlflow_tracking import flatten
 
     parameters, threads, device = result.parameters, result.threads, result.device

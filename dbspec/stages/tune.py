@@ -19,17 +19,9 @@ SMOKE_TRIALS = 3
 
 @dataclass(frozen=True)
 class TrialBudget:
-    """How a run of the stage makes its trials.
-
-    Attributes:
-        n_trials: Trials the study should hold (a smoke run: at most :data:`SMOKE_TRIALS`).
-        parallelism: Trials at a time (a smoke run: 1).
-        epochs: Epochs a trial trains at most (a smoke run: 1).
-        seed: The sampler's seed (``search.sampler.seed``, else ``training.seed``); worker
-            ``i`` samples with ``seed + i``.
-        timeout: ``search.timeout``.
-        smoke: Whether this is a smoke run.
-    """
+    """How a run of the stage makes its trials: ``n_trials`` the study should hold,
+    ``parallelism`` at a time, each trained for at most ``epochs``; worker ``i`` samples with
+    ``seed + i``."""
 
     n_trials: int
     parallelism: int
@@ -40,7 +32,8 @@ class TrialBudget:
 
     @classmethod
     def of(cls, spec, smoke: bool) -> "TrialBudget":
-        """The budget of ``spec``'s search, cut down for a smoke run."""
+        """The budget of ``spec``'s search; a smoke run makes at most :data:`SMOKE_TRIALS`
+        trials of one epoch, one at a time."""
         search = spec.search
         return cls(n_trials=min(search.n_trials, SMOKE_TRIALS) if smoke else search.n_trials,
                    parallelism=1 if smoke else search.parallelism,
@@ -59,12 +52,14 @@ class TuneStage:
         self.fingerprint = fingerprint
 
     def run(self, ctx: StageContext) -> TuneOutput:
+        from dbspec.spark.placement import is_local_master
         from dbspec.tuning.objective import StudySetup
 
         spec, search = ctx.spec, ctx.spec.search
         budget = TrialBudget.of(spec, ctx.options.smoke)
         name = default_study_name(spec, ctx.loaded.target, self.fingerprint, budget.smoke)
-        remote = _trials_on_other_machines(ctx)
+        remote = ctx.spark is not None and not is_local_master(ctx.spark.sparkContext.master)
+        trial_models = str(trials_dir(ctx, name, remote).resolve())
         studies = (Path(ctx.options.shared_dir) / "studies") if remote else None
         storage = storage_url(search, ctx.project_dir, studies)
         study = self._open_study(search, name, storage, budget)
@@ -79,7 +74,7 @@ class TuneStage:
                 # absolute: workers (Spark tasks above all) may run in another directory
                 data_dirs=_trial_data_dirs(ctx, remote),
                 table_meta=ctx.output(LoadDataOutput).to_json(),
-                tune_dir=str(trials_dir(ctx, name, remote).resolve()),
+                tune_dir=trial_models,
                 tracking_uri=tracker.tracking_uri, experiment_id=tracker.experiment_id,
                 parent_run_id=run_id, study_name=name, storage=storage,
                 epochs=budget.epochs if budget.smoke else None, seed=budget.seed,
@@ -90,7 +85,7 @@ class TuneStage:
                           f"{summary['best_trial']}: {summary['best_params']}")
         return TuneOutput(study_name=name, storage=storage, run_id=run_id,
                           final_model=search.final_model,
-                          trials_dir=str(trials_dir(ctx, name, remote).resolve()), **summary)
+                          trials_dir=trial_models, **summary)
 
     def _open_study(self, search, name: str, storage: str, budget: TrialBudget):
         """The study, created or continued.
@@ -163,12 +158,6 @@ def trials_dir(ctx: StageContext, study: str, remote: bool = False) -> Path:
     Trials on other machines write theirs to the shared dir."""
     root = Path(ctx.options.shared_dir) if remote else ctx.project_dir
     return root / "studies" / study / "trials"
-
-
-def _trials_on_other_machines(ctx: StageContext) -> bool:
-    from dbspec.spark.placement import is_local_master
-
-    return ctx.spark is not None and not is_local_master(ctx.spark.sparkContext.master)
 
 
 def _trial_data_dirs(ctx: StageContext, remote: bool) -> dict[str, str]:
@@ -257,14 +246,12 @@ def _summarize(study, metric: str) -> dict[str, Any]:
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
+    kinds = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}
     counts = {"complete": 0, "pruned": 0, "failed": 0}
     for trial in trials:
-        key = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(trial.state,
-                                                                                 "failed")
-        counts[key] += 1
+        counts[kinds.get(trial.state, "failed")] += 1
     epochs = sum(int(t.user_attrs.get("epochs", 0)) for t in trials)
-    complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    if not complete:
+    if not counts["complete"]:
         reasons = sorted({t.user_attrs.get("error", "pruned") for t in trials})[:3]
         raise TrialFailed(f"no trial of the study completed ({counts}); first reasons: "
                           + "; ".join(reasons))

@@ -247,6 +247,17 @@ def test_eviction_keeps_current_drops_unfinished_and_ignores_broken_entries(tmp_
         "cur", "cur.json", "new", "new.json"]
 
 
+def test_eviction_removes_the_partial_entries_of_dead_writers(tmp_path):
+    cache = StageCache(tmp_path)
+    cache.prepare("train", "f1", keep_files=False)
+    dead = tmp_path / "cache/train/.f1.json.999999999-deadbeef.partial"
+    live = tmp_path / f"cache/train/.f1.json.{os.getppid()}-cafecafe.partial"
+    dead.write_text("{")
+    live.write_text("{")
+    cache.evict({"stages": {"train": {"fingerprint": "f1"}}}, 1)
+    assert not dead.exists() and live.exists()
+
+
 def test_a_kill_while_relinking_leaves_a_leftover_the_next_run_removes(tmp_path):
     cache = StageCache(tmp_path)
     cache.prepare("split", "f1", keep_files=False)
