@@ -187,14 +187,13 @@ def serve_model(choice: ModelChoice, flags: ServeFlags, *,
         DbspecError: no token where one is needed (before the slow model load), no such
             version, or a server that does not start.
     """
-    from dbspec.serving.server import resolve_token, resolve_tokens
+    from dbspec.serving.server import resolve_tokens
     from dbspec.serving.source import load_version
 
     target = find_target("realtime", "local")
     opened = open_model(choice)
     options = serve_options(flags, opened.spec)
-    resolve_token(options)  # refuse before the slow model load
-    resolve_tokens(options)
+    resolve_tokens(options)  # refuse before the slow model load
     loaded = load_version(opened.client, opened.model, opened.version, without_torch=True)
     target.run(ServeRequest(loaded, options, client=opened.client, model=opened.model,
                             say=say))
