@@ -1,15 +1,11 @@
 """Registry reads for serving, through MLflow's public client, with MLflow kept out of the server.
 
-``dbspec serve`` needs two answers from the registry before it loads a model: which version the
-target names (an alias, a number, or the latest) and where that version's files are. Importing
-MLflow for them costs about 2 s and 150 MB, which a long-lived server would then hold for
-nothing. :class:`ServingRegistry` asks them once, at start, of an ``mlflow.MlflowClient`` in a
-short-lived child process (``python -m dbspec.serving.registry_child``) that prints one JSON
-answer and exits: the server pays the import's time once and never its memory. Later reads
-(``--watch-alias`` polls) go through an ``MlflowClient`` in this process, opened on first use
-off the request path (the watcher runs in a daemon thread).
-
-A failure in the child comes back as the same dbspec error, with the same message.
+Importing MLflow costs about 2 s and 150 MB, which a long-lived server would hold for nothing.
+:class:`ServingRegistry` asks its first question (which version the target names, and where its
+files are) of an ``mlflow.MlflowClient`` in a short-lived child process, this module run as
+``python -m``, which prints one JSON answer and exits; a dbspec error there comes back as the
+same error. Later reads (``--watch-alias``) go through a client opened here on first use, off
+the request path.
 """
 
 from __future__ import annotations
@@ -35,11 +31,8 @@ _CHILD_TIMEOUT_S = 600  # a remote store's download can take minutes; a hang mus
 
 
 class ServingRegistry:
-    """The registry as serving reads it: the first resolution in a child process (see the
-    module docstring), every other read through ``mlflow.MlflowClient`` opened on first use.
-
-    Any attribute of ``MlflowClient`` is available on it (opening the client), so code that
-    takes a client (alias lookups, :func:`dbspec.serving.source.resolve_version`) takes this.
+    """The registry as serving reads it (see the module docstring); any other attribute of
+    ``MlflowClient`` is the client's, opened on first use, so code that takes a client takes this.
     """
 
     def __init__(self, tracking_uri: Optional[str], state_dir: Path,
@@ -67,7 +60,7 @@ class ServingRegistry:
 
     def resolve(self, target: Any) -> str:
         """The version ``target`` names now: the first time in a child process (which also
-        finds the version's files on this disk), then with the client here.
+        brings its files onto this disk), then with the client here.
 
         Raises:
             RegistryError: no such model, version or alias; the registry did not answer.
@@ -97,7 +90,7 @@ def ask_child(tracking_uri: Optional[str], state_dir: Path, target: Any) -> dict
     request = {"tracking_uri": tracking_uri, "state_dir": str(state_dir),
                "target": list(target)}
     try:
-        done = subprocess.run([sys.executable, "-m", "dbspec.serving.registry_child",
+        done = subprocess.run([sys.executable, "-m", "dbspec.serving.registry_reader",
                                json.dumps(request)], capture_output=True, text=True,
                               timeout=_CHILD_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -155,3 +148,29 @@ def open_mlflow_client(uri: str) -> Any:
     if database is None or not database.is_file():
         check_tracking_server(uri, must_exist=True)
     return mlflow.MlflowClient(tracking_uri=uri)
+
+
+def _answer(request: dict) -> dict:
+    """The child's answer to :func:`ask_child`'s request: ``{"version", "location"}``, or
+    ``{"error": {"classes", "message"}}`` for a dbspec error (anything else is a bug)."""
+    from dbspec.serving.source import ModelTarget, resolve_version, version_artifacts
+    from dbspec.tracking.stores import check_tracking_server
+
+    target = ModelTarget(*request["target"])
+    uri = store_uri(request["tracking_uri"], Path(request["state_dir"]))
+    try:
+        try:
+            client = open_mlflow_client(uri)
+            version = resolve_version(client, target)
+            location = version_artifacts(client, target, version)
+        except Exception:  # a store MLflow cannot use: say so in one line, else a bug
+            check_tracking_server(uri, must_exist=True)
+            raise
+    except DbspecError as exc:
+        classes = [cls.__name__ for cls in type(exc).__mro__]
+        return {"error": {"classes": classes, "message": str(exc)}}
+    return {"version": version, "location": str(location)}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_answer(json.loads(sys.argv[1]))), flush=True)

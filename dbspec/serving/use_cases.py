@@ -1,10 +1,6 @@
 """What ``dbspec serve``, ``predict`` and ``endpoint`` do, one function each: read the model the
-command names, merge its flags with the spec's ``serving`` section, and hand one request to the
-serving target that carries it out (:mod:`dbspec.seams.targets`).
-
-The command line reaches these functions as typed records (:class:`ModelChoice`,
-:class:`ServeFlags`, :class:`PredictFlags`, :class:`EndpointFlags`): a flag left out is None,
-and the spec's value, else dbspec's default, takes its place here.
+command names, merge its flags (typed records; a flag left out is None) with the spec's
+``serving`` section, else dbspec's defaults, and hand one request to the serving target.
 """
 
 from __future__ import annotations
