@@ -1,22 +1,14 @@
 """The inference table: every answered request appended to a Delta table, kept through a kill.
 
-One table row per scored row: ``request_id``, ``timestamp`` (UTC), ``model_name``,
-``model_version``, ``latency_ms``, the feature columns and the prediction columns.
-
-Before its response is sent, a request's record is appended to a write-ahead log on the event
-loop: one ``write`` of a framed JSON record to a segment file in ``<table>/.dbspec-wal/``. There
-is no fsync: a killed process (SIGKILL, the OOM killer, a crash) loses nothing the kernel holds,
-while an OS crash or a power cut can lose what the kernel had not written back yet (Linux writes
-dirty pages back within about 30 s). A writer thread appends to Delta once a second or every
-``flush_rows`` rows, one segment at a time, each commit carrying a Delta transaction identifier
-(``txn``: this server's id and the segment's number), and deletes the segment once committed.
-
-At the next start, :meth:`InferenceTable.recover` commits the segments of servers that died (a
-server holds a lock on its own lock file while it runs): a segment whose number the table already
-records was committed before the kill and is only deleted, so no request is logged twice. At most
-``queue_size`` records wait for Delta; more are dropped and counted
-(``dbspec_inference_log_dropped_total``), not logged. The log's file format is
-:mod:`dbspec.serving.wal`.
+One row per scored row: ``request_id``, ``timestamp`` (UTC), ``model_name``, ``model_version``,
+``latency_ms``, the features and the predictions. Before its response is sent, a request is
+appended to a write-ahead log (:mod:`dbspec.serving.wal`; no fsync: a killed process loses
+nothing the kernel holds, an OS crash may lose its last ~30 s). A writer thread commits one
+segment at a time to Delta, each commit carrying a transaction id (this server, the segment's
+number), and deletes it. At the next start, :meth:`InferenceTable.recover` commits the segments
+of dead servers (a live one holds its lock file): one the table already records is only
+deleted, so no request is logged twice. Past ``queue_size`` waiting records, requests are
+dropped and counted (``dbspec_inference_log_dropped_total``).
 """
 
 from __future__ import annotations
@@ -139,8 +131,7 @@ class InferenceTable:
         return committed, skipped
 
     def start(self) -> None:
-        """Hold this server's lock, then start the writer (``dbspec serve`` runs :meth:`check`
-        and :meth:`recover` before it serves)."""
+        """Hold this server's lock, then start the writer (after :meth:`check`, :meth:`recover`)."""
         self.wal.mkdir(parents=True, exist_ok=True)
         self._writer_lock = _take_lock(self.wal / f"{self.writer}.lock")
         self._thread.start()
@@ -178,8 +169,8 @@ class InferenceTable:
                 "dbspec_inference_log_replayed_requests_total": self.replayed_requests}
 
     def close(self, timeout: float = 30.0) -> None:
-        """Commit what is logged, stop the writer, release the lock. A segment that could not
-        be committed stays on disk for the next start."""
+        """Commit what is logged, stop the writer, release the lock (a segment that could not be
+        committed stays for the next start)."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
