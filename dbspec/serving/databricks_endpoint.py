@@ -130,17 +130,15 @@ def follow_alias(workspace, client, target: ModelTarget, endpoint: str, *,
             to = f" (to v{pending})" if pending else ""
             raise DbspecError(f"endpoint {endpoint} is being updated{to}; rerun once the "
                               "update has finished")
-        acl = _permissions(workspace, endpoint, detail.id, permissions, dry_run)
-        return EndpointUpdate(endpoint, target, version, version, False, dry_run,
-                              permissions=acl, notes=notes)
-    served = _served_version(endpoint, target, detail.config)
+        served = version  # by the update in progress
+    else:
+        served = _served_version(endpoint, target, detail.config)
     waiter = None
     if served != version and not dry_run:
         entities, traffic = _moved(detail.config, target.name, served, version)
-        capture = _capture(detail.config)
         waiter = _call(endpoint, "update", workspace.serving_endpoints.update_config, endpoint,
                        served_entities=entities, traffic_config=traffic,
-                       auto_capture_config=capture)
+                       auto_capture_config=_capture(detail.config))
     acl = _permissions(workspace, endpoint, detail.id, permissions, dry_run)
     if waiter is not None and wait is not None:
         _wait(waiter, endpoint, served, version, wait)
