@@ -26,7 +26,9 @@ from dbspec.faults import pause_point
 from dbspec.filelocks import HostLock, LockBusy
 from dbspec.serving.wal import WAL_DIR, Record, Segment, read_segment
 
-__all__ = ["InferenceTable", "Record", "app_id"]
+__all__ = ["InferenceTable", "Record"]
+_APP = "dbspec-serve-"  # + the writer: the Delta transaction identifier of a server's commits
+
 
 class InferenceTable:
     """A write-ahead log on the request path and a background Delta writer."""
@@ -55,10 +57,6 @@ class InferenceTable:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dbspec-inference-table",
                                         daemon=True)
-
-    @property
-    def app_id(self) -> str:
-        return app_id(self.writer)
 
     def check(self) -> None:
         """Fail before serving when the table cannot be written, or is not an inference table.
@@ -115,9 +113,9 @@ class InferenceTable:
                     number = int(path.name.split(".")[1])
                     records, cut = read_segment(path)
                     skipped += cut
-                    if records and (_committed_version(self.path, app_id(writer)) or 0) < number:
+                    if records and (_committed_version(self.path, writer) or 0) < number:
                         try:
-                            self._commit(records, app_id(writer), number)
+                            self._commit(records, writer, number)
                         except Exception as exc:
                             raise DbspecError(f"inference table {self.path}: cannot commit the "
                                               f"requests a stopped server left in {path}: "
@@ -215,12 +213,12 @@ class InferenceTable:
 
     def _write(self, segment: Segment) -> bool:
         try:
-            if segment.attempts and (_committed_version(self.path, self.app_id) or 0) \
+            if segment.attempts and (_committed_version(self.path, self.writer) or 0) \
                     >= segment.number:
                 pass  # the failed attempt had committed after all
             else:
                 segment.attempts += 1
-                self._commit(segment.records, self.app_id, segment.number)
+                self._commit(segment.records, self.writer, segment.number)
         except Exception as exc:  # a full disk must not take the endpoint down
             self.failed_writes += 1
             if self.failed_writes == 1 or segment.attempts == 1:
@@ -237,7 +235,7 @@ class InferenceTable:
         self.written_rows += segment.rows
         return True
 
-    def _commit(self, records: list[Record], app: str, number: int) -> None:
+    def _commit(self, records: list[Record], writer: str, number: int) -> None:
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction, write_deltalake
 
@@ -249,7 +247,7 @@ class InferenceTable:
                                                                    promote_options="default")
         write_deltalake(str(self.path), data, mode="append", schema_mode="merge",
                         commit_properties=CommitProperties(
-                            app_transactions=[Transaction(app, number)]))
+                            app_transactions=[Transaction(_APP + writer, number)]))
 
     def _table(self, records: list[Record]) -> Any:
         import pyarrow as pa
@@ -280,18 +278,13 @@ class InferenceTable:
         return pa.table(columns)
 
 
-def app_id(writer: str) -> str:
-    """The Delta transaction identifier of one server's commits."""
-    return f"dbspec-serve-{writer}"
-
-
-def _committed_version(path: Path, app: str) -> Optional[int]:
-    """The last segment number the table records for ``app``; None for none (or no table)."""
+def _committed_version(path: Path, writer: str) -> Optional[int]:
+    """The last segment number the table records for ``writer``; None for none (or no table)."""
     from deltalake import DeltaTable
 
     if not (path / "_delta_log").is_dir():
         return None
-    return DeltaTable(str(path)).transaction_version(app)
+    return DeltaTable(str(path)).transaction_version(_APP + writer)
 
 
 def _take_lock(path: Path) -> Optional[HostLock]:

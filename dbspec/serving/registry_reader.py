@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 from urllib.parse import unquote, urlparse
 
 from dbspec.errors import DbspecError, UsageError
@@ -35,10 +35,8 @@ class ServingRegistry:
     ``MlflowClient`` is the client's, opened on first use, so code that takes a client takes this.
     """
 
-    def __init__(self, tracking_uri: Optional[str], state_dir: Path,
-                 resolve_here: Callable[[Any, Any], str]):
+    def __init__(self, tracking_uri: Optional[str], state_dir: Path):
         self._tracking_uri, self._state_dir = tracking_uri, state_dir
-        self._resolve_here = resolve_here  # with a client in this process
         self._client: Any = None
         self._asked_child = False
         self._locations: dict[tuple[str, str], str] = {}  # (name, version): files, from the child
@@ -67,7 +65,9 @@ class ServingRegistry:
             DbspecError: the store cannot be used.
         """
         if self._asked_child:
-            return self._resolve_here(self.client, target)
+            from dbspec.serving.source import resolve_version
+
+            return resolve_version(self.client, target)
         self._asked_child = True
         answer = ask_child(self._tracking_uri, self._state_dir, target)
         self._locations[(target.name, answer["version"])] = answer["location"]
@@ -128,12 +128,9 @@ def store_uri(tracking_uri: Optional[str], state_dir: Path) -> str:
 
 
 def open_mlflow_client(uri: str) -> Any:
-    """``mlflow.MlflowClient`` on ``uri``.
-
-    An existing SQLite database is not probed first (MLflow's probe, a tracking query, costs
-    about 2 s at every start): a store MLflow cannot read fails on opening or at the first
-    read, and the caller asks :func:`~dbspec.tracking.stores.check_tracking_server` why then.
-    Any other store is probed, a missing database included (MLflow would create an empty one).
+    """``mlflow.MlflowClient`` on ``uri``; any store but an existing SQLite file is probed first
+    (the probe costs about 2 s; a bad SQLite file fails at the first read, and the caller asks
+    :func:`~dbspec.tracking.stores.check_tracking_server` why then).
 
     Raises:
         TrackingError: the store cannot be used.
