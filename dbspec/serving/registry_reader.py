@@ -2,8 +2,8 @@
 
 Importing MLflow costs about 2 s and 150 MB, which a long-lived server would hold for nothing.
 :class:`ServingRegistry` asks its first question (which version the target names, and where its
-files are) of an ``mlflow.MlflowClient`` in a short-lived child process, this module run as
-``python -m``, which prints one JSON answer and exits; a dbspec error there comes back as the
+files are) of an ``mlflow.MlflowClient`` in a short-lived child process
+(:mod:`dbspec.serving.registry_child`), which prints one JSON answer and exits; a dbspec error there comes back as the
 same error. Later reads (``--watch-alias``) go through a client opened here on first use, off
 the request path.
 """
@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from urllib.parse import unquote, urlparse
 
 from dbspec.errors import DbspecError, UsageError
@@ -35,8 +35,10 @@ class ServingRegistry:
     ``MlflowClient`` is the client's, opened on first use, so code that takes a client takes this.
     """
 
-    def __init__(self, tracking_uri: Optional[str], state_dir: Path):
+    def __init__(self, tracking_uri: Optional[str], state_dir: Path,
+                 resolve_here: Callable[[Any, Any], str]):
         self._tracking_uri, self._state_dir = tracking_uri, state_dir
+        self._resolve_here = resolve_here  # with a client here (source's; it imports this)
         self._client: Any = None
         self._asked_child = False
         self._locations: dict[tuple[str, str], str] = {}  # (name, version): files, from the child
@@ -65,9 +67,7 @@ class ServingRegistry:
             DbspecError: the store cannot be used.
         """
         if self._asked_child:
-            from dbspec.serving.source import resolve_version
-
-            return resolve_version(self.client, target)
+            return self._resolve_here(self.client, target)
         self._asked_child = True
         answer = ask_child(self._tracking_uri, self._state_dir, target)
         self._locations[(target.name, answer["version"])] = answer["location"]
@@ -90,7 +90,7 @@ def ask_child(tracking_uri: Optional[str], state_dir: Path, target: Any) -> dict
     request = {"tracking_uri": tracking_uri, "state_dir": str(state_dir),
                "target": list(target)}
     try:
-        done = subprocess.run([sys.executable, "-m", "dbspec.serving.registry_reader",
+        done = subprocess.run([sys.executable, "-m", "dbspec.serving.registry_child",
                                json.dumps(request)], capture_output=True, text=True,
                               timeout=_CHILD_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -146,28 +146,3 @@ def open_mlflow_client(uri: str) -> Any:
         check_tracking_server(uri, must_exist=True)
     return mlflow.MlflowClient(tracking_uri=uri)
 
-
-def _answer(request: dict) -> dict:
-    """The child's answer to :func:`ask_child`'s request: ``{"version", "location"}``, or
-    ``{"error": {"classes", "message"}}`` for a dbspec error (anything else is a bug)."""
-    from dbspec.serving.source import ModelTarget, resolve_version, version_artifacts
-    from dbspec.tracking.stores import check_tracking_server
-
-    target = ModelTarget(*request["target"])
-    uri = store_uri(request["tracking_uri"], Path(request["state_dir"]))
-    try:
-        try:
-            client = open_mlflow_client(uri)
-            version = resolve_version(client, target)
-            location = version_artifacts(client, target, version)
-        except Exception:  # a store MLflow cannot use: say so in one line, else a bug
-            check_tracking_server(uri, must_exist=True)
-            raise
-    except DbspecError as exc:
-        classes = [cls.__name__ for cls in type(exc).__mro__]
-        return {"error": {"classes": classes, "message": str(exc)}}
-    return {"version": version, "location": str(location)}
-
-
-if __name__ == "__main__":
-    print(json.dumps(_answer(json.loads(sys.argv[1]))), flush=True)

@@ -78,7 +78,7 @@ def open_client(tracking_uri: Optional[str], state_dir: Path):
     if not (tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")) and not default.exists():
         raise RegistryError(f"no tracking store at {default}: run a spec first, or give "
                             "--tracking-uri / MLFLOW_TRACKING_URI")
-    return ServingRegistry(tracking_uri, state_dir)
+    return ServingRegistry(tracking_uri, state_dir, resolve_here=resolve_version)
 
 
 def resolve_version(client, target: ModelTarget) -> str:
