@@ -41,12 +41,9 @@ class InferenceTable:
         self.flush_seconds = flush_seconds
         self.flush_rows = flush_rows
         self.writer = f"{int(time.time())}-{os.getpid()}-{os.urandom(3).hex()}"
-        self.dropped = 0
-        self.written_requests = 0
-        self.written_rows = 0
-        self.failed_writes = 0
-        self.wal_errors = 0
-        self.replayed_requests = 0
+        #: what /metrics reports, as ``dbspec_inference_log_<name>_total``
+        self.counts = dict.fromkeys(("dropped", "written_requests", "written_rows",
+                                     "failed_writes", "wal_errors", "replayed_requests"), 0)
         self._lock = threading.Lock()  # the current segment, the sealed ones, the pending count
         self._current: Optional[Segment] = None
         self._sealed: list[Segment] = []
@@ -125,7 +122,7 @@ class InferenceTable:
                 (self.wal / f"{writer}.lock").unlink(missing_ok=True)
             finally:
                 held.release()
-        self.replayed_requests = committed
+        self.counts["replayed_requests"] = committed
         return committed, skipped
 
     def start(self) -> None:
@@ -139,7 +136,7 @@ class InferenceTable:
         records already wait for Delta."""
         with self._lock:
             if self._pending >= self.queue_size:
-                self.dropped += 1
+                self.counts["dropped"] += 1
                 return
             segment = self._current
             if segment is None:
@@ -159,12 +156,7 @@ class InferenceTable:
                 self._wake.set()
 
     def counters(self) -> dict[str, int]:
-        return {"dbspec_inference_log_dropped_total": self.dropped,
-                "dbspec_inference_log_written_requests_total": self.written_requests,
-                "dbspec_inference_log_written_rows_total": self.written_rows,
-                "dbspec_inference_log_failed_writes_total": self.failed_writes,
-                "dbspec_inference_log_wal_errors_total": self.wal_errors,
-                "dbspec_inference_log_replayed_requests_total": self.replayed_requests}
+        return {f"dbspec_inference_log_{name}_total": n for name, n in self.counts.items()}
 
     def close(self, timeout: float = 30.0) -> None:
         """Commit what is logged, stop the writer, release the lock (a segment that could not be
@@ -180,9 +172,9 @@ class InferenceTable:
             self._writer_lock = None
 
     def _wal_failed(self, exc: OSError) -> None:
-        self.wal_errors += 1
-        self.dropped += 1
-        if self.wal_errors == 1:
+        self.counts["wal_errors"] += 1
+        self.counts["dropped"] += 1
+        if self.counts["wal_errors"] == 1:
             print(f"dbspec serve: inference table: cannot write the write-ahead log in "
                   f"{self.wal}: {exc.strerror or exc}; requests are not logged until it can",
                   file=sys.stderr, flush=True)
@@ -220,8 +212,8 @@ class InferenceTable:
                 segment.attempts += 1
                 self._commit(segment.records, self.writer, segment.number)
         except Exception as exc:  # a full disk must not take the endpoint down
-            self.failed_writes += 1
-            if self.failed_writes == 1 or segment.attempts == 1:
+            self.counts["failed_writes"] += 1
+            if self.counts["failed_writes"] == 1 or segment.attempts == 1:
                 print(f"dbspec serve: inference table write of {len(segment.records)} "
                       f"request(s) failed (kept in {segment.path}, retried): {exc}",
                       file=sys.stderr, flush=True)
@@ -231,8 +223,8 @@ class InferenceTable:
         with self._lock:
             self._sealed.remove(segment)
             self._pending -= len(segment.records)
-        self.written_requests += len(segment.records)
-        self.written_rows += segment.rows
+        self.counts["written_requests"] += len(segment.records)
+        self.counts["written_rows"] += segment.rows
         return True
 
     def _commit(self, records: list[Record], writer: str, number: int) -> None:

@@ -172,7 +172,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     server = uvicorn.Server(config)
     auth = describe_auth(options, tokens)
     say(f"serving {loaded.name} v{loaded.version} ({loaded.source}) on "
-        f"http://{_url_host(host)}:{port}  auth: {auth}  batching: up to "
+        f"http://{f'[{host}]' if ':' in host else host}:{port}  auth: {auth}  batching: up to "
         f"{options.max_batch_size} rows / {options.max_wait_ms:g} ms"
         + (f"  inference table: {options.inference_table}" if table else "")
         + (f"  out-of-range rows: {options.out_of_range}" if options.out_of_range != "warn"
@@ -183,8 +183,8 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     try:
         with _stop_signals_end_cleanly():
             server.run(sockets=[sock])
-    except SystemExit:  # uvicorn exits when the app's start-up fails; say it our way
-        raise DbspecError("the server did not start (see the messages above)") from None
+    except SystemExit:  # uvicorn exits when its start-up fails; say it our way
+        pass
     finally:
         sock.close()
     if not server.started:
@@ -212,7 +212,3 @@ def _stop_signals_end_cleanly() -> Iterator[None]:
 
 def _ignore(signum: int, frame: object) -> None:
     """A stop signal that uvicorn already acted on."""
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
