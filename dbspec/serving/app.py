@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 import numpy as np
@@ -21,6 +22,7 @@ import numpy as np
 from dbspec.models.inputs import RAW_FEATURES, FeatureRanges
 from dbspec.models.card import takes_raw_columns
 from dbspec.serving.batcher import Batcher, model_runtime
+from dbspec.serving.http_limits import ConnectionLimits
 from dbspec.serving.inference_table import InferenceTable, Record
 from dbspec.serving.metrics import ServerMetrics
 from dbspec.serving.protocol import (RequestError, check_content_type, dumps, error_body,
@@ -47,24 +49,35 @@ class LoadedModel(NamedTuple):
         return takes_raw_columns(self.model.card)
 
 
-class ServingConfig(NamedTuple):
-    """The app's settings. ``token``: full access (every route); ``tokens``: ``(role, token)``
-    pairs, role ``scoring`` (``/invocations`` only) or ``admin`` (every route). No token at all:
-    no authentication."""
+class ServeOptions(NamedTuple):
+    """``dbspec serve``'s settings; ``serving.realtime`` documents each."""
 
-    token: Optional[str] = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    token_env: Optional[str] = "DBSPEC_TOKEN"
+    no_auth: bool = False
     max_batch_size: int = 64
     max_wait_ms: float = 2.0
     max_body_bytes: int = 5_000_000
-    out_of_range: str = "warn"  # serving.out_of_range.action: warn, reject or off
+    inference_table: Optional[Path] = None
+    queue_size: int = 10_000
+    watch_alias: bool = False
+    watch_interval_s: float = 10.0
+    limits: ConnectionLimits = ConnectionLimits()
+    out_of_range: str = "warn"
     out_of_range_tolerance: float = 0.5
-    tokens: tuple[tuple[str, str], ...] = ()
+    tokens: tuple[tuple[str, str], ...] = ()  # (role, environment variable), see AuthSpec
 
 
 class ScoringApp:
-    """The ASGI application; ``swap`` replaces the model between batches."""
+    """The ASGI application; ``swap`` replaces the model between batches.
 
-    def __init__(self, model: LoadedModel, config: ServingConfig = ServingConfig(), *,
+    ``tokens``: ``(role, token)`` pairs, role ``scoring`` (``/invocations`` only) or ``admin``
+    (every route); none: no authentication.
+    """
+
+    def __init__(self, model: LoadedModel, config: ServeOptions = ServeOptions(), *,
+                 tokens: tuple[tuple[str, str], ...] = (),
                  table: Optional[InferenceTable] = None, background: tuple = ()):
         self.model = model
         self.config = config
@@ -73,9 +86,7 @@ class ScoringApp:
         self.metrics = ServerMetrics()
         self.batcher = Batcher(self, config.max_batch_size, config.max_wait_ms / 1000)
         self.arriving = 0  # /invocations requests read but not yet submitted
-        self._tokens = [(token.encode(), role) for role, token in
-                        ((("admin", config.token),) if config.token else ()) + config.tokens
-                        if token]
+        self._tokens = [(token.encode(), role) for role, token in tokens if token]
         self._ids = (os.urandom(4).hex(), iter(range(1, sys.maxsize)))
         self._tasks: list[asyncio.Task] = []
         self._ranges: dict[str, Optional[FeatureRanges]] = {}  # by model version

@@ -13,26 +13,18 @@ async def post_json(app, path: str, payload: Any, *, headers: dict[str, str] | N
     import asyncio
 
     lifespan: asyncio.Queue = asyncio.Queue()
-    replies: list[dict] = []
-
-    async def lifespan_send(message: dict) -> None:
-        replies.append(message)
-
-    running = asyncio.create_task(app({"type": "lifespan"}, lifespan.get, lifespan_send))
+    replies: asyncio.Queue = asyncio.Queue()
+    running = asyncio.create_task(app({"type": "lifespan"}, lifespan.get, replies.put))
     await lifespan.put({"type": "lifespan.startup"})
-    while not replies:
-        await asyncio.sleep(0)
-    if replies[0]["type"] != "lifespan.startup.complete":
-        raise RuntimeError(f"the app did not start: {replies[0].get('message')}")
-    body = json.dumps(payload).encode()
-    sent = {"done": False}
+    started = await replies.get()
+    if started["type"] != "lifespan.startup.complete":
+        raise RuntimeError(f"the app did not start: {started.get('message')}")
+    request = iter([{"type": "http.request", "body": json.dumps(payload).encode(),
+                     "more_body": False}])
     response: dict[str, Any] = {"body": b""}
 
     async def receive() -> dict:
-        if sent["done"]:
-            return {"type": "http.disconnect"}
-        sent["done"] = True
-        return {"type": "http.request", "body": body, "more_body": False}
+        return next(request, {"type": "http.disconnect"})
 
     async def send(message: dict) -> None:
         if message["type"] == "http.response.start":

@@ -1,15 +1,9 @@
-"""Batch inference: score a Parquet file or directory, CSV, a Delta table (any version) or a
-Spark table, and write the rows with their predictions and the model's name and version.
+"""Batch inference: score Parquet, CSV, a Delta table (any version) or a Spark table, and write
+the rows with their predictions and the model's name and version.
 
-Two engines share what is here (the result record, the input checks, the out-of-range check and
-the scoring of one feature matrix):
-
-- :func:`~dbspec.serving.batch_local.predict_local` streams Arrow record batches through the
-  model in this process (:mod:`dbspec.serving.batch_local`);
-- :func:`~dbspec.serving.batch_spark.predict_spark` scores with Spark, the model rebuilt once
-  per Python worker (:mod:`dbspec.serving.batch_spark`).
-
-Both are importable from here; this module imports neither engine (nor pyspark) until asked.
+What the two engines share: the result, the input checks, the out-of-range check and the
+scoring of one feature matrix. The engines, :func:`predict_local` (Arrow batches in this
+process) and :func:`predict_spark` (a Spark UDF), are importable from here, imported when asked.
 """
 
 from __future__ import annotations
@@ -33,29 +27,17 @@ OUT_OF_RANGE_COLUMN = "out_of_range"
 
 
 class BatchResult(NamedTuple):
-    """What a batch scoring job did.
+    """What a batch scoring job did."""
 
-    Attributes:
-        rows: Rows scored and written.
-        output: Where they were written.
-        format: ``delta`` or ``parquet``.
-        input_version: The input's version label (``delta-vN``), None where it has none.
-        output_version: The Delta version written, None for Parquet (or a native Delta write).
-        seconds: Wall-clock seconds of the whole job.
-        model_name: The registered model's name.
-        model_version: Its version.
-        out_of_range_rows: Rows flagged in the ``out_of_range`` column.
-    """
-
-    rows: int
+    rows: int  #: scored and written
     output: str
-    format: str
-    input_version: Optional[str]
-    output_version: Optional[int]
-    seconds: float
+    format: str  #: ``delta`` or ``parquet``
+    input_version: Optional[str]  #: the input's version label (``delta-vN``), or None
+    output_version: Optional[int]  #: the Delta version written; None: Parquet, a native write
+    seconds: float  #: of the whole job
     model_name: str
     model_version: str
-    out_of_range_rows: int = 0
+    out_of_range_rows: int = 0  #: rows flagged in the ``out_of_range`` column
 
 
 def out_of_range_line(result: BatchResult) -> str:
@@ -67,10 +49,9 @@ def out_of_range_line(result: BatchResult) -> str:
 
 
 class RangeCheck:
-    """``serving.out_of_range`` for batch scoring: with ``warn`` an ``out_of_range`` column
-    names each row's features far outside the training range (null when none), with
-    ``reject`` the first such batch fails the job before anything is committed.
-    """
+    """``serving.out_of_range`` for batch scoring: ``warn`` adds an ``out_of_range`` column
+    naming each row's features far outside the training range, ``reject`` fails the job at
+    the first such batch, before anything is committed."""
 
     def __init__(self, card: Any, action: str = "warn", tolerance: float = 0.5):
         from dbspec.models.inputs import FeatureRanges
@@ -114,30 +95,13 @@ class RangeCheck:
         return pa.array(values, pa.string()), len(outside.rows)
 
     def _may_be_outside(self, x: np.ndarray) -> bool:
-        """Whether any row can be out of range: checks each column's extremes (two rows), not
-        every cell, which is what most batches need (measured: the full check was a fifth of
-        the Python worker's time). NaN is never out of range, so the extremes skip it."""
+        """Whether any row can be: each column's extremes (NaN skipped) are checked, not every
+        cell (measured: the full check was a fifth of the Python worker's time)."""
         if len(x) == 0 or self.ranges is None:
             return False
         with np.errstate(invalid="ignore"):  # an all-NaN column warns; its extreme is NaN
             extremes = np.vstack([np.fmin.reduce(x, axis=0), np.fmax.reduce(x, axis=0)])
         return bool(self.ranges.outside(extremes))
-
-
-def check_features(schema_types: dict[str, Any], feature_names: list[str], source: str,
-                   is_numeric: Callable[[Any], bool]) -> None:
-    """Every feature column is present and numeric.
-
-    Raises:
-        DataError: a missing or non-numeric column.
-    """
-    missing = [name for name in feature_names if name not in schema_types]
-    if missing:
-        raise DataError(f"input {source} lacks the model's feature column(s) "
-                        f"{', '.join(missing)}; it has {', '.join(schema_types) or 'none'}")
-    bad = [f"{n} ({schema_types[n]})" for n in feature_names if not is_numeric(schema_types[n])]
-    if bad:
-        raise DataError(f"input {source}: feature column(s) {', '.join(bad)} are not numeric")
 
 
 def model_columns(card: Any) -> list[str]:
@@ -152,25 +116,28 @@ def model_columns(card: Any) -> list[str]:
 
 def check_model_columns(schema_types: dict[str, Any], card: Any, source: str,
                         is_numeric: Callable[[Any], bool]) -> None:
-    """:func:`check_features` for any model: a typed feature's column must be present; only
-    numeric features must be numeric (its encoding checks the others' values).
+    """Every column the model reads is present, and a numeric feature's column is numeric (a
+    typed feature's encoding checks the values of the others).
 
     Raises:
-        DataError: a missing column, or a numeric feature's column that is not numeric.
+        DataError: a missing or non-numeric column.
     """
-    if not takes_raw_columns(card):
-        check_features(schema_types, list(card.feature_names), source, is_numeric)
-        return
-    check_features(schema_types, model_columns(card), source, lambda _: True)
-    numeric = [i["name"] for i in card.inputs if i["type"] == "numeric"]
-    check_features(schema_types, numeric, source, is_numeric)
+    names = model_columns(card)
+    missing = [name for name in names if name not in schema_types]
+    if missing:
+        raise DataError(f"input {source} lacks the model's feature column(s) "
+                        f"{', '.join(missing)}; it has {', '.join(schema_types) or 'none'}")
+    if takes_raw_columns(card):
+        names = [i["name"] for i in card.inputs if i["type"] == "numeric"]
+    bad = [f"{n} ({schema_types[n]})" for n in names if not is_numeric(schema_types[n])]
+    if bad:
+        raise DataError(f"input {source}: feature column(s) {', '.join(bad)} are not numeric")
 
 
 def batch_matrix(card: Any, columns: Sequence[Any], source: str,
                  first_row: Optional[int] = None) -> np.ndarray:
     """The model's feature matrix of one batch of its :func:`model_columns` (Arrow arrays);
-    ``first_row``: the batch's first row in the table, when known (errors name the table's
-    row; without it, the row within the batch).
+    errors name the table's row where ``first_row`` (the batch's) is known.
 
     Raises:
         DataError: a value a typed feature cannot encode (its column and row named).
@@ -190,8 +157,8 @@ def batch_matrix(card: Any, columns: Sequence[Any], source: str,
 
 
 def check_new_columns(columns: list[str], predicted: list[str], source: str) -> None:
-    """The columns scoring adds (``predicted``, the model's name and version) are not already
-    among the input's ``columns``.
+    """The columns scoring adds (``predicted``, the model's name and version) are not among the
+    input's ``columns``.
 
     Raises:
         DataError: naming the clashing columns.
@@ -227,29 +194,21 @@ def feature_matrix(columns: Sequence[Any]) -> np.ndarray:
 
 
 def score_matrix(model, x: np.ndarray) -> dict[str, np.ndarray]:
-    """The prediction columns of a float32 feature matrix in the model's column order.
-
-    The rows go through the model ``CHUNK_ROWS`` at a time, whatever the batch's size.
-    """
+    """The prediction columns of a float32 feature matrix, scored ``CHUNK_ROWS`` at a time."""
     import torch
 
     from dbspec.models.served import prediction_columns
 
     with torch.inference_mode():
-        if len(x) <= CHUNK_ROWS:
-            out = model(torch.from_numpy(x)).numpy()
-        else:
-            out = np.concatenate([model(torch.from_numpy(x[i:i + CHUNK_ROWS])).numpy()
-                                  for i in range(0, len(x), CHUNK_ROWS)])
+        out = np.concatenate([model(torch.from_numpy(x[i:i + CHUNK_ROWS])).numpy()
+                              for i in range(0, max(len(x), 1), CHUNK_ROWS)])
     return prediction_columns(model.card, out)
 
 
 def unscorable_rows(x: np.ndarray, columns: dict[str, np.ndarray],
                     names: list[str]) -> Optional[str]:
-    """Why some rows of ``x`` have no prediction (they scored NaN), or None when all do.
-
-    Every float column counts: a classifier's label column is whole numbers, and a NaN row
-    shows only in its probabilities (it used to be written as the first class)."""
+    """Why some rows of ``x`` scored NaN, or None. Every float column counts: a classifier's NaN
+    row shows only in its probabilities (its label is a whole number)."""
     scored_nan = np.zeros(len(x), dtype=bool)
     for values in columns.values():
         if values.dtype.kind == "f":
@@ -262,8 +221,7 @@ def unscorable_rows(x: np.ndarray, columns: dict[str, np.ndarray],
            "step for them; fill or filter them first"
 
 
-# the engines, imported on first use: `from dbspec.serving.batch import predict_spark` keeps
-# working without this module importing the engines (they import it)
+# the engines import this module: they are imported on first use
 _ENGINES = {"predict_local": "dbspec.serving.batch_local",
             "predict_spark": "dbspec.serving.batch_spark"}
 

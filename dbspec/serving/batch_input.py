@@ -1,12 +1,9 @@
 """A batch scoring input read through the data-source kinds (:data:`dbspec.seams.sources.SOURCES`).
 
-The input is a path (or, on Spark, a catalog table name). Its shape says which source kind
-reads it (:data:`INPUT_KINDS`: a Delta table's directory, CSV files, else Parquet), and that
-kind's own reader opens it: :meth:`~dbspec.seams.sources.DataSource.open` for the local engine
-(an Arrow dataset, streamed batch by batch), the kind's Spark reader for the Spark engine. So a
-Delta version or a hive-partitioned directory is read the same way for training and for
-scoring. Errors name the input (``input x: ...``) as ``dbspec predict`` users know them, not
-the spec section a training run reads.
+The input's shape says which kind reads it (:data:`INPUT_KINDS`: a Delta table's directory, CSV
+files, else Parquet), and that kind's own reader opens it, as for training: an Arrow dataset for
+the local engine, a DataFrame for Spark. Errors name the input (``input x: ...``), not the spec
+section a training run reads.
 """
 
 from __future__ import annotations
@@ -70,9 +67,7 @@ def input_section(path: Path, source: str, version: Optional[int]) -> tuple[Any,
 
 def open_input(source: str, version: Optional[int]) -> tuple[Any, Optional[str]]:
     """A pyarrow dataset over ``source`` and its version label (``delta-vN``, None for files).
-
-    CSV (a ``.csv`` file or a directory of them, with a header row) streams like Parquet; its
-    column types are inferred from the first block of rows, as pyarrow does.
+    CSV (with a header row) streams like Parquet, its types inferred from its first rows.
 
     Raises:
         DataError: the input does not exist, is not Parquet, CSV or Delta, or has no such
@@ -82,8 +77,8 @@ def open_input(source: str, version: Optional[int]) -> tuple[Any, Optional[str]]
     if not path.exists():
         raise DataError(f"input {source} does not exist (a Spark table needs --engine spark)")
     kind, section = input_section(path, source, version)
-    if kind.name in _LOCAL_READERS:
-        return _LOCAL_READERS[kind.name](path, source), None
+    if kind.name == "csv":
+        return _open_csv(path, source), None
     try:
         opened = kind.open(_Input(section), base=path.parent)
     except DataError as refused:
@@ -92,16 +87,15 @@ def open_input(source: str, version: Optional[int]) -> tuple[Any, Optional[str]]
 
 
 def open_table(path: Path) -> Any:
-    """The Arrow dataset of the Delta table, Parquet or CSV at ``path``, opened by its source
-    kind (CSV: every column's type inferred); for readers that word errors themselves
-    (monitoring's inference table and labels).
+    """The Arrow dataset of the Delta table, Parquet or CSV at ``path``, for readers that word
+    errors themselves (monitoring's inference table and labels).
 
     Raises:
         DataError: the kind's, naming ``data.source``: the caller words it for its own input.
     """
     kind, section = input_section(path, str(path), None)
-    if kind.name in _LOCAL_READERS:
-        return _LOCAL_READERS[kind.name](path, str(path))
+    if kind.name == "csv":
+        return _open_csv(path, str(path))
     return kind.open(_Input(section), base=path.parent).dataset
 
 
@@ -111,6 +105,8 @@ def reason_of(refused: DataError) -> str:
 
 
 def _open_csv(path: Path, source: str) -> Any:
+    """CSV read by pyarrow, not by the CSV kind, which types the spec's feature columns as
+    float64: a scoring input has no spec, every column's type is inferred."""
     import pyarrow.dataset as ds
 
     try:
@@ -122,15 +118,8 @@ def _open_csv(path: Path, source: str) -> Any:
                         f"{str(exc).splitlines()[0]}") from None
 
 
-#: Kinds whose streaming reader does not fit scoring, and the reader used instead: the CSV
-#: kind types the spec's feature columns as float64, where a scoring input has no spec and
-#: every column's type is inferred.
-_LOCAL_READERS: dict[str, Callable[[Path, str], Any]] = {"csv": _open_csv}
-
-
 def input_error(refused: DataError, source: str, version: Optional[int]) -> DataError:
-    """A source kind's error about ``data.source`` as one about the batch input: a version
-    it cannot open, or files it cannot read (the library's reason kept)."""
+    """A source kind's error about ``data.source`` as one about the batch input."""
     text = str(refused)
     if " has no data files " in text:
         return DataError(f"input {source} has no data files "
@@ -148,9 +137,8 @@ def input_error(refused: DataError, source: str, version: Optional[int]) -> Data
 
 def spark_input(spark, source: str,
                 version: Optional[int]) -> Optional[tuple[Any, Optional[str]]]:
-    """A Spark DataFrame over a Parquet or CSV path or a Delta table (any version), read by
-    its source kind, and its version label; None for a path that is not there (the caller
-    reads a table name)."""
+    """(a Spark DataFrame over the path, its version label), read by its source kind; None for
+    a path that is not there (a table name)."""
     path = Path(source).expanduser()
     if not path.exists():
         return None

@@ -1,9 +1,8 @@
 """The local batch engine: Arrow record batches stream from the input through the model into
 the writer, in this process, so inputs larger than memory work.
 
-A Delta output is committed in one transaction at the end, so a failure leaves the table as it
-was; a Parquet output is written to a hidden temporary file in the output directory and renamed
-into place (a killed write leaves the old file, and the next run removes its leftover).
+A Delta output is one transaction at the end; a Parquet output a hidden temporary file renamed
+into place. Either way a failed or killed job leaves the old output as it was.
 """
 
 from __future__ import annotations
@@ -30,9 +29,8 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
                   input_version: Optional[int] = None, batch_rows: int = BATCH_ROWS,
                   progress: Callable[[int, float], None] = lambda rows, seconds: None,
                   out_of_range: tuple[str, float] = ("warn", 0.5)) -> BatchResult:
-    """Stream ``source`` through the model into ``output`` (see the module docstring).
-
-    ``out_of_range`` is ``serving.out_of_range``'s (action, tolerance): see :class:`RangeCheck`.
+    """Stream ``source`` through the model into ``output``; ``out_of_range``: (action,
+    tolerance), see :class:`RangeCheck`.
 
     Raises:
         DataError: bad input, rows the model cannot score, or (``reject``) rows out of range.
@@ -67,7 +65,7 @@ class _Scoring:
         self.failure: list[DataError] = []  # what stopped the stream, as the user's error
 
     def output_schema(self, schema: Any) -> Any:
-        """The input's columns, the predictions', ``out_of_range``, the model's name and version.
+        """The input's columns, then the predictions', ``out_of_range``, model name and version.
 
         Raises:
             DataError: the input lacks a feature column or already has an added one.
@@ -146,8 +144,7 @@ def _write(reader, output: str, fmt: str) -> Optional[int]:
     try:
         target.mkdir(parents=True, exist_ok=True)
         remove_partial_files(final)  # what killed writes left
-        # a hidden temporary name beside it (readers skip '.' files): the old predictions
-        # or the new ones, never half
+        # a hidden temporary name beside it: the old predictions or the new ones, never half
         with atomic_file(final, durable=False) as sink, \
                 pq.ParquetWriter(sink, reader.schema) as writer:
             for batch in reader:

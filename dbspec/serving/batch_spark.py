@@ -1,13 +1,11 @@
 """The Spark batch engine.
 
-An iterator Arrow UDF (``arrow_udf``) scores Arrow batches of the feature columns; the model
-(its card and weights, broadcast once) is rebuilt once per Python worker and run under
-``torch.inference_mode``. Only the features travel to Python and only the predictions come
-back. The job reads and scores in batches of up to 65,536 rows (:func:`arrow_batch_rows`), not
-Spark's 4,096: the Python workers' per-batch work was most of their time. A local Parquet output is written to a hidden staging directory beside it and swapped
-into place (:mod:`dbspec.atomic`): a failed or killed job leaves the old output as it was. A
-remote one (``dbfs:/``, ``s3://``...) is written by Spark in place, with the store's own commit
-protocol.
+An iterator Arrow UDF scores Arrow batches of the feature columns with the model (broadcast
+once, rebuilt once per Python worker); only features go to Python and only predictions come
+back, in batches of up to 65,536 rows (:func:`arrow_batch_rows`; Spark's 4,096 made the
+workers' per-batch work most of their time). A local Parquet output is written beside the old
+one and swapped in (:mod:`dbspec.atomic`); a remote one is written in place by Spark, with the
+store's own commit protocol.
 """
 
 from __future__ import annotations
@@ -44,9 +42,8 @@ def _model_payload(loaded: LoadedModel) -> tuple[str, dict, bytes]:
 
 
 def ship_custom_code(spark, model: dict) -> list[str]:
-    """Send a ``model.custom`` class's module to the executors (``SparkContext.addPyFile``,
-    which serves it from the driver, so executors on machines that cannot see the driver's
-    disk get it too); returns what was shipped. Layer networks need nothing but dbspec.
+    """Send a ``model.custom`` class's module to the executors (``addPyFile`` serves it from the
+    driver, whose disk they may not see); returns what was shipped.
 
     Raises:
         PortabilityError: the class lives where it cannot travel.
@@ -89,8 +86,8 @@ def _worker_model(payload: tuple[str, dict, bytes]):
 
 
 def read_spark_input(spark, source: str, version: Optional[int]):
-    """A Spark DataFrame over a Parquet or CSV path or a Delta table (any version), read by its
-    source kind (:func:`~dbspec.serving.batch_input.spark_input`), or over a table name."""
+    """(a Spark DataFrame, its version label) of a path (see
+    :func:`~dbspec.serving.batch_input.spark_input`) or a table name."""
     try:
         found = spark_input(spark, source, version)
         if found is not None:
@@ -112,9 +109,7 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
                   input_version: Optional[int] = None, batch_rows: Optional[int] = None,
                   out_of_range: tuple[str, float] = ("warn", 0.5)) -> BatchResult:
     """Score with Spark (see the module docstring); the output as ``predict_local``'s.
-
-    ``batch_rows`` sets the rows of each Arrow batch a Python worker scores; by default
-    :func:`arrow_batch_rows` of the input's schema (see :func:`batch_settings`).
+    ``batch_rows``: per Arrow batch; by default :func:`arrow_batch_rows` of the input's schema.
 
     Raises:
         DataError: bad input, rows the model cannot score, (``reject``) rows out of range, or
@@ -173,9 +168,8 @@ class _Counts(NamedTuple):
 
 
 def _scorer(payload, counts: _Counts, source: str, out_of_range: tuple[str, float]):
-    """The Arrow UDF's function: batches of feature columns in, a struct of the prediction
-    columns (and ``out_of_range``) out. It runs in the Python workers: everything it uses
-    travels with it, the model through the broadcast ``payload``."""
+    """The Arrow UDF's function, run in the Python workers: batches of feature columns in, a
+    struct of the prediction columns (and ``out_of_range``) out."""
 
     def score(batches: Iterator[Tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
         model = _worker_model(payload.value)
@@ -215,12 +209,8 @@ _MIN_BATCH, _MAX_BATCH = 4_096, 65_536
 
 
 def arrow_batch_rows(schema) -> int:
-    """Rows per batch for an input of this Spark schema: as many as fit ``_BATCH_BYTES``
-    (estimated from the column types), between Spark's 4,096 and 65,536.
-
-    Measured on 1M x 10 features, local[2]: the Python workers' CPU time fell from 0.54 s
-    (4,096-row batches) to 0.31 s (65,536); wide rows keep Spark's small default.
-    """
+    """Rows per batch for this Spark schema: as many as fit ``_BATCH_BYTES``, from 4,096 to
+    65,536 (1M x 10 features, local[2]: the workers' CPU time fell from 0.54 s to 0.31 s)."""
     from pyspark.sql import types as T
 
     def size(kind) -> int:
@@ -236,8 +226,7 @@ def arrow_batch_rows(schema) -> int:
 
 @contextlib.contextmanager
 def batch_settings(spark, rows: int) -> Iterator[None]:
-    """Arrow and Parquet reader batches of ``rows`` for the jobs run inside; the session's
-    own settings come back afterwards."""
+    """Arrow and Parquet reader batches of ``rows`` inside; the session's settings after."""
     previous = {key: spark.conf.get(key, None) for key in (_ARROW_BATCH, _READER_BATCH)}
     for key in previous:
         spark.conf.set(key, str(rows))
@@ -252,9 +241,8 @@ def batch_settings(spark, rows: int) -> Iterator[None]:
 
 
 def _job_error(exc: Exception, source: str, output: str) -> DataError:
-    """A failed Spark job as the user's error: the Python worker's own message where our UDF
-    raised it (the last mention is the message; earlier ones are source lines), else the
-    first line of Spark's."""
+    """A failed Spark job as the user's error: our UDF's message where it raised one (its last
+    mention; earlier ones are source lines), else Spark's first line."""
     text = str(exc)
     if _UNSCORABLE in text:
         return DataError(f"input {source}: " + text.rsplit(_UNSCORABLE, 1)[1].splitlines()[0])
@@ -266,7 +254,7 @@ def _job_error(exc: Exception, source: str, output: str) -> DataError:
 
 def check_reachable(spark, source: str, output: str) -> None:
     """On a cluster, the executors must see the input and write where this machine reads the
-    output back (measured: otherwise each writes to its own disk and the driver finds 0 rows).
+    output (else each writes to its own disk and the driver finds 0 rows).
 
     Raises:
         ExecutorCheckFailed: naming the path and the executor.
@@ -284,11 +272,8 @@ def check_reachable(spark, source: str, output: str) -> None:
 
 
 def _check_written(frame, rows: int, scored: int, output: str) -> None:
-    """What was written is what was scored; 0 rows for a non-empty input is never success.
-
-    ``scored`` comes from an accumulator, which a retried task can count twice: a shortfall
-    is confirmed against the input's own row count before it is called an error.
-    """
+    """What was written is what was scored. ``scored`` is an accumulator, which a retried task
+    counts twice: a shortfall is confirmed against the input's row count."""
     if rows >= scored and not (rows == 0 and scored > 0):
         return
     expected = frame.count()
@@ -317,8 +302,8 @@ def _spark_type(values: np.ndarray):
 
 
 def _write_spark(spark, scored, output: str, fmt: str) -> tuple[int, Optional[int]]:
-    """Write with Spark; Delta natively where the session has it, else Parquet files that
-    ``deltalake`` then commits as one new version of the table."""
+    """Write with Spark: Delta natively where the session has it, else Parquet files that
+    ``deltalake`` commits as one version."""
     from dbspec.data.spark_sources import has_delta_format
 
     target = Path(output).expanduser()

@@ -1,24 +1,14 @@
-"""``dbspec endpoint``: create a Databricks Model Serving endpoint on the version the spec's
-alias holds, and keep it there.
+"""``dbspec endpoint``: keep a Databricks Model Serving endpoint on the version the spec's
+alias holds (MLflow's registry for the holder, databricks-sdk for the endpoint).
 
-The endpoint belongs to the generated job's ``update_endpoint`` task, not to the bundle (a
-deploy would create it on a version that does not exist yet and reset it on each redeploy).
-This command reads the alias holder from MLflow's registry and the endpoint through
-databricks-sdk:
-
-- no endpoint yet: it creates one serving the holder, with the settings the spec gives (see
-  :func:`dbspec.jobs.resources.endpoint_config`: served entity, workload, scale to zero, the
-  AI Gateway inference table);
-- an endpoint: it changes the endpoint's config only when the served version differs from the
-  holder; every other served-entity setting (workload size and type, scale to zero,
-  environment variables), the traffic split and the legacy inference table stay as they are.
-  Databricks rolls the new version out without downtime; the old one keeps serving if the new
-  one fails to start;
-- with ``roles`` in the spec, it sets the endpoint's permissions to the roles' levels on each
-  run (``set_permissions``: a PUT that replaces the direct permissions, so a principal removed
-  from the roles loses access; ``update_permissions`` would only add). The identity it runs as
-  keeps CAN_MANAGE, or the next run could not manage the endpoint;
-- no holder (the first model did not pass the gates): nothing to serve, which is no failure.
+The endpoint belongs to the job's ``update_endpoint`` task, not to the bundle (a deploy would
+create it on a version that does not exist yet, and reset it on each redeploy). A new endpoint
+gets the spec's settings (:func:`dbspec.jobs.resources.endpoint_config`); an existing one only
+has its served version moved, when it differs: the other served-entity settings, the traffic
+split and the legacy inference table stay, and Databricks rolls the version out without
+downtime. With ``roles``, the permissions are *set* (``set_permissions`` replaces them, so a
+principal removed from the roles loses access), the caller keeping CAN_MANAGE. No holder (no
+model passed the gates yet) is nothing to serve, not a failure.
 """
 
 from __future__ import annotations
@@ -56,9 +46,7 @@ class EndpointUpdate(NamedTuple):
     notes: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        """``endpoint X serves v3 = @champion: nothing to do``, ``endpoint X: v2 -> v3
-        (@champion moved)`` or ``endpoint X: created serving v3 = @champion (...)``, then the
-        permissions set and any notes."""
+        """``endpoint X: v2 -> v3 (@champion moved)`` and the like, with permissions and notes."""
         holder = f"@{self.target.alias}" if self.target.alias else "the latest version"
         dry = " [dry run: not changed]" if self.dry_run else ""
         if self.version is None:
@@ -84,8 +72,8 @@ class EndpointUpdate(NamedTuple):
 
 
 def workspace_client():
-    """databricks-sdk's ``WorkspaceClient`` from the environment: in a job the run's identity,
-    elsewhere DATABRICKS_HOST with a token, or a configuration profile.
+    """databricks-sdk's ``WorkspaceClient`` from the environment (a job's identity, a token or a
+    profile).
 
     Raises:
         DbspecError: no credentials.
@@ -108,15 +96,14 @@ def follow_alias(workspace, client, target: ModelTarget, endpoint: str, *,
     ``target.name`` there; then set its permissions.
 
     Args:
-        workspace: A ``WorkspaceClient`` (or anything with its ``serving_endpoints`` and
-            ``current_user``).
-        client: An ``MlflowClient`` on the registry the model lives in.
+        workspace: A ``WorkspaceClient``.
+        client: An ``MlflowClient`` on the model's registry.
         target: The model and alias to follow (no alias: its latest version).
         endpoint: The serving endpoint's name.
-        config: version -> (``EndpointCoreConfigInput``, ``AiGatewayConfig`` or None): what a
-            new endpoint is created with.
-        permissions: ``ServingEndpointAccessControlRequest`` entries the endpoint's direct
-            permissions are set to (with the caller's CAN_MANAGE); None leaves them alone.
+        config: version -> (``EndpointCoreConfigInput``, ``AiGatewayConfig`` or None) of a new
+            endpoint.
+        permissions: ``ServingEndpointAccessControlRequest`` entries to set (with the caller's
+            CAN_MANAGE); None leaves them alone.
         dry_run: Report what would change; change nothing.
         wait: Wait this long for the new version to serve, and fail if it does not.
 
@@ -143,17 +130,15 @@ def follow_alias(workspace, client, target: ModelTarget, endpoint: str, *,
             to = f" (to v{pending})" if pending else ""
             raise DbspecError(f"endpoint {endpoint} is being updated{to}; rerun once the "
                               "update has finished")
-        acl = _permissions(workspace, endpoint, detail.id, permissions, dry_run)
-        return EndpointUpdate(endpoint, target, version, version, False, dry_run,
-                              permissions=acl, notes=notes)
-    served = _served_version(endpoint, target, detail.config)
+        served = version  # by the update in progress
+    else:
+        served = _served_version(endpoint, target, detail.config)
     waiter = None
     if served != version and not dry_run:
         entities, traffic = _moved(detail.config, target.name, served, version)
-        capture = _capture(detail.config)
         waiter = _call(endpoint, "update", workspace.serving_endpoints.update_config, endpoint,
                        served_entities=entities, traffic_config=traffic,
-                       auto_capture_config=capture)
+                       auto_capture_config=_capture(detail.config))
     acl = _permissions(workspace, endpoint, detail.id, permissions, dry_run)
     if waiter is not None and wait is not None:
         _wait(waiter, endpoint, served, version, wait)
@@ -162,7 +147,6 @@ def follow_alias(workspace, client, target: ModelTarget, endpoint: str, *,
 
 
 def _existing(workspace, endpoint: str):
-    """The endpoint's ``ServingEndpointDetailed``, None when there is none."""
     try:
         return _call(endpoint, "read", workspace.serving_endpoints.get, endpoint)
     except _Missing:
@@ -197,9 +181,8 @@ def _create(workspace, target: ModelTarget, endpoint: str, version: str, setting
 
 def _permissions(workspace, endpoint: str, endpoint_id: Optional[str],
                  permissions: Optional[list], dry_run: bool) -> Optional[tuple[str, ...]]:
-    """Set the endpoint's direct permissions to ``permissions`` and the caller's CAN_MANAGE
-    (``set_permissions`` replaces them all); the levels set, as text, or None when
-    ``permissions`` is None."""
+    """Set the endpoint's permissions to ``permissions`` and the caller's CAN_MANAGE; the levels
+    set, as text (None: ``permissions`` is None)."""
     from databricks.sdk.service.serving import (
         ServingEndpointAccessControlRequest,
         ServingEndpointPermissionLevel,
@@ -228,9 +211,8 @@ def _principal(entry) -> tuple[str, str]:
 
 
 def _gateway_notes(detail, gateway) -> tuple[str, ...]:
-    """A note when the endpoint's inference table is not the one the spec gives: this command
-    does not change an existing endpoint's AI Gateway (its rate limits, guardrails and usage
-    tracking would go with it)."""
+    """A note when the endpoint's inference table is not the spec's: an existing endpoint's AI
+    Gateway is not changed (its rate limits, guardrails and usage tracking would go with it)."""
     want = getattr(gateway, "inference_table_config", None)
     have = getattr(getattr(detail, "ai_gateway", None), "inference_table_config", None)
     key = ("catalog_name", "schema_name", "table_name_prefix")
@@ -267,11 +249,8 @@ def _served_version(endpoint: str, target: ModelTarget, config) -> str:
 
 
 def _moved(config, name: str, served: str, version: str):
-    """(served entities, traffic config) of ``config`` with ``name`` at ``version``.
-
-    A served entity named after its version (Databricks' default, ``<model>-<version>``) is
-    renamed with it, and the traffic routes follow the new name.
-    """
+    """(served entities, traffic config) of ``config`` with ``name`` at ``version``; an entity
+    named ``<model>-<version>`` (Databricks' default) is renamed, and its traffic routes too."""
     from databricks.sdk.service.serving import ServedEntityInput, TrafficConfig
 
     renamed: dict[str, str] = {}
@@ -306,8 +285,8 @@ def _capture(config):
 
 
 def _as(cls, output: Any):
-    """``output`` (an SDK ``...Output`` object) as ``cls``, the matching input class: the
-    fields the two share (so settings added to the SDK later are kept too)."""
+    """An SDK ``...Output`` object as ``cls``, its input class: every field they share (so
+    settings added to the SDK later are kept too)."""
     names = {f.name for f in dataclasses.fields(cls)}
     return cls.from_dict({k: v for k, v in output.as_dict().items() if k in names})
 
@@ -373,8 +352,7 @@ def _first(exc: BaseException) -> str:
 
 
 def checked_name(name: str) -> str:
-    """``name`` as a serving endpoint name: cut to 63 characters (a development bundle's
-    per-user prefix can make the generated one longer).
+    """``name`` cut to 63 characters (a development bundle's per-user prefix can make it longer).
 
     Raises:
         UsageError: characters other than letters, digits, dashes and underscores.

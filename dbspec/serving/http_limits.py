@@ -1,28 +1,22 @@
 """The HTTP layer's limits: uvicorn's public settings, and a guard around each connection.
 
-uvicorn (``http="httptools"``: about twice h11's requests/s here) carries what its settings
-offer: ``timeout_keep_alive`` closes a connection idle after a response,
-``timeout_graceful_shutdown`` bounds the drain at exit, and malformed HTTP is answered 400 and
-closed (uvicorn's own text/plain answer, "Invalid HTTP request received."). What no setting
-gives is added here, through public interfaces only: :func:`guard_protocol` wraps the
-``asyncio.Protocol`` uvicorn builds for each connection (it calls only that protocol's
-``asyncio.Protocol`` methods; no uvicorn class is subclassed or reached into), and
-:func:`guard_app` wraps the ASGI app. They add:
+uvicorn (``httptools``) closes a connection idle after a response, bounds the drain at exit and
+answers malformed HTTP 400. The rest wraps, through public interfaces only, the
+``asyncio.Protocol`` uvicorn builds per connection (:func:`guard_protocol`) and the ASGI app
+(:func:`guard_app`):
 
-- a connection cap: at ``max_connections`` open connections a new one first closes the oldest
-  that has not sent a byte (it asked nothing); when there is none, the new one is answered a
-  JSON 503 and closed (uvicorn's ``limit_concurrency`` would accept it, then answer text);
-- a connection that sends nothing is closed after ``keep_alive_timeout_s`` from the moment it
-  opens (uvicorn's timer starts only after a first response);
-- a request's head must arrive within ``header_timeout_s`` of its first byte (JSON 408) and
-  stay within ``max_header_bytes`` (JSON 431), counted before the bytes reach the parser, so an
-  unfinished 20 MB header costs one read of memory (httptools has no limit of its own);
-- an Upgrade or CONNECT request with a body (httptools stops parsing at an upgrade, so the body
-  would never be read) gets a JSON 400 and a close; a bodiless upgrade request (curl
-  ``--http2``) is answered in HTTP/1.1, then the connection closes.
+- at ``max_connections`` a new connection closes the oldest one that has sent nothing, else it
+  gets a JSON 503 (uvicorn's ``limit_concurrency`` would answer text);
+- a connection that sends nothing is closed after ``keep_alive_timeout_s`` (uvicorn's timer
+  starts at a first response);
+- a head must arrive within ``header_timeout_s`` (JSON 408) and stay within
+  ``max_header_bytes`` (JSON 431), counted before the parser sees the bytes, so an unfinished
+  20 MB header costs one read (httptools has no limit of its own);
+- an Upgrade or CONNECT request with a body gets a JSON 400 and a close (httptools stops
+  parsing at an upgrade); a bodiless one (curl ``--http2``) is answered in HTTP/1.1, then closed.
 
-After a refusal the connection answers, sends FIN, drops what the client still sends for a
-moment and closes; closing at once would reset the connection and lose the answer.
+A refused connection is answered, half-closed, and drained for a moment before it closes:
+closing at once would reset it and lose the answer.
 """
 
 from __future__ import annotations
@@ -55,7 +49,7 @@ _CONNECTION: contextvars.ContextVar[Optional["GuardedConnection"]] = \
 
 
 def uvicorn_settings(limits: ConnectionLimits) -> dict[str, Any]:
-    """The limits uvicorn's own settings carry (keyword arguments of ``uvicorn.Config``)."""
+    """The limits uvicorn's own settings carry (``uvicorn.Config`` keyword arguments)."""
     return {"http": "httptools", "timeout_keep_alive": limits.keep_alive_timeout_s,
             "timeout_graceful_shutdown": 30}
 
@@ -64,14 +58,12 @@ class Guard:
     """What the connections share: the limits, the metrics, and who has sent nothing yet."""
 
     def __init__(self, limits: ConnectionLimits, metrics: Any):
-        self.limits, self.metrics = limits, metrics
-        self.open = 0
+        self.limits, self.metrics = limits, metrics  # metrics.connections_open: those open
         self.silent: OrderedDict[GuardedConnection, bool] = OrderedDict()  # oldest first
 
 
 def guard_protocol(protocol_class: Callable[..., asyncio.Protocol], guard: Guard) -> Callable:
-    """A protocol factory for uvicorn: ``protocol_class`` (as uvicorn builds it) behind a
-    :class:`GuardedConnection`."""
+    """A protocol factory for uvicorn: ``protocol_class`` behind a :class:`GuardedConnection`."""
 
     def build(*args: Any, **kwargs: Any) -> GuardedConnection:
         return GuardedConnection(protocol_class(*args, **kwargs), guard)
@@ -80,8 +72,8 @@ def guard_protocol(protocol_class: Callable[..., asyncio.Protocol], guard: Guard
 
 
 def guard_app(app: Callable) -> Callable:
-    """The ASGI app, refusing what the parser passes on but cannot serve (see the module), and
-    telling the connection when a request is done (its next head starts then)."""
+    """The ASGI app, refusing upgrades it cannot serve, and telling the connection when a
+    request is done (its next head starts then)."""
 
     async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -127,8 +119,7 @@ def _unsupported(scope: dict) -> tuple[Optional[str], bool]:
 
 
 def _closing(send: Callable) -> Callable:
-    """``send`` adding ``connection: close``: after an upgrade request httptools reads no more,
-    so the connection ends with its answer (which is plain HTTP/1.1)."""
+    """``send`` adding ``connection: close``: httptools reads no more after an upgrade request."""
 
     async def closing(message: dict) -> None:
         if message["type"] == "http.response.start":
@@ -158,18 +149,17 @@ class GuardedConnection(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         guard, limits = self.guard, self.guard.limits
-        if guard.open >= limits.max_connections and guard.silent:
+        if guard.metrics.connections_open >= limits.max_connections and guard.silent:
             oldest, _ = guard.silent.popitem(last=False)
             guard.metrics.idle_closed += 1
             oldest.transport.close()
             oldest.release(None)  # now: its connection_lost comes after this one is counted
-        if guard.open >= limits.max_connections:
+        if guard.metrics.connections_open >= limits.max_connections:
             self.refuse(503, "too_many_connections",
                         f"the server holds its limit of {limits.max_connections} open "
                         "connections (serving.realtime.max_connections): retry shortly")
             return
         self.accepted = True
-        guard.open += 1
         guard.metrics.connections_open += 1
         guard.silent[self] = True
         self.timer = asyncio.get_running_loop().call_later(limits.keep_alive_timeout_s,
@@ -191,7 +181,6 @@ class GuardedConnection(asyncio.Protocol):
             elif self.head_bytes or not (self.reading_head or self.dispatched):
                 self.guard.metrics.refused["malformed"] += 1  # its 400 to what httptools refused
         self.accepted = False
-        self.guard.open -= 1
         self.guard.metrics.connections_open -= 1
         self.inner.connection_lost(exc)
 

@@ -1,22 +1,14 @@
 """The inference table: every answered request appended to a Delta table, kept through a kill.
 
-One table row per scored row: ``request_id``, ``timestamp`` (UTC), ``model_name``,
-``model_version``, ``latency_ms``, the feature columns and the prediction columns.
-
-Before its response is sent, a request's record is appended to a write-ahead log on the event
-loop: one ``write`` of a framed JSON record to a segment file in ``<table>/.dbspec-wal/``. There
-is no fsync: a killed process (SIGKILL, the OOM killer, a crash) loses nothing the kernel holds,
-while an OS crash or a power cut can lose what the kernel had not written back yet (Linux writes
-dirty pages back within about 30 s). A writer thread appends to Delta once a second or every
-``flush_rows`` rows, one segment at a time, each commit carrying a Delta transaction identifier
-(``txn``: this server's id and the segment's number), and deletes the segment once committed.
-
-At the next start, :meth:`InferenceTable.recover` commits the segments of servers that died (a
-server holds a lock on its own lock file while it runs): a segment whose number the table already
-records was committed before the kill and is only deleted, so no request is logged twice. At most
-``queue_size`` records wait for Delta; more are dropped and counted
-(``dbspec_inference_log_dropped_total``), not logged. The log's file format is
-:mod:`dbspec.serving.wal`.
+One row per scored row: ``request_id``, ``timestamp`` (UTC), ``model_name``, ``model_version``,
+``latency_ms``, the features and the predictions. Before its response is sent, a request is
+appended to a write-ahead log (:mod:`dbspec.serving.wal`; no fsync: a killed process loses
+nothing the kernel holds, an OS crash may lose its last ~30 s). A writer thread commits one
+segment at a time to Delta, each commit carrying a transaction id (this server, the segment's
+number), and deletes it. At the next start, :meth:`InferenceTable.recover` commits the segments
+of dead servers (a live one holds its lock file): one the table already records is only
+deleted, so no request is logged twice. Past ``queue_size`` waiting records, requests are
+dropped and counted (``dbspec_inference_log_dropped_total``).
 """
 
 from __future__ import annotations
@@ -34,7 +26,9 @@ from dbspec.faults import pause_point
 from dbspec.filelocks import HostLock, LockBusy
 from dbspec.serving.wal import WAL_DIR, Record, Segment, read_segment
 
-__all__ = ["InferenceTable", "Record", "app_id"]
+__all__ = ["InferenceTable", "Record"]
+_APP = "dbspec-serve-"  # + the writer: the Delta transaction identifier of a server's commits
+
 
 class InferenceTable:
     """A write-ahead log on the request path and a background Delta writer."""
@@ -47,12 +41,9 @@ class InferenceTable:
         self.flush_seconds = flush_seconds
         self.flush_rows = flush_rows
         self.writer = f"{int(time.time())}-{os.getpid()}-{os.urandom(3).hex()}"
-        self.dropped = 0
-        self.written_requests = 0
-        self.written_rows = 0
-        self.failed_writes = 0
-        self.wal_errors = 0
-        self.replayed_requests = 0
+        #: what /metrics reports, as ``dbspec_inference_log_<name>_total``
+        self.counts = dict.fromkeys(("dropped", "written_requests", "written_rows",
+                                     "failed_writes", "wal_errors", "replayed_requests"), 0)
         self._lock = threading.Lock()  # the current segment, the sealed ones, the pending count
         self._current: Optional[Segment] = None
         self._sealed: list[Segment] = []
@@ -63,10 +54,6 @@ class InferenceTable:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="dbspec-inference-table",
                                         daemon=True)
-
-    @property
-    def app_id(self) -> str:
-        return app_id(self.writer)
 
     def check(self) -> None:
         """Fail before serving when the table cannot be written, or is not an inference table.
@@ -123,9 +110,9 @@ class InferenceTable:
                     number = int(path.name.split(".")[1])
                     records, cut = read_segment(path)
                     skipped += cut
-                    if records and (_committed_version(self.path, app_id(writer)) or 0) < number:
+                    if records and (_committed_version(self.path, writer) or 0) < number:
                         try:
-                            self._commit(records, app_id(writer), number)
+                            self._commit(records, writer, number)
                         except Exception as exc:
                             raise DbspecError(f"inference table {self.path}: cannot commit the "
                                               f"requests a stopped server left in {path}: "
@@ -135,12 +122,11 @@ class InferenceTable:
                 (self.wal / f"{writer}.lock").unlink(missing_ok=True)
             finally:
                 held.release()
-        self.replayed_requests = committed
+        self.counts["replayed_requests"] = committed
         return committed, skipped
 
     def start(self) -> None:
-        """Hold this server's lock, then start the writer (``dbspec serve`` runs :meth:`check`
-        and :meth:`recover` before it serves)."""
+        """Hold this server's lock, then start the writer (after :meth:`check`, :meth:`recover`)."""
         self.wal.mkdir(parents=True, exist_ok=True)
         self._writer_lock = _take_lock(self.wal / f"{self.writer}.lock")
         self._thread.start()
@@ -150,7 +136,7 @@ class InferenceTable:
         records already wait for Delta."""
         with self._lock:
             if self._pending >= self.queue_size:
-                self.dropped += 1
+                self.counts["dropped"] += 1
                 return
             segment = self._current
             if segment is None:
@@ -170,16 +156,11 @@ class InferenceTable:
                 self._wake.set()
 
     def counters(self) -> dict[str, int]:
-        return {"dbspec_inference_log_dropped_total": self.dropped,
-                "dbspec_inference_log_written_requests_total": self.written_requests,
-                "dbspec_inference_log_written_rows_total": self.written_rows,
-                "dbspec_inference_log_failed_writes_total": self.failed_writes,
-                "dbspec_inference_log_wal_errors_total": self.wal_errors,
-                "dbspec_inference_log_replayed_requests_total": self.replayed_requests}
+        return {f"dbspec_inference_log_{name}_total": n for name, n in self.counts.items()}
 
     def close(self, timeout: float = 30.0) -> None:
-        """Commit what is logged, stop the writer, release the lock. A segment that could not
-        be committed stays on disk for the next start."""
+        """Commit what is logged, stop the writer, release the lock (a segment that could not be
+        committed stays for the next start)."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
@@ -191,9 +172,9 @@ class InferenceTable:
             self._writer_lock = None
 
     def _wal_failed(self, exc: OSError) -> None:
-        self.wal_errors += 1
-        self.dropped += 1
-        if self.wal_errors == 1:
+        self.counts["wal_errors"] += 1
+        self.counts["dropped"] += 1
+        if self.counts["wal_errors"] == 1:
             print(f"dbspec serve: inference table: cannot write the write-ahead log in "
                   f"{self.wal}: {exc.strerror or exc}; requests are not logged until it can",
                   file=sys.stderr, flush=True)
@@ -224,15 +205,15 @@ class InferenceTable:
 
     def _write(self, segment: Segment) -> bool:
         try:
-            if segment.attempts and (_committed_version(self.path, self.app_id) or 0) \
+            if segment.attempts and (_committed_version(self.path, self.writer) or 0) \
                     >= segment.number:
                 pass  # the failed attempt had committed after all
             else:
                 segment.attempts += 1
-                self._commit(segment.records, self.app_id, segment.number)
+                self._commit(segment.records, self.writer, segment.number)
         except Exception as exc:  # a full disk must not take the endpoint down
-            self.failed_writes += 1
-            if self.failed_writes == 1 or segment.attempts == 1:
+            self.counts["failed_writes"] += 1
+            if self.counts["failed_writes"] == 1 or segment.attempts == 1:
                 print(f"dbspec serve: inference table write of {len(segment.records)} "
                       f"request(s) failed (kept in {segment.path}, retried): {exc}",
                       file=sys.stderr, flush=True)
@@ -242,11 +223,11 @@ class InferenceTable:
         with self._lock:
             self._sealed.remove(segment)
             self._pending -= len(segment.records)
-        self.written_requests += len(segment.records)
-        self.written_rows += segment.rows
+        self.counts["written_requests"] += len(segment.records)
+        self.counts["written_rows"] += segment.rows
         return True
 
-    def _commit(self, records: list[Record], app: str, number: int) -> None:
+    def _commit(self, records: list[Record], writer: str, number: int) -> None:
         import pyarrow as pa
         from deltalake import CommitProperties, Transaction, write_deltalake
 
@@ -258,7 +239,7 @@ class InferenceTable:
                                                                    promote_options="default")
         write_deltalake(str(self.path), data, mode="append", schema_mode="merge",
                         commit_properties=CommitProperties(
-                            app_transactions=[Transaction(app, number)]))
+                            app_transactions=[Transaction(_APP + writer, number)]))
 
     def _table(self, records: list[Record]) -> Any:
         import pyarrow as pa
@@ -289,18 +270,13 @@ class InferenceTable:
         return pa.table(columns)
 
 
-def app_id(writer: str) -> str:
-    """The Delta transaction identifier of one server's commits."""
-    return f"dbspec-serve-{writer}"
-
-
-def _committed_version(path: Path, app: str) -> Optional[int]:
-    """The last segment number the table records for ``app``; None for none (or no table)."""
+def _committed_version(path: Path, writer: str) -> Optional[int]:
+    """The last segment number the table records for ``writer``; None for none (or no table)."""
     from deltalake import DeltaTable
 
     if not (path / "_delta_log").is_dir():
         return None
-    return DeltaTable(str(path)).transaction_version(app)
+    return DeltaTable(str(path)).transaction_version(_APP + writer)
 
 
 def _take_lock(path: Path) -> Optional[HostLock]:

@@ -78,47 +78,43 @@ class ServerMetrics:
             self.out_of_range_values[name] = self.out_of_range_values.get(name, 0) + count
 
     def render(self, model: dict[str, str], extra: Callable[[], dict[str, int]]) -> str:
+        out: list[str] = []
+
+        def family(name: str, kind: str, text: str, *samples: str) -> None:
+            out.extend((f"# HELP {name} {text}", f"# TYPE {name} {kind}", *samples))
+
         labels = ",".join(f'{k}="{_escape(v)}"' for k, v in model.items())
-        out = ["# HELP dbspec_model_info The model being served.",
-               "# TYPE dbspec_model_info gauge", f"dbspec_model_info{{{labels}}} 1",
-               "# HELP dbspec_requests_total Requests answered, by path and HTTP status.",
-               "# TYPE dbspec_requests_total counter"]
-        for (path, status), count in sorted(self.requests.items()):
-            out.append(f'dbspec_requests_total{{path="{_escape(path)}",status="{status}"}} '
-                       f"{count}")
-        out += ["# HELP dbspec_request_latency_seconds Latency of /invocations, receipt to "
-                "response.", "# TYPE dbspec_request_latency_seconds histogram",
-                *self.latency.render("dbspec_request_latency_seconds"),
-                "# HELP dbspec_batch_rows Rows per forward pass.",
-                "# TYPE dbspec_batch_rows histogram", *self.batch_rows.render("dbspec_batch_rows"),
-                "# HELP dbspec_batch_requests Requests merged into one forward pass.",
-                "# TYPE dbspec_batch_requests histogram",
-                *self.batch_requests.render("dbspec_batch_requests"),
-                "# HELP dbspec_rows_scored_total Rows scored.",
-                "# TYPE dbspec_rows_scored_total counter",
-                f"dbspec_rows_scored_total {self.rows_scored}",
-                "# HELP dbspec_model_swaps_total Model versions swapped in by --watch-alias.",
-                "# TYPE dbspec_model_swaps_total counter",
-                f"dbspec_model_swaps_total {self.model_swaps}",
-                "# HELP dbspec_out_of_range_rows_total Rows with a feature far outside the "
-                "training range (serving.out_of_range), scored or refused.",
-                "# TYPE dbspec_out_of_range_rows_total counter",
-                f"dbspec_out_of_range_rows_total {self.out_of_range_rows}",
-                "# HELP dbspec_out_of_range_values_total Out-of-range values, by feature.",
-                "# TYPE dbspec_out_of_range_values_total counter",
-                *(f'dbspec_out_of_range_values_total{{feature="{_escape(name)}"}} {count}'
-                  for name, count in sorted(self.out_of_range_values.items())),
-                "# HELP dbspec_http_connections_open Open HTTP connections.",
-                "# TYPE dbspec_http_connections_open gauge",
-                f"dbspec_http_connections_open {self.connections_open}",
-                "# HELP dbspec_http_refused_total Requests or connections refused before the app "
-                "saw them, by reason.", "# TYPE dbspec_http_refused_total counter",
-                *(f'dbspec_http_refused_total{{reason="{reason}"}} {count}'
-                  for reason, count in self.refused.items()),
-                "# HELP dbspec_http_idle_closed_total Connections closed with no request in "
-                "progress: idle for keep_alive_timeout_seconds, or silent at max_connections.",
-                "# TYPE dbspec_http_idle_closed_total counter",
-                f"dbspec_http_idle_closed_total {self.idle_closed}"]
+        family("dbspec_model_info", "gauge", "The model being served.",
+               f"dbspec_model_info{{{labels}}} 1")
+        family("dbspec_requests_total", "counter", "Requests answered, by path and HTTP status.",
+               *(f'dbspec_requests_total{{path="{_escape(path)}",status="{status}"}} {count}'
+                 for (path, status), count in sorted(self.requests.items())))
+        for name, text, histogram in (
+                ("dbspec_request_latency_seconds", "Latency of /invocations, receipt to "
+                 "response.", self.latency),
+                ("dbspec_batch_rows", "Rows per forward pass.", self.batch_rows),
+                ("dbspec_batch_requests", "Requests merged into one forward pass.",
+                 self.batch_requests)):
+            family(name, "histogram", text, *histogram.render(name))
+        family("dbspec_rows_scored_total", "counter", "Rows scored.",
+               f"dbspec_rows_scored_total {self.rows_scored}")
+        family("dbspec_model_swaps_total", "counter", "Model versions swapped in by "
+               "--watch-alias.", f"dbspec_model_swaps_total {self.model_swaps}")
+        family("dbspec_out_of_range_rows_total", "counter", "Rows with a feature far outside "
+               "the training range (serving.out_of_range), scored or refused.",
+               f"dbspec_out_of_range_rows_total {self.out_of_range_rows}")
+        family("dbspec_out_of_range_values_total", "counter", "Out-of-range values, by feature.",
+               *(f'dbspec_out_of_range_values_total{{feature="{_escape(name)}"}} {count}'
+                 for name, count in sorted(self.out_of_range_values.items())))
+        family("dbspec_http_connections_open", "gauge", "Open HTTP connections.",
+               f"dbspec_http_connections_open {self.connections_open}")
+        family("dbspec_http_refused_total", "counter", "Requests or connections refused before "
+               "the app saw them, by reason.",
+               *(f'dbspec_http_refused_total{{reason="{reason}"}} {count}'
+                 for reason, count in self.refused.items()))
+        family("dbspec_http_idle_closed_total", "counter", "Connections closed with no request "
+               "in progress: idle for keep_alive_timeout_seconds, or silent at max_connections.",
+               f"dbspec_http_idle_closed_total {self.idle_closed}")
         for name, value in extra().items():
             out += [f"# TYPE {name} counter", f"{name} {value}"]
         return "\n".join(out) + "\n"

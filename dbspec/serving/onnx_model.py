@@ -1,14 +1,9 @@
-"""A served model scored by ONNX Runtime, for ``dbspec serve``: torch is never imported.
+"""A served model scored by ONNX Runtime, for ``dbspec serve``: torch (over a second of start,
+about 190 MB) is never imported.
 
-Importing torch costs ``dbspec serve`` over a second of its start and about 190 MB of memory.
-A model logged by dbspec carries its network exported to ONNX (``model.onnx``, written by
-:mod:`dbspec.models.onnx_export` when the model is logged): preprocessing, network and output
-head in one graph, raw float32 rows in training column order in, predictions out. Encoding
-typed features into those rows and naming the output columns stay the served model's numpy
-code (:func:`dbspec.models.encoding.model_matrix`, :func:`dbspec.models.card.prediction_columns`).
-
-A model logged without the file (its network could not be exported), or a server without
-``onnxruntime``, is scored by the torch module (:func:`load_onnx_model` returns None).
+A model logged by dbspec carries ``model.onnx`` (:mod:`dbspec.models.onnx_export`):
+preprocessing, network and output head in one graph, float32 rows in training column order in.
+Without the file, or without ``onnxruntime``, the torch module serves it.
 """
 
 from __future__ import annotations
@@ -20,18 +15,15 @@ import numpy as np
 
 from dbspec.models.card import ONNX_FILE, ONNX_INPUT, ONNX_OUTPUT, ModelCard, read_card
 from dbspec.registry.errors import RegistryError
+
 #: Threads per request batch: requests are small and the server batches them; more threads
 #: only contend with the event loop (the torch path runs one too).
 THREADS = 1
 
 
 class OnnxServedModel:
-    """Float32 rows in training column order -> predictions, as the torch served model.
-
-    Attributes:
-        card: The model's card.
-        runtime: ``onnxruntime <version>``, as ``GET /version`` reports it.
-    """
+    """Float32 rows in training column order -> predictions, as the torch served model;
+    ``runtime`` (``onnxruntime <version>``) is what ``GET /version`` reports."""
 
     def __init__(self, card: ModelCard, session, runtime: str):
         self.card = card
@@ -39,17 +31,14 @@ class OnnxServedModel:
         self._session = session
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """Score a float32 matrix of rows; float32 predictions."""
         return self._session.run([ONNX_OUTPUT], {ONNX_INPUT: x})[0]
 
 
 def load_onnx_model(directory: Path) -> Optional[OnnxServedModel]:
-    """The model in ``directory`` (``model.json``, ``model.onnx``) on ONNX Runtime, or None
-    when it has no ``model.onnx`` or ``onnxruntime`` is not installed (torch serves it).
+    """The model in ``directory`` on ONNX Runtime; None without ``model.onnx`` or onnxruntime.
 
     Raises:
-        RegistryError: ``model.onnx`` is there but ONNX Runtime cannot load it (a damaged or
-            truncated artifact).
+        RegistryError: ONNX Runtime cannot load ``model.onnx`` (a damaged artifact).
     """
     path = Path(directory) / ONNX_FILE
     if not path.is_file():

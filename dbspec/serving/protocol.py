@@ -21,12 +21,12 @@ import numpy as np
 try:
     import orjson
 
-    _loads, _dumps = orjson.loads, orjson.dumps
+    _loads, dumps = orjson.loads, orjson.dumps  # compact JSON bytes
 except ImportError:  # pragma: no cover - orjson comes with the serve extra
     orjson = None
     _loads = json.loads
 
-    def _dumps(value: Any) -> bytes:
+    def dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
 
 FORMATS = ("inputs", "instances", "dataframe_split", "dataframe_records")
@@ -57,12 +57,8 @@ def parse_body(body: bytes, feature_names: Sequence[str]) -> np.ndarray:
 
 
 def parse_typed_body(body: bytes, card: Any) -> np.ndarray:
-    """A JSON request body for a model with typed features -> its encoded feature matrix.
-
-    The same formats as :func:`parse_body`, with raw values: strings for text and categorical
-    values, base64 strings for image bytes, lists for sequences. A value a feature cannot
-    encode is a 400 that names the column and the row.
-    """
+    """A JSON request body of raw values (strings, base64 image bytes, lists for sequences) ->
+    the model's encoded feature matrix; a value a feature cannot encode is a 400 naming it."""
     from dbspec.models.encoding import encode_columns, raw_columns
     from dbspec.models.inputs import InputError
 
@@ -181,8 +177,8 @@ def _columns(value: dict, feature_names: Sequence[str], key: str) -> Any:
 
 
 def _matrix(rows: Any, width: int, key: str, *, strict: bool = False) -> np.ndarray:
-    """Rows -> float32 matrix; ``strict`` also scans for booleans, which numpy would turn
-    into numbers when they share a row with numbers (only bodies holding true/false)."""
+    """Rows -> float32 matrix; ``strict`` also scans for booleans (numpy makes them numbers
+    beside numbers), for bodies holding true/false only."""
     if not isinstance(rows, (list, tuple)):
         raise RequestError(400, f"{key} must be a list of rows")
     if not rows:
@@ -224,10 +220,8 @@ def _first_bad(rows: Any) -> str:
 
 
 def check_finite_predictions(out: np.ndarray, start: int, stop: int) -> None:
-    """Refuse a request whose rows ``start:stop`` of the model's output are not all finite.
-
-    Finite inputs can still overflow the network (``3e38`` in every column): answering
-    ``null`` would look like a prediction, and the inference table would keep a NaN.
+    """Refuse a request whose rows ``start:stop`` of the model's output are not all finite
+    (finite inputs can overflow the network: ``null`` would look like a prediction).
 
     Raises:
         RequestError: 422, naming the request's rows (0-based) that have no finite prediction.
@@ -257,7 +251,7 @@ def predictions_body(columns: dict[str, np.ndarray], start: int, stop: int,
     body: dict[str, Any] = {"predictions": records}
     if warnings:
         body["warnings"] = warnings
-    return _dumps(body)
+    return dumps(body)
 
 
 def error_body(status: int, message: str) -> bytes:
@@ -267,9 +261,4 @@ def error_body(status: int, message: str) -> bytes:
             405: "BAD_REQUEST", 408: "DEADLINE_EXCEEDED", 413: "REQUEST_LIMIT_EXCEEDED",
             415: "BAD_REQUEST", 422: "INVALID_PARAMETER_VALUE", 431: "REQUEST_LIMIT_EXCEEDED",
             503: "TEMPORARILY_UNAVAILABLE"}.get(status, "INTERNAL_ERROR")
-    return _dumps({"error_code": code, "message": message})
-
-
-def dumps(value: Any) -> bytes:
-    """Compact JSON bytes."""
-    return _dumps(value)
+    return dumps({"error_code": code, "message": message})

@@ -1,9 +1,7 @@
-"""The child process of :class:`dbspec.serving.registry_reader.ServingRegistry`: resolves one
-target with ``mlflow.MlflowClient``, finds its files on this disk, prints one JSON line, exits.
-
-``python -m dbspec.serving.registry_child REQUEST``: ``REQUEST`` is the JSON of
-:func:`~dbspec.serving.registry_reader.ask_child`; the answer is ``{"version", "location"}``, or
-``{"error": {"classes", "message"}}`` for a dbspec error (anything else is a bug: a traceback).
+"""``python -m dbspec.serving.registry_child REQUEST``: the child process of
+:func:`~dbspec.serving.registry_reader.ask_child` (a module of its own: it imports
+``registry_reader`` and ``source``, which import each other's names one way only). It prints
+``{"version", "location"}``, or ``{"error": {"classes", "message"}}`` for a dbspec error.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Registry reads for serving, through MLflow's public client, with MLflow kept out of the server.
 
-``dbspec serve`` needs two answers from the registry before it loads a model: which version the
-target names (an alias, a number, or the latest) and where that version's files are. Importing
-MLflow for them costs about 2 s and 150 MB, which a long-lived server would then hold for
-nothing. :class:`ServingRegistry` asks them once, at start, of an ``mlflow.MlflowClient`` in a
-short-lived child process (``python -m dbspec.serving.registry_child``) that prints one JSON
-answer and exits: the server pays the import's time once and never its memory. Later reads
-(``--watch-alias`` polls) go through an ``MlflowClient`` in this process, opened on first use
-off the request path (the watcher runs in a daemon thread).
-
-A failure in the child comes back as the same dbspec error, with the same message.
+Importing MLflow costs about 2 s and 150 MB, which a long-lived server would hold for nothing.
+:class:`ServingRegistry` asks its first question (which version the target names, and where its
+files are) of an ``mlflow.MlflowClient`` in a short-lived child process
+(:mod:`dbspec.serving.registry_child`), which prints one JSON answer and exits; a dbspec error there comes back as the
+same error. Later reads (``--watch-alias``) go through a client opened here on first use, off
+the request path.
 """
 
 from __future__ import annotations
@@ -35,17 +31,14 @@ _CHILD_TIMEOUT_S = 600  # a remote store's download can take minutes; a hang mus
 
 
 class ServingRegistry:
-    """The registry as serving reads it: the first resolution in a child process (see the
-    module docstring), every other read through ``mlflow.MlflowClient`` opened on first use.
-
-    Any attribute of ``MlflowClient`` is available on it (opening the client), so code that
-    takes a client (alias lookups, :func:`dbspec.serving.source.resolve_version`) takes this.
+    """The registry as serving reads it (see the module docstring); any other attribute of
+    ``MlflowClient`` is the client's, opened on first use, so code that takes a client takes this.
     """
 
     def __init__(self, tracking_uri: Optional[str], state_dir: Path,
                  resolve_here: Callable[[Any, Any], str]):
         self._tracking_uri, self._state_dir = tracking_uri, state_dir
-        self._resolve_here = resolve_here  # with a client in this process
+        self._resolve_here = resolve_here  # with a client here (source's; it imports this)
         self._client: Any = None
         self._asked_child = False
         self._locations: dict[tuple[str, str], str] = {}  # (name, version): files, from the child
@@ -67,7 +60,7 @@ class ServingRegistry:
 
     def resolve(self, target: Any) -> str:
         """The version ``target`` names now: the first time in a child process (which also
-        finds the version's files on this disk), then with the client here.
+        brings its files onto this disk), then with the client here.
 
         Raises:
             RegistryError: no such model, version or alias; the registry did not answer.
@@ -135,12 +128,9 @@ def store_uri(tracking_uri: Optional[str], state_dir: Path) -> str:
 
 
 def open_mlflow_client(uri: str) -> Any:
-    """``mlflow.MlflowClient`` on ``uri``.
-
-    An existing SQLite database is not probed first (MLflow's probe, a tracking query, costs
-    about 2 s at every start): a store MLflow cannot read fails on opening or at the first
-    read, and the caller asks :func:`~dbspec.tracking.stores.check_tracking_server` why then.
-    Any other store is probed, a missing database included (MLflow would create an empty one).
+    """``mlflow.MlflowClient`` on ``uri``; any store but an existing SQLite file is probed first
+    (the probe costs about 2 s; a bad SQLite file fails at the first read, and the caller asks
+    :func:`~dbspec.tracking.stores.check_tracking_server` why then).
 
     Raises:
         TrackingError: the store cannot be used.
@@ -155,3 +145,4 @@ def open_mlflow_client(uri: str) -> Any:
     if database is None or not database.is_file():
         check_tracking_server(uri, must_exist=True)
     return mlflow.MlflowClient(tracking_uri=uri)
+

@@ -1,10 +1,8 @@
 """``dbspec serve``: the scoring app on uvicorn, with auth checks, alias watching and a lean heap.
 
-The socket is bound here, before uvicorn starts, so a busy port is a clear error and
-``--port 0`` picks a free one. After the model is loaded, ``gc.freeze()`` moves the import graph
-(hundreds of thousands of objects with MLflow loaded) out of the collector's reach: a full
-collection would otherwise stall every request for hundreds of milliseconds. The HTTP layer's
-limits are in :mod:`dbspec.serving.http_limits`.
+The socket is bound before uvicorn starts: a busy port is a clear error, ``--port 0`` picks a
+free one. ``gc.freeze()`` after the model is loaded keeps the import graph out of the collector's
+reach (a full collection would stall requests for hundreds of milliseconds).
 """
 
 from __future__ import annotations
@@ -17,33 +15,16 @@ import os
 import signal
 import socket
 import threading
-from pathlib import Path
-from typing import Callable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from dbspec.errors import DbspecError, UsageError
-from dbspec.serving.app import LoadedModel, ScoringApp, ServingConfig
+from dbspec.serving.app import LoadedModel, ScoringApp, ServeOptions
 from dbspec.serving.http_limits import (ConnectionLimits, Guard, guard_app, guard_protocol,
                                         uvicorn_settings)
+
+__all__ = ["ConnectionLimits", "ServeOptions", "serve"]
 from dbspec.serving.inference_table import InferenceTable
 from dbspec.serving.source import ModelTarget, load_version, resolve_version
-
-
-class ServeOptions(NamedTuple):
-    host: str = "127.0.0.1"
-    port: int = 8080
-    token_env: Optional[str] = "DBSPEC_TOKEN"
-    no_auth: bool = False
-    max_batch_size: int = 64
-    max_wait_ms: float = 2.0
-    max_body_bytes: int = 5_000_000
-    inference_table: Optional[Path] = None
-    queue_size: int = 10_000
-    watch_alias: bool = False
-    watch_interval_s: float = 10.0
-    limits: ConnectionLimits = ConnectionLimits()
-    out_of_range: str = "warn"
-    out_of_range_tolerance: float = 0.5
-    tokens: tuple[tuple[str, str], ...] = ()  # (role, environment variable), see AuthSpec
 
 
 def is_loopback(host: str) -> bool:
@@ -55,48 +36,36 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def resolve_token(options: ServeOptions) -> Optional[str]:
-    """The bearer token, or None when serving without auth is allowed.
-
-    Raises:
-        UsageError: a non-loopback address without a token and without ``--no-auth``.
-    """
-    if options.no_auth:
-        return None
-    token = os.environ.get(options.token_env) if options.token_env else None
-    if token:
-        return token
-    if not is_loopback(options.host) and not options.tokens:
-        where = f"${options.token_env}" if options.token_env else "a token environment variable"
-        raise UsageError(f"refusing to serve on {options.host} without authentication: set "
-                         f"{where}, or pass --no-auth to serve anyone who can reach it")
-    return None
-
-
 def resolve_tokens(options: ServeOptions) -> tuple[tuple[str, str], ...]:
-    """The tokens per role, ``(role, token)``; none with ``--no-auth``.
+    """The tokens by role, ``(role, token)``: ``admin`` from ``token_env`` when it is set, then
+    those ``serving.realtime.auth.tokens`` names; none with ``--no-auth``.
 
     Raises:
-        UsageError: a variable ``serving.realtime.auth.tokens`` names is not set (its clients
-            would all be refused).
+        UsageError: a role's variable is not set (its clients would all be refused), or no
+            token for a non-loopback address without ``--no-auth``.
     """
     if options.no_auth:
         return ()
-    found = []
+    token = os.environ.get(options.token_env) if options.token_env else None
+    found = [("admin", token)] if token else []
     for role, name in options.tokens:
         value = os.environ.get(name)
         if not value:
             raise UsageError(f"serving.realtime.auth.tokens.{role} names ${name}, which is not "
                              "set: set it to the token, or remove the entry")
         found.append((role, value))
+    if not found and not is_loopback(options.host):
+        where = f"${options.token_env}" if options.token_env else "a token environment variable"
+        raise UsageError(f"refusing to serve on {options.host} without authentication: set "
+                         f"{where}, or pass --no-auth to serve anyone who can reach it")
     return tuple(found)
 
 
-def describe_auth(options: ServeOptions, token: Optional[str]) -> str:
+def describe_auth(options: ServeOptions, tokens: tuple[tuple[str, str], ...]) -> str:
     """``bearer token from $DBSPEC_TOKEN, scoring token from $SCORE_TOKEN`` (or ``off``)."""
-    parts = [f"bearer token from ${options.token_env}"] if token else []
-    parts += [f"{role} token from ${name}" for role, name in options.tokens
-              if not options.no_auth]
+    parts = [f"{role} token from ${name}" for role, name in options.tokens] if tokens else []
+    if len(tokens) > len(parts):  # the token_env token, which comes first
+        parts.insert(0, f"bearer token from ${options.token_env}")
     return ", ".join(parts) or "off"
 
 
@@ -126,10 +95,11 @@ def alias_watcher(client, target: ModelTarget, interval_s: float,
         while True:
             await asyncio.sleep(interval_s)
             try:
-                version = await in_daemon_thread(resolve_version, client, target)
+                version = await in_daemon_thread(lambda: resolve_version(client, target))
                 if version == app.model.version:
                     continue
-                loaded = await in_daemon_thread(_load_without_torch, client, target, version)
+                loaded = await in_daemon_thread(
+                    lambda: load_version(client, target, version, without_torch=True))
             except Exception as exc:  # registry down, alias deleted: keep serving what we have
                 problem = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if problem != last_problem:
@@ -144,13 +114,9 @@ def alias_watcher(client, target: ModelTarget, interval_s: float,
     return watch
 
 
-def _load_without_torch(client, target: ModelTarget, version: str) -> LoadedModel:
-    return load_version(client, target, version, without_torch=True)
-
-
-async def in_daemon_thread(function, *args):
-    """``function(*args)`` on a daemon thread: a registry call stuck in its retries must not
-    hold up the server's shutdown (the default executor's threads are joined at exit)."""
+async def in_daemon_thread(function: Callable[[], Any]) -> Any:
+    """``function()`` on a daemon thread: a registry call stuck in its retries must not hold up
+    the server's shutdown (the default executor's threads are joined at exit)."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
 
@@ -160,7 +126,7 @@ async def in_daemon_thread(function, *args):
 
     def work() -> None:
         try:
-            result, failed = function(*args), False
+            result, failed = function(), False
         except BaseException as exc:  # handed to the awaiting coroutine
             result, failed = exc, True
         try:
@@ -177,7 +143,7 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     """Serve ``loaded`` until SIGINT/SIGTERM, then drain in-flight requests and stop."""
     import uvicorn
 
-    token, tokens = resolve_token(options), resolve_tokens(options)
+    tokens = resolve_tokens(options)
     background = ()
     if options.watch_alias:
         if target is None or not target.alias or client is None:
@@ -193,23 +159,20 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
             say(f"inference table {options.inference_table}: committed {replayed} answered "
                 "request(s) that a stopped server had logged but not written"
                 + (f" ({cut} bytes of an unanswered, cut-off record skipped)" if cut else ""))
-    app = ScoringApp(loaded, ServingConfig(token, options.max_batch_size, options.max_wait_ms,
-                                           options.max_body_bytes, options.out_of_range,
-                                           options.out_of_range_tolerance, tokens=tokens),
-                     table=table, background=background)
+    app = ScoringApp(loaded, options, tokens=tokens, table=table, background=background)
     sock = bind(options.host, options.port)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
-        guard_app(app), loop=_best("uvloop", "asyncio"), ws="none", lifespan="on",
+        guard_app(app), ws="none", lifespan="on",
         access_log=False, log_level="warning", server_header=False, date_header=False,
         **uvicorn_settings(options.limits))
     config.load()  # then its HTTP protocol goes behind the guard of http_limits
     config.http_protocol_class = guard_protocol(config.http_protocol_class,
                                                 Guard(options.limits, app.metrics))
     server = uvicorn.Server(config)
-    auth = describe_auth(options, token)
+    auth = describe_auth(options, tokens)
     say(f"serving {loaded.name} v{loaded.version} ({loaded.source}) on "
-        f"http://{_url_host(host)}:{port}  auth: {auth}  batching: up to "
+        f"http://{f'[{host}]' if ':' in host else host}:{port}  auth: {auth}  batching: up to "
         f"{options.max_batch_size} rows / {options.max_wait_ms:g} ms"
         + (f"  inference table: {options.inference_table}" if table else "")
         + (f"  out-of-range rows: {options.out_of_range}" if options.out_of_range != "warn"
@@ -220,8 +183,8 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
     try:
         with _stop_signals_end_cleanly():
             server.run(sockets=[sock])
-    except SystemExit:  # uvicorn exits when the app's start-up fails; say it our way
-        raise DbspecError("the server did not start (see the messages above)") from None
+    except SystemExit:  # uvicorn exits when its start-up fails; say it our way
+        pass
     finally:
         sock.close()
     if not server.started:
@@ -249,15 +212,3 @@ def _stop_signals_end_cleanly() -> Iterator[None]:
 
 def _ignore(signum: int, frame: object) -> None:
     """A stop signal that uvicorn already acted on."""
-
-
-def _best(preferred: str, fallback: str) -> str:
-    try:
-        __import__(preferred)
-    except ImportError:
-        return fallback
-    return preferred
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host

@@ -48,8 +48,7 @@ def parse_model_uri(uri: str) -> ModelTarget:
 
 
 def spec_target(spec, *, alias: Optional[str] = None) -> ModelTarget:
-    """The model a spec serves: ``serving.model_alias``, else its (last) promotion stage's alias,
-    else latest.
+    """The model a spec serves: ``serving.model_alias``, else its last promotion alias, else latest.
 
     Raises:
         UsageError: the spec registers no model.
@@ -68,9 +67,7 @@ def tracking_uri_for(spec, given: Optional[str]) -> Optional[str]:
 
 
 def open_client(tracking_uri: Optional[str], state_dir: Path):
-    """The registry as serving reads it: a
-    :class:`~dbspec.serving.registry_reader.ServingRegistry` (``mlflow.MlflowClient``, with the
-    first resolution done in a child process so that ``dbspec serve`` never holds MLflow).
+    """The registry as serving reads it (:class:`~dbspec.serving.registry_reader.ServingRegistry`).
 
     Raises:
         RegistryError: no store at the default location.
@@ -85,11 +82,8 @@ def open_client(tracking_uri: Optional[str], state_dir: Path):
 
 
 def resolve_version(client, target: ModelTarget) -> str:
-    """The version number ``target`` points at now.
-
-    ``client``: an ``mlflow.MlflowClient``, or the registry of :func:`open_client` (which asks
-    one); registry errors are told from bugs here by MLflow's ``error_code`` (so MLflow is not
-    imported for its exception class).
+    """The version number ``target`` points at now, asked of an ``mlflow.MlflowClient`` or of
+    :func:`open_client`'s registry (registry errors are told from bugs by their ``error_code``).
 
     Raises:
         RegistryError: no such model, version or alias.
@@ -149,12 +143,8 @@ def _registry_problem(client, target: ModelTarget, exc: Exception) -> str:
 
 
 def load_version(client, target: ModelTarget, version: str, *, without_torch: bool = False):
-    """A version's artifacts, read in place when they are on this disk (downloaded through
-    MLflow otherwise), rebuilt as its served model; a ``LoadedModel``.
-
-    ``without_torch``: a model logged with its ONNX export is loaded on ONNX Runtime
-    (:class:`~dbspec.serving.onnx_model.OnnxServedModel`), so torch is never imported
-    (``dbspec serve``); any other is the torch module.
+    """A version's served model (a ``LoadedModel``), from its artifacts; ``without_torch``: on
+    ONNX Runtime where it was logged with its ONNX export (``dbspec serve`` never imports torch).
 
     Raises:
         RegistryError: no such version, not a dbspec model, or an ONNX file that cannot load.
@@ -180,6 +170,7 @@ def load_version(client, target: ModelTarget, version: str, *, without_torch: bo
 
 
 def version_artifacts(client, target: ModelTarget, version: str) -> Path:
+    """The version's files: in place when on this disk, else downloaded through MLflow."""
     from dbspec.serving.registry_reader import local_artifacts
 
     where = f"models:/{target.name}/{version}"

@@ -1,10 +1,6 @@
 """What ``dbspec serve``, ``predict`` and ``endpoint`` do, one function each: read the model the
-command names, merge its flags with the spec's ``serving`` section, and hand one request to the
-serving target that carries it out (:mod:`dbspec.seams.targets`).
-
-The command line reaches these functions as typed records (:class:`ModelChoice`,
-:class:`ServeFlags`, :class:`PredictFlags`, :class:`EndpointFlags`): a flag left out is None,
-and the spec's value, else dbspec's default, takes its place here.
+command names, merge its flags (typed records; a flag left out is None) with the spec's
+``serving`` section, else dbspec's defaults, and hand one request to the serving target.
 """
 
 from __future__ import annotations
@@ -187,14 +183,13 @@ def serve_model(choice: ModelChoice, flags: ServeFlags, *,
         DbspecError: no token where one is needed (before the slow model load), no such
             version, or a server that does not start.
     """
-    from dbspec.serving.server import resolve_token, resolve_tokens
+    from dbspec.serving.server import resolve_tokens
     from dbspec.serving.source import load_version
 
     target = find_target("realtime", "local")
     opened = open_model(choice)
     options = serve_options(flags, opened.spec)
-    resolve_token(options)  # refuse before the slow model load
-    resolve_tokens(options)
+    resolve_tokens(options)  # refuse before the slow model load
     loaded = load_version(opened.client, opened.model, opened.version, without_torch=True)
     target.run(ServeRequest(loaded, options, client=opened.client, model=opened.model,
                             say=say))

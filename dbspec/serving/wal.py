@@ -1,10 +1,8 @@
 """The inference table's write-ahead log: framed, checksummed JSON records in segment files.
 
-A segment is one file ``<writer>.<number>.wal`` under ``<table>/.dbspec-wal/``; each record is
-a frame (payload length, crc32) and its JSON payload, appended with ``os.write`` so that a killed
-process loses nothing the kernel holds. :func:`read_segment` reads a segment back, stopping at a
-record cut by the kill. :mod:`dbspec.serving.inference_table` decides when segments are sealed,
-committed to Delta and deleted.
+A segment is ``<table>/.dbspec-wal/<writer>.<number>.wal``; a record is a frame (payload
+length, crc32) and its JSON, appended with one ``os.write`` so a killed process loses nothing
+the kernel holds. :func:`read_segment` stops at a record cut by the kill.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The ``batch_local`` serving target: Arrow record batches stream from the input through the
-model in this process (``serving.batch.engine: local``; :mod:`dbspec.serving.batch_local`)."""
+"""The ``batch_local`` serving target (``serving.batch.engine: local``): see
+:mod:`dbspec.serving.batch_local`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ class LocalBatchTarget(BatchTarget):
     summary = "in this process"
 
     def run(self, request: BatchRequest) -> Any:
-        """Score ``request.source`` into ``request.output``; returns the ``BatchResult``."""
         from dbspec.serving.batch_local import predict_local
 
         progress = request.progress or (lambda rows, seconds: None)

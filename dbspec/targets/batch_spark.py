@@ -1,8 +1,9 @@
-"""The ``batch_spark`` serving target: Spark scores the input, the model rebuilt once per
-Python worker (``serving.batch.engine: spark``; :mod:`dbspec.serving.batch_spark`)."""
+"""The ``batch_spark`` serving target (``serving.batch.engine: spark``): see
+:mod:`dbspec.serving.batch_spark`."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from dbspec.seams.targets import BatchRequest
@@ -19,21 +20,14 @@ class SparkBatchTarget(BatchTarget):
     summary = "on Spark"
 
     def run(self, request: BatchRequest) -> Any:
-        """Score ``request.source`` into ``request.output``; returns the ``BatchResult``."""
-        if request.session is not None:
-            return _score(request.session, request)
+        from dbspec.serving.batch_spark import predict_spark
         from dbspec.spark.session import spark_session
 
-        with spark_session(request.spec, request.master, say=request.say) as spark:
-            return _score(spark, request)
-
-
-def _score(spark: Any, request: BatchRequest) -> Any:
-    from dbspec.serving.batch_spark import predict_spark
-
-    return predict_spark(spark, request.loaded, request.source, request.output,
-                         fmt=request.fmt, input_version=request.input_version,
-                         out_of_range=request.out_of_range)
+        with (contextlib.nullcontext(request.session) if request.session is not None
+              else spark_session(request.spec, request.master, say=request.say)) as spark:
+            return predict_spark(spark, request.loaded, request.source, request.output,
+                                 fmt=request.fmt, input_version=request.input_version,
+                                 out_of_range=request.out_of_range)
 
 
 TARGET = SparkBatchTarget()

@@ -1,15 +1,11 @@
-"""What several serving targets share: defaults every target takes (:class:`Target`) and the
-batch targets' spec checks (:class:`BatchTarget`). A target overrides only what differs;
-nothing here names a target."""
+"""What serving targets share: defaults (:class:`Target`) and the batch targets' spec checks
+(:class:`BatchTarget`). A target overrides only what differs."""
 
 from __future__ import annotations
 
 from typing import ClassVar, Iterable, Optional
 
 from dbspec.seams.targets import Finding
-
-#: Hosts a server may bind without a token: only this machine reaches them.
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class Target:
@@ -24,11 +20,9 @@ class Target:
     job_task: ClassVar[Optional[str]] = None
 
     def check(self, spec) -> Iterable[Finding]:
-        """No problems beyond the section's types."""
         return ()
 
     def job_warnings(self, spec) -> Iterable[str]:
-        """Nothing breaks in a job."""
         return ()
 
 
@@ -39,7 +33,6 @@ class BatchTarget(Target):
     stage = "batch_predict"
 
     def check(self, spec) -> Iterable[Finding]:
-        """The batch mode needs its section."""
         if spec.serving.batch is None:
             yield Finding(("serving",), "mode batch needs a 'batch' section with input and output")
 

@@ -1,6 +1,5 @@
-"""The ``databricks_endpoint`` serving target: a Databricks Model Serving endpoint kept on the
-version an alias holds (``dbspec endpoint``, the job's ``update_endpoint`` task;
-:mod:`dbspec.serving.databricks_endpoint`)."""
+"""The ``databricks_endpoint`` serving target (``dbspec endpoint``, the job's ``update_endpoint``
+task): see :mod:`dbspec.serving.databricks_endpoint`."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ class DatabricksEndpointTarget(Target):
     job_task = "update_endpoint"  # the generated job keeps the endpoint on the alias
 
     def run(self, request: EndpointRequest) -> Any:
-        """Follow the alias with the workspace's credentials; returns the ``EndpointUpdate``.
+        """Follow the alias with the workspace's credentials.
 
         Raises:
             DbspecError: no Databricks credentials, or the workspace refused a call.

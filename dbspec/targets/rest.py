@@ -1,12 +1,14 @@
-"""The ``rest`` serving target: a REST server in this process speaking MLflow's scoring
-protocol on uvicorn (``dbspec serve``; :mod:`dbspec.serving.server`)."""
+"""The ``rest`` serving target (``dbspec serve``): see :mod:`dbspec.serving.server`."""
 
 from __future__ import annotations
 
 from typing import Iterable
 
 from dbspec.seams.targets import Finding, ServeRequest
-from dbspec.targets.common import LOOPBACK_HOSTS, Target
+from dbspec.targets.common import Target
+
+#: Hosts a server may bind without a token: only this machine reaches them.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class RestTarget(Target):
@@ -28,7 +30,6 @@ class RestTarget(Target):
                           "network; name a token_env (or tokens per role)")
 
     def run(self, request: ServeRequest) -> None:
-        """Serve ``request.loaded`` with ``request.options``; returns once stopped."""
         from dbspec.serving.server import serve
 
         serve(request.loaded, request.options, client=request.client, target=request.model,
