@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 from dbspec.jobs.resources import endpoint_task, resource_warnings, role_permissions
-from dbspec.jobs.tasks import cluster, mlflow_env, task_extras, task_libraries, task_settings
+from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, job_tags, mlflow_env,
+                               task_extras, task_libraries, task_settings, wheel_entry)
 from dbspec.plan import Plan, compile_plan
 from dbspec.seams.targets import job_warnings
 from dbspec.spec.clusters import TRAINING_GROUPS, resolve_cluster, serverless
@@ -95,9 +96,7 @@ def shared_dir(spec) -> str:
 
 def task_parameters(spec, where: JobTarget, stages: tuple[str, ...]) -> list[str]:
     """The ``dbspec`` command line of the task running ``stages``."""
-    parameters = ["run", where.spec_path] + (["--target", where.target] if where.target else [])
-    parameters += [f"--set={a}" for a in where.assignments]
-    parameters += ["--only", ",".join(stages), "--run-key", "{{job.run_id}}",
+    parameters = dbspec_arguments("run", where) + ["--only", ",".join(stages), "--run-key", "{{job.run_id}}",
                    "--shared-dir", where.shared_dir]
     if spec.jobs.state_dir:  # else node-local scratch: nothing is handed over through it
         parameters += ["--state-dir", spec.jobs.state_dir]
@@ -161,16 +160,15 @@ def build_job(spec, where: JobTarget):
     update = endpoint_task(spec, where)  # the endpoint follows the alias (realtime serving)
     if update is not None:
         tasks.append(update)
-    tags = {"dbspec_spec": spec.name, **({"dbspec_target": where.target} if where.target
-                                          else {}), **settings.tags}
     return j.JobSettings(
         name=settings.name or spec.name,
         description=(spec.description.strip() or f"dbspec spec {spec.name}")[:1000],
         tasks=tasks,
         job_clusters=[j.JobCluster(job_cluster_key=k, new_cluster=c)
                       for k, c in clusters.items()] or None,
-        email_notifications=_notifications(settings), schedule=_schedule(settings),
-        tags=dict(sorted(tags.items())),
+        email_notifications=_notifications(settings),
+        schedule=cron(settings.schedule) if settings.schedule is not None else None,
+        tags=job_tags(spec, where),
         max_concurrent_runs=settings.max_concurrent_runs,
         timeout_seconds=settings.timeout_seconds or None,
         parameters=[j.JobParameterDefinition(name=name, default=default)
@@ -203,9 +201,7 @@ def wheel_task(spec, where: JobTarget, group: tuple[str, tuple[str, ...], tuple[
         depends_on=[j.TaskDependency(task_key=u) for u in upstream] or None,
         job_cluster_key="training" if key in TRAINING_GROUPS and "training" in clusters
         else "main",
-        python_wheel_task=j.PythonWheelTask(
-            package_name="dbspec", entry_point="dbspec",
-            parameters=task_parameters(spec, where, stages)),
+        python_wheel_task=wheel_entry(task_parameters(spec, where, stages)),
         libraries=task_libraries(spec, stages, where.wheel),
         **task_settings(spec.jobs, key))
 
@@ -222,23 +218,10 @@ def _notifications(settings):
         no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
 
 
-def _schedule(settings):
-    from databricks.sdk.service import jobs as j
-
-    if settings.schedule is None:
-        return None
-    return j.CronSchedule(
-        quartz_cron_expression=settings.schedule.quartz_cron,
-        timezone_id=settings.schedule.timezone,
-        pause_status=j.PauseStatus.PAUSED if settings.schedule.paused
-        else j.PauseStatus.UNPAUSED)
-
-
 def access_control(spec) -> list:
     """``jobs.JobAccessControlRequest`` entries from ``jobs.permissions``, then the roles' (a
     principal named in both keeps its ``jobs.permissions`` level)."""
     from databricks.sdk.service import jobs as j
-
 
     return [j.JobAccessControlRequest(
         user_name=p.user, group_name=p.group, service_principal_name=p.service_principal,

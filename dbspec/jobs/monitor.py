@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from dbspec.jobs.resources import (endpoint_name, inference_table_config, serves_realtime)
-from dbspec.jobs.tasks import cluster, job_key, mlflow_env, task_libraries, task_settings
+from dbspec.jobs.resources import endpoint_name, inference_table_config, serves_realtime
+from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, job_key, job_tags, mlflow_env,
+                               task_libraries, task_settings, wheel_entry)
 from dbspec.spec.clusters import resolve_cluster
 
 MONITOR = "monitor"
@@ -35,13 +36,6 @@ def monitor_job_key(spec) -> str:
     return f"{job_key(spec)}_monitor"
 
 
-def monitor_task_parameters(spec, where) -> list[str]:
-    """``dbspec monitor SPEC [--target T] [--set ...]``: the table, window, thresholds and
-    action come from the spec the task passes."""
-    return ["monitor", where.spec_path] + (["--target", where.target] if where.target else []) \
-        + [f"--set={a}" for a in where.assignments]
-
-
 def build_monitor_job(spec, where) -> Optional[Any]:
     """The monitor job (``jobs.JobSettings``), or None without a ``monitoring`` section.
 
@@ -54,7 +48,6 @@ def build_monitor_job(spec, where) -> Optional[Any]:
     if spec.monitoring is None:
         return None
     settings = spec.jobs
-    when = settings.monitor_schedule
     notifications = None
     if settings.notifications is not None:
         n = settings.notifications
@@ -66,12 +59,10 @@ def build_monitor_job(spec, where) -> Optional[Any]:
         description="dbspec monitor: drift and quality of the served version against its "
                     "reference profile; fails on an alert",
         job_cluster_key="main",
-        python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
-                                            parameters=monitor_task_parameters(spec, where)),
+        # the table, window, thresholds and action come from the spec the task passes
+        python_wheel_task=wheel_entry(dbspec_arguments("monitor", where)),
         libraries=task_libraries(spec, ("evaluate",), where.wheel),
         **task_settings(settings, MONITOR))
-    tags = {"dbspec_spec": spec.name, "dbspec_role": "monitor",
-            **({"dbspec_target": where.target} if where.target else {}), **settings.tags}
     return j.JobSettings(
         name=f"{settings.name or spec.name} monitor"[:100],
         description=f"Drift and quality monitoring of {spec.registry.name} (dbspec spec "
@@ -80,11 +71,8 @@ def build_monitor_job(spec, where) -> Optional[Any]:
         job_clusters=[j.JobCluster(job_cluster_key="main", new_cluster=cluster(
             resolve_cluster(spec, "main"), mlflow_env(spec), current_user=where.current_user))],
         email_notifications=notifications,
-        schedule=j.CronSchedule(quartz_cron_expression=when.quartz_cron,
-                                timezone_id=when.timezone,
-                                pause_status=j.PauseStatus.PAUSED if when.paused
-                                else j.PauseStatus.UNPAUSED),
-        tags=dict(sorted(tags.items())), max_concurrent_runs=1,
+        schedule=cron(settings.monitor_schedule),
+        tags=job_tags(spec, where, dbspec_role="monitor"), max_concurrent_runs=1,
         queue=j.QueueSettings(enabled=True))
 
 

@@ -163,23 +163,24 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str,
                           shared_dir=f"{{{{job.parameters.{SHARED_DIR}}}}}",
                           parameters=((SHARED_DIR, shared_dir(spec)),),
                           script=f"{root}/scripts/{name}.sh")
-        body = build_job(spec, where).as_dict()
         acl = [entry.as_dict() for entry in access_control(spec)]
-        if acl:
-            body["access_control_list"] = acl
-        files[f"{name}.json"] = json.dumps(body, indent=2, sort_keys=True) + "\n"
+        files[f"{name}.json"] = _json_body(build_job(spec, where), acl)
         monitor = build_monitor_job(spec, where)
         if monitor is not None:  # the same access list: who sees the job sees its monitor
-            body = monitor.as_dict()
-            if acl:
-                body["access_control_list"] = acl
-            files[f"{monitor_job_key(spec)}.{target}.json"] = json.dumps(
-                body, indent=2, sort_keys=True) + "\n"
+            files[f"{monitor_job_key(spec)}.{target}.json"] = _json_body(monitor, acl)
         if serverless(spec):
             files[f"scripts/{name}.sh"] = ai_runtime_script(
                 spec, where, wheel_name=WHEEL, spec_name=PurePosixPath(spec_file).name,
                 shared=shared_dir(spec), header=_header(spec_file, command))
     return files
+
+
+def _json_body(job, acl: list[dict[str, Any]]) -> str:
+    """A ``jobs/create`` body: the job's settings and, when there is one, its access list."""
+    body = job.as_dict()
+    if acl:
+        body["access_control_list"] = acl
+    return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
 __all__ = ["bundle_files", "jobs_json_files", "warnings_for"]

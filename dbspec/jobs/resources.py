@@ -283,14 +283,13 @@ def endpoint_task(spec, where):
     """
     from databricks.sdk.service import jobs as j
 
-    from dbspec.jobs.tasks import cluster, mlflow_env, task_libraries, task_settings
+    from dbspec.jobs.tasks import (cluster, dbspec_arguments, mlflow_env, task_libraries,
+                                   task_settings, wheel_entry)
     from dbspec.spec.clusters import resolve_cluster, serverless
 
     if not serves_realtime(spec):
         return None
-    parameters = ["endpoint", where.spec_path] + (
-        ["--target", where.target] if where.target else []) + [
-        f"--set={a}" for a in where.assignments] + [
+    parameters = dbspec_arguments("endpoint", where) + [
         "--endpoint", task_endpoint_name(spec, where), "--wait"]
     if serverless(spec):  # one AI Runtime task runs every stage; no job cluster to share
         compute: dict[str, Any] = {"new_cluster": cluster(
@@ -304,7 +303,6 @@ def endpoint_task(spec, where):
         description="Create the serving endpoint on the version the alias holds, or move it "
                     "there if the alias moved; set the roles' permissions on it",
         depends_on=[j.TaskDependency(task_key=u) for u in upstream],
-        python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
-                                            parameters=parameters),
+        python_wheel_task=wheel_entry(parameters),
         libraries=task_libraries(spec, (), where.wheel, packages=ENDPOINT_PACKAGES),
         **compute, **task_settings(spec.jobs, UPDATE_ENDPOINT))

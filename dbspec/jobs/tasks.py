@@ -60,21 +60,47 @@ def mlflow_env(spec) -> dict[str, str]:
     return env
 
 
+#: Task setting -> the spec's name for it (``jobs.task_defaults``, ``jobs.tasks.<key>``).
+_TASK_SETTINGS = {"timeout_seconds": "timeout_seconds", "max_retries": "max_retries",
+                  "min_retry_interval_millis": "min_retry_interval_ms",
+                  "retry_on_timeout": "retry_on_timeout"}
+
+
 def task_settings(jobs, key: str) -> dict[str, Any]:
     """Timeout and retry settings of task ``key``: ``jobs.task_defaults``, then its own."""
     merged = jobs.task_defaults.model_dump(exclude_none=True)
     if key in jobs.tasks:
         merged.update(jobs.tasks[key].model_dump(exclude_none=True))
-    out = {}
-    if "timeout_seconds" in merged:
-        out["timeout_seconds"] = merged["timeout_seconds"]
-    if "max_retries" in merged:
-        out["max_retries"] = merged["max_retries"]
-    if "min_retry_interval_ms" in merged:
-        out["min_retry_interval_millis"] = merged["min_retry_interval_ms"]
-    if "retry_on_timeout" in merged:
-        out["retry_on_timeout"] = merged["retry_on_timeout"]
-    return out
+    return {field: merged[name] for field, name in _TASK_SETTINGS.items() if name in merged}
+
+
+def dbspec_arguments(command: str, where) -> list[str]:
+    """``COMMAND SPEC [--target T] [--set=A...]``: how every task starts its command line."""
+    return [command, where.spec_path] + (["--target", where.target] if where.target else []) \
+        + [f"--set={a}" for a in where.assignments]
+
+
+def wheel_entry(parameters: list[str]):
+    """The ``jobs.PythonWheelTask`` running ``dbspec PARAMETERS`` from the dbspec wheel."""
+    from databricks.sdk.service import jobs as j
+
+    return j.PythonWheelTask(package_name="dbspec", entry_point="dbspec", parameters=parameters)
+
+
+def cron(schedule):
+    """A spec's schedule (``jobs.schedule``, ``jobs.monitor_schedule``) as ``jobs.CronSchedule``."""
+    from databricks.sdk.service import jobs as j
+
+    return j.CronSchedule(
+        quartz_cron_expression=schedule.quartz_cron, timezone_id=schedule.timezone,
+        pause_status=j.PauseStatus.PAUSED if schedule.paused else j.PauseStatus.UNPAUSED)
+
+
+def job_tags(spec, where, **extra: str) -> dict[str, str]:
+    """A job's tags, sorted: the spec, ``extra``, the target, then ``jobs.tags``."""
+    tags = {"dbspec_spec": spec.name, **extra,
+            **({"dbspec_target": where.target} if where.target else {}), **spec.jobs.tags}
+    return dict(sorted(tags.items()))
 
 
 def job_key(spec) -> str:
