@@ -1,18 +1,11 @@
 """Kinds found by name: the one place that lists what each seam of dbspec can be.
 
 A seam (compute, data sources, promotion gates, serving targets) is a small Protocol; each
-*kind* is one module implementing it. A :class:`KindRegistry` maps kind names to
-``"module:attribute"`` strings and imports a kind only when it is first asked for, as fsspec's
-``known_implementations`` does. Installed packages add kinds through Python entry points in the
-registry's group (``dbspec.compute``, ``dbspec.sources``, ``dbspec.gates``,
-``dbspec.serving_targets``)::
-
-    [project.entry-points."dbspec.compute"]
-    slurm = "dbspec_slurm:KIND"
-
-Callers ask the kind (``COMPUTE.get(spec.compute.kind).world_size(spec.compute)``); they never
-switch on its name. A plugin that fails to import is remembered, not raised at start-up: the
-spec that names it gets a located error saying which package failed and why.
+*kind* is one module implementing it. A :class:`KindRegistry` maps names to ``"module:attribute"``
+and imports a kind when first asked for it. Installed packages add kinds through entry points in
+the registry's group (``dbspec.compute``, ``dbspec.sources``, ``dbspec.gates``,
+``dbspec.serving_targets``), e.g. ``slurm = "dbspec_slurm:KIND"``. A plugin that fails to
+import is remembered, not raised at start-up: the spec naming it gets a located error.
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
-"""``dbspec init``: a commented first spec, inferred from a data file.
+"""``dbspec init``: a commented first spec, inferred from a sample of a data file (CSV with the
+csv module; Parquet or Delta with pyarrow, the ``train`` extra; never torch, MLflow or Spark).
 
-The file's columns are read (a CSV's header and up to :data:`SAMPLE_ROWS` rows with the csv
-module; a Parquet file's schema and first row group, or a Delta table's files, with pyarrow), and
-from them:
-
-- the **target**: ``--target``, else the first column named like a label (``target``,
-  ``label``, ``y``, ``class``...), else the last column;
-- the **task**: ``--task``, else ``binary`` for a target with two distinct values,
-  ``multiclass`` for one with at most :data:`MAX_CLASSES` distinct values that are whole
-  numbers or text, ``regression`` otherwise;
-- the **features**: every numeric column but the target. Columns that are not numbers are
-  named in a comment and left out (the model takes numeric features only);
-- **preprocessing**: ``impute`` where a feature has missing values, then ``standard_scale``;
-- **layers**: two hidden ``linear``/``relu`` layers sized from the feature count, and an output
-  layer that fits the task.
-
-Nothing here imports torch, MLflow or Spark; a Parquet or Delta input needs pyarrow (the
-``train`` extra).
+Target: ``--target``, else the first column named like a label, else the last. Task: ``--task``,
+else binary for two distinct values, multiclass for at most :data:`MAX_CLASSES` whole-number or
+text values, else regression. Features: every numeric column but the target (the others are
+named in a comment). Then ``impute`` where values are missing, ``standard_scale``, and two
+hidden layers sized from the feature count.
 """
 
 from __future__ import annotations

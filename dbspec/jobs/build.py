@@ -1,12 +1,10 @@
 """A spec's plan as a Databricks job, built with databricks-sdk's typed classes.
 
-Stages are grouped into tasks (data -> [tune] -> train -> evaluate -> promote -> serve or
-batch_predict); ``depends_on`` follows the plan's edges. Each task is a ``python_wheel_task`` of
-the ``dbspec`` package running ``dbspec run SPEC --target T --only STAGES --run-key
-{{job.run_id}} --shared-dir DIR``: the tasks hand their stages over through the run key's MLflow
-run, and ranks and trial tasks on any node meet in the shared directory (never a node's
-``/local_disk0``). Training gets its own job cluster sized from ``compute``: a GPU ML runtime,
-GPUs per node, workers from the process count.
+Stages are grouped into tasks (:data:`GROUPS`); ``depends_on`` follows the plan's edges. Each
+task is a ``python_wheel_task`` running ``dbspec run SPEC --only STAGES --run-key
+{{job.run_id}} --shared-dir DIR``: tasks hand stages over through the run key's MLflow run, and
+ranks and trials on any node meet in the shared directory (never a node's ``/local_disk0``).
+Training gets its own job cluster sized from ``compute`` where it differs from the main one.
 """
 
 from __future__ import annotations

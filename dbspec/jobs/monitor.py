@@ -1,17 +1,12 @@
 """The monitoring side of ``dbspec jobs``: a scheduled monitor job, and a Databricks quality
 monitor on the serving endpoint's inference table.
 
-Two monitors, each doing what it does well:
-
-- the **monitor job** runs ``dbspec monitor SPEC`` on a schedule (``jobs.monitor_schedule``):
-  feature and prediction drift against the registered version's reference profile, quality
-  against its test metrics, and the spec's ``on_alert`` action. An alert exits non-zero, so
-  the job run fails and the job's failure notifications fire.
-- the **quality monitor** (a bundle ``quality_monitors`` resource) watches the AI Gateway
-  inference table (``<catalog>.<schema>.<endpoint>_payload``) of the endpoint the job's
-  ``update_endpoint`` task keeps: a time series of request volume, status codes and latency
-  (``execution_duration_ms``), sliced by served entity (version). The payload table holds
-  requests and responses as JSON text, so feature drift is the monitor job's part.
+- The monitor job runs ``dbspec monitor SPEC`` on ``jobs.monitor_schedule``: drift and quality
+  against the registered version's reference, and ``on_alert``; an alert fails the run, so the
+  job's failure notifications fire.
+- The quality monitor (bundle ``quality_monitors``) watches the endpoint's AI Gateway payload
+  table: request volume, status codes and latency by served entity. That table holds requests
+  as JSON text, so feature drift is the monitor job's part.
 """
 
 from __future__ import annotations

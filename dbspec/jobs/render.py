@@ -1,21 +1,12 @@
-"""Generated files: a Databricks Asset Bundle or Jobs API 2.2 ``jobs/create`` payloads.
+"""Generated files: a Databricks Asset Bundle or Jobs API 2.2 ``jobs/create`` bodies, deterministic
+(fixed key order, no timestamps) so that a pull request shows a readable diff and ``--check``
+can tell when they are out of date.
 
-Output is deterministic (fixed key order, no timestamps), so a pull request shows a readable
-diff of the generated jobs, and ``--check`` can tell when they are out of date.
-
-Bundle layout (``-o DIR``)::
-
-    databricks.yml                     bundle name, targets with their mode, variables (the
-                                       shared directory; per target where it differs)
-    resources/<job>.<target>.yml       per target: the job, the registered model and (with
-                                       roles) the experiment; the job's update_endpoint task
-                                       creates and keeps the serving endpoint; with
-                                       monitoring, the monitor job and (production
-                                       targets) the endpoint's quality monitor
-    specs/<spec file>                  the spec the tasks run (synced with the bundle)
-
-Jobs JSON: ``<job>.<target>.json`` per target, a ``jobs/create`` body with its access control
-and a ``shared_dir`` job parameter (Jobs API bodies have no bundle variables).
+Bundle (``-o DIR``): ``databricks.yml`` (bundle, targets and their mode, the shared-directory
+variable); ``resources/<job>.<target>.yml`` per target (the job, the registered model, with roles
+the experiment; with monitoring the monitor job and, in production targets, the quality
+monitor); ``specs/<spec file>``, the spec the tasks run. Jobs JSON: ``<job>.<target>.json`` per
+target, with its access control list and a ``shared_dir`` job parameter.
 """
 
 from __future__ import annotations

@@ -1,31 +1,26 @@
-"""Bundle resources beside the job — the registered model and the experiment, with the access
-the spec's ``roles`` give — and the job task that owns the serving endpoint.
+"""Bundle resources beside the job (the registered model and the experiment, with the access the
+spec's ``roles`` give) and the job task that owns the serving endpoint.
 
 The endpoint is no bundle resource: a first deploy would create it on a version the model does
-not have yet (the job has not run), and every redeploy would reset it to a fixed version,
-undoing the last promotion. The job's ``update_endpoint`` task (``dbspec endpoint``) creates it
-on the alias holder, moves it when the alias moves, and sets the roles' permissions on it; the
-settings it creates the endpoint with are computed here, from the spec.
+not have yet, and every redeploy would reset it to a fixed version, undoing the last promotion.
+The job's ``update_endpoint`` task (``dbspec endpoint``) creates it on the alias holder, moves
+it when the alias moves and sets the roles' permissions; its settings are computed here.
 
-Roles follow the course's table (admin: read/write/deploy; data scientist: read/write;
-analyst: read only):
+Roles (admin: read/write/deploy; data scientist: read/write; analyst: read only):
 
 =========================  ======================  ==================  ==========
 resource                   admin                   data_scientist      analyst
 =========================  ======================  ==================  ==========
 UC registered model        ALL_PRIVILEGES, MANAGE  EXECUTE, APPLY_TAG  EXECUTE
-(grants)
 workspace registry model   CAN_MANAGE              CAN_EDIT            CAN_READ
 job                        CAN_MANAGE              CAN_MANAGE_RUN      CAN_VIEW
 experiment                 CAN_MANAGE              CAN_EDIT            CAN_READ
 serving endpoint           CAN_MANAGE              CAN_QUERY           CAN_VIEW
 =========================  ======================  ==================  ==========
 
-In Unity Catalog ``EXECUTE`` is reading a model (its versions, loading them), ``APPLY_TAG``
-writing its tags, ``MANAGE`` its grants, renaming and dropping; ``ALL_PRIVILEGES`` holds every
-privilege but ``MANAGE``. Creating versions and moving aliases stay with the model's owner
-(whoever deploys the bundle, the identity the job runs as). Every principal also needs
-``USE CATALOG`` and ``USE SCHEMA`` on the model's parents, which the bundle does not grant.
+In Unity Catalog ``EXECUTE`` reads a model, ``APPLY_TAG`` writes its tags, ``MANAGE`` its grants
+(``ALL_PRIVILEGES`` excludes it). Creating versions and moving aliases stay with the owner (the
+deployer, whom the job runs as). ``USE CATALOG``/``USE SCHEMA`` on the parents are not granted.
 """
 
 from __future__ import annotations
