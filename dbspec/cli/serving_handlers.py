@@ -109,6 +109,8 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: serving.batch.engine, local)")
     parser.add_argument("--master", metavar="URL",
                         help="Spark master URL for --engine spark (default: local[*])")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show what Spark and its JVM print as they start")
 
 
 def model_choice(args: argparse.Namespace) -> Any:
