@@ -84,14 +84,10 @@ def remove_leftovers(target: Path) -> list[Path]:
     that died between its two renames is put back when the target is missing, else deleted.
     """
     handled: list[Path] = []
-    parent = target.parent
-    if not parent.is_dir():
+    if not target.parent.is_dir():
         return handled
     for kind in ("staging", "old"):
-        for path in sorted(parent.glob(f".{target.name}.{kind}-*")):
-            pid = path.name[len(f".{target.name}.{kind}-"):].split("-", 1)[0]
-            if pid.isdigit() and is_alive(int(pid)):
-                continue
+        for path in _left_by_dead(target, f"{kind}-*", f".{target.name}.{kind}-"):
             if kind == "old" and not os.path.lexists(target):
                 os.rename(path, target)
             else:
@@ -103,13 +99,21 @@ def remove_leftovers(target: Path) -> list[Path]:
 def remove_partial_files(target: Path) -> list[Path]:
     """Delete the temporary files killed :func:`atomic_file` writes of ``target`` left (those
     of live processes stay: they are still writing); returns what was deleted."""
-    removed = []
-    for path in sorted(target.parent.glob(f".{target.name}.*.partial")):
-        pid = path.name[len(f".{target.name}."):].split("-", 1)[0]
-        if not (pid.isdigit() and is_alive(int(pid))):
-            path.unlink(missing_ok=True)
-            removed.append(path)
+    removed = _left_by_dead(target, "*.partial", f".{target.name}.")
+    for path in removed:
+        path.unlink(missing_ok=True)
     return removed
+
+
+def _left_by_dead(target: Path, pattern: str, prefix: str) -> list[Path]:
+    """Paths ``.<target name>.<pattern>`` beside ``target`` whose PID (after ``prefix``) is no
+    live process's."""
+    dead = []
+    for path in sorted(target.parent.glob(f".{target.name}.{pattern}")):
+        pid = path.name[len(prefix):].split("-", 1)[0]
+        if not (pid.isdigit() and is_alive(int(pid))):
+            dead.append(path)
+    return dead
 
 
 def is_alive(pid: int) -> bool:
