@@ -38,11 +38,8 @@ _NODE_LOCAL_HINTS = ("/tmp", "/var/tmp", "/databricks/driver")
 
 
 class JobTarget(NamedTuple):
-    """Where the generated job finds the spec and the dbspec wheel, and the spec's target.
-
-    ``shared_dir`` is what each task passes to ``--shared-dir``: a bundle variable or job
-    parameter reference, so that the value can change at deploy or run time without editing
-    tasks. ``parameters`` are the job's parameters as (name, default).
+    """Where the generated job finds the spec and the dbspec wheel, and the spec's target;
+    ``shared_dir`` is a bundle variable or job parameter reference (set at deploy or run time).
     """
 
     spec_path: str

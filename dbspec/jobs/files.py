@@ -21,13 +21,8 @@ GENERATED = {"bundle": ("databricks.yml", "resources/*.yml", "specs/*", "scripts
 
 @dataclass(frozen=True)
 class Difference:
-    """A generated file that differs from what is on disk.
-
-    Attributes:
-        path: Relative to the output directory, with ``/``.
-        text: ``missing``, ``out of date``, ``no longer generated``, or that a file dbspec did
-            not write stands where it would write.
-    """
+    """A generated file (``path`` relative to the output directory) that differs from what is
+    on disk: ``text`` says how (``missing``, ``out of date``, ``no longer generated``...)."""
 
     path: str
     text: str
@@ -35,14 +30,8 @@ class Difference:
 
 @dataclass(frozen=True)
 class JobsCheck:
-    """What ``dbspec jobs --check`` found in an output directory.
-
-    Attributes:
-        directory: The output directory (``-o``).
-        generated: How many files dbspec generates for it.
-        differences: What is missing, out of date or no longer generated (exit 1).
-        foreign: Files matching the generated patterns that dbspec did not write (left alone).
-    """
+    """What ``dbspec jobs --check`` found in ``directory`` for the ``generated`` files:
+    ``differences`` (exit 1), and ``foreign`` files dbspec did not write (left alone)."""
 
     directory: Path
     generated: int

@@ -32,12 +32,9 @@ def monitor_job_key(spec) -> str:
 
 
 def build_monitor_job(spec, where) -> Optional[Any]:
-    """The monitor job (``jobs.JobSettings``), or None without a ``monitoring`` section.
-
-    One task on a job cluster of ``jobs.cluster``'s settings, scheduled by
-    ``jobs.monitor_schedule``, at most one run at a time; the main job's notifications (an
-    alert fails the run) and tags.
-    """
+    """The monitor job (``jobs.JobSettings``), or None without a ``monitoring`` section: one
+    task on the main cluster's settings, one run at a time, the main job's failure
+    notifications (an alert fails the run) and tags."""
     from databricks.sdk.service import jobs as j
 
     if spec.monitoring is None:
@@ -81,13 +78,9 @@ def granularity(spec) -> str:
 
 
 def quality_monitor(spec, target: Optional[str], mode: str) -> Optional[dict[str, Any]]:
-    """The bundle's ``quality_monitors`` entry on the endpoint's inference table, or None.
-
-    Only for a spec with a ``monitoring`` section whose endpoint has an AI Gateway inference
-    table (realtime serving, a Unity Catalog registry, ``serving.realtime.inference_table``)
-    and a production-mode target: a development endpoint's name carries the deploying user's
-    name, which the bundle cannot turn into the table name the gateway derives from it.
-    """
+    """The bundle's ``quality_monitors`` entry on the endpoint's inference table, or None:
+    without ``monitoring`` or an inference table, and outside production targets (a development
+    endpoint's table is named after the deploying user, which the bundle cannot spell)."""
     if spec.monitoring is None or not serves_realtime(spec) or mode != "production":
         return None
     endpoint = endpoint_name(spec, target or "default")

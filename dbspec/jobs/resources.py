@@ -74,9 +74,7 @@ def served_entity_name(spec) -> str:
 
 
 def registry_resources(spec) -> dict[str, Any]:
-    """The registered model and, when roles are given, the experiment: each with the roles'
-    grants or permissions. (The serving endpoint belongs to the job's ``update_endpoint``
-    task, see :func:`endpoint_task`.)"""
+    """The registered model and, with roles, the experiment, each with the roles' access."""
     out: dict[str, Any] = {}
     key = job_key(spec)
     experiment = experiment_resource(spec)
@@ -105,9 +103,7 @@ def registry_resources(spec) -> dict[str, Any]:
 
 def endpoint_config(spec, endpoint: str, version: str):
     """(``EndpointCoreConfigInput``, ``AiGatewayConfig`` or None) that ``dbspec endpoint``
-    creates ``endpoint`` with: one served entity of ``spec.registry.name`` at ``version``,
-    named after the alias it follows, Small, CPU (GPU_SMALL for a model trained on GPUs),
-    scaling to zero; the inference table through the AI Gateway."""
+    creates ``endpoint`` with: the model at ``version``, Small, GPU if trained on GPUs."""
     from databricks.sdk.service import serving as s
 
     entity = s.ServedEntityInput(
@@ -122,10 +118,9 @@ def endpoint_config(spec, endpoint: str, version: str):
 
 
 def inference_table_config(spec, endpoint: str):
-    """``serving.realtime.inference_table`` as the AI Gateway's inference table of
-    ``endpoint``, in the registered model's catalog and schema, its tables prefixed with the
-    endpoint's name (so a development endpoint, named per user, logs to tables of its own);
-    None when off or the registry is not in Unity Catalog (inference tables live there)."""
+    """``serving.realtime.inference_table`` as the AI Gateway's table config of ``endpoint``, in
+    the registered model's catalog and schema, prefixed with the endpoint's name; None when off
+    or the registry is not in Unity Catalog."""
     from databricks.sdk.service.serving import AiGatewayInferenceTableConfig
 
     table = spec.serving.realtime.inference_table
@@ -160,9 +155,8 @@ def registered_name(spec) -> str:
 
 
 def name_assignments(spec) -> tuple[str, ...]:
-    """``--set`` assignments that point every task at the bundle's own resources (the
-    registered model; the experiment when the bundle creates it), so that a development
-    deployment trains into its per-user copies, not the production ones."""
+    """``--set`` assignments pointing every task at the bundle's own model and experiment, so
+    that a development deployment trains into its per-user copies."""
     out = []
     if spec.registry is not None:
         out.append(f"registry.name={registered_name(spec)}")
@@ -254,10 +248,8 @@ DEV_ENDPOINT_PREFIX = "dev_${workspace.current_user.short_name}_"
 
 
 def task_endpoint_name(spec, where) -> str:
-    """The endpoint name the ``update_endpoint`` task passes: :func:`endpoint_name` of the
-    target; in a bundle target in development mode prefixed per user as the bundle prefixes
-    its own resources, so that two users' development jobs do not serve from one endpoint.
-    Jobs API bodies (no deployment modes, no references) carry the literal name."""
+    """:func:`endpoint_name` of the target, prefixed per user in a bundle's development target
+    (as the bundle prefixes its resources) so that two users' jobs do not share an endpoint."""
     name = endpoint_name(spec, where.target or "default")
     if not where.spec_path.startswith("${workspace."):  # jobs-json: paths are literal
         return name
@@ -267,15 +259,9 @@ def task_endpoint_name(spec, where) -> str:
 
 
 def endpoint_task(spec, where):
-    """The ``update_endpoint`` task (a ``jobs.Task``), or None without realtime serving.
-
-    It runs ``dbspec endpoint SPEC --endpoint NAME --wait`` after promote and serve (which
-    checks that the version answers): the command creates the endpoint on the alias holder
-    the first time, afterwards moves it only when the alias moved, and sets the roles'
-    permissions on it each run. Served entity, workload and inference table come from the
-    spec the task passes; the task installs the wheel and MLflow only (what the command
-    imports).
-    """
+    """The ``update_endpoint`` task (a ``jobs.Task``), or None without realtime serving: ``dbspec
+    endpoint SPEC --endpoint NAME --wait`` after promote and serve, installing the wheel and
+    MLflow only (what the command imports)."""
     from databricks.sdk.service import jobs as j
 
     from dbspec.jobs.tasks import (cluster, dbspec_arguments, mlflow_env, task_libraries,

@@ -11,12 +11,8 @@ from dbspec.spec.clusters import CURRENT_USER, ResolvedCluster
 
 
 def cluster(resolved: ResolvedCluster, env: dict[str, str], *, current_user: Optional[str]):
-    """A ``compute.ClusterSpec`` for a cluster resolved from the spec (see
-    :func:`dbspec.spec.clusters.resolve_cluster`, which ``dbspec validate`` checks too).
-
-    ``current_user`` stands in for a dedicated cluster's default principal (bundles:
-    ``${workspace.current_user.userName}``; None where the format has no such reference).
-    """
+    """A ``compute.ClusterSpec`` of a resolved cluster; ``current_user`` stands in for a
+    dedicated cluster's default principal (None where the format has no such reference)."""
     from databricks.sdk.service.compute import ClusterSpec, DataSecurityMode, Kind, RuntimeEngine
 
     settings, resources = resolved.settings, resolved.resources
@@ -162,12 +158,8 @@ def task_extras(spec, stages: tuple[str, ...]) -> tuple[str, ...]:
 
 def task_libraries(spec, stages: tuple[str, ...], wheel: str, *,
                    packages: Optional[tuple[str, ...]] = None) -> list:
-    """The wheel, and its extras' requirements as PyPI libraries (a wheel library installs
-    the core dependencies only), so that every task imports what its stages run.
-
-    ``packages`` keeps only the extras' requirements of these distributions, pinned as the
-    extras pin them: a task that runs no stage (the endpoint task needs MLflow alone).
-    """
+    """The wheel, and its extras' requirements as PyPI libraries (a wheel library installs the
+    core dependencies only); ``packages`` keeps only those distributions' pins."""
     from databricks.sdk.service.compute import Library, PythonPyPiLibrary
 
     pins = [pin for extra in task_extras(spec, stages) for pin in extra_requirements(extra)]
