@@ -30,8 +30,7 @@ _AT_FDCWD = -100
 @contextmanager
 def atomic_file(path: Union[str, Path], *, text: bool = False,
                 durable: bool = True) -> Iterator[IO[Any]]:
-    """A handle whose content replaces ``path`` whole when the block ends without an error
-    (nothing changes when it raises).
+    """A handle whose content replaces ``path`` whole when the block ends without an error.
 
     Args:
         text: A text handle (UTF-8) instead of a binary one.

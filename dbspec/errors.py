@@ -20,13 +20,8 @@ _pattern: list = [None]  # compiled alternation of the values, longest first; No
 
 
 def register_secret(value: Any, shown_as: str) -> None:
-    """Remember a value that came from the environment, so output shows ``shown_as`` instead.
-
-    Templating registers every environment variable a template reads (``{{ env.NAME }}``) and
-    every value rendered from one; :func:`redact` then masks them in diagnostics
-    (:meth:`Diagnostic.format`, :meth:`Diagnostic.to_dict`, :meth:`Diagnostic.redacted`), in
-    MLflow params and in logged spec files. The registry is per process and only grows.
-    """
+    """Remember a value read from the environment, so that :func:`redact` shows ``shown_as``
+    instead (in diagnostics, MLflow params, logged specs); per process, and only grows."""
     if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
         return
     with _secrets_lock:

@@ -39,17 +39,12 @@ class LockBusy(DbspecError):
 
 
 class HostLock:
-    """An exclusive lock on one file, held from :meth:`acquire` to :meth:`release`.
+    """An exclusive lock on one file, held from :meth:`acquire` to :meth:`release`; keep the
+    object meanwhile (``filelock`` lets go of a collected lock).
 
     Attributes:
-        path: The lock file.
-        previous: What a holder that died left in the file, found by :meth:`acquire`; None
-            when the last holder let go cleanly.
-        supported: False when the file system refused advisory locks (:meth:`acquire` then
-            returns without a lock when ``unsupported_ok``, and the caller says so).
-
-    Keep the object while the lock is held: dropping it lets go (``filelock`` releases a lock
-    whose object is collected).
+        previous: What a holder that died left in the file; None after a clean release.
+        supported: False when the file system refused advisory locks (``unsupported_ok``).
     """
 
     def __init__(self, path: Path | str):

@@ -58,8 +58,7 @@ class KindRegistry(Generic[T]):
             self._failed.pop(name, None)
 
     def unregister(self, name: str) -> None:
-        """Remove a kind added by :meth:`register` (a test cleaning up after itself); a
-        built-in it replaced comes back.
+        """Remove a kind added by :meth:`register`; a built-in it replaced comes back.
 
         Raises:
             ValueError: ``name`` was not registered at run time (a built-in or a plugin).

@@ -87,13 +87,6 @@ def bundle_job(spec, spec_file: str, target: Optional[str], *,
     return job
 
 
-def bundle_variables(base) -> dict[str, Any]:
-    """The bundle's variables: the shared directory (default from ``base``, the spec without a
-    target). No served model version: the job's ``update_endpoint`` task owns the serving
-    endpoint, so a deploy neither needs a version nor resets the one the alias holds."""
-    return {SHARED_DIR: {"description": SHARED_DIR_HELP, "default": shared_dir(base)}}
-
-
 def bundle_target(spec, mode: str, is_default: bool, base_dir: str) -> dict[str, Any]:
     """One entry of ``targets`` in ``databricks.yml``; the shared directory only where the
     target's spec moves it away from the variable's default."""
@@ -112,7 +105,9 @@ def bundle_files(specs: dict[str, Any], modes: Mapping[str, str], default: Optio
     first = next(iter(specs.values()))
     key = job_key(first)
     header = _header(spec_file, command)
-    variables = bundle_variables(base)
+    # no served model version: the update_endpoint task owns the endpoint, so a deploy
+    # neither needs a version nor resets the one the alias holds
+    variables = {SHARED_DIR: {"description": SHARED_DIR_HELP, "default": shared_dir(base)}}
     root: dict[str, Any] = {"bundle": {"name": key}, "include": ["resources/*.yml"],
                             "variables": variables}
     root["targets"] = {name: bundle_target(spec, modes[name], name == default,

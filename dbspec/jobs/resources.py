@@ -179,11 +179,9 @@ def role_grants(spec) -> list[dict[str, Any]]:
     """Unity Catalog grants (``catalog.PrivilegeAssignment`` as dicts) by role."""
     from databricks.sdk.service.catalog import Privilege, PrivilegeAssignment
 
-    if spec.roles is None:
-        return []
     return [PrivilegeAssignment(principal=principal.name,
                                 privileges=[Privilege(p) for p in ROLE_GRANTS[role]]).as_dict()
-            for role, principal in spec.roles.members()]
+            for role, principal in _members(spec)]
 
 
 def role_permissions(spec) -> list:
