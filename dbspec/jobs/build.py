@@ -121,17 +121,17 @@ def ai_runtime_task(spec, where: JobTarget, groups):
         **task_settings(spec.jobs, "train"))
 
 
-def ai_runtime_script(spec, where: JobTarget, *, wheel_name: str, spec_name: str,
-                      shared: str, header: str) -> str:
+def ai_runtime_script(spec, target: Optional[str], *, wheel_name: str, spec_name: str,
+                      header: str) -> str:
     """The command script of :func:`ai_runtime_task`: install the wheel with its extras from
     beside the script (``../dist``), then run every stage of the spec (``../specs``)."""
     import shlex
 
     extras = ",".join(dict.fromkeys(task_extras(spec, ("train", "serve"))))
     run = ["dbspec", "run", f'"$here/../specs/{spec_name}"']
-    if where.target:
-        run += ["--target", shlex.quote(where.target)]
-    run += ["--shared-dir", shlex.quote(shared), "--quiet"]
+    if target:
+        run += ["--target", shlex.quote(target)]
+    run += ["--shared-dir", shlex.quote(shared_dir(spec)), "--quiet"]
     return (f"#!/usr/bin/env bash\n{header}"
             "# The AI Runtime (serverless GPU) command of this job: every stage of the spec.\n"
             "set -euo pipefail\n"

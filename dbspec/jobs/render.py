@@ -126,11 +126,9 @@ def bundle_files(specs: dict[str, Any], modes: Mapping[str, str], default: Optio
         files[f"resources/{key}.{target}.yml"] = header + dump_yaml(
             {"targets": {target: {"resources": resources}}})
         if serverless(spec):
-            where = JobTarget(spec_path="", wheel=WHEEL, target=spec_targets[target],
-                              shared_dir=shared_dir(spec))
             files[script_name(spec, spec_targets[target])] = ai_runtime_script(
-                spec, where, wheel_name=WHEEL, spec_name=PurePosixPath(spec_file).name,
-                shared=shared_dir(spec), header=header)
+                spec, spec_targets[target], wheel_name=WHEEL,
+                spec_name=PurePosixPath(spec_file).name, header=header)
     # the spec copy carries the header too: -o only ever rewrites or removes files with it
     files[f"specs/{PurePosixPath(spec_file).name}"] = header + spec_text
     return files
@@ -156,8 +154,8 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str,
             files[f"{monitor_job_key(spec)}.{target}.json"] = _json_body(monitor, acl)
         if serverless(spec):
             files[f"scripts/{name}.sh"] = ai_runtime_script(
-                spec, where, wheel_name=WHEEL, spec_name=PurePosixPath(spec_file).name,
-                shared=shared_dir(spec), header=_header(spec_file, command))
+                spec, spec_targets[target], wheel_name=WHEEL,
+                spec_name=PurePosixPath(spec_file).name, header=_header(spec_file, command))
     return files
 
 
