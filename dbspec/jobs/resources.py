@@ -192,12 +192,12 @@ def role_permissions(spec) -> list:
     given = {(p.user, p.group, p.service_principal) for p in spec.jobs.permissions}
     out = []
     for role, principal in _members(spec):
-        row = {field: principal.name if field == _PRINCIPAL_FIELD[principal.kind] else None
-               for field in _PRINCIPAL_FIELD.values()}
-        if (row["user_name"], row["group_name"], row["service_principal_name"]) in given:
-            continue
-        out.append(j.JobAccessControlRequest(
-            **row, permission_level=j.JobPermissionLevel(ROLE_LEVELS["job"][role])))
+        named = tuple(principal.name if kind == principal.kind else None
+                      for kind in _PRINCIPAL_FIELD)
+        if named not in given:
+            out.append(j.JobAccessControlRequest(
+                **{_PRINCIPAL_FIELD[principal.kind]: principal.name},
+                permission_level=j.JobPermissionLevel(ROLE_LEVELS["job"][role])))
     return out
 
 
