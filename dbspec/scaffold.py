@@ -24,6 +24,11 @@ SAMPLE_ROWS = 10_000
 MAX_CLASSES = 20
 _LABEL_NAMES = ("target", "label", "labels", "y", "class", "outcome", "response")
 _MISSING = {"", "na", "nan", "null", "none", "n/a", "?"}
+#: Per task: the promotion gate's metric, and why the task was inferred.
+_TASKS = {"regression": ("test_rmse", "the target holds numbers with more than a few distinct "
+                                      "values"),
+          "binary": ("test_roc_auc", "the target has two distinct values"),
+          "multiclass": ("test_accuracy", "the target has {classes} distinct values")}
 
 
 class ScaffoldError(DbspecError):
@@ -188,19 +193,13 @@ def render(scaffold: Scaffold, *, name: str) -> str:
     width = len(scaffold.features)
     hidden = max(16, min(128, 2 ** math.ceil(math.log2(max(2, width) * 2))))
     outputs = {"regression": 1, "binary": 1}.get(scaffold.task, scaffold.classes)
-    metric = {"regression": "test_rmse", "binary": "test_roc_auc",
-              "multiclass": "test_accuracy"}[scaffold.task]
+    metric, task_note = _TASKS[scaffold.task]
     compare = no_worse_sign(metric)
     features = _wrapped([_quoted(f) for f in scaffold.features], indent=" " * 13)
     skipped = (f"  # not numeric, left out: {', '.join(scaffold.skipped)}\n"
                if scaffold.skipped else "")
     steps = (["impute"] if scaffold.impute else []) + ["standard_scale"]
     source = ", ".join(f"{k}: {_quoted(str(v))}" for k, v in scaffold.source.items())
-    task_note = {
-        "regression": "the target holds numbers with more than a few distinct values",
-        "binary": "the target has two distinct values",
-        "multiclass": f"the target has {scaffold.classes} distinct values",
-    }[scaffold.task]
     return f"""\
 # Written by `dbspec init` from {scaffold.rows:,} rows of {scaffold.source['path']}.
 # Check it with `dbspec validate {name}.yaml`; try it end to end with
@@ -211,7 +210,7 @@ name: {name}
 data:
   source: {{{source}}}
   target: {_quoted(scaffold.target)}
-  task: {scaffold.task}  # inferred: {task_note}
+  task: {scaffold.task}  # inferred: {task_note.format(classes=scaffold.classes)}
   features: [{features}]
 {skipped}  # fitted on the training rows only and saved inside the model, so the registered
   # model takes raw rows exactly as they are in the file
