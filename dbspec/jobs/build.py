@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 from dbspec.jobs.resources import endpoint_task, resource_warnings, role_permissions
-from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, job_tags, mlflow_env,
-                               task_extras, task_libraries, task_settings, wheel_entry)
+from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job_tags,
+                               mlflow_env, task_extras, task_libraries, task_settings)
 from dbspec.plan import Plan, compile_plan
 from dbspec.seams.targets import job_warnings
 from dbspec.spec.clusters import TRAINING_GROUPS, resolve_cluster, serverless
@@ -187,18 +187,13 @@ def job_clusters(spec, where: JobTarget, groups) -> dict[str, Any]:
 def wheel_task(spec, where: JobTarget, group: tuple[str, tuple[str, ...], tuple[str, ...]],
                clusters: dict[str, Any]):
     """The ``python_wheel_task`` running one group of stages (see :func:`task_groups`)."""
-    from databricks.sdk.service import jobs as j
-
     key, stages, upstream = group
-    return j.Task(
-        task_key=key,
+    return dbspec_task(
+        spec, key, task_parameters(spec, where, stages),
+        libraries=task_libraries(spec, stages, where.wheel), upstream=upstream,
         description=f"dbspec stages: {', '.join(stages)}",
-        depends_on=[j.TaskDependency(task_key=u) for u in upstream] or None,
         job_cluster_key="training" if key in TRAINING_GROUPS and "training" in clusters
-        else "main",
-        python_wheel_task=wheel_entry(task_parameters(spec, where, stages)),
-        libraries=task_libraries(spec, stages, where.wheel),
-        **task_settings(spec.jobs, key))
+        else "main")
 
 
 def _notifications(settings):

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from dbspec.jobs.resources import endpoint_name, inference_table_config, serves_realtime
-from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, job_key, job_tags, mlflow_env,
-                               task_libraries, task_settings, wheel_entry)
+from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job_key, job_tags,
+                               mlflow_env, task_libraries)
 from dbspec.spec.clusters import resolve_cluster
 
 MONITOR = "monitor"
@@ -46,15 +46,12 @@ def build_monitor_job(spec, where) -> Optional[Any]:
         notifications = j.JobEmailNotifications(
             on_failure=n.on_failure or None,
             no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
-    task = j.Task(
-        task_key=MONITOR,
+    # the table, window, thresholds and action come from the spec the task passes
+    task = dbspec_task(
+        spec, MONITOR, dbspec_arguments("monitor", where),
+        libraries=task_libraries(spec, ("evaluate",), where.wheel), job_cluster_key="main",
         description="dbspec monitor: drift and quality of the served version against its "
-                    "reference profile; fails on an alert",
-        job_cluster_key="main",
-        # the table, window, thresholds and action come from the spec the task passes
-        python_wheel_task=wheel_entry(dbspec_arguments("monitor", where)),
-        libraries=task_libraries(spec, ("evaluate",), where.wheel),
-        **task_settings(settings, MONITOR))
+                    "reference profile; fails on an alert")
     return j.JobSettings(
         name=f"{settings.name or spec.name} monitor"[:100],
         description=f"Drift and quality monitoring of {spec.registry.name} (dbspec spec "

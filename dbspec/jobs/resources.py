@@ -260,10 +260,8 @@ def endpoint_task(spec, where):
     """The ``update_endpoint`` task (a ``jobs.Task``), or None without realtime serving: ``dbspec
     endpoint SPEC --endpoint NAME --wait`` after promote and serve, installing the wheel and
     MLflow only (what the command imports)."""
-    from databricks.sdk.service import jobs as j
-
-    from dbspec.jobs.tasks import (cluster, dbspec_arguments, mlflow_env, task_libraries,
-                                   task_settings, wheel_entry)
+    from dbspec.jobs.tasks import (cluster, dbspec_arguments, dbspec_task, mlflow_env,
+                                   task_libraries)
     from dbspec.spec.clusters import resolve_cluster, serverless
 
     if not serves_realtime(spec):
@@ -277,11 +275,8 @@ def endpoint_task(spec, where):
     else:
         compute = {"job_cluster_key": "main"}
         upstream = (["promote"] if spec.registry.promotion is not None else []) + ["serve"]
-    return j.Task(
-        task_key=UPDATE_ENDPOINT,
-        description="Create the serving endpoint on the version the alias holds, or move it "
-                    "there if the alias moved; set the roles' permissions on it",
-        depends_on=[j.TaskDependency(task_key=u) for u in upstream],
-        python_wheel_task=wheel_entry(parameters),
+    return dbspec_task(
+        spec, UPDATE_ENDPOINT, parameters, upstream=upstream,
         libraries=task_libraries(spec, (), where.wheel, packages=ENDPOINT_PACKAGES),
-        **compute, **task_settings(spec.jobs, UPDATE_ENDPOINT))
+        description="Create the serving endpoint on the version the alias holds, or move it "
+                    "there if the alias moved; set the roles' permissions on it", **compute)

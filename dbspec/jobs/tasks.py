@@ -3,7 +3,7 @@ specs, the MLflow environment, task settings and the libraries each task install
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from dbspec.errors import UsageError
 from dbspec.seams.compute import compute_kind
@@ -76,11 +76,17 @@ def dbspec_arguments(command: str, where) -> list[str]:
         + [f"--set={a}" for a in where.assignments]
 
 
-def wheel_entry(parameters: list[str]):
-    """The ``jobs.PythonWheelTask`` running ``dbspec PARAMETERS`` from the dbspec wheel."""
+def dbspec_task(spec, key: str, arguments: list[str], *, libraries: list,
+                upstream: Sequence[str] = (), **fields: Any):
+    """The ``jobs.Task`` ``key`` running ``dbspec ARGUMENTS`` from the wheel after the tasks
+    ``upstream``, with its timeout and retry settings; ``fields``: description, compute."""
     from databricks.sdk.service import jobs as j
 
-    return j.PythonWheelTask(package_name="dbspec", entry_point="dbspec", parameters=parameters)
+    return j.Task(
+        task_key=key, depends_on=[j.TaskDependency(task_key=u) for u in upstream] or None,
+        python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
+                                            parameters=arguments),
+        libraries=libraries, **fields, **task_settings(spec.jobs, key))
 
 
 def cron(schedule):
