@@ -13,7 +13,8 @@ from typing import Any, NamedTuple, Optional
 
 from dbspec.jobs.resources import endpoint_task, resource_warnings, role_permissions
 from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job_tags,
-                               mlflow_env, task_extras, task_libraries, task_settings)
+                               mlflow_env, notifications, task_extras, task_libraries,
+                               task_settings)
 from dbspec.plan import Plan, compile_plan
 from dbspec.seams.targets import job_warnings
 from dbspec.spec.clusters import TRAINING_GROUPS, resolve_cluster, serverless
@@ -161,7 +162,7 @@ def build_job(spec, where: JobTarget):
         tasks=tasks,
         job_clusters=[j.JobCluster(job_cluster_key=k, new_cluster=c)
                       for k, c in clusters.items()] or None,
-        email_notifications=_notifications(settings),
+        email_notifications=notifications(settings),
         schedule=cron(settings.schedule) if settings.schedule is not None else None,
         tags=job_tags(spec, where),
         max_concurrent_runs=settings.max_concurrent_runs,
@@ -194,18 +195,6 @@ def wheel_task(spec, where: JobTarget, group: tuple[str, tuple[str, ...], tuple[
         description=f"dbspec stages: {', '.join(stages)}",
         job_cluster_key="training" if key in TRAINING_GROUPS and "training" in clusters
         else "main")
-
-
-def _notifications(settings):
-    from databricks.sdk.service import jobs as j
-
-    n = settings.notifications
-    if n is None:
-        return None
-    return j.JobEmailNotifications(
-        on_start=n.on_start or None, on_success=n.on_success or None,
-        on_failure=n.on_failure or None,
-        no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
 
 
 def access_control(spec) -> list:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from dbspec.jobs.resources import endpoint_name, inference_table_config, serves_realtime
 from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job_key, job_tags,
-                               mlflow_env, task_libraries)
+                               mlflow_env, notifications, task_libraries)
 from dbspec.spec.clusters import resolve_cluster
 
 MONITOR = "monitor"
@@ -40,12 +40,6 @@ def build_monitor_job(spec, where) -> Optional[Any]:
     if spec.monitoring is None:
         return None
     settings = spec.jobs
-    notifications = None
-    if settings.notifications is not None:
-        n = settings.notifications
-        notifications = j.JobEmailNotifications(
-            on_failure=n.on_failure or None,
-            no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
     # the table, window, thresholds and action come from the spec the task passes
     task = dbspec_task(
         spec, MONITOR, dbspec_arguments("monitor", where),
@@ -59,7 +53,7 @@ def build_monitor_job(spec, where) -> Optional[Any]:
         tasks=[task],
         job_clusters=[j.JobCluster(job_cluster_key="main", new_cluster=cluster(
             resolve_cluster(spec, "main"), mlflow_env(spec), current_user=where.current_user))],
-        email_notifications=notifications,
+        email_notifications=notifications(settings, failures_only=True),
         schedule=cron(settings.monitor_schedule),
         tags=job_tags(spec, where, dbspec_role="monitor"), max_concurrent_runs=1,
         queue=j.QueueSettings(enabled=True))

@@ -98,6 +98,20 @@ def cron(schedule):
         pause_status=j.PauseStatus.PAUSED if schedule.paused else j.PauseStatus.UNPAUSED)
 
 
+def notifications(settings, *, failures_only: bool = False):
+    """``jobs.notifications`` as ``jobs.JobEmailNotifications`` (None without them)."""
+    from databricks.sdk.service import jobs as j
+
+    n = settings.notifications
+    if n is None:
+        return None
+    return j.JobEmailNotifications(
+        on_start=None if failures_only else n.on_start or None,
+        on_success=None if failures_only else n.on_success or None,
+        on_failure=n.on_failure or None,
+        no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
+
+
 def job_tags(spec, where, **extra: str) -> dict[str, str]:
     """A job's tags, sorted: the spec, ``extra``, the target, then ``jobs.tags``."""
     tags = {"dbspec_spec": spec.name, **extra,
