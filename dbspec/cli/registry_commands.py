@@ -54,11 +54,11 @@ def _promote(args: argparse.Namespace) -> int:
 
     alias_argument(args.alias)  # before opening any store
     decision = promote(_registry(args), args.name, args.version, args.alias, force=args.force)
+    held = f"{decision.name}@{decision.alias}"
+    if not decision.moved:  # nothing written: the alias was there already
+        return _report(decision, f"{held} holds v{decision.version} already: nothing moved")
     was = f" (was v{decision.previous})" if decision.previous else ""
-    return _report(decision, f"{decision.name}@{decision.alias} -> v{decision.version}{was}"
-                   if decision.moved  # else nothing written: the alias was there already
-                   else f"{decision.name}@{decision.alias} holds v{decision.version} already: "
-                   "nothing moved")
+    return _report(decision, f"{held} -> v{decision.version}{was}")
 
 
 def _approve_arguments(parser: argparse.ArgumentParser) -> None:
