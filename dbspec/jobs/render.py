@@ -77,11 +77,8 @@ def bundle_job(spec, spec_file: str, target: Optional[str], *,
     """The job resource of one target (``build``: the main job, or the monitor job):
     JobSettings as the bundle writes it, plus permissions."""
     job = build(spec, bundle_where(spec, spec_file, target)).as_dict()
-    permissions = []
-    for entry in access_control(spec):
-        row = entry.as_dict()
-        level = row.pop("permission_level")
-        permissions.append({"level": level, **row})
+    rows = [entry.as_dict() for entry in access_control(spec)]
+    permissions = [{"level": row.pop("permission_level"), **row} for row in rows]
     if permissions:
         job["permissions"] = permissions
     return job
