@@ -1,28 +1,13 @@
-"""All-or-nothing writes: one file (:func:`atomic_file`, :func:`write_atomic`) or a whole output
-directory (:func:`replace_directory`). Every write dbspec wants whole goes through here.
+"""All-or-nothing writes of one file (:func:`atomic_file`) or a whole directory
+(:func:`replace_directory`); every write dbspec wants whole goes through here.
 
-A file is written under a unique hidden name beside it (``.<name>.<pid>-<random>.partial``),
-flushed to disk and renamed over the target: a reader, or a crash, sees the old file or the
-new one, never half of one; concurrent writers of the same bytes do not trip over each other.
-
-A directory:
-
-A writer that cannot make one file (Spark writes a directory of part files) writes into a
-hidden staging directory beside the target, ``.<name>.staging-<pid>-<random>``, and then puts
-it in place with :func:`replace_directory`:
-
-- a new target is one ``rename``;
-- an existing one is swapped with ``renameat2(RENAME_EXCHANGE)`` (Linux 3.15+, on local file
-  systems that support it), so a reader sees the old directory or the new one and never a
-  missing or half-written one; the old contents are then deleted from the staging name;
-- where the exchange is not supported, the old directory is renamed aside
-  (``.<name>.old-<pid>-<random>``) and the new one renamed in: for the moment between the two
-  renames the target is missing, and a kill in that moment leaves the old one aside, which
-  :func:`remove_leftovers` puts back.
-
-A kill before the swap leaves a staging directory and the old output untouched;
-:func:`remove_leftovers`, run by the next write, deletes staging directories of processes that
-are no longer alive.
+A file is written under a hidden name beside it (``.<name>.<pid>-<random>.partial``), flushed and
+renamed over the target: a reader or a crash sees the old file or the new one, never half.
+A directory (Spark writes part files) is staged beside the target
+(``.<name>.staging-<pid>-<random>``) and swapped in with ``renameat2(RENAME_EXCHANGE)`` where the
+file system supports it; elsewhere the old one is renamed aside (``.<name>.old-...``) first, and
+a kill between the two renames leaves it there for :func:`remove_leftovers` (run by the next
+write) to put back. That function also deletes staging directories of dead processes.
 """
 
 from __future__ import annotations
@@ -45,8 +30,7 @@ _AT_FDCWD = -100
 @contextmanager
 def atomic_file(path: Union[str, Path], *, text: bool = False,
                 durable: bool = True) -> Iterator[IO[Any]]:
-    """A handle whose content replaces ``path`` whole when the block ends without an error
-    (nothing changes when it raises).
+    """A handle whose content replaces ``path`` whole when the block ends without an error.
 
     Args:
         text: A text handle (UTF-8) instead of a binary one.
@@ -99,14 +83,10 @@ def remove_leftovers(target: Path) -> list[Path]:
     that died between its two renames is put back when the target is missing, else deleted.
     """
     handled: list[Path] = []
-    parent = target.parent
-    if not parent.is_dir():
+    if not target.parent.is_dir():
         return handled
     for kind in ("staging", "old"):
-        for path in sorted(parent.glob(f".{target.name}.{kind}-*")):
-            pid = path.name[len(f".{target.name}.{kind}-"):].split("-", 1)[0]
-            if pid.isdigit() and is_alive(int(pid)):
-                continue
+        for path in _left_by_dead(target, f"{kind}-*", f".{target.name}.{kind}-"):
             if kind == "old" and not os.path.lexists(target):
                 os.rename(path, target)
             else:
@@ -118,13 +98,21 @@ def remove_leftovers(target: Path) -> list[Path]:
 def remove_partial_files(target: Path) -> list[Path]:
     """Delete the temporary files killed :func:`atomic_file` writes of ``target`` left (those
     of live processes stay: they are still writing); returns what was deleted."""
-    removed = []
-    for path in sorted(target.parent.glob(f".{target.name}.*.partial")):
-        pid = path.name[len(f".{target.name}."):].split("-", 1)[0]
-        if not (pid.isdigit() and is_alive(int(pid))):
-            path.unlink(missing_ok=True)
-            removed.append(path)
+    removed = _left_by_dead(target, "*.partial", f".{target.name}.")
+    for path in removed:
+        path.unlink(missing_ok=True)
     return removed
+
+
+def _left_by_dead(target: Path, pattern: str, prefix: str) -> list[Path]:
+    """Paths ``.<target name>.<pattern>`` beside ``target`` whose PID (after ``prefix``) is no
+    live process's."""
+    dead = []
+    for path in sorted(target.parent.glob(f".{target.name}.{pattern}")):
+        pid = path.name[len(prefix):].split("-", 1)[0]
+        if not (pid.isdigit() and is_alive(int(pid))):
+            dead.append(path)
+    return dead
 
 
 def is_alive(pid: int) -> bool:

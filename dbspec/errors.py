@@ -20,13 +20,8 @@ _pattern: list = [None]  # compiled alternation of the values, longest first; No
 
 
 def register_secret(value: Any, shown_as: str) -> None:
-    """Remember a value that came from the environment, so output shows ``shown_as`` instead.
-
-    Templating registers every environment variable a template reads (``{{ env.NAME }}``) and
-    every value rendered from one; :func:`redact` then masks them in diagnostics
-    (:meth:`Diagnostic.format`, :meth:`Diagnostic.to_dict`, :meth:`Diagnostic.redacted`), in
-    MLflow params and in logged spec files. The registry is per process and only grows.
-    """
+    """Remember a value read from the environment, so that :func:`redact` shows ``shown_as``
+    instead (in diagnostics, MLflow params, logged specs); per process, and only grows."""
     if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
         return
     with _secrets_lock:
@@ -67,27 +62,28 @@ def _redact_truncated(text: str) -> str:
     out, last = [], 0
     for mark in re.finditer(r"\.\.\.|\u2026", text):
         start, end = mark.start(), mark.end()
-        cut_before = cut_after = 0
-        shown_as = ""
-        for value, shown in secrets:
-            for k in range(min(len(value) - 1, start - last, _MAX_TRUNCATED),
-                           _MIN_TRUNCATED - 1, -1):
-                if text[start - k:start] == value[:k]:
-                    if k > cut_before:
-                        cut_before, shown_as = k, shown
-                    break
-            for k in range(min(len(value) - 1, len(text) - end, _MAX_TRUNCATED),
-                           _MIN_TRUNCATED - 1, -1):
-                if text[end:end + k] == value[-k:]:
-                    if k > cut_after:
-                        cut_after, shown_as = k, shown
-                    break
+        cut_before, shown_before = _longest_part(text[max(last, start - _MAX_TRUNCATED):start],
+                                                 secrets, at_end=True)
+        cut_after, shown_after = _longest_part(text[end:end + _MAX_TRUNCATED], secrets,
+                                               at_end=False)
         if cut_before or cut_after:
             out.append(text[last:start - cut_before])
-            out.append(shown_as)
+            out.append(shown_after if cut_after else shown_before)
             last = end + cut_after
     out.append(text[last:])
     return "".join(out)
+
+
+def _longest_part(text: str, secrets: list[tuple[str, str]], *, at_end: bool) -> tuple[int, str]:
+    """(length, shown as) of the longest start of a secret ending ``text`` (``at_end``), or
+    end of one starting it; at least :data:`_MIN_TRUNCATED` long, else (0, "")."""
+    best, shown_as = 0, ""
+    for value, shown in secrets:
+        for k in range(min(len(value) - 1, len(text)), max(best, _MIN_TRUNCATED - 1), -1):
+            if (text[-k:] == value[:k]) if at_end else (text[:k] == value[-k:]):
+                best, shown_as = k, shown
+                break
+    return best, shown_as
 
 
 def redact_data(value: Any) -> Any:

@@ -1,13 +1,8 @@
 """Named pause points, so a test can kill a process inside a crash window deterministically.
 
-Production code calls :func:`pause_point` at the few places where a kill would leave state
-half-written (between creating a registry version and recording its gate decision, between
-moving an alias and writing its history...). Unless ``DBSPEC_PAUSE_AT`` names that point the
-call does nothing (one dictionary lookup). When it does, the process writes its PID to the
-file named by ``DBSPEC_PAUSE_FILE`` (if set) and sleeps until it is killed, so the test waits
-for the file, sends ``SIGKILL`` and then checks what the next run makes of the leftovers.
-
-This is a test seam only: nothing in a spec or on the command line reaches it.
+:func:`pause_point` does nothing unless ``DBSPEC_PAUSE_AT`` names the point; then the process
+writes its PID to ``DBSPEC_PAUSE_FILE`` (if set) and sleeps until the test kills it. A test seam
+only: nothing in a spec or on the command line reaches it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
-"""The one file lock dbspec takes: a run directory, a model registry's aliases, an inference
-table's writer.
+"""The one file lock dbspec takes: a run directory, a registry's aliases, an inference table's
+writer.
 
-The lock is the ``filelock`` package's (an ``flock`` on POSIX): the kernel grants it to one
-open file at a time, so two simultaneous takers cannot both win, and drops it when its holder
-dies, however it dies, so no lock outlives its process. The file's content only names the
-holder (PID, host, start time) for refusals. A clean release empties it; a file that still
-names a holder when the lock is free was left by a process that died holding it, which the next
-holder can tell (:attr:`HostLock.previous`). The file is never removed: removing it would let a
-third process lock a new file while a second one locks the old.
-
-It excludes processes of one machine (threads included: each :class:`HostLock` opens the file
-anew). It does not exclude other machines, nor hold on network file systems without ``flock``.
+It is ``filelock``'s (``flock`` on POSIX): the kernel grants it to one open file at a time and
+drops it when the holder dies, however it dies. The file's content only names the holder (PID,
+host, start time) for refusals; a clean release empties it, so a file still naming a holder
+when the lock is free was left by a dead one (:attr:`HostLock.previous`). The file is never
+removed: a third process could then lock a new file while a second one locks the old.
+It excludes processes (and threads) of one machine, not other machines.
 """
 
 from __future__ import annotations
@@ -43,17 +39,12 @@ class LockBusy(DbspecError):
 
 
 class HostLock:
-    """An exclusive lock on one file, held from :meth:`acquire` to :meth:`release`.
+    """An exclusive lock on one file, held from :meth:`acquire` to :meth:`release`; keep the
+    object meanwhile (``filelock`` lets go of a collected lock).
 
     Attributes:
-        path: The lock file.
-        previous: What a holder that died left in the file, found by :meth:`acquire`; None
-            when the last holder let go cleanly.
-        supported: False when the file system refused advisory locks (:meth:`acquire` then
-            returns without a lock when ``unsupported_ok``, and the caller says so).
-
-    Keep the object while the lock is held: dropping it lets go (``filelock`` releases a lock
-    whose object is collected).
+        previous: What a holder that died left in the file; None after a clean release.
+        supported: False when the file system refused advisory locks (``unsupported_ok``).
     """
 
     def __init__(self, path: Path | str):

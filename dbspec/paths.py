@@ -1,10 +1,5 @@
-"""Names that become path parts, and paths that must stay inside their root.
-
-A target name, a spec name, a stage name or a run key ends up in a file name (``runs/<spec>@<target>``,
-``resources/<job>.<target>.yml``). :data:`NAME_PATTERN` is what such a name may look like: no
-separator, no ``..``, no leading dot or dash. :func:`inside` is the one check every writer uses
-before it creates a file or a directory from parts: the joined path, with symlinks resolved,
-must lie inside the resolved root.
+"""Names that become path parts (:data:`NAME_PATTERN`: no separator, ``..``, leading dot or
+dash), and :func:`inside`, the check every writer makes before creating a path from parts.
 """
 
 from __future__ import annotations
@@ -48,11 +43,8 @@ def check_name(value: str, what: str, *, pattern: str = NAME_PATTERN,
 
 
 def inside(root: Union[str, os.PathLike], *parts: Union[str, os.PathLike]) -> Path:
-    """``root / parts``, checked to stay inside ``root``.
-
-    The check is on the resolved paths (symlinks followed, ``..`` folded), so an absolute part,
-    a ``..`` that climbs out, or a symlink inside ``root`` pointing elsewhere is refused. The
-    returned path is the joined one, not the resolved one (messages stay readable).
+    """``root / parts`` (not resolved: messages stay readable), checked on the resolved paths
+    to stay inside ``root``: no absolute part, climbing ``..`` or symlink leading out.
 
     Raises:
         PathEscape: the path would lie outside ``root``.

@@ -1,18 +1,11 @@
 """Kinds found by name: the one place that lists what each seam of dbspec can be.
 
 A seam (compute, data sources, promotion gates, serving targets) is a small Protocol; each
-*kind* is one module implementing it. A :class:`KindRegistry` maps kind names to
-``"module:attribute"`` strings and imports a kind only when it is first asked for, as fsspec's
-``known_implementations`` does. Installed packages add kinds through Python entry points in the
-registry's group (``dbspec.compute``, ``dbspec.sources``, ``dbspec.gates``,
-``dbspec.serving_targets``)::
-
-    [project.entry-points."dbspec.compute"]
-    slurm = "dbspec_slurm:KIND"
-
-Callers ask the kind (``COMPUTE.get(spec.compute.kind).world_size(spec.compute)``); they never
-switch on its name. A plugin that fails to import is remembered, not raised at start-up: the
-spec that names it gets a located error saying which package failed and why.
+*kind* is one module implementing it. A :class:`KindRegistry` maps names to ``"module:attribute"``
+and imports a kind when first asked for it. Installed packages add kinds through entry points in
+the registry's group (``dbspec.compute``, ``dbspec.sources``, ``dbspec.gates``,
+``dbspec.serving_targets``), e.g. ``slurm = "dbspec_slurm:KIND"``. A plugin that fails to
+import is remembered, not raised at start-up: the spec naming it gets a located error.
 """
 
 from __future__ import annotations
@@ -26,6 +19,7 @@ from typing import Any, Generic, TypeVar
 from dbspec.errors import DbspecError
 
 T = TypeVar("T")
+_RUN_TIME = "registered at run time"
 
 
 class UnknownKind(DbspecError):
@@ -45,8 +39,8 @@ class KindRegistry(Generic[T]):
     group: str
     noun: str
     builtins: dict[str, str]
-    _targets: dict[str, Any] = field(default_factory=dict, repr=False)
-    _origins: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Name -> (entry point, ``"module:attribute"`` or object; where it comes from).
+    _known: dict[str, tuple[Any, str]] = field(default_factory=dict, repr=False)
     _loaded: dict[str, T] = field(default_factory=dict, repr=False)
     _failed: dict[str, str] = field(default_factory=dict, repr=False)
     _scanned: bool = field(default=False, repr=False)
@@ -56,37 +50,34 @@ class KindRegistry(Generic[T]):
         """Add a kind at run time (a notebook, a test): an object or ``"module:attribute"``."""
         with self._lock:
             self._scan()
-            if name in self._targets and not replace:
+            if name in self._known and not replace:
                 raise ValueError(f"{self.noun} {name!r} is already registered "
-                                 f"({self._origins[name]}); pass replace=True to override it")
-            self._targets[name] = kind
-            self._origins[name] = "registered at run time"
+                                 f"({self._known[name][1]}); pass replace=True to override it")
+            self._known[name] = (kind, _RUN_TIME)
             self._loaded.pop(name, None)
             self._failed.pop(name, None)
 
     def unregister(self, name: str) -> None:
-        """Remove a kind added by :meth:`register` (a test cleaning up after itself); a
-        built-in it replaced comes back.
+        """Remove a kind added by :meth:`register`; a built-in it replaced comes back.
 
         Raises:
             ValueError: ``name`` was not registered at run time (a built-in or a plugin).
         """
         with self._lock:
             self._scan()
-            if self._origins.get(name) != "registered at run time":
+            if self.origin(name) != _RUN_TIME:
                 raise ValueError(f"{self.noun} {name!r} was not registered at run time "
-                                 f"({self._origins.get(name, 'unknown')}); only such kinds "
-                                 "can be removed")
-            for table in (self._targets, self._origins, self._loaded, self._failed):
+                                 f"({self.origin(name)}); only such kinds can be removed")
+            for table in (self._known, self._loaded, self._failed):
                 table.pop(name, None)
             if name in self.builtins:
-                self._targets[name], self._origins[name] = self.builtins[name], "built-in"
+                self._known[name] = (self.builtins[name], "built-in")
 
     def names(self) -> tuple[str, ...]:
         """Every known name, built-ins first, without importing any kind."""
         with self._lock:
             self._scan()
-            return tuple(self._targets)
+            return tuple(self._known)
 
     def get(self, name: str) -> T:
         """The kind called ``name``, imported on first use.
@@ -98,10 +89,10 @@ class KindRegistry(Generic[T]):
             self._scan()
             if name in self._loaded:
                 return self._loaded[name]
-            if name not in self._targets:
+            if name not in self._known:
                 raise UnknownKind(self.unknown_message(name))
             try:
-                kind = _resolve(self._targets[name])
+                kind = _resolve(self._known[name][0])
             except Exception as exc:  # a plugin's import error is the user's to read, located
                 self._failed[name] = f"{type(exc).__name__}: {exc}"
                 raise UnknownKind(self.failure_message(name)) from None
@@ -127,7 +118,7 @@ class KindRegistry(Generic[T]):
         """Where a kind comes from: ``built-in`` or the entry point and its distribution."""
         with self._lock:
             self._scan()
-            return self._origins.get(name, "unknown")
+            return self._known.get(name, (None, "unknown"))[1]
 
     def unknown_message(self, name: str) -> str:
         """``unknown compute kind 'x' (did you mean 'y'?); known: ...``."""
@@ -140,8 +131,9 @@ class KindRegistry(Generic[T]):
 
     def failure_message(self, name: str) -> str:
         """Why a plugin's kind cannot be used."""
-        return (f"{self.noun} {name!r} ({self._origins.get(name, 'unknown origin')}) failed to "
-                f"load: {self._failed[name]}; fix or uninstall that package")
+        origin = self._known.get(name, (None, "unknown origin"))[1]
+        return (f"{self.noun} {name!r} ({origin}) failed to load: {self._failed[name]}; fix or "
+                "uninstall that package")
 
     def _scan(self) -> None:
         """Read the built-ins and the group's entry points, once."""
@@ -149,17 +141,15 @@ class KindRegistry(Generic[T]):
             return
         self._scanned = True
         for name, target in self.builtins.items():
-            self._targets.setdefault(name, target)
-            self._origins.setdefault(name, "built-in")
+            self._known.setdefault(name, (target, "built-in"))
         from importlib.metadata import entry_points
 
         for point in entry_points(group=self.group):
             if point.name in self.builtins:
                 continue  # a plugin cannot silently replace a built-in kind
-            self._targets.setdefault(point.name, point)
             dist = getattr(point.dist, "name", None) or "an installed package"
-            self._origins.setdefault(point.name,
-                                     f"entry point {point.name} = {point.value} from {dist}")
+            self._known.setdefault(point.name, (
+                point, f"entry point {point.name} = {point.value} from {dist}"))
 
 
 def _resolve(target: Any) -> Any:

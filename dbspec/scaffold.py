@@ -1,22 +1,11 @@
-"""``dbspec init``: a commented first spec, inferred from a data file.
+"""``dbspec init``: a commented first spec, inferred from a sample of a data file (CSV with the
+csv module; Parquet or Delta with pyarrow, the ``train`` extra; never torch, MLflow or Spark).
 
-The file's columns are read (a CSV's header and up to :data:`SAMPLE_ROWS` rows with the csv
-module; a Parquet file's schema and first row group, or a Delta table's files, with pyarrow), and
-from them:
-
-- the **target**: ``--target``, else the first column named like a label (``target``,
-  ``label``, ``y``, ``class``...), else the last column;
-- the **task**: ``--task``, else ``binary`` for a target with two distinct values,
-  ``multiclass`` for one with at most :data:`MAX_CLASSES` distinct values that are whole
-  numbers or text, ``regression`` otherwise;
-- the **features**: every numeric column but the target. Columns that are not numbers are
-  named in a comment and left out (the model takes numeric features only);
-- **preprocessing**: ``impute`` where a feature has missing values, then ``standard_scale``;
-- **layers**: two hidden ``linear``/``relu`` layers sized from the feature count, and an output
-  layer that fits the task.
-
-Nothing here imports torch, MLflow or Spark; a Parquet or Delta input needs pyarrow (the
-``train`` extra).
+Target: ``--target``, else the first column named like a label, else the last. Task: ``--task``,
+else binary for two distinct values, multiclass for at most :data:`MAX_CLASSES` whole-number or
+text values, else regression. Features: every numeric column but the target (the others are
+named in a comment). Then ``impute`` where values are missing, ``standard_scale``, and two
+hidden layers sized from the feature count.
 """
 
 from __future__ import annotations
@@ -35,6 +24,11 @@ SAMPLE_ROWS = 10_000
 MAX_CLASSES = 20
 _LABEL_NAMES = ("target", "label", "labels", "y", "class", "outcome", "response")
 _MISSING = {"", "na", "nan", "null", "none", "n/a", "?"}
+#: Per task: the promotion gate's metric, and why the task was inferred.
+_TASKS = {"regression": ("test_rmse", "the target holds numbers with more than a few distinct "
+                                      "values"),
+          "binary": ("test_roc_auc", "the target has two distinct values"),
+          "multiclass": ("test_accuracy", "the target has {classes} distinct values")}
 
 
 class ScaffoldError(DbspecError):
@@ -199,19 +193,13 @@ def render(scaffold: Scaffold, *, name: str) -> str:
     width = len(scaffold.features)
     hidden = max(16, min(128, 2 ** math.ceil(math.log2(max(2, width) * 2))))
     outputs = {"regression": 1, "binary": 1}.get(scaffold.task, scaffold.classes)
-    metric = {"regression": "test_rmse", "binary": "test_roc_auc",
-              "multiclass": "test_accuracy"}[scaffold.task]
+    metric, task_note = _TASKS[scaffold.task]
     compare = no_worse_sign(metric)
     features = _wrapped([_quoted(f) for f in scaffold.features], indent=" " * 13)
     skipped = (f"  # not numeric, left out: {', '.join(scaffold.skipped)}\n"
                if scaffold.skipped else "")
     steps = (["impute"] if scaffold.impute else []) + ["standard_scale"]
     source = ", ".join(f"{k}: {_quoted(str(v))}" for k, v in scaffold.source.items())
-    task_note = {
-        "regression": "the target holds numbers with more than a few distinct values",
-        "binary": "the target has two distinct values",
-        "multiclass": f"the target has {scaffold.classes} distinct values",
-    }[scaffold.task]
     return f"""\
 # Written by `dbspec init` from {scaffold.rows:,} rows of {scaffold.source['path']}.
 # Check it with `dbspec validate {name}.yaml`; try it end to end with
@@ -222,7 +210,7 @@ name: {name}
 data:
   source: {{{source}}}
   target: {_quoted(scaffold.target)}
-  task: {scaffold.task}  # inferred: {task_note}
+  task: {scaffold.task}  # inferred: {task_note.format(classes=scaffold.classes)}
   features: [{features}]
 {skipped}  # fitted on the training rows only and saved inside the model, so the registered
   # model takes raw rows exactly as they are in the file

@@ -1,14 +1,6 @@
-"""The ``dbspec`` command line, one module per command group.
-
-- :mod:`~dbspec.cli.spec_commands`: validate, plan, init, diff, schema (light: no torch,
-  mlflow, pyspark, optuna or deepspeed, so a pull-request check is fast);
-- :mod:`~dbspec.cli.run_commands`: run, gc, tensorboard;
-- :mod:`~dbspec.cli.registry_commands`: models, promote, approve, rollback;
-- :mod:`~dbspec.cli.serving_commands`: serve, predict, endpoint, jobs;
-- :mod:`~dbspec.cli.parser` assembles them; :mod:`~dbspec.cli.main` runs one and turns
-  errors into messages and exit codes.
-
-Each handler imports what it needs when it runs.
+"""The ``dbspec`` command line: one module per command group (``*_commands``, each a
+``COMMANDS`` tuple); :mod:`~dbspec.cli.parser` assembles them and :mod:`~dbspec.cli.main` runs
+one, turning errors into messages and exit codes. Handlers import what they need when they run.
 """
 
 from dbspec.cli.main import entry_point, main, missing_extra

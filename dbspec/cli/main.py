@@ -30,7 +30,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return exc.exit_code
     _set_environment(args)
     try:
-        with _redacted_output():
+        with contextlib.redirect_stdout(_Redacting(sys.stdout)), \
+                contextlib.redirect_stderr(_Redacting(sys.stderr)):
             return handler(args)
     except SpecError as exc:
         for diag in exc.diagnostics:
@@ -112,16 +113,6 @@ class _Redacting:
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
-
-
-@contextlib.contextmanager
-def _redacted_output():
-    saved = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = _Redacting(sys.stdout), _Redacting(sys.stderr)
-    try:
-        yield
-    finally:
-        sys.stdout, sys.stderr = saved
 
 
 def _check_names(args: argparse.Namespace) -> None:

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from dbspec.cli.options import Command, add_registry_options, add_spec_options
+from dbspec.cli.serving_handlers import say
 
 #: The exit code of a pass that alerted.
 ALERT_EXIT = 3
@@ -54,13 +55,9 @@ def _run(args: argparse.Namespace) -> int:
     flags = MonitorFlags(**{**{name: getattr(args, name) for name in MonitorFlags._fields
                                if name != "assignments"},
                             "assignments": tuple(args.assignments)})
-    result = monitor_served(flags, say=_say)
+    result = monitor_served(flags, say=say)
     _print(result, as_json=args.json)
     return _exit_code(result.outcome)
-
-
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def _exit_code(outcome: Any) -> int:

@@ -7,15 +7,8 @@ from typing import Callable, NamedTuple, Optional
 
 
 class Command(NamedTuple):
-    """One sub-command of ``dbspec``.
-
-    Attributes:
-        name: The word on the command line (``validate``).
-        help: One line for ``dbspec --help``.
-        add_arguments: Adds the command's arguments to its parser.
-        handler: Runs the command; returns the exit code.
-        description: The longer text of ``dbspec NAME --help``.
-    """
+    """One sub-command of ``dbspec``: ``help`` is its line in ``dbspec --help``,
+    ``description`` the text of ``dbspec NAME --help``; ``handler`` returns the exit code."""
 
     name: str
     help: str

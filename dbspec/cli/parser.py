@@ -17,15 +17,9 @@ COMMANDS: tuple[Command, ...] = (spec_commands.COMMANDS + run_commands.COMMANDS
 
 
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
-    """The argument parser of every command.
-
-    Args:
-        only: Build this command's parser alone: a cold ``dbspec validate`` need not build
-            fifteen. Its arguments, help and errors are those of the full parser (a test
-            compares them); only a top-level error would list fewer commands, and
-            :func:`parse_arguments` builds every parser unless the line starts with a known
-            command. ``None``: every command.
-    """
+    """The argument parser of every command, or with ``only`` of that command alone (a cold
+    ``dbspec validate`` need not build fifteen; its help and errors are the same, a test
+    compares them)."""
     parser = argparse.ArgumentParser(
         prog="dbspec",
         description="Compile one YAML model spec into training, search, registration and "

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 from dbspec.cli.options import Command, add_registry_options
 
 
-def _warn(warning) -> None:
-    import sys
+def _registry(args: argparse.Namespace):
+    """The registry of ``--tracking-uri`` and ``--state-dir``."""
+    from dbspec.registry.commands import open_registry
 
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    return open_registry(args.tracking_uri, Path(args.state_dir))
+
+
+def _report(decision, line: str) -> int:
+    """Print the gates of ``decision``, then ``line``, then its warning (stderr)."""
+    for gate in decision.gates:  # none for a rollback
+        print(f"  gate {gate}")
+    print(line)
+    if decision.warning:
+        print(f"warning: {decision.warning}", file=sys.stderr)
+    return 0
 
 
 def _models_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,11 +34,9 @@ def _models_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from dbspec.registry.commands import describe_models, render_models
 
-    from dbspec.registry.commands import describe_models, open_registry, render_models
-
-    described = describe_models(open_registry(args.tracking_uri, Path(args.state_dir)), args.name)
+    described = describe_models(_registry(args), args.name)
     print(json.dumps(described, indent=2) if args.format == "json" else render_models(described))
     return 0
 
@@ -40,24 +50,15 @@ def _promote_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _promote(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from dbspec.registry.commands import open_registry
     from dbspec.registry.promotion import alias_argument, promote
 
     alias_argument(args.alias)  # before opening any store
-    decision = promote(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
-                       args.version, args.alias, force=args.force)
-    for gate in decision.gates:
-        print(f"  gate {gate}")
+    decision = promote(_registry(args), args.name, args.version, args.alias, force=args.force)
+    held = f"{decision.name}@{decision.alias}"
     if not decision.moved:  # nothing written: the alias was there already
-        print(f"{decision.name}@{decision.alias} holds v{decision.version} already: "
-              "nothing moved")
-    else:
-        was = f" (was v{decision.previous})" if decision.previous else ""
-        print(f"{decision.name}@{decision.alias} -> v{decision.version}{was}")
-    _warn(decision.warning)
-    return 0
+        return _report(decision, f"{held} holds v{decision.version} already: nothing moved")
+    was = f" (was v{decision.previous})" if decision.previous else ""
+    return _report(decision, f"{held} -> v{decision.version}{was}")
 
 
 def _approve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,21 +70,13 @@ def _approve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _approve(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from dbspec.registry.commands import open_registry
     from dbspec.registry.promotion import alias_argument, approve
 
     alias_argument(args.alias)  # before opening any store
-    decision = approve(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
-                       args.version, args.alias)
-    for gate in decision.gates:
-        print(f"  gate {gate}")
+    decision = approve(_registry(args), args.name, args.version, args.alias)
     was = f" (was v{decision.previous}, now archived)" if decision.previous else ""
-    print(f"{decision.name}@{decision.alias} -> v{decision.version}{was}, approved by "
-          f"{decision.by}")
-    _warn(decision.warning)
-    return 0
+    return _report(decision, f"{decision.name}@{decision.alias} -> v{decision.version}{was}, "
+                   f"approved by {decision.by}")
 
 
 def _rollback_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,17 +88,12 @@ def _rollback_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _rollback(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from dbspec.registry.commands import open_registry
     from dbspec.registry.promotion import rollback
 
-    decision = rollback(open_registry(args.tracking_uri, Path(args.state_dir)), args.name,
-                        args.alias, args.to)
+    decision = rollback(_registry(args), args.name, args.alias, args.to)
     was = f"v{decision.previous}" if decision.previous else "unset: deleted outside dbspec"
-    print(f"{decision.name}@{decision.alias} -> v{decision.version} (rolled back from {was})")
-    _warn(decision.warning)
-    return 0
+    return _report(decision, f"{decision.name}@{decision.alias} -> v{decision.version} "
+                   f"(rolled back from {was})")
 
 
 COMMANDS = (

@@ -5,12 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dbspec.cli.options import Command, add_registry_options, add_spec_options
-
-
-def _serve_arguments(parser: argparse.ArgumentParser) -> None:
-    from dbspec.cli.serving_handlers import add_serve_arguments  # no heavy imports
-
-    add_serve_arguments(parser)
+from dbspec.cli.serving_handlers import add_predict_arguments, add_serve_arguments
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -19,14 +14,6 @@ def _serve(args: argparse.Namespace) -> int:
 
     serve_model(model_choice(args), serve_flags(args), say=say)
     return 0
-
-
-def _predict_arguments(parser: argparse.ArgumentParser) -> None:
-    from dbspec.cli.serving_handlers import add_predict_arguments  # no heavy imports
-
-    add_predict_arguments(parser)
-    parser.add_argument("--verbose", action="store_true",
-                        help="also show what Spark and its JVM print as they start")
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -83,12 +70,12 @@ def _jobs(args: argparse.Namespace) -> int:
 
 COMMANDS = (
     Command("serve", "serve a registered model over HTTP (MLflow's scoring protocol)",
-            _serve_arguments, _serve,
+            add_serve_arguments, _serve,
             "Serve a registered model on uvicorn: POST /invocations (inputs, instances, "
             "dataframe_split, dataframe_records), GET /ping, /health, /version, /metrics. "
             "Settings default to the spec's serving.realtime section."),
     Command("predict", "score a table with a registered model (local Arrow streaming or Spark)",
-            _predict_arguments, _predict,
+            add_predict_arguments, _predict,
             "Batch inference: read Parquet, Delta (any version) or a Spark table; write Delta "
             "or Parquet with the prediction columns and the model's name and version. "
             "Settings default to the spec's serving.batch section."),

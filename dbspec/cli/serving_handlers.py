@@ -67,22 +67,21 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how often --watch-alias asks the registry (default: 10)")
 
 
+#: The smallest value of each numeric flag of ``dbspec serve``.
+_SERVE_MINIMA = {"port": 0, "max_batch_size": 1, "max_body_bytes": 1, "max_wait_ms": 0,
+                 "max_header_bytes": 1024, "max_connections": 1}
+
+
 def check_serve_arguments(args: argparse.Namespace) -> None:
     """Refuse flag values that are wrong whatever the model: before any registry call,
     so a usage error never depends on what the registry holds."""
     if args.port is not None and args.port > 65535:
         raise UsageError(f"--port must be 0 to 65535, not {args.port}")
-    for name in ("port", "max_batch_size", "max_body_bytes"):
+    for name, low in _SERVE_MINIMA.items():
         value = getattr(args, name)
-        if value is not None and value < (0 if name == "port" else 1):
+        if value is not None and not value >= low:  # a NaN is refused too
             raise UsageError(f"--{name.replace('_', '-')} must be "
-                             f"{'0 or more' if name == 'port' else 'at least 1'}, not {value}")
-    if args.max_wait_ms is not None and not args.max_wait_ms >= 0:
-        raise UsageError(f"--max-wait-ms must be 0 or more, not {args.max_wait_ms}")
-    if args.max_header_bytes is not None and args.max_header_bytes < 1024:
-        raise UsageError(f"--max-header-bytes must be at least 1024, not {args.max_header_bytes}")
-    if args.max_connections is not None and args.max_connections < 1:
-        raise UsageError(f"--max-connections must be at least 1, not {args.max_connections}")
+                             f"{'0 or more' if low == 0 else f'at least {low}'}, not {value}")
     for flag, value in (("--header-timeout", args.header_timeout),
                         ("--keep-alive-timeout", args.keep_alive_timeout)):
         if value is not None and not 0 < value <= 3600:
@@ -109,6 +108,8 @@ def add_predict_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: serving.batch.engine, local)")
     parser.add_argument("--master", metavar="URL",
                         help="Spark master URL for --engine spark (default: local[*])")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also show what Spark and its JVM print as they start")
 
 
 def model_choice(args: argparse.Namespace) -> Any:

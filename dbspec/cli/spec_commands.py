@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from dbspec.cli.options import Command, add_spec_options, load_spec_arguments
@@ -99,8 +100,6 @@ def _plan_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from dbspec.executors.plan_status import plan_with_statuses
     from dbspec.plan.render import RENDERERS
 
@@ -175,16 +174,18 @@ def _schema(args: argparse.Namespace) -> int:
     if not args.output:
         sys.stdout.write(text)
         return 0
-    try:
-        directory = os.path.dirname(args.output)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        with open(args.output, "w", encoding="utf-8") as handle:
-            handle.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    _write_text(Path(args.output), text)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write ``path`` (and its directory); an unwritable path is a usage error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _init_arguments(parser: argparse.ArgumentParser) -> None:
@@ -202,8 +203,6 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from dbspec.paths import NAME_PATTERN, NAME_RULE, check_name
     from dbspec.scaffold import infer, render, spec_name
 
@@ -216,12 +215,7 @@ def _init(args: argparse.Namespace) -> int:
     if len(args.delimiter) != 1:
         raise UsageError(f"--delimiter must be one character, not {args.delimiter!r}")
     scaffold = infer(data, target=args.target, task=args.task, delimiter=args.delimiter)
-    text = render(scaffold, name=name)
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    _write_text(output, render(scaffold, name=name))
     print(f"wrote {output}: {scaffold.task} on {len(scaffold.features)} feature(s), target "
           f"{scaffold.target!r}" + (f"; left out (not numeric): {', '.join(scaffold.skipped)}"
                                     if scaffold.skipped else ""), file=sys.stderr)

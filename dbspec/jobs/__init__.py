@@ -1,9 +1,8 @@
 """``dbspec jobs``: Databricks job definitions (bundle or Jobs API JSON) generated from a spec.
 
-- :mod:`.generate`: :func:`generate`, a spec's files for the chosen targets and format.
-- :mod:`.build`, :mod:`.resources`, :mod:`.render`: the job, its resources, the files' text.
-- :mod:`.files`: which files are dbspec's, ``--check`` (:class:`JobsCheck`) and writing.
-- :mod:`.command`: :func:`run_jobs`, the command itself.
+:mod:`.generate` builds a spec's files; :mod:`.build`, :mod:`.resources`, :mod:`.monitor` and
+:mod:`.render` make the jobs, their resources and the files' text; :mod:`.files` owns
+``--check`` and writing; :mod:`.command` is the command.
 """
 
 from dbspec.jobs.command import run_jobs

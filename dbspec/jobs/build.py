@@ -1,12 +1,10 @@
 """A spec's plan as a Databricks job, built with databricks-sdk's typed classes.
 
-Stages are grouped into tasks (data -> [tune] -> train -> evaluate -> promote -> serve or
-batch_predict); ``depends_on`` follows the plan's edges. Each task is a ``python_wheel_task`` of
-the ``dbspec`` package running ``dbspec run SPEC --target T --only STAGES --run-key
-{{job.run_id}} --shared-dir DIR``: the tasks hand their stages over through the run key's MLflow
-run, and ranks and trial tasks on any node meet in the shared directory (never a node's
-``/local_disk0``). Training gets its own job cluster sized from ``compute``: a GPU ML runtime,
-GPUs per node, workers from the process count.
+Stages are grouped into tasks (:data:`GROUPS`); ``depends_on`` follows the plan's edges. Each
+task is a ``python_wheel_task`` running ``dbspec run SPEC --only STAGES --run-key
+{{job.run_id}} --shared-dir DIR``: tasks hand stages over through the run key's MLflow run, and
+ranks and trials on any node meet in the shared directory (never a node's ``/local_disk0``).
+Training gets its own job cluster sized from ``compute`` where it differs from the main one.
 """
 
 from __future__ import annotations
@@ -14,7 +12,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 from dbspec.jobs.resources import endpoint_task, resource_warnings, role_permissions
-from dbspec.jobs.tasks import cluster, mlflow_env, task_extras, task_libraries, task_settings
+from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job_tags,
+                               mlflow_env, notifications, task_extras, task_libraries,
+                               task_settings)
 from dbspec.plan import Plan, compile_plan
 from dbspec.seams.targets import job_warnings
 from dbspec.spec.clusters import TRAINING_GROUPS, resolve_cluster, serverless
@@ -39,11 +39,8 @@ _NODE_LOCAL_HINTS = ("/tmp", "/var/tmp", "/databricks/driver")
 
 
 class JobTarget(NamedTuple):
-    """Where the generated job finds the spec and the dbspec wheel, and the spec's target.
-
-    ``shared_dir`` is what each task passes to ``--shared-dir``: a bundle variable or job
-    parameter reference, so that the value can change at deploy or run time without editing
-    tasks. ``parameters`` are the job's parameters as (name, default).
+    """Where the generated job finds the spec and the dbspec wheel, and the spec's target;
+    ``shared_dir`` is a bundle variable or job parameter reference (set at deploy or run time).
     """
 
     spec_path: str
@@ -95,9 +92,7 @@ def shared_dir(spec) -> str:
 
 def task_parameters(spec, where: JobTarget, stages: tuple[str, ...]) -> list[str]:
     """The ``dbspec`` command line of the task running ``stages``."""
-    parameters = ["run", where.spec_path] + (["--target", where.target] if where.target else [])
-    parameters += [f"--set={a}" for a in where.assignments]
-    parameters += ["--only", ",".join(stages), "--run-key", "{{job.run_id}}",
+    parameters = dbspec_arguments("run", where) + ["--only", ",".join(stages), "--run-key", "{{job.run_id}}",
                    "--shared-dir", where.shared_dir]
     if spec.jobs.state_dir:  # else node-local scratch: nothing is handed over through it
         parameters += ["--state-dir", spec.jobs.state_dir]
@@ -127,17 +122,17 @@ def ai_runtime_task(spec, where: JobTarget, groups):
         **task_settings(spec.jobs, "train"))
 
 
-def ai_runtime_script(spec, where: JobTarget, *, wheel_name: str, spec_name: str,
-                      shared: str, header: str) -> str:
+def ai_runtime_script(spec, target: Optional[str], *, wheel_name: str, spec_name: str,
+                      header: str) -> str:
     """The command script of :func:`ai_runtime_task`: install the wheel with its extras from
     beside the script (``../dist``), then run every stage of the spec (``../specs``)."""
     import shlex
 
     extras = ",".join(dict.fromkeys(task_extras(spec, ("train", "serve"))))
     run = ["dbspec", "run", f'"$here/../specs/{spec_name}"']
-    if where.target:
-        run += ["--target", shlex.quote(where.target)]
-    run += ["--shared-dir", shlex.quote(shared), "--quiet"]
+    if target:
+        run += ["--target", shlex.quote(target)]
+    run += ["--shared-dir", shlex.quote(shared_dir(spec)), "--quiet"]
     return (f"#!/usr/bin/env bash\n{header}"
             "# The AI Runtime (serverless GPU) command of this job: every stage of the spec.\n"
             "set -euo pipefail\n"
@@ -161,16 +156,15 @@ def build_job(spec, where: JobTarget):
     update = endpoint_task(spec, where)  # the endpoint follows the alias (realtime serving)
     if update is not None:
         tasks.append(update)
-    tags = {"dbspec_spec": spec.name, **({"dbspec_target": where.target} if where.target
-                                          else {}), **settings.tags}
     return j.JobSettings(
         name=settings.name or spec.name,
         description=(spec.description.strip() or f"dbspec spec {spec.name}")[:1000],
         tasks=tasks,
         job_clusters=[j.JobCluster(job_cluster_key=k, new_cluster=c)
                       for k, c in clusters.items()] or None,
-        email_notifications=_notifications(settings), schedule=_schedule(settings),
-        tags=dict(sorted(tags.items())),
+        email_notifications=notifications(settings),
+        schedule=cron(settings.schedule) if settings.schedule is not None else None,
+        tags=job_tags(spec, where),
         max_concurrent_runs=settings.max_concurrent_runs,
         timeout_seconds=settings.timeout_seconds or None,
         parameters=[j.JobParameterDefinition(name=name, default=default)
@@ -194,51 +188,19 @@ def job_clusters(spec, where: JobTarget, groups) -> dict[str, Any]:
 def wheel_task(spec, where: JobTarget, group: tuple[str, tuple[str, ...], tuple[str, ...]],
                clusters: dict[str, Any]):
     """The ``python_wheel_task`` running one group of stages (see :func:`task_groups`)."""
-    from databricks.sdk.service import jobs as j
-
     key, stages, upstream = group
-    return j.Task(
-        task_key=key,
+    return dbspec_task(
+        spec, key, task_parameters(spec, where, stages),
+        libraries=task_libraries(spec, stages, where.wheel), upstream=upstream,
         description=f"dbspec stages: {', '.join(stages)}",
-        depends_on=[j.TaskDependency(task_key=u) for u in upstream] or None,
         job_cluster_key="training" if key in TRAINING_GROUPS and "training" in clusters
-        else "main",
-        python_wheel_task=j.PythonWheelTask(
-            package_name="dbspec", entry_point="dbspec",
-            parameters=task_parameters(spec, where, stages)),
-        libraries=task_libraries(spec, stages, where.wheel),
-        **task_settings(spec.jobs, key))
-
-
-def _notifications(settings):
-    from databricks.sdk.service import jobs as j
-
-    n = settings.notifications
-    if n is None:
-        return None
-    return j.JobEmailNotifications(
-        on_start=n.on_start or None, on_success=n.on_success or None,
-        on_failure=n.on_failure or None,
-        no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
-
-
-def _schedule(settings):
-    from databricks.sdk.service import jobs as j
-
-    if settings.schedule is None:
-        return None
-    return j.CronSchedule(
-        quartz_cron_expression=settings.schedule.quartz_cron,
-        timezone_id=settings.schedule.timezone,
-        pause_status=j.PauseStatus.PAUSED if settings.schedule.paused
-        else j.PauseStatus.UNPAUSED)
+        else "main")
 
 
 def access_control(spec) -> list:
     """``jobs.JobAccessControlRequest`` entries from ``jobs.permissions``, then the roles' (a
     principal named in both keeps its ``jobs.permissions`` level)."""
     from databricks.sdk.service import jobs as j
-
 
     return [j.JobAccessControlRequest(
         user_name=p.user, group_name=p.group, service_principal_name=p.service_principal,

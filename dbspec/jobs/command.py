@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from dbspec.errors import UsageError
-from dbspec.jobs.files import GENERATED, check, generated_by_dbspec, write
+from dbspec.jobs.files import GENERATED, NOT_OURS, check, write
 from dbspec.jobs.generate import generate
 
 
@@ -26,9 +26,8 @@ def run_jobs(args) -> int:
         return 0 if found.up_to_date else 1
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"-o {directory}: exists and is not a directory")
-    clashes = [r for r in sorted(files) if (directory / r).exists()
-               and not generated_by_dbspec(directory / r)
-               and (directory / r).read_text(encoding="utf-8", errors="replace") != files[r]]
+    clashes = [d.path for d in check(directory, files, patterns).differences
+               if d.text == NOT_OURS]
     if clashes:
         raise UsageError(f"-o {directory}: " + ", ".join(clashes) + " would be overwritten but "
                          "was not written by dbspec (no generated header); move it away or "

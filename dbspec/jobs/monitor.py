@@ -1,25 +1,21 @@
 """The monitoring side of ``dbspec jobs``: a scheduled monitor job, and a Databricks quality
 monitor on the serving endpoint's inference table.
 
-Two monitors, each doing what it does well:
-
-- the **monitor job** runs ``dbspec monitor SPEC`` on a schedule (``jobs.monitor_schedule``):
-  feature and prediction drift against the registered version's reference profile, quality
-  against its test metrics, and the spec's ``on_alert`` action. An alert exits non-zero, so
-  the job run fails and the job's failure notifications fire.
-- the **quality monitor** (a bundle ``quality_monitors`` resource) watches the AI Gateway
-  inference table (``<catalog>.<schema>.<endpoint>_payload``) of the endpoint the job's
-  ``update_endpoint`` task keeps: a time series of request volume, status codes and latency
-  (``execution_duration_ms``), sliced by served entity (version). The payload table holds
-  requests and responses as JSON text, so feature drift is the monitor job's part.
+- The monitor job runs ``dbspec monitor SPEC`` on ``jobs.monitor_schedule``: drift and quality
+  against the registered version's reference, and ``on_alert``; an alert fails the run, so the
+  job's failure notifications fire.
+- The quality monitor (bundle ``quality_monitors``) watches the endpoint's AI Gateway payload
+  table: request volume, status codes and latency by served entity. That table holds requests
+  as JSON text, so feature drift is the monitor job's part.
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from dbspec.jobs.resources import (endpoint_name, inference_table_config, serves_realtime)
-from dbspec.jobs.tasks import cluster, job_key, mlflow_env, task_libraries, task_settings
+from dbspec.jobs.resources import endpoint_name, inference_table_config, serves_realtime
+from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job_key, job_tags,
+                               mlflow_env, notifications, task_libraries)
 from dbspec.spec.clusters import resolve_cluster
 
 MONITOR = "monitor"
@@ -35,43 +31,21 @@ def monitor_job_key(spec) -> str:
     return f"{job_key(spec)}_monitor"
 
 
-def monitor_task_parameters(spec, where) -> list[str]:
-    """``dbspec monitor SPEC [--target T] [--set ...]``: the table, window, thresholds and
-    action come from the spec the task passes."""
-    return ["monitor", where.spec_path] + (["--target", where.target] if where.target else []) \
-        + [f"--set={a}" for a in where.assignments]
-
-
 def build_monitor_job(spec, where) -> Optional[Any]:
-    """The monitor job (``jobs.JobSettings``), or None without a ``monitoring`` section.
-
-    One task on a job cluster of ``jobs.cluster``'s settings, scheduled by
-    ``jobs.monitor_schedule``, at most one run at a time; the main job's notifications (an
-    alert fails the run) and tags.
-    """
+    """The monitor job (``jobs.JobSettings``), or None without a ``monitoring`` section: one
+    task on the main cluster's settings, one run at a time, the main job's failure
+    notifications (an alert fails the run) and tags."""
     from databricks.sdk.service import jobs as j
 
     if spec.monitoring is None:
         return None
     settings = spec.jobs
-    when = settings.monitor_schedule
-    notifications = None
-    if settings.notifications is not None:
-        n = settings.notifications
-        notifications = j.JobEmailNotifications(
-            on_failure=n.on_failure or None,
-            no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
-    task = j.Task(
-        task_key=MONITOR,
+    # the table, window, thresholds and action come from the spec the task passes
+    task = dbspec_task(
+        spec, MONITOR, dbspec_arguments("monitor", where),
+        libraries=task_libraries(spec, ("evaluate",), where.wheel), job_cluster_key="main",
         description="dbspec monitor: drift and quality of the served version against its "
-                    "reference profile; fails on an alert",
-        job_cluster_key="main",
-        python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
-                                            parameters=monitor_task_parameters(spec, where)),
-        libraries=task_libraries(spec, ("evaluate",), where.wheel),
-        **task_settings(settings, MONITOR))
-    tags = {"dbspec_spec": spec.name, "dbspec_role": "monitor",
-            **({"dbspec_target": where.target} if where.target else {}), **settings.tags}
+                    "reference profile; fails on an alert")
     return j.JobSettings(
         name=f"{settings.name or spec.name} monitor"[:100],
         description=f"Drift and quality monitoring of {spec.registry.name} (dbspec spec "
@@ -79,12 +53,9 @@ def build_monitor_job(spec, where) -> Optional[Any]:
         tasks=[task],
         job_clusters=[j.JobCluster(job_cluster_key="main", new_cluster=cluster(
             resolve_cluster(spec, "main"), mlflow_env(spec), current_user=where.current_user))],
-        email_notifications=notifications,
-        schedule=j.CronSchedule(quartz_cron_expression=when.quartz_cron,
-                                timezone_id=when.timezone,
-                                pause_status=j.PauseStatus.PAUSED if when.paused
-                                else j.PauseStatus.UNPAUSED),
-        tags=dict(sorted(tags.items())), max_concurrent_runs=1,
+        email_notifications=notifications(settings, failures_only=True),
+        schedule=cron(settings.monitor_schedule),
+        tags=job_tags(spec, where, dbspec_role="monitor"), max_concurrent_runs=1,
         queue=j.QueueSettings(enabled=True))
 
 
@@ -98,13 +69,9 @@ def granularity(spec) -> str:
 
 
 def quality_monitor(spec, target: Optional[str], mode: str) -> Optional[dict[str, Any]]:
-    """The bundle's ``quality_monitors`` entry on the endpoint's inference table, or None.
-
-    Only for a spec with a ``monitoring`` section whose endpoint has an AI Gateway inference
-    table (realtime serving, a Unity Catalog registry, ``serving.realtime.inference_table``)
-    and a production-mode target: a development endpoint's name carries the deploying user's
-    name, which the bundle cannot turn into the table name the gateway derives from it.
-    """
+    """The bundle's ``quality_monitors`` entry on the endpoint's inference table, or None:
+    without ``monitoring`` or an inference table, and outside production targets (a development
+    endpoint's table is named after the deploying user, which the bundle cannot spell)."""
     if spec.monitoring is None or not serves_realtime(spec) or mode != "production":
         return None
     endpoint = endpoint_name(spec, target or "default")

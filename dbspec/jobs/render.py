@@ -1,21 +1,12 @@
-"""Generated files: a Databricks Asset Bundle or Jobs API 2.2 ``jobs/create`` payloads.
+"""Generated files: a Databricks Asset Bundle or Jobs API 2.2 ``jobs/create`` bodies, deterministic
+(fixed key order, no timestamps) so that a pull request shows a readable diff and ``--check``
+can tell when they are out of date.
 
-Output is deterministic (fixed key order, no timestamps), so a pull request shows a readable
-diff of the generated jobs, and ``--check`` can tell when they are out of date.
-
-Bundle layout (``-o DIR``)::
-
-    databricks.yml                     bundle name, targets with their mode, variables (the
-                                       shared directory; per target where it differs)
-    resources/<job>.<target>.yml       per target: the job, the registered model and (with
-                                       roles) the experiment; the job's update_endpoint task
-                                       creates and keeps the serving endpoint; with
-                                       monitoring, the monitor job and (production
-                                       targets) the endpoint's quality monitor
-    specs/<spec file>                  the spec the tasks run (synced with the bundle)
-
-Jobs JSON: ``<job>.<target>.json`` per target, a ``jobs/create`` body with its access control
-and a ``shared_dir`` job parameter (Jobs API bodies have no bundle variables).
+Bundle (``-o DIR``): ``databricks.yml`` (bundle, targets and their mode, the shared-directory
+variable); ``resources/<job>.<target>.yml`` per target (the job, the registered model, with roles
+the experiment; with monitoring the monitor job and, in production targets, the quality
+monitor); ``specs/<spec file>``, the spec the tasks run. Jobs JSON: ``<job>.<target>.json`` per
+target, with its access control list and a ``shared_dir`` job parameter.
 """
 
 from __future__ import annotations
@@ -86,21 +77,11 @@ def bundle_job(spec, spec_file: str, target: Optional[str], *,
     """The job resource of one target (``build``: the main job, or the monitor job):
     JobSettings as the bundle writes it, plus permissions."""
     job = build(spec, bundle_where(spec, spec_file, target)).as_dict()
-    permissions = []
-    for entry in access_control(spec):
-        row = entry.as_dict()
-        level = row.pop("permission_level")
-        permissions.append({"level": level, **row})
+    rows = [entry.as_dict() for entry in access_control(spec)]
+    permissions = [{"level": row.pop("permission_level"), **row} for row in rows]
     if permissions:
         job["permissions"] = permissions
     return job
-
-
-def bundle_variables(base) -> dict[str, Any]:
-    """The bundle's variables: the shared directory (default from ``base``, the spec without a
-    target). No served model version: the job's ``update_endpoint`` task owns the serving
-    endpoint, so a deploy neither needs a version nor resets the one the alias holds."""
-    return {SHARED_DIR: {"description": SHARED_DIR_HELP, "default": shared_dir(base)}}
 
 
 def bundle_target(spec, mode: str, is_default: bool, base_dir: str) -> dict[str, Any]:
@@ -121,7 +102,9 @@ def bundle_files(specs: dict[str, Any], modes: Mapping[str, str], default: Optio
     first = next(iter(specs.values()))
     key = job_key(first)
     header = _header(spec_file, command)
-    variables = bundle_variables(base)
+    # no served model version: the update_endpoint task owns the endpoint, so a deploy
+    # neither needs a version nor resets the one the alias holds
+    variables = {SHARED_DIR: {"description": SHARED_DIR_HELP, "default": shared_dir(base)}}
     root: dict[str, Any] = {"bundle": {"name": key}, "include": ["resources/*.yml"],
                             "variables": variables}
     root["targets"] = {name: bundle_target(spec, modes[name], name == default,
@@ -140,11 +123,9 @@ def bundle_files(specs: dict[str, Any], modes: Mapping[str, str], default: Optio
         files[f"resources/{key}.{target}.yml"] = header + dump_yaml(
             {"targets": {target: {"resources": resources}}})
         if serverless(spec):
-            where = JobTarget(spec_path="", wheel=WHEEL, target=spec_targets[target],
-                              shared_dir=shared_dir(spec))
             files[script_name(spec, spec_targets[target])] = ai_runtime_script(
-                spec, where, wheel_name=WHEEL, spec_name=PurePosixPath(spec_file).name,
-                shared=shared_dir(spec), header=header)
+                spec, spec_targets[target], wheel_name=WHEEL,
+                spec_name=PurePosixPath(spec_file).name, header=header)
     # the spec copy carries the header too: -o only ever rewrites or removes files with it
     files[f"specs/{PurePosixPath(spec_file).name}"] = header + spec_text
     return files
@@ -163,23 +144,24 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str,
                           shared_dir=f"{{{{job.parameters.{SHARED_DIR}}}}}",
                           parameters=((SHARED_DIR, shared_dir(spec)),),
                           script=f"{root}/scripts/{name}.sh")
-        body = build_job(spec, where).as_dict()
         acl = [entry.as_dict() for entry in access_control(spec)]
-        if acl:
-            body["access_control_list"] = acl
-        files[f"{name}.json"] = json.dumps(body, indent=2, sort_keys=True) + "\n"
+        files[f"{name}.json"] = _json_body(build_job(spec, where), acl)
         monitor = build_monitor_job(spec, where)
         if monitor is not None:  # the same access list: who sees the job sees its monitor
-            body = monitor.as_dict()
-            if acl:
-                body["access_control_list"] = acl
-            files[f"{monitor_job_key(spec)}.{target}.json"] = json.dumps(
-                body, indent=2, sort_keys=True) + "\n"
+            files[f"{monitor_job_key(spec)}.{target}.json"] = _json_body(monitor, acl)
         if serverless(spec):
             files[f"scripts/{name}.sh"] = ai_runtime_script(
-                spec, where, wheel_name=WHEEL, spec_name=PurePosixPath(spec_file).name,
-                shared=shared_dir(spec), header=_header(spec_file, command))
+                spec, spec_targets[target], wheel_name=WHEEL,
+                spec_name=PurePosixPath(spec_file).name, header=_header(spec_file, command))
     return files
+
+
+def _json_body(job, acl: list[dict[str, Any]]) -> str:
+    """A ``jobs/create`` body: the job's settings and, when there is one, its access list."""
+    body = job.as_dict()
+    if acl:
+        body["access_control_list"] = acl
+    return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
 __all__ = ["bundle_files", "jobs_json_files", "warnings_for"]

@@ -1,31 +1,26 @@
-"""Bundle resources beside the job — the registered model and the experiment, with the access
-the spec's ``roles`` give — and the job task that owns the serving endpoint.
+"""Bundle resources beside the job (the registered model and the experiment, with the access the
+spec's ``roles`` give) and the job task that owns the serving endpoint.
 
 The endpoint is no bundle resource: a first deploy would create it on a version the model does
-not have yet (the job has not run), and every redeploy would reset it to a fixed version,
-undoing the last promotion. The job's ``update_endpoint`` task (``dbspec endpoint``) creates it
-on the alias holder, moves it when the alias moves, and sets the roles' permissions on it; the
-settings it creates the endpoint with are computed here, from the spec.
+not have yet, and every redeploy would reset it to a fixed version, undoing the last promotion.
+The job's ``update_endpoint`` task (``dbspec endpoint``) creates it on the alias holder, moves
+it when the alias moves and sets the roles' permissions; its settings are computed here.
 
-Roles follow the course's table (admin: read/write/deploy; data scientist: read/write;
-analyst: read only):
+Roles (admin: read/write/deploy; data scientist: read/write; analyst: read only):
 
 =========================  ======================  ==================  ==========
 resource                   admin                   data_scientist      analyst
 =========================  ======================  ==================  ==========
 UC registered model        ALL_PRIVILEGES, MANAGE  EXECUTE, APPLY_TAG  EXECUTE
-(grants)
 workspace registry model   CAN_MANAGE              CAN_EDIT            CAN_READ
 job                        CAN_MANAGE              CAN_MANAGE_RUN      CAN_VIEW
 experiment                 CAN_MANAGE              CAN_EDIT            CAN_READ
 serving endpoint           CAN_MANAGE              CAN_QUERY           CAN_VIEW
 =========================  ======================  ==================  ==========
 
-In Unity Catalog ``EXECUTE`` is reading a model (its versions, loading them), ``APPLY_TAG``
-writing its tags, ``MANAGE`` its grants, renaming and dropping; ``ALL_PRIVILEGES`` holds every
-privilege but ``MANAGE``. Creating versions and moving aliases stay with the model's owner
-(whoever deploys the bundle, the identity the job runs as). Every principal also needs
-``USE CATALOG`` and ``USE SCHEMA`` on the model's parents, which the bundle does not grant.
+In Unity Catalog ``EXECUTE`` reads a model, ``APPLY_TAG`` writes its tags, ``MANAGE`` its grants
+(``ALL_PRIVILEGES`` excludes it). Creating versions and moving aliases stay with the owner (the
+deployer, whom the job runs as). ``USE CATALOG``/``USE SCHEMA`` on the parents are not granted.
 """
 
 from __future__ import annotations
@@ -79,9 +74,7 @@ def served_entity_name(spec) -> str:
 
 
 def registry_resources(spec) -> dict[str, Any]:
-    """The registered model and, when roles are given, the experiment: each with the roles'
-    grants or permissions. (The serving endpoint belongs to the job's ``update_endpoint``
-    task, see :func:`endpoint_task`.)"""
+    """The registered model and, with roles, the experiment, each with the roles' access."""
     out: dict[str, Any] = {}
     key = job_key(spec)
     experiment = experiment_resource(spec)
@@ -110,9 +103,7 @@ def registry_resources(spec) -> dict[str, Any]:
 
 def endpoint_config(spec, endpoint: str, version: str):
     """(``EndpointCoreConfigInput``, ``AiGatewayConfig`` or None) that ``dbspec endpoint``
-    creates ``endpoint`` with: one served entity of ``spec.registry.name`` at ``version``,
-    named after the alias it follows, Small, CPU (GPU_SMALL for a model trained on GPUs),
-    scaling to zero; the inference table through the AI Gateway."""
+    creates ``endpoint`` with: the model at ``version``, Small, GPU if trained on GPUs."""
     from databricks.sdk.service import serving as s
 
     entity = s.ServedEntityInput(
@@ -127,10 +118,9 @@ def endpoint_config(spec, endpoint: str, version: str):
 
 
 def inference_table_config(spec, endpoint: str):
-    """``serving.realtime.inference_table`` as the AI Gateway's inference table of
-    ``endpoint``, in the registered model's catalog and schema, its tables prefixed with the
-    endpoint's name (so a development endpoint, named per user, logs to tables of its own);
-    None when off or the registry is not in Unity Catalog (inference tables live there)."""
+    """``serving.realtime.inference_table`` as the AI Gateway's table config of ``endpoint``, in
+    the registered model's catalog and schema, prefixed with the endpoint's name; None when off
+    or the registry is not in Unity Catalog."""
     from databricks.sdk.service.serving import AiGatewayInferenceTableConfig
 
     table = spec.serving.realtime.inference_table
@@ -165,9 +155,8 @@ def registered_name(spec) -> str:
 
 
 def name_assignments(spec) -> tuple[str, ...]:
-    """``--set`` assignments that point every task at the bundle's own resources (the
-    registered model; the experiment when the bundle creates it), so that a development
-    deployment trains into its per-user copies, not the production ones."""
+    """``--set`` assignments pointing every task at the bundle's own model and experiment, so
+    that a development deployment trains into its per-user copies."""
     out = []
     if spec.registry is not None:
         out.append(f"registry.name={registered_name(spec)}")
@@ -190,11 +179,9 @@ def role_grants(spec) -> list[dict[str, Any]]:
     """Unity Catalog grants (``catalog.PrivilegeAssignment`` as dicts) by role."""
     from databricks.sdk.service.catalog import Privilege, PrivilegeAssignment
 
-    if spec.roles is None:
-        return []
     return [PrivilegeAssignment(principal=principal.name,
                                 privileges=[Privilege(p) for p in ROLE_GRANTS[role]]).as_dict()
-            for role, principal in spec.roles.members()]
+            for role, principal in _members(spec)]
 
 
 def role_permissions(spec) -> list:
@@ -205,12 +192,12 @@ def role_permissions(spec) -> list:
     given = {(p.user, p.group, p.service_principal) for p in spec.jobs.permissions}
     out = []
     for role, principal in _members(spec):
-        row = {field: principal.name if field == _PRINCIPAL_FIELD[principal.kind] else None
-               for field in _PRINCIPAL_FIELD.values()}
-        if (row["user_name"], row["group_name"], row["service_principal_name"]) in given:
-            continue
-        out.append(j.JobAccessControlRequest(
-            **row, permission_level=j.JobPermissionLevel(ROLE_LEVELS["job"][role])))
+        named = tuple(principal.name if kind == principal.kind else None
+                      for kind in _PRINCIPAL_FIELD)
+        if named not in given:
+            out.append(j.JobAccessControlRequest(
+                **{_PRINCIPAL_FIELD[principal.kind]: principal.name},
+                permission_level=j.JobPermissionLevel(ROLE_LEVELS["job"][role])))
     return out
 
 
@@ -259,10 +246,8 @@ DEV_ENDPOINT_PREFIX = "dev_${workspace.current_user.short_name}_"
 
 
 def task_endpoint_name(spec, where) -> str:
-    """The endpoint name the ``update_endpoint`` task passes: :func:`endpoint_name` of the
-    target; in a bundle target in development mode prefixed per user as the bundle prefixes
-    its own resources, so that two users' development jobs do not serve from one endpoint.
-    Jobs API bodies (no deployment modes, no references) carry the literal name."""
+    """:func:`endpoint_name` of the target, prefixed per user in a bundle's development target
+    (as the bundle prefixes its resources) so that two users' jobs do not share an endpoint."""
     name = endpoint_name(spec, where.target or "default")
     if not where.spec_path.startswith("${workspace."):  # jobs-json: paths are literal
         return name
@@ -272,25 +257,16 @@ def task_endpoint_name(spec, where) -> str:
 
 
 def endpoint_task(spec, where):
-    """The ``update_endpoint`` task (a ``jobs.Task``), or None without realtime serving.
-
-    It runs ``dbspec endpoint SPEC --endpoint NAME --wait`` after promote and serve (which
-    checks that the version answers): the command creates the endpoint on the alias holder
-    the first time, afterwards moves it only when the alias moved, and sets the roles'
-    permissions on it each run. Served entity, workload and inference table come from the
-    spec the task passes; the task installs the wheel and MLflow only (what the command
-    imports).
-    """
-    from databricks.sdk.service import jobs as j
-
-    from dbspec.jobs.tasks import cluster, mlflow_env, task_libraries, task_settings
+    """The ``update_endpoint`` task (a ``jobs.Task``), or None without realtime serving: ``dbspec
+    endpoint SPEC --endpoint NAME --wait`` after promote and serve, installing the wheel and
+    MLflow only (what the command imports)."""
+    from dbspec.jobs.tasks import (cluster, dbspec_arguments, dbspec_task, mlflow_env,
+                                   task_libraries)
     from dbspec.spec.clusters import resolve_cluster, serverless
 
     if not serves_realtime(spec):
         return None
-    parameters = ["endpoint", where.spec_path] + (
-        ["--target", where.target] if where.target else []) + [
-        f"--set={a}" for a in where.assignments] + [
+    parameters = dbspec_arguments("endpoint", where) + [
         "--endpoint", task_endpoint_name(spec, where), "--wait"]
     if serverless(spec):  # one AI Runtime task runs every stage; no job cluster to share
         compute: dict[str, Any] = {"new_cluster": cluster(
@@ -299,12 +275,8 @@ def endpoint_task(spec, where):
     else:
         compute = {"job_cluster_key": "main"}
         upstream = (["promote"] if spec.registry.promotion is not None else []) + ["serve"]
-    return j.Task(
-        task_key=UPDATE_ENDPOINT,
-        description="Create the serving endpoint on the version the alias holds, or move it "
-                    "there if the alias moved; set the roles' permissions on it",
-        depends_on=[j.TaskDependency(task_key=u) for u in upstream],
-        python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
-                                            parameters=parameters),
+    return dbspec_task(
+        spec, UPDATE_ENDPOINT, parameters, upstream=upstream,
         libraries=task_libraries(spec, (), where.wheel, packages=ENDPOINT_PACKAGES),
-        **compute, **task_settings(spec.jobs, UPDATE_ENDPOINT))
+        description="Create the serving endpoint on the version the alias holds, or move it "
+                    "there if the alias moved; set the roles' permissions on it", **compute)

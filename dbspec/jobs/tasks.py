@@ -3,7 +3,7 @@ specs, the MLflow environment, task settings and the libraries each task install
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from dbspec.errors import UsageError
 from dbspec.seams.compute import compute_kind
@@ -11,12 +11,8 @@ from dbspec.spec.clusters import CURRENT_USER, ResolvedCluster
 
 
 def cluster(resolved: ResolvedCluster, env: dict[str, str], *, current_user: Optional[str]):
-    """A ``compute.ClusterSpec`` for a cluster resolved from the spec (see
-    :func:`dbspec.spec.clusters.resolve_cluster`, which ``dbspec validate`` checks too).
-
-    ``current_user`` stands in for a dedicated cluster's default principal (bundles:
-    ``${workspace.current_user.userName}``; None where the format has no such reference).
-    """
+    """A ``compute.ClusterSpec`` of a resolved cluster; ``current_user`` stands in for a
+    dedicated cluster's default principal (None where the format has no such reference)."""
     from databricks.sdk.service.compute import ClusterSpec, DataSecurityMode, Kind, RuntimeEngine
 
     settings, resources = resolved.settings, resolved.resources
@@ -60,21 +56,67 @@ def mlflow_env(spec) -> dict[str, str]:
     return env
 
 
+#: Task setting -> the spec's name for it (``jobs.task_defaults``, ``jobs.tasks.<key>``).
+_TASK_SETTINGS = {"timeout_seconds": "timeout_seconds", "max_retries": "max_retries",
+                  "min_retry_interval_millis": "min_retry_interval_ms",
+                  "retry_on_timeout": "retry_on_timeout"}
+
+
 def task_settings(jobs, key: str) -> dict[str, Any]:
     """Timeout and retry settings of task ``key``: ``jobs.task_defaults``, then its own."""
     merged = jobs.task_defaults.model_dump(exclude_none=True)
     if key in jobs.tasks:
         merged.update(jobs.tasks[key].model_dump(exclude_none=True))
-    out = {}
-    if "timeout_seconds" in merged:
-        out["timeout_seconds"] = merged["timeout_seconds"]
-    if "max_retries" in merged:
-        out["max_retries"] = merged["max_retries"]
-    if "min_retry_interval_ms" in merged:
-        out["min_retry_interval_millis"] = merged["min_retry_interval_ms"]
-    if "retry_on_timeout" in merged:
-        out["retry_on_timeout"] = merged["retry_on_timeout"]
-    return out
+    return {field: merged[name] for field, name in _TASK_SETTINGS.items() if name in merged}
+
+
+def dbspec_arguments(command: str, where) -> list[str]:
+    """``COMMAND SPEC [--target T] [--set=A...]``: how every task starts its command line."""
+    return [command, where.spec_path] + (["--target", where.target] if where.target else []) \
+        + [f"--set={a}" for a in where.assignments]
+
+
+def dbspec_task(spec, key: str, arguments: list[str], *, libraries: list,
+                upstream: Sequence[str] = (), **fields: Any):
+    """The ``jobs.Task`` ``key`` running ``dbspec ARGUMENTS`` from the wheel after the tasks
+    ``upstream``, with its timeout and retry settings; ``fields``: description, compute."""
+    from databricks.sdk.service import jobs as j
+
+    return j.Task(
+        task_key=key, depends_on=[j.TaskDependency(task_key=u) for u in upstream] or None,
+        python_wheel_task=j.PythonWheelTask(package_name="dbspec", entry_point="dbspec",
+                                            parameters=arguments),
+        libraries=libraries, **fields, **task_settings(spec.jobs, key))
+
+
+def cron(schedule):
+    """A spec's schedule (``jobs.schedule``, ``jobs.monitor_schedule``) as ``jobs.CronSchedule``."""
+    from databricks.sdk.service import jobs as j
+
+    return j.CronSchedule(
+        quartz_cron_expression=schedule.quartz_cron, timezone_id=schedule.timezone,
+        pause_status=j.PauseStatus.PAUSED if schedule.paused else j.PauseStatus.UNPAUSED)
+
+
+def notifications(settings, *, failures_only: bool = False):
+    """``jobs.notifications`` as ``jobs.JobEmailNotifications`` (None without them)."""
+    from databricks.sdk.service import jobs as j
+
+    n = settings.notifications
+    if n is None:
+        return None
+    return j.JobEmailNotifications(
+        on_start=None if failures_only else n.on_start or None,
+        on_success=None if failures_only else n.on_success or None,
+        on_failure=n.on_failure or None,
+        no_alert_for_skipped_runs=n.no_alert_for_skipped_runs or None)
+
+
+def job_tags(spec, where, **extra: str) -> dict[str, str]:
+    """A job's tags, sorted: the spec, ``extra``, the target, then ``jobs.tags``."""
+    tags = {"dbspec_spec": spec.name, **extra,
+            **({"dbspec_target": where.target} if where.target else {}), **spec.jobs.tags}
+    return dict(sorted(tags.items()))
 
 
 def job_key(spec) -> str:
@@ -136,12 +178,8 @@ def task_extras(spec, stages: tuple[str, ...]) -> tuple[str, ...]:
 
 def task_libraries(spec, stages: tuple[str, ...], wheel: str, *,
                    packages: Optional[tuple[str, ...]] = None) -> list:
-    """The wheel, and its extras' requirements as PyPI libraries (a wheel library installs
-    the core dependencies only), so that every task imports what its stages run.
-
-    ``packages`` keeps only the extras' requirements of these distributions, pinned as the
-    extras pin them: a task that runs no stage (the endpoint task needs MLflow alone).
-    """
+    """The wheel, and its extras' requirements as PyPI libraries (a wheel library installs the
+    core dependencies only); ``packages`` keeps only those distributions' pins."""
     from databricks.sdk.service.compute import Library, PythonPyPiLibrary
 
     pins = [pin for extra in task_extras(spec, stages) for pin in extra_requirements(extra)]

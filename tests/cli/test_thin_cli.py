@@ -25,8 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "dbspec"
 #: Most statements of a handler's own body (imports and docstring aside).
 MAX_HANDLER_STATEMENTS = 12
 #: Handlers calling more than one use case when the rule began: command -> use cases then.
-WIDE_HANDLERS = {"init": 3, "diff": 3, "tensorboard": 4, "promote": 3,
-                 "approve": 3, "rollback": 2}
+WIDE_HANDLERS = {"init": 3, "diff": 3, "tensorboard": 4, "promote": 2, "approve": 2}
 #: Each serving and monitoring command and the one use case it calls.
 USE_CASES = {"serve": "dbspec.serving.use_cases.serve_model",
              "predict": "dbspec.serving.use_cases.predict_table",
