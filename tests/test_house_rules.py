@@ -271,3 +271,16 @@ MAX_TEMPLATING_LINES = 300
 def test_templating_stays_small():
     lines = len((PACKAGE / "spec" / "templating.py").read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_TEMPLATING_LINES, f"dbspec/spec/templating.py: {lines} lines"
+
+
+#: Issue 31: ``dbspec/`` in lines (every line of dbspec/**/*.py, as ``wc -l`` counts). The
+#: issue's goal is 27,000; this is the ceiling reached so far (34,014 when the cuts began). New
+#: capability pays for its lines with cuts elsewhere; lower the figure as the package shrinks.
+MAX_PACKAGE_LINES = 31_340
+
+
+def test_the_package_does_not_grow():
+    lines = sum(len(path.read_text(encoding="utf-8").splitlines()) for path in modules())
+    assert lines <= MAX_PACKAGE_LINES, (
+        f"dbspec/ is {lines:,} lines, over the ceiling of {MAX_PACKAGE_LINES:,} "
+        f"(tests/test_house_rules.py): cut as many lines as the change adds")
