@@ -113,8 +113,7 @@ def _result(work_dir: Path) -> RankResult:
 
 
 def _write_shards(tensors_cpu, work_dir: Path, world: int) -> None:
-    """One file per rank with its rows and the validation rows. Shards are equal (DDP needs
-    the same step count on every rank): the remainder is dropped, as ``drop_last`` does."""
+    """One equal shard file per rank, plus the validation rows (DDP needs equal step counts)."""
     import torch
 
     rows = len(tensors_cpu.x_train) // world
@@ -131,8 +130,7 @@ def _write_shards(tensors_cpu, work_dir: Path, world: int) -> None:
 
 class RankWatcher:
     """Cancels a barrier training job at its first failed task or lost executor (noting which):
-    Spark would retry the stage and wait minutes for lost slots, the survivors fail only on a
-    gloo timeout."""
+    Spark would retry the stage and wait minutes for lost slots, survivors for gloo's timeout."""
 
     def __init__(self, spark, interval: float = 0.5):
         self.context = spark.sparkContext
@@ -160,6 +158,8 @@ class RankWatcher:
     def lost(self) -> str:
         """Which executors disappeared during training, in words ('' when none)."""
         self._thread.join(timeout=10)  # it may still be settling after the failure
+        if not self.gone:  # the job failed before the next poll (a loaded driver): look once more
+            self.gone = sorted(self.known - (self._executors() or self.known))
         if not self.gone:
             return ""
         return (f"executor(s) {', '.join(self.gone)} lost during training (the node or its "
