@@ -1,13 +1,15 @@
-"""``compute.kind: serverless_gpu``: Databricks AI Runtime (serverless GPU). In jobs, one
-``ai_runtime_task`` runs every stage (no job clusters); here, one process on this machine's GPU
-when there is one, else the CPU (as ``kind: local``)."""
+"""``compute.kind: serverless_gpu``: Databricks AI Runtime (see :class:`ServerlessGpuCompute`)."""
 
 from __future__ import annotations
 
-from typing import Iterator, Literal, Optional, get_args
+import re
+from typing import Annotated, Iterator, Literal, Optional, get_args
+
+from pydantic import AfterValidator
 
 from dbspec.compute.common import InProcessKind
 from dbspec.seams.compute import ComputeFinding
+from dbspec.spec.databricks import EXPERIMENT_NAME, experiment_location
 from dbspec.spec.sections.base import SpecModel, d
 
 #: AI Runtime (serverless GPU) accelerator types, as databricks-sdk's
@@ -15,6 +17,13 @@ from dbspec.spec.sections.base import SpecModel, d
 #: after ``GPU_`` is the GPUs per node.
 Accelerator = Literal["GPU_1xA10", "GPU_1xH100", "GPU_8xB300", "GPU_8xH100"]
 AI_RUNTIME_ACCELERATORS = get_args(Accelerator)
+
+
+def _environment(value: str) -> str:
+    if not re.fullmatch(r"[0-9]+|databricks_ai_v([5-9]|[1-9][0-9]+)", value):
+        raise ValueError(f"'{value}' is no AI Runtime environment: a version number such as "
+                         "'4' or '5', or 'databricks_ai_v<N>' with N >= 5")
+    return value
 
 
 class ServerlessGpuCompute(SpecModel):
@@ -26,6 +35,10 @@ class ServerlessGpuCompute(SpecModel):
                                  default="GPU_1xA10")
     count: int = d("Total accelerators across all nodes; a multiple of the GPUs per node.",
                    default=1, ge=1)
+    environment: Annotated[str, AfterValidator(_environment)] = d(
+        "The job's AI Runtime environment: a serverless GPU environment version ('4', '5', ...) "
+        "or the Databricks AI environment, 'databricks_ai_v<N>' (N >= 5, PyTorch preinstalled).",
+        default="4")
     provisioned_capacity_id: Optional[str] = d("A reserved-capacity id to run on instead of "
                                                "on-demand capacity.", default=None, min_length=1)
 
@@ -60,6 +73,12 @@ class ServerlessGpuKind(InProcessKind):
                                  "trains one process on one GPU in an AI Runtime task today; "
                                  "use count: 1 (GPU_1x...), or torch_distributor / deepspeed / "
                                  "ray on a job cluster for several GPUs")
+        name, _ = experiment_location(spec.tracking.experiment or spec.name)
+        if not EXPERIMENT_NAME.match(name):
+            yield ComputeFinding(("tracking", "experiment"), f"AI Runtime refuses the experiment "
+                                 f"name '{name}': letters, digits, '_' and '-' only (at most 100)"
+                                 "; the folder before it may be any workspace path",
+                                 warning=True)
         for field in ("cluster", "training_cluster"):
             if getattr(spec.jobs, field).model_fields_set:
                 yield ComputeFinding(("jobs", field), "compute.kind serverless_gpu runs the job "

@@ -124,13 +124,6 @@ class OpenedSource:
         return f"{self.root.rstrip('/')}/{fragment.path}"
 
 
-def open_source(data: DataSpec, *, base: Path, spark=None) -> OpenedSource:
-    """The source as an Arrow dataset (:meth:`dbspec.seams.sources.DataSource.open`)."""
-    from dbspec.seams.sources import source_kind
-
-    return source_kind(data).open(data, base=base, spark=spark)
-
-
 def count_rows(opened: OpenedSource) -> Optional[int]:
     """Rows of the source from its metadata (Parquet footers, Delta's log); None for CSV."""
     import pyarrow.dataset as ds

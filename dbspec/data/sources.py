@@ -1,7 +1,7 @@
 """Read a spec's data source, through its kind, and what the source kinds share.
 
 The version (a Delta table version, a file digest, the scikit-learn release) is resolved
-cheaply by :func:`resolve_version` before any stage runs, so it enters the plan's fingerprints.
+cheaply by the kind's ``version`` before any stage runs, so it enters the plan's fingerprints.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from dbspec.errors import DbspecError
-from dbspec.spec.sections.data import DataSpec
 
 
 class DataError(DbspecError):
@@ -28,21 +27,6 @@ class SourceData:
     frame: Any
     version: str
     uri: str
-
-
-def resolve_version(data: DataSpec, *, base: Path) -> str:
-    """The data version without reading the rows (cheap: metadata or a file digest)."""
-    from dbspec.seams.sources import source_kind
-
-    return source_kind(data).version(data, base=base)
-
-
-def read_source(data: DataSpec, *, base: Path) -> SourceData:
-    """Every row of the source (:meth:`dbspec.seams.sources.DataSource.read`); relative
-    paths are resolved against ``base``."""
-    from dbspec.seams.sources import source_kind
-
-    return source_kind(data).read(data, base=base)
 
 
 def resolve_path(path: str, base: Path) -> Path:

@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable
 
 from dbspec.data.sources import DataError, SourceData
-from dbspec.spec.sections.data import DataSpec
 
 
 def has_delta_format(spark) -> bool:
     """Whether this session can read ``format("delta")`` itself."""
     extensions = spark.conf.get("spark.sql.extensions", "") or ""
     return "DeltaSparkSessionExtension" in extensions
-
-
-def spark_version(spark, data: DataSpec, *, base: Path) -> str:
-    """The data version, as :func:`dbspec.data.sources.resolve_version`, for Spark tables too."""
-    from dbspec.seams.sources import source_kind
-
-    return source_kind(data).spark_version(spark, data, base=base)
-
-
-def read_source_spark(spark, data: DataSpec, *, base: Path) -> SourceData:
-    """Every row read through Spark, collected through Arrow
-    (:meth:`dbspec.seams.sources.DataSource.read_spark`)."""
-    from dbspec.seams.sources import source_kind
-
-    return source_kind(data).read_spark(spark, data, base=base)
 
 
 def collect_spark(spark, read: Callable[[], tuple[Any, str, str]]) -> SourceData:

@@ -225,9 +225,9 @@ class LocalExecutor:
 
     def data_version(self, loaded: LoadedSpec) -> str:
         """The version of the spec's data, resolved without reading the rows."""
-        from dbspec.data.sources import resolve_version
+        from dbspec.seams.sources import source_kind
 
-        return resolve_version(loaded.spec.data, base=Path.cwd())
+        return source_kind(loaded.spec.data).version(loaded.spec.data, base=Path.cwd())
 
     def run_dir(self, loaded: LoadedSpec) -> Path:
         """``.dbspec/runs/<spec>[@target][-smoke]``."""

@@ -56,8 +56,9 @@ def plan_with_statuses(loaded, state_dir: Optional[Path], *, smoke: bool = False
     Raises:
         UsageError: ``state_dir`` was given and is not a directory.
     """
-    from dbspec.data.sources import DataError, resolve_version
+    from dbspec.data.sources import DataError
     from dbspec.plan import compile_plan
+    from dbspec.seams.sources import source_kind
 
     if state_dir is not None and not Path(state_dir).is_dir():
         raise UsageError(f"--state-dir {state_dir}: no such directory; give the --state-dir "
@@ -66,7 +67,7 @@ def plan_with_statuses(loaded, state_dir: Optional[Path], *, smoke: bool = False
     if not state_dir.is_dir():
         return compile_plan(loaded.spec), None, None
     try:
-        version = resolve_version(loaded.spec.data, base=Path.cwd())
+        version = source_kind(loaded.spec.data).version(loaded.spec.data, base=Path.cwd())
     except DataError as exc:
         plan = compile_plan(loaded.spec)
         return plan, {s.name: "unknown" for s in plan}, \

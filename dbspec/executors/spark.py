@@ -46,6 +46,7 @@ class SparkExecutor(LocalExecutor):
                     self.spark = None
 
     def data_version(self, loaded: LoadedSpec) -> str:
-        from dbspec.data.spark_sources import spark_version
+        from dbspec.seams.sources import source_kind
 
-        return spark_version(self.spark, loaded.spec.data, base=Path.cwd())
+        data = loaded.spec.data
+        return source_kind(data).spark_version(self.spark, data, base=Path.cwd())

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
+from dbspec.jobs.ai_runtime import ai_runtime_environments, ai_runtime_task
 from dbspec.jobs.resources import endpoint_task, resource_warnings, role_permissions
 from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job_tags,
-                               mlflow_env, notifications, task_extras, task_libraries,
-                               task_settings)
+                               mlflow_env, notifications, task_libraries)
 from dbspec.plan import Plan, compile_plan
 from dbspec.seams.targets import job_warnings
 from dbspec.spec.clusters import TRAINING_GROUPS, resolve_cluster, serverless
@@ -99,48 +99,6 @@ def task_parameters(spec, where: JobTarget, stages: tuple[str, ...]) -> list[str
     return parameters + ["--quiet"]
 
 
-def ai_runtime_task(spec, where: JobTarget, groups):
-    """The one task of a ``compute.kind: serverless_gpu`` job: every stage in one AI Runtime
-    workload (the task runs a command script, which takes no job parameters, so the stages
-    cannot hand over through a run key between tasks)."""
-    from databricks.sdk.service import jobs as j
-
-    compute = spec.compute
-    stages = [s for _, group, _ in groups for s in group]
-    return j.Task(
-        task_key="pipeline",
-        description=f"dbspec stages on AI Runtime ({compute.accelerator} x{compute.count}): "
-                    + ", ".join(stages),
-        ai_runtime_task=j.AiRuntimeTask(
-            experiment=spec.tracking.experiment or spec.name,
-            deployments=[j.DeploymentSpec(
-                name="train", command_path=where.script,
-                compute=j.ComputeSpec(
-                    accelerator_type=j.ComputeSpecAcceleratorType(compute.accelerator),
-                    accelerator_count=compute.count,
-                    provisioned_capacity_id=compute.provisioned_capacity_id))]),
-        **task_settings(spec.jobs, "train"))
-
-
-def ai_runtime_script(spec, target: Optional[str], *, wheel_name: str, spec_name: str,
-                      header: str) -> str:
-    """The command script of :func:`ai_runtime_task`: install the wheel with its extras from
-    beside the script (``../dist``), then run every stage of the spec (``../specs``)."""
-    import shlex
-
-    extras = ",".join(dict.fromkeys(task_extras(spec, ("train", "serve"))))
-    run = ["dbspec", "run", f'"$here/../specs/{spec_name}"']
-    if target:
-        run += ["--target", shlex.quote(target)]
-    run += ["--shared-dir", shlex.quote(shared_dir(spec)), "--quiet"]
-    return (f"#!/usr/bin/env bash\n{header}"
-            "# The AI Runtime (serverless GPU) command of this job: every stage of the spec.\n"
-            "set -euo pipefail\n"
-            'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
-            f'python -m pip install --quiet "$here/../dist/{wheel_name}[{extras}]"\n'
-            f"exec {' '.join(run)}\n")
-
-
 def build_job(spec, where: JobTarget):
     """The job for ``spec`` as ``jobs.JobSettings``."""
     from databricks.sdk.service import jobs as j
@@ -149,7 +107,8 @@ def build_job(spec, where: JobTarget):
     groups = task_groups(compile_plan(spec))
     clusters: dict[str, Any] = {}
     if serverless(spec):
-        tasks = [ai_runtime_task(spec, where, groups)]
+        tasks = [ai_runtime_task(spec, str(where.script),
+                                 [s for _, group, _ in groups for s in group])]
     else:
         clusters = job_clusters(spec, where, groups)
         tasks = [wheel_task(spec, where, group, clusters) for group in groups]
@@ -169,6 +128,7 @@ def build_job(spec, where: JobTarget):
         timeout_seconds=settings.timeout_seconds or None,
         parameters=[j.JobParameterDefinition(name=name, default=default)
                     for name, default in where.parameters] or None,
+        environments=ai_runtime_environments(spec) if serverless(spec) else None,
         queue=j.QueueSettings(enabled=True))
 
 

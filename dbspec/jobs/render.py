@@ -22,11 +22,11 @@ from dbspec.jobs.build import (
     SHARED_DIR,
     JobTarget,
     access_control,
-    ai_runtime_script,
     build_job,
     shared_dir,
     warnings_for,
 )
+from dbspec.jobs.ai_runtime import ai_runtime_script
 from dbspec.jobs.files import GENERATED_MARK
 from dbspec.jobs.monitor import build_monitor_job, monitor_job_key, quality_monitor
 from dbspec.jobs.resources import name_assignments, registry_resources
@@ -125,7 +125,7 @@ def bundle_files(specs: dict[str, Any], modes: Mapping[str, str], default: Optio
         if serverless(spec):
             files[script_name(spec, spec_targets[target])] = ai_runtime_script(
                 spec, spec_targets[target], wheel_name=WHEEL,
-                spec_name=PurePosixPath(spec_file).name, header=header)
+                spec_name=PurePosixPath(spec_file).name, shared=shared_dir(spec), header=header)
     # the spec copy carries the header too: -o only ever rewrites or removes files with it
     files[f"specs/{PurePosixPath(spec_file).name}"] = header + spec_text
     return files
@@ -152,7 +152,8 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str,
         if serverless(spec):
             files[f"scripts/{name}.sh"] = ai_runtime_script(
                 spec, spec_targets[target], wheel_name=WHEEL,
-                spec_name=PurePosixPath(spec_file).name, header=_header(spec_file, command))
+                spec_name=PurePosixPath(spec_file).name, shared=shared_dir(spec),
+                header=_header(spec_file, command))
     return files
 
 

@@ -46,14 +46,12 @@ def cluster(resolved: ResolvedCluster, env: dict[str, str], *, current_user: Opt
 
 
 def mlflow_env(spec) -> dict[str, str]:
-    """The tracking (and Unity Catalog registry) URIs the tasks need to find each other."""
-    env = {"MLFLOW_TRACKING_URI": spec.tracking.tracking_uri or "databricks"}
-    registry = spec.tracking.registry_uri
-    if registry is None and spec.registry is not None and spec.registry.name.count(".") == 2:
-        registry = "databricks-uc"
-    if registry:
-        env["MLFLOW_REGISTRY_URI"] = registry
-    return env
+    """The tracking and registry URIs every task states: MLflow 3 would otherwise take Unity
+    Catalog as the registry of a workspace model."""
+    tracking = spec.tracking.tracking_uri or "databricks"
+    uc = spec.registry is not None and spec.registry.name.count(".") == 2
+    return {"MLFLOW_TRACKING_URI": tracking, "MLFLOW_REGISTRY_URI": spec.tracking.registry_uri
+            or ("databricks-uc" if uc else tracking)}
 
 
 #: Task setting -> the spec's name for it (``jobs.task_defaults``, ``jobs.tasks.<key>``).

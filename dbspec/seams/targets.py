@@ -1,24 +1,14 @@
-"""The serving-target seam: where a registered model version is put to use.
+"""The serving-target seam: where a registered model version is put to use (a REST server,
+batch scoring here or on Spark, a Databricks Model Serving endpoint).
 
-A serving target is one module (``dbspec/targets/<name>.py``, or an installed plugin
-registering an entry point in ``dbspec.serving_targets``) that takes a loaded model version
-somewhere: a REST server in this process (``dbspec serve``), batch scoring in this process or
-on Spark (``dbspec predict`` and the plan's ``batch_predict`` stage), or a Databricks Model
-Serving endpoint (``dbspec endpoint`` and the generated job's ``update_endpoint`` task).
+A target carries out one ``serving.mode`` with one *engine* (``serving.batch.engine``,
+``predict --engine``, where an endpoint runs). Callers find it with :func:`find_target` and hand
+it one request, never switching on its name; a mode's plan stage (:func:`serving_stages`), job
+task (:func:`job_tasks`), checks (:func:`serving_findings`) and job warnings
+(:func:`job_warnings`) are asked of its targets too.
 
-A target says which ``serving.mode`` it carries out and, within that mode, the *engine* that
-picks it: the batch engine (``serving.batch.engine``, ``predict --engine``) or where a realtime
-endpoint runs. Callers find it with :func:`find_target` (``find_target("batch",
-spec.serving.batch.engine)``) and hand it one request; they never switch on its name. What a
-``serving.mode`` compiles to is asked of its targets too: the plan stage that runs it
-(:func:`serving_stages`), the job task that keeps it up to date (:func:`job_tasks`), its checks
-at validate (:func:`serving_findings`) and what would break in a Databricks job
-(:func:`job_warnings`).
-
-Adding a target: write its module with a ``TARGET`` object implementing
-:class:`ServingTarget`, then add one line to ``TARGETS`` below (built-in) or register it as an
-entry point in the ``dbspec.serving_targets`` group of your own package (plugin). A batch
-target whose engine is new is then chosen by ``dbspec predict --engine <engine>``.
+Adding a target: a module with a ``TARGET`` implementing :class:`ServingTarget`, then one line in
+``TARGETS`` below, or an entry point in the ``dbspec.serving_targets`` group (a plugin).
 """
 
 from __future__ import annotations

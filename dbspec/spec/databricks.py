@@ -163,3 +163,16 @@ def unity_catalog(spec) -> bool:
     name = getattr(source, "table", None) or ""
     path = str(getattr(source, "path", "") or "")
     return name.count(".") == 2 or path.startswith("/Volumes/")
+
+
+#: An AI Runtime experiment *name* (databricks-air's run config); its folder is given apart.
+EXPERIMENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
+
+
+def experiment_location(experiment: str) -> tuple[str, Optional[str]]:
+    """AI Runtime's experiment name and ``mlflow_experiment_directory`` for an MLflow experiment
+    path: ``/Shared/x`` -> ``("x", "/Workspace/Shared")``; a bare name has no directory."""
+    folder, _, name = experiment.rstrip("/").rpartition("/")
+    if not folder:
+        return name, None
+    return name, folder if folder.startswith("/Workspace") else f"/Workspace{folder}"

@@ -189,7 +189,7 @@ def _check_model(spec: Spec, found: _Findings) -> None:
                     "a flat vector: add '- flatten' and a linear layer")
         return
     width_out = final[0]
-    expected = _expected_outputs(spec, loss)
+    expected = output_width(spec.data.task, loss, output_classes(spec))
     if expected is not None and width_out != expected:
         found.error(last, f"the network outputs {_count(width_out, 'value')} per row; {task} "
                     f"with loss '{loss}' needs {expected}")
@@ -229,13 +229,13 @@ def _check_layer_settings(layers, found: _Findings) -> bool:
     return clean
 
 
-def _expected_outputs(spec: Spec, loss: str) -> Optional[int]:
-    task = spec.data.task
+def output_width(task: str, loss: str, classes: Optional[int]) -> Optional[int]:
+    """Network outputs per row for the task and loss (``classes``: how many, for multiclass)."""
     if task == "regression":
         return 1
     if task == "binary":
         return 1 if loss == "bce" else 2
-    return output_classes(spec)
+    return classes
 
 
 def _check_training(spec: Spec, found: _Findings) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 from dbspec.data import store
 from dbspec.data.prepare import (Splits, Table, build_table, build_typed_table,
                                  fit_preprocessing, split_rows)
-from dbspec.data.sources import DataError, read_source
+from dbspec.data.sources import DataError
+from dbspec.seams.sources import source_kind
 from dbspec.spec.layout import has_typed_features
 from dbspec.stages.base import SMOKE_ROWS, StageContext, write_json
 from dbspec.stages.outputs import LoadDataOutput, PreprocessOutput, SplitOutput
@@ -21,12 +22,9 @@ class LoadDataStage:
     def run(self, ctx: StageContext) -> LoadDataOutput:
         if ctx.spec.data.streaming is not None:
             return _load_streaming_spec(ctx)
-        if ctx.spark is not None:
-            from dbspec.data.spark_sources import read_source_spark
-
-            source = read_source_spark(ctx.spark, ctx.spec.data, base=Path.cwd())
-        else:
-            source = read_source(ctx.spec.data, base=Path.cwd())
+        kind = source_kind(ctx.spec.data)
+        source = kind.read(ctx.spec.data, base=Path.cwd()) if ctx.spark is None else \
+            kind.read_spark(ctx.spark, ctx.spec.data, base=Path.cwd())
         features = None  # typed features: each one's spec, its type resolved
         if has_typed_features(ctx.spec.data.features):
             table, features = _load_typed(ctx, source.frame)
@@ -59,11 +57,11 @@ def _load_streaming_spec(ctx: StageContext) -> LoadDataOutput:
     when it fits in memory, read it whole; either way the split is the hash split."""
     import pyarrow as pa
 
-    from dbspec.data.convert import convert_source, count_rows, decide, open_source
+    from dbspec.data.convert import convert_source, count_rows, decide
     from dbspec.data.shard_writing import check_schema
 
     data = ctx.spec.data
-    opened = open_source(data, base=Path.cwd(), spark=ctx.spark)
+    opened = source_kind(data).open(data, base=Path.cwd(), spark=ctx.spark)
     features = check_schema(opened.dataset.schema, data)
     limit = SMOKE_ROWS * STREAMED_SMOKE_FACTOR if ctx.options.smoke else None
     try:

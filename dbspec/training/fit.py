@@ -12,6 +12,7 @@ import numpy as np
 from dbspec.data.prepare import FittedStep, Splits, Table
 from dbspec.seams.compute import COMPUTE, compute_kind
 from dbspec.spec.sections import Spec
+from dbspec.spec.semantics import output_width
 from dbspec.tracking.metrics import TrackingTarget
 
 #: Networks smaller than this train on one intra-op thread (see ``choose_threads``).
@@ -43,15 +44,6 @@ def choose_threads(setting, parameters: int) -> int:
                       else os.cpu_count() or 1)
     torch.set_num_threads(threads)
     return threads
-
-
-def output_width(task: str, loss: str, classes: Optional[list]) -> int:
-    """Network outputs per row for the task and loss."""
-    if task == "regression":
-        return 1
-    if task == "binary":
-        return 1 if loss == "bce" else 2
-    return len(classes)
 
 
 @dataclass
@@ -156,7 +148,7 @@ def model_card(spec: Spec, fitted: list[FittedStep], *, feature_names: list[str]
 
     task, loss = spec.data.task, spec.training.loss_for(spec.data.task)
     return ModelCard(task=task, loss=loss, feature_names=feature_names,
-                     out_features=output_width(task, loss, classes), classes=classes,
+                     out_features=output_width(task, loss, len(classes or ())), classes=classes,
                      model=spec.model.model_dump(mode="json", by_alias=True),
                      preprocessing=[asdict(step) for step in fitted],
                      threshold=spec.evaluation.threshold, **data)

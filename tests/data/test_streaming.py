@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from dbspec.data.access import sample_rows
-from dbspec.data.convert import convert_source, count_rows, decide, open_source
+from dbspec.data.convert import convert_source, count_rows, decide
+from dbspec.seams.sources import source_kind
 from dbspec.data.prepare import build_table, fit_preprocessing
 from dbspec.data.shard_writing import (Layout, Origin, Tally, check_schema, convert_batches,
                                        finish, partial_dir)
@@ -68,7 +69,7 @@ def write_delta(path: Path, table: pa.Table, pieces: int = 3) -> Path:
 
 def convert(data: DataSpec, location: Path, say=None):
     """The shard set of ``data``'s source under ``location`` (converted or found)."""
-    opened = open_source(data, base=location.parent)
+    opened = source_kind(data).open(data, base=location.parent)
     return convert_source(data, opened, location, say=say or (lambda line: None))
 
 
@@ -607,12 +608,12 @@ def test_a_source_of_unknown_size_streams(tmp_path):
     rows_table(500).drop(["id"]).to_pandas().to_csv(path, index=False)
     data = data_spec(source={"kind": "csv", "path": str(path)},
                      streaming={"enabled": "auto", "in_memory_limit_mb": 4096})
-    opened = open_source(data, base=tmp_path)
+    opened = source_kind(data).open(data, base=tmp_path)
     assert count_rows(opened) is None
     decision = decide(data, count_rows(opened), 3)
     assert decision.stream and "unknown" in decision.reason
     delta = data_spec(write_delta(tmp_path / "table", rows_table(500)))
-    assert count_rows(open_source(delta, base=tmp_path)) == 500  # Delta's size is known
+    assert count_rows(source_kind(delta).open(delta, base=tmp_path)) == 500  # Delta's size is known
 
 
 # -- 11. spec checks ----------------------------------------------------------------------

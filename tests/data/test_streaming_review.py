@@ -28,7 +28,8 @@ import yaml
 from torch import nn
 
 from dbspec.data.access import StreamedData
-from dbspec.data.convert import convert_source, open_source
+from dbspec.data.convert import convert_source
+from dbspec.seams.sources import source_kind
 from dbspec.data.prepare import build_table
 from dbspec.data.shards import FORMAT, open_shard_set, read_shard
 from dbspec.data.sources import DataError
@@ -164,7 +165,7 @@ def test_the_same_relative_path_in_two_directories_gets_two_shard_sets(tmp_path)
     found = []
     for project, file in zip(("one", "two"), files):
         said: list[str] = []
-        opened = open_source(data, base=tmp_path / project)
+        opened = source_kind(data).open(data, base=tmp_path / project)
         found.append((opened.version, convert_source(data, opened, location, say=said.append)))
         x, _, rows = every_split(found[-1][1])
         np.testing.assert_array_equal(x[:, 0], pq.read_table(file).column("a").to_numpy()
@@ -402,7 +403,7 @@ def test_a_location_that_cannot_be_written_is_a_data_error(tmp_path):
     location = blocker / "shards"
     data = data_spec(write_delta(tmp_path / "table", rows_table(500), pieces=1),
                      streaming={"enabled": True, "location": str(location)})
-    opened = open_source(data, base=tmp_path)
+    opened = source_kind(data).open(data, base=tmp_path)
     with pytest.raises(DataError, match=r"^data\.streaming\.location: cannot write shards "
                                         rf"under {re.escape(str(location))}"):
         convert_source(data, opened, location)

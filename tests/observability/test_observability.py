@@ -131,7 +131,7 @@ def test_cuda_out_of_memory_retries_at_half_the_batch(monkeypatch, tmp_path):
     import torch
 
     import dbspec.training.loop as loop
-    from dbspec.data.sources import read_source
+    from dbspec.seams.sources import source_kind
     from dbspec.observability.observer import TrainingObserver
     from dbspec.spec.loader import load_spec
     from dbspec.training.fit import FitOptions, fit_spec
@@ -148,7 +148,7 @@ def test_cuda_out_of_memory_retries_at_half_the_batch(monkeypatch, tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text(MINIMAL + "training: {epochs: 2, batch_size: 64, auto_batch_size: true}\n")
     spec = load_spec(str(path)).spec
-    source = read_source(spec.data, base=tmp_path)
+    source = source_kind(spec.data).read(spec.data, base=tmp_path)
     table, splits, fitted = _prepared(spec, source)
     with TrainingObserver(spec) as observer:
         result = fit_spec(spec, table, splits, fitted, FitOptions(observer=observer))
