@@ -34,13 +34,13 @@ DEEPSPEED = "{kind: deepspeed, num_gpus: %d, use_gpu: false, zero_stage: 2}"
 
 def prepare(rows: int, epochs: int, processes: int, workdir: Path, engine: str = DDP):
     from dbspec.data.prepare import build_table, fit_preprocessing, split_rows
-    from dbspec.data.sources import read_source
+    from dbspec.seams.sources import source_kind
     from dbspec.spec import load_spec
 
     path = workdir / f"scaling-{processes}.yaml"
     path.write_text(SPEC % {"rows": rows, "epochs": epochs, "compute": engine % processes})
     spec = load_spec(str(path)).spec
-    table = build_table(read_source(spec.data, base=workdir).frame, spec.data)
+    table = build_table(source_kind(spec.data).read(spec.data, base=workdir).frame, spec.data)
     splits = split_rows(table, spec.data)
     return spec, table, splits, fit_preprocessing(spec.data, table, splits.train)
 

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from dbspec.data.prepare import build_table, fit_preprocessing, split_rows
-from dbspec.data.sources import DataError, read_source, resolve_version
+from dbspec.data.sources import DataError
+from dbspec.seams.sources import source_kind
 from dbspec.spec.sections.data import DataSpec
 
 
@@ -98,16 +99,16 @@ def test_csv_source_and_version(tmp_path, frame):
     path = tmp_path / "rows.csv"
     frame.to_csv(path, index=False)
     spec = data_spec(source={"kind": "csv", "path": str(path)}, target="y")
-    read = read_source(spec, base=Path.cwd())
-    assert len(read.frame) == 100 and read.version == resolve_version(spec, base=Path.cwd())
+    read = source_kind(spec).read(spec, base=Path.cwd())
+    assert len(read.frame) == 100 and read.version == source_kind(spec).version(spec, base=Path.cwd())
     frame.iloc[:50].to_csv(path, index=False)
-    assert resolve_version(spec, base=Path.cwd()) != read.version
+    assert source_kind(spec).version(spec, base=Path.cwd()) != read.version
 
 
 def test_missing_file_is_a_data_error(tmp_path):
     spec = data_spec(source={"kind": "parquet", "path": str(tmp_path / "none.parquet")})
     with pytest.raises(DataError, match="does not exist"):
-        read_source(spec, base=tmp_path)
+        source_kind(spec).read(spec, base=tmp_path)
 
 
 def test_delta_time_travel_records_the_version(tmp_path, frame):
@@ -118,13 +119,13 @@ def test_delta_time_travel_records_the_version(tmp_path, frame):
     write_deltalake(str(path), frame.iloc[40:], mode="append")
     latest = data_spec(source={"kind": "delta", "path": str(path)}, target="y")
     old = data_spec(source={"kind": "delta", "path": str(path), "version": 0}, target="y")
-    assert len(read_source(latest, base=tmp_path).frame) == 100
-    first = read_source(old, base=tmp_path)
+    assert len(source_kind(latest).read(latest, base=tmp_path).frame) == 100
+    first = source_kind(old).read(old, base=tmp_path)
     assert len(first.frame) == 40 and first.version == "delta-v0"
-    assert resolve_version(latest, base=tmp_path) == "delta-v1"
+    assert source_kind(latest).version(latest, base=tmp_path) == "delta-v1"
     missing = data_spec(source={"kind": "delta", "path": str(path), "version": 7}, target="y")
     with pytest.raises(DataError, match="cannot open Delta table .* at version 7"):
-        read_source(missing, base=tmp_path)
+        source_kind(missing).read(missing, base=tmp_path)
 
 
 def test_delta_timestamp_before_the_first_commit_is_refused(tmp_path, frame):
@@ -142,16 +143,16 @@ def test_delta_timestamp_before_the_first_commit_is_refused(tmp_path, frame):
                                "timestamp": "2001-01-01T00:00:00Z"}, target="y")
     with pytest.raises(DataError, match=r"data.source.timestamp: 2001-01-01T00:00:00\+00:00 is "
                                         "before the first commit"):
-        read_source(before, base=tmp_path)
+        source_kind(before).read(before, base=tmp_path)
     with pytest.raises(DataError, match="before the first commit"):
-        resolve_version(before, base=tmp_path)
+        source_kind(before).version(before, base=tmp_path)
     # between the commits, written without a zone (taken as UTC): version 0's rows
     first, second = sorted(entry["timestamp"] for entry in DeltaTable(str(path)).history())
     between = datetime.fromtimestamp((first + second) / 2000, tz=timezone.utc) \
         .replace(tzinfo=None).isoformat()
     middle = data_spec(source={"kind": "delta", "path": str(path), "timestamp": between},
                        target="y")
-    read = read_source(middle, base=tmp_path)
+    read = source_kind(middle).read(middle, base=tmp_path)
     assert read.version == "delta-v0" and len(read.frame) == 40
 
 
@@ -161,19 +162,19 @@ def test_repeated_csv_column_names_are_refused(tmp_path):
     path.write_text("a;b;a;y\n1;2;3;4\n5;6;7;8\n")
     spec = data_spec(source={"kind": "csv", "path": str(path), "delimiter": ";"}, target="y")
     with pytest.raises(DataError, match=r"rows.csv:1: repeated column name\(s\) 'a'"):
-        read_source(spec, base=tmp_path)
+        source_kind(spec).read(spec, base=tmp_path)
 
 
 def test_not_a_delta_table(tmp_path):
     (tmp_path / "plain").mkdir()
     spec = data_spec(source={"kind": "delta", "path": str(tmp_path / "plain")})
     with pytest.raises(DataError, match="not a Delta table"):
-        read_source(spec, base=tmp_path)
+        source_kind(spec).read(spec, base=tmp_path)
 
 
 def test_synthetic_source_is_deterministic():
     spec = data_spec(source={"kind": "synthetic", "rows": 300, "features": 7, "classes": 3,
                              "seed": 5}, task="multiclass")
-    a, b = read_source(spec, base=Path.cwd()), read_source(spec, base=Path.cwd())
+    a, b = source_kind(spec).read(spec, base=Path.cwd()), source_kind(spec).read(spec, base=Path.cwd())
     assert a.frame.equals(b.frame) and a.frame.shape == (300, 8)
     assert set(a.frame["target"]) == {0, 1, 2}

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dbspec.data.sources import DataError, read_source
+from dbspec.data.sources import DataError
+from dbspec.seams.sources import source_kind
 from dbspec.spec.sections.data import DataSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def synthetic(task: str, **source) -> pd.DataFrame:
     spec = DataSpec.model_validate({"source": {"kind": "synthetic", **source}, "task": task})
-    return read_source(spec, base=ROOT).frame
+    return source_kind(spec).read(spec, base=ROOT).frame
 
 
 def word_model():
@@ -214,7 +215,7 @@ def test_digits_png_table_holds_sklearn_digits():
     assert len(list(table.glob("*.parquet"))) == 1
     spec = DataSpec.model_validate({"source": {"kind": "delta", "path": "specs/data/digits_png"},
                                     "task": "multiclass", "target": "label"})
-    read = read_source(spec, base=ROOT)
+    read = source_kind(spec).read(spec, base=ROOT)
     frame = read.frame
     assert read.version == "delta-v0" and list(frame.columns) == ["image", "label", "id"]
     assert frame["label"].dtype == np.int64 and frame["id"].dtype == np.int64
