@@ -128,6 +128,7 @@ def test_unselected_targets_are_not_rendered(write_spec, monkeypatch):
     ("{{ 1 + }}", "template syntax error"),
     ("x {{ 1", "'{{' without '}}'"),
     ("{{ [x for x in 'ab'] }}", "ListComp expressions are not offered"),
+    ("{{ " + "-" * 3000 + "1 }}", r"too large or too deep \(RecursionError\)"),
 ])
 def test_a_limit_refuses_before_the_value_is_built(template, refusal):
     """Nothing is built past a limit, and what is not offered is named, located."""
@@ -143,6 +144,7 @@ def test_a_limit_refuses_before_the_value_is_built(template, refusal):
     ("a {{- 1 -}} b", "a1b"), ("a {{ 1 }} b", "a 1 b"), ("{{ 'Ab' | lower }}{{ 2 }}", "ab2"),
     ("{{ vars.cfg.depth + cfg['depth'] }}", 6), ("{{ (cfg.depth * 1.5) | int }}", 4),
     ("{{ [1, 2, 3][1:] }}", [2, 3]), ("{{ -cfg.depth ** 2 }}", -9),
+    ("{{ nope | default }}", ""), ("{{ cfg.nope | default(2) }}", 2),
 ])
 def test_the_checked_operations_still_work(template, expected):
     assert render(f"vars: {{cfg: {{depth: 3}}}}\na: {json.dumps(template)}\n")["a"] == expected
