@@ -17,7 +17,8 @@ from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job
                                mlflow_env, notifications, task_libraries)
 from dbspec.plan import Plan, compile_plan
 from dbspec.seams.targets import job_warnings
-from dbspec.spec.clusters import TRAINING_GROUPS, resolve_cluster, serverless
+from dbspec.spec.clusters import (TRAINING_GROUPS, reads_through_spark, resolve_cluster,
+                                  serverless, spark_trials)
 from dbspec.spec.sections.jobs import check_shared_dir
 
 #: Tasks and the stages each runs, in plan order.
@@ -92,8 +93,13 @@ def shared_dir(spec) -> str:
 
 def task_parameters(spec, where: JobTarget, stages: tuple[str, ...]) -> list[str]:
     """The ``dbspec`` command line of the task running ``stages``."""
-    parameters = dbspec_arguments("run", where) + ["--only", ",".join(stages), "--run-key", "{{job.run_id}}",
-                   "--shared-dir", where.shared_dir]
+    parameters = dbspec_arguments("run", where) + ["--only", ",".join(stages), "--run-key",
+                                                   "{{job.run_id}}", "--shared-dir",
+                                                   where.shared_dir]
+    if spec.executor != "spark" and (  # the cluster's Spark reads the data, runs the trials
+            "load_data" in stages and reads_through_spark(spec)
+            or "tune" in stages and spark_trials(spec)):
+        parameters += ["--executor", "spark"]
     if spec.jobs.state_dir:  # else node-local scratch: nothing is handed over through it
         parameters += ["--state-dir", spec.jobs.state_dir]
     return parameters + ["--quiet"]

@@ -37,6 +37,12 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
     spec_targets: dict[str, Optional[str]] = {n: n for n in names} or {"default": None}
     specs = {bundle_name: build(document, target=spec_target, assignments=assignments).spec
              for bundle_name, spec_target in spec_targets.items()}
+    local = [d for name, spec in specs.items()
+             for d in local_paths(document, spec, spec_targets[name])]
+    if local:
+        from dbspec.errors import SpecError
+
+        raise SpecError(dict.fromkeys(local))
     modes = {n: declared[n].mode if n in declared else "development" for n in specs}
     if not declared:
         default: Optional[str] = "default"
@@ -60,6 +66,29 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
     return bundle_files(specs, modes, default,
                         spec_file=shown, spec_text=text, command=command,
                         spec_targets=spec_targets, base=base), warnings
+
+
+def local_paths(document, spec, target: Optional[str]) -> list:
+    """Located errors for the paths of ``spec`` that name this machine's files (relative, or
+    no path a cluster has): a job runs on Databricks, where they do not exist."""
+    import re
+
+    batch = getattr(spec.serving, "batch", None)
+    found = []
+    for path, value in ((("data", "source", "path"), getattr(spec.data.source, "path", None)),
+                        (("serving", "batch", "input"), batch and batch.input)):
+        text = str(value or "")
+        if not text or re.match(r"^([A-Za-z][\w+.-]*:|/)", text) or (
+                path[-1] == "input" and "/" not in text and "." in text
+                and not re.search(r"\.(csv|parquet|json)$", text)):  # a table name
+            continue
+        override = ("targets", target, *path)
+        where = override if target and document.locate(override)[2] else path
+        found.append(document.diagnostic(where, f"'{text}' is relative to where dbspec runs, and "
+                                         "a job runs on Databricks, where it does not exist: "
+                                         "upload it to a Unity Catalog Volume and give the "
+                                         "/Volumes/... path (in a target for the job)"))
+    return found
 
 
 def _principal(spec) -> list[str]:

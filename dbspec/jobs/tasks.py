@@ -13,13 +13,15 @@ from dbspec.spec.clusters import CURRENT_USER, ResolvedCluster
 def cluster(resolved: ResolvedCluster, env: dict[str, str], *, current_user: Optional[str]):
     """A ``compute.ClusterSpec`` of a resolved cluster; ``current_user`` stands in for a
     dedicated cluster's default principal (None where the format has no such reference)."""
-    from databricks.sdk.service.compute import ClusterSpec, DataSecurityMode, Kind, RuntimeEngine
+    from databricks.sdk.service import compute as c
 
     settings, resources = resolved.settings, resolved.resources
     gpu = resources.gpus_per_node > 0
     conf = {}
     tags = dict(settings.custom_tags)
-    if resolved.num_workers == 0:  # a single-node cluster, the way the Clusters API expects it
+    scale = c.AutoScale(min_workers=resolved.autoscale[0], max_workers=resolved.autoscale[1]) \
+        if resolved.autoscale else None
+    if resolved.num_workers == 0 and scale is None:  # single node, as the Clusters API has it
         conf.update({"spark.databricks.cluster.profile": "singleNode",
                      "spark.master": "local[*, 4]"})
         tags["ResourceClass"] = "SingleNode"
@@ -29,17 +31,21 @@ def cluster(resolved: ResolvedCluster, env: dict[str, str], *, current_user: Opt
     user = resolved.single_user_name
     if user == CURRENT_USER:
         user = current_user
-    mode = resolved.data_security_mode
-    return ClusterSpec(
+    mode, image = resolved.data_security_mode, settings.docker_image
+    auth = c.DockerBasicAuth(username=image.username, password=f"{{{{secrets/"
+                             f"{image.password_secret}}}}}") if image and image.username else None
+    return c.ClusterSpec(
         spark_version=resolved.spark_version,
         node_type_id=resolved.node_type_id, driver_node_type_id=settings.driver_node_type_id,
-        num_workers=resolved.num_workers, policy_id=settings.policy_id,
-        data_security_mode=DataSecurityMode(mode) if mode else None,
+        num_workers=None if scale else resolved.num_workers, autoscale=scale,
+        policy_id=settings.policy_id,
+        data_security_mode=c.DataSecurityMode(mode) if mode else None,
         single_user_name=user,
-        runtime_engine=RuntimeEngine(settings.runtime_engine) if settings.runtime_engine
+        runtime_engine=c.RuntimeEngine(settings.runtime_engine) if settings.runtime_engine
         else None,
         use_ml_runtime=settings.use_ml_runtime,
-        kind=Kind(settings.kind) if settings.kind else None,
+        docker_image=c.DockerImage(url=image.url, basic_auth=auth) if image else None,
+        kind=c.Kind(settings.kind) if settings.kind else None,
         spark_conf=dict(sorted(conf.items())) or None,
         custom_tags=dict(sorted(tags.items())) or None,
         spark_env_vars=dict(sorted(env.items())) or None)

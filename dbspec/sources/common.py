@@ -16,6 +16,8 @@ class _Source:
 
     name: ClassVar[str]
     model: ClassVar[type]
+    #: Read only through a Spark session (the executor ``spark``; in jobs, the task's Spark).
+    spark_only: ClassVar[bool] = False
 
     def check(self, spec) -> Iterable[Finding]:
         return ()

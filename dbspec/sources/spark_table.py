@@ -31,6 +31,7 @@ class SparkTableKind(_Source):
 
     name = "spark_table"
     model = SparkTableSource
+    spark_only = True
 
     def version(self, data, *, base: Path) -> str:
         """Only a Spark session can tell."""

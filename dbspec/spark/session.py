@@ -91,13 +91,17 @@ def executor_python(spec, master: str) -> Optional[str]:
 @contextlib.contextmanager
 def spark_session(spec, master: Optional[str] = None,
                   say: Callable[[str], None] = lambda text: None) -> Iterator[object]:
-    """An active SparkSession for the block; stopped afterwards if this block started it
-    (a :class:`DbspecError` naming the extra when pyspark is not installed)."""
+    """An active SparkSession for the block; stopped afterwards if this block started it, never
+    on a Databricks cluster, whose session serves every task (a :class:`DbspecError` naming the
+    extra when pyspark is not installed)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
         raise DbspecError("this spec needs Spark: pip install 'dbspec[spark]'") from None
     active = SparkSession.getActiveSession()
+    if active is None and os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        # a Databricks cluster's own session: neither configured nor stopped here
+        active = SparkSession.builder.getOrCreate()
     if active is not None:
         yield active
         return

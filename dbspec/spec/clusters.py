@@ -7,6 +7,7 @@ runtime rules they must follow (see :mod:`dbspec.spec.databricks` for the facts 
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Iterator, NamedTuple, Optional
 
 from dbspec.seams.compute import ComputeFinding as Problem, compute_kind
@@ -39,11 +40,40 @@ class ResolvedCluster(NamedTuple):
     resources: Resources
     data_security_mode: Optional[str]
     single_user_name: Optional[str]
+    autoscale: Optional[tuple[int, int]] = None  # (min, max) workers instead of num_workers
 
 
 def serverless(spec) -> bool:
     """Whether the spec trains on AI Runtime (then the job has no clusters of its own)."""
     return compute_kind(spec).serverless
+
+
+#: Where a job's data lies in storage its Spark reads (Unity Catalog Volumes, DBFS, clouds).
+_CLUSTER_STORAGE = re.compile(r"^(/Volumes/|dbfs:|/dbfs/|(s3a?|gs|abfss?|wasbs?|r2)://)")
+
+
+def reads_through_spark(spec) -> bool:
+    """Whether a job's data task reads the source with the cluster's Spark: a table only Spark
+    reads, or files in cluster storage (Unity Catalog Volumes, DBFS, a cloud URI)."""
+    from dbspec.seams.sources import source_kind
+
+    path = str(getattr(spec.data.source, "path", "") or "")
+    return bool(getattr(source_kind(spec.data), "spark_only", False)
+                or _CLUSTER_STORAGE.match(path))
+
+
+def spark_work(spec) -> bool:
+    """Whether the main cluster's tasks use Spark: reading the source, the spark executor, or
+    batch scoring on Spark."""
+    batch = getattr(spec.serving, "batch", None)
+    return bool(reads_through_spark(spec) or spec.executor == "spark"
+                or (batch is not None and batch.engine == "spark"))
+
+
+def spark_trials(spec) -> bool:
+    """Whether the tune task runs its trials as Spark tasks on the training cluster."""
+    return spec.search is not None and spec.search.parallelism > 1 \
+        and not compute_kind(spec).distributed
 
 
 def resolve_cluster(spec, key: str) -> ResolvedCluster:
@@ -53,20 +83,27 @@ def resolve_cluster(spec, key: str) -> ResolvedCluster:
     # the training cluster: GPUs and workers as the compute kind asks
     resources = Resources(0, 0, False) if key == "main" else \
         compute_kind(spec).resources(spec.compute)
-    gpu = resources.gpus_per_node > 0
+    named = gpus_of(settings.node_type_id, jobs.cloud) if settings.node_type_id else 0
+    gpu = resources.gpus_per_node > 0 or named is None or named > 0  # a GPU node: GPU runtime
     node = settings.node_type_id or default_node(jobs.cloud, resources.gpus_per_node,
                                                  settings.graviton and not gpu)
     workers = settings.num_workers if settings.num_workers is not None \
         else resources.num_workers
-    if settings.use_ml_runtime:
-        major, minor = DEFAULT_RUNTIME.version
-        version = settings.spark_version or f"{major}.{minor}.x-scala{DEFAULT_RUNTIME.scala}"
+    if settings.use_ml_runtime or settings.docker_image is not None:
+        version = settings.spark_version or default_spark_version(gpu, ml=False)
     else:
         version = settings.spark_version or default_spark_version(gpu)
-    mode = settings.data_security_mode or (DEDICATED if unity_catalog(spec) else None)
+    mode = settings.data_security_mode or (DEDICATED if unity_catalog(spec) else
+                                           "DATA_SECURITY_MODE_AUTO")
     user = settings.single_user_name or (CURRENT_USER if mode in _DEDICATED_MODES else None)
+    scale = (settings.autoscale.min_workers, settings.autoscale.max_workers) \
+        if settings.autoscale else None
+    if scale is None and settings.num_workers is None and not resources.num_workers and (
+            spark_work(spec) if key == "main" else spark_trials(spec)):
+        # workers that are no training ranks follow the load: Spark reads, scoring, trials
+        scale = (1, max(4, spec.search.parallelism) if key != "main" else 4)
     return ResolvedCluster(key, ("jobs", "cluster" if key == "main" else "training_cluster"),
-                           settings, version, node, workers, resources, mode, user)
+                           settings, version, node, workers, resources, mode, user, scale)
 
 
 # --- rules ----------------------------------------------------------------------------------
@@ -109,17 +146,14 @@ def _check_cluster(spec, c: ResolvedCluster) -> Iterator[Problem]:
         node_gpus = gpus_of(settings.driver_node_type_id, cloud)  # ranks run on the driver
     gpu_node = node_gpus is None or node_gpus > 0
     yield from _check_engine(settings, path, gpu_node, training)
-    if settings.use_ml_runtime and settings.kind is None:  # its one value is CLASSIC_PREVIEW
-        yield Problem(path + ("use_ml_runtime",), "use_ml_runtime needs kind: CLASSIC_PREVIEW "
-                      "(the Clusters API refuses it otherwise)")
-    if settings.use_ml_runtime and (name.ml or name.gpu):
-        yield Problem(version_path, f"with use_ml_runtime give the plain runtime (such as "
-                      f"{name.version[0]}.{name.version[1]}.x-scala2.13): the ML and GPU variant "
-                      "follow from the flag and the node type")
-    if training and not ml:
-        yield Problem(version_path, f"'{c.spark_version}' is not an ML runtime: training needs "
-                      "PyTorch, MLflow and TorchDistributor from Databricks Runtime ML (a "
-                      "-ml- version, or use_ml_runtime: true)")
+    yield from _check_ml_flag(settings, path, name)
+    image = settings.docker_image
+    if not ml and image is None:
+        yield Problem(version_path, f"'{c.spark_version}' is not an ML runtime: dbspec's tasks "
+                      "import PyTorch and MLflow, which Databricks Runtime ML ships (a -ml- "
+                      "version, or use_ml_runtime: true), or give a docker_image that has them")
+    yield from _check_image(c, path, ml, gpu_node)
+    yield from _check_autoscale(c, path)
     if not settings.use_ml_runtime and ml and settings.spark_version:  # a default one fits
         if name.gpu and not gpu_node:
             yield Problem(version_path, f"'{c.spark_version}' is a GPU runtime but "
@@ -141,6 +175,48 @@ def _check_cluster(spec, c: ResolvedCluster) -> Iterator[Problem]:
     yield from _check_arm(c, cloud, name.version, gpu_node)
     yield from _check_runtime_line(name, version_path, c.resources.gpus_per_node > 0)
     yield from _check_access(spec, c, path)
+
+
+def _check_ml_flag(settings, path, name) -> Iterator[Problem]:
+    if settings.use_ml_runtime and settings.kind is None:  # its one value is CLASSIC_PREVIEW
+        yield Problem(path + ("use_ml_runtime",), "use_ml_runtime needs kind: CLASSIC_PREVIEW "
+                      "(the Clusters API refuses it otherwise)")
+    if settings.use_ml_runtime and (name.ml or name.gpu):
+        yield Problem(path + ("spark_version",), f"with use_ml_runtime give the plain runtime "
+                      f"(such as {name.version[0]}.{name.version[1]}.x-scala2.13): the ML and GPU "
+                      "variant follow from the flag and the node type")
+
+
+def _check_image(c: ResolvedCluster, path, ml: bool, gpu_node: bool) -> Iterator[Problem]:
+    """Databricks Container Services: a standard runtime, not on Graviton or standard access
+    mode, on GPU nodes an image on the GPU (CUDA) base."""
+    image = c.settings.docker_image
+    if image is None:
+        return
+    where = path + ("docker_image",)
+    if ml:
+        yield Problem(path + ("spark_version",), f"'{c.spark_version}': Databricks Runtime ML "
+                      "does not run custom images (Container Services); use a standard runtime "
+                      f"such as {default_spark_version(gpu_node, ml=False)}, or drop docker_image")
+    if c.settings.graviton or is_graviton(c.node_type_id):
+        yield Problem(where, "Container Services does not run on AWS Graviton nodes")
+    if c.data_security_mode in ("DATA_SECURITY_MODE_STANDARD", "USER_ISOLATION"):
+        yield Problem(path + ("data_security_mode",), "Container Services does not run in "
+                      "standard (shared) access mode; use dedicated")
+    if gpu_node and not any(w in image.url.lower() for w in ("gpu", "cuda")):
+        yield Problem(where + ("url",), f"'{image.url}' on GPU node '{c.node_type_id}': the image "
+                      "must be built on Databricks' GPU base image (CUDA), or the GPUs sit "
+                      "unused; name it so (gpu/cuda) once it is", warning=True)
+
+
+def _check_autoscale(c: ResolvedCluster, path) -> Iterator[Problem]:
+    if c.settings.autoscale is None:
+        return
+    if c.settings.num_workers is not None:
+        yield Problem(path + ("autoscale",), "give num_workers or autoscale, not both")
+    elif c.resources.num_workers:
+        yield Problem(path + ("autoscale",), f"this cluster's {c.resources.num_workers} worker(s) "
+                      "are training ranks, which cannot come and go; remove autoscale")
 
 
 def _check_engine(settings, path, gpu_node: bool, training: bool) -> Iterator[Problem]:

@@ -40,7 +40,7 @@ RUNTIMES: tuple[Runtime, ...] = (
     Runtime((15, 4), "15.4 LTS", "3.11", "2.12", "2.13.1"),
     Runtime((16, 4), "16.4 LTS", "3.12", "2.12", "2.21.3"),
     Runtime((17, 3), "17.3 LTS", "3.12", "2.13", "3.0.1"),
-    Runtime((18, 0), "18", "3.12", "2.13", "3.8.1"),
+    Runtime((18, 0), "18 LTS", "3.12", "2.13", "3.8.1"),
     Runtime((19, 0), "19", "3.12", "2.13", "3.12.0"),
 )
 #: The runtime of generated clusters: the newest LTS line whose MLflow meets dbspec's own
@@ -55,9 +55,12 @@ GRAVITON_FROM = (15, 4)
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.x-(?P<rest>.+)$")
 
 
-def default_spark_version(gpu: bool) -> str:
-    """The ``spark_version`` of a generated cluster."""
+def default_spark_version(gpu: bool, ml: bool = True) -> str:
+    """The ``spark_version`` of a generated cluster (``ml=False``: the standard runtime a
+    custom container image runs on)."""
     major, minor = DEFAULT_RUNTIME.version
+    if not ml:
+        return f"{major}.{minor}.x-scala{DEFAULT_RUNTIME.scala}"
     return f"{major}.{minor}.x-{'gpu' if gpu else 'cpu'}-ml-scala{DEFAULT_RUNTIME.scala}"
 
 

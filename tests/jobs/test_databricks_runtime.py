@@ -70,9 +70,10 @@ def test_clusters_get_the_default_ml_runtime_and_dedicated_access_for_unity_cata
         assert cluster["spark_version"] == default_spark_version(False)
         assert cluster["data_security_mode"] == "DATA_SECURITY_MODE_DEDICATED"
         assert cluster["single_user_name"] == "${workspace.current_user.userName}"
-    dev, _ = _job(tmp_path, "dev")  # a workspace registry name: no access mode imposed
+    dev, _ = _job(tmp_path, "dev")  # a workspace registry name: explicit, Databricks' choice
     for cluster in _clusters(dev).values():
-        assert "data_security_mode" not in cluster and "single_user_name" not in cluster
+        assert cluster["data_security_mode"] == "DATA_SECURITY_MODE_AUTO"
+        assert "single_user_name" not in cluster
 
 
 def _normal(requirement: str) -> tuple[str, frozenset[str]]:

@@ -50,3 +50,24 @@ def test_the_specs_own_log4j_configuration_is_left_alone(monkeypatch):
     assert open(path, encoding="utf-8").read() == QUIET_LOG4J
     monkeypatch.setenv("DBSPEC_VERBOSE", "1")
     assert quiet_java_options({}) is None
+
+
+ON_DATABRICKS = """\
+from pyspark.sql import SparkSession
+from dbspec.spark import spark_session
+for _ in range(2):  # two stages of one task
+    with spark_session(None, "local[1]") as spark:
+        assert spark.range(3).count() == 3
+assert SparkSession.getActiveSession() is spark  # the cluster's session outlives dbspec's use
+assert spark.range(2).count() == 2
+print("still running")
+"""
+
+
+def test_on_a_databricks_cluster_the_session_is_the_cluster_s_and_never_stopped():
+    # fails on the old code: with no active session yet (a python_wheel_task's process) dbspec
+    # built its own with a local master and stopped it, the cluster's SparkContext with it
+    env = checkout_env({"DATABRICKS_RUNTIME_VERSION": "17.3"})
+    done = subprocess.run([sys.executable, "-c", ON_DATABRICKS], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "still running" in done.stdout, done.stderr

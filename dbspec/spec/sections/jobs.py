@@ -149,6 +149,37 @@ class TaskSettings(SpecModel):
     retry_on_timeout: Optional[bool] = d("Retry a timed-out task.", default=None)
 
 
+class Autoscale(SpecModel):
+    """Workers that follow the load: for clusters whose workers are not training ranks."""
+
+    min_workers: int = d("Fewest workers.", default=1, ge=0)
+    max_workers: int = d("Most workers; more than min_workers.", default=4, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Autoscale":
+        if self.max_workers <= self.min_workers:
+            raise ValueError(f"max_workers ({self.max_workers}) must be greater than "
+                             f"min_workers ({self.min_workers})")
+        return self
+
+
+class DockerImage(SpecModel):
+    """A custom image (Databricks Container Services): a standard runtime, never ML; on GPU
+    nodes an image built on Databricks' GPU base image (CUDA)."""
+
+    url: str = d("Image URL, e.g. registry.example.com/team/dbspec-gpu:1.0.", min_length=1)
+    username: Optional[str] = d("Registry user.", default=None, min_length=1)
+    password_secret: Optional[str] = d(
+        "The registry password as a Databricks secret, 'scope/key' (never the password).",
+        default=None, pattern=r"^[\w.-]+/[\w.-]+$")
+
+    @model_validator(mode="after")
+    def _paired(self) -> "DockerImage":
+        if (self.username is None) != (self.password_secret is None):
+            raise ValueError("give username and password_secret together, or neither")
+        return self
+
+
 class ClusterSettings(SpecModel):
     """A job cluster; unset fields follow from ``compute`` (GPU runtime, node type, workers)."""
 
@@ -158,6 +189,13 @@ class ClusterSettings(SpecModel):
     driver_node_type_id: Optional[str] = d("Driver node type, when it differs.", default=None,
                                            min_length=1)
     num_workers: Optional[int] = d("Workers; 0 makes a single-node cluster.", default=None, ge=0)
+    autoscale: Optional[Autoscale] = d(
+        "Autoscaling instead of num_workers; not where the workers are training ranks. Default "
+        "on the main cluster when its tasks use Spark (a spark_table source, batch scoring on "
+        "Spark): 1 to 4 workers; else a single node.", default=None)
+    docker_image: Optional[DockerImage] = d(
+        "A custom container image; the cluster then runs the standard runtime it names (default "
+        "the LTS line without ML), and the image must supply PyTorch and MLflow.", default=None)
     policy_id: Optional[str] = d("Cluster policy.", default=None, min_length=1)
     spark_conf: dict[str, str] = d("Extra Spark configuration.", default={})
     custom_tags: dict[str, str] = d("Tags on the cluster's cloud resources.",
@@ -167,7 +205,7 @@ class ClusterSettings(SpecModel):
         "SINGLE_USER", "USER_ISOLATION", "NONE"]] = d(
         "Access mode. Default: DATA_SECURITY_MODE_DEDICATED when the registry or the data are "
         "in Unity Catalog (Runtime ML reaches Unity Catalog on dedicated compute only), else "
-        "unset (the workspace's default).", default=None)
+        "DATA_SECURITY_MODE_AUTO (Databricks picks from the runtime).", default=None)
     single_user_name: Optional[str] = d(
         "The principal of dedicated compute: a user (e-mail) or a group, whose members then "
         "share the cluster with the group's permissions. Default in bundles: the deploying "
