@@ -279,7 +279,8 @@ def test_templating_stays_small():
 #: capability adds an entry of what it measured; a cut lowers the figures.
 LINE_BUDGET = {
     "issue 31: after the cuts": 31_340,
-    "issue 32: runtime rules (images, autoscale, access), Spark data and trials in jobs": 165,
+    "issue 32: runtime rules (images, autoscale, access), Spark data and trials in jobs, "
+    "the wheel's delivery (bundle artifacts, pinned requirement, deploy.sh)": 332,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 

@@ -9,7 +9,7 @@ import shlex
 from typing import Optional
 
 from dbspec.spec.databricks import experiment_location
-from dbspec.jobs.tasks import mlflow_env, task_extras, task_settings
+from dbspec.jobs.tasks import extra_requirements, mlflow_env, task_extras, task_settings
 
 #: The job environment the AI Runtime task runs in.
 ENVIRONMENT_KEY = "default"
@@ -49,19 +49,31 @@ def ai_runtime_environments(spec) -> list:
     return [JobEnvironment(environment_key=ENVIRONMENT_KEY, spec=environment)]
 
 
-def ai_runtime_script(spec, target: Optional[str], *, wheel_name: str, spec_name: str,
+def ai_runtime_script(spec, target: Optional[str], *, install: str, spec_name: str,
                       shared: str, header: str) -> str:
-    """The command script of :func:`ai_runtime_task`: export the MLflow URIs, install the wheel
-    with its extras from beside the script (``../dist``), run every stage (``../specs``)."""
-    extras = ",".join(dict.fromkeys(task_extras(spec, ("train", "serve"))))
+    """The command script of :func:`ai_runtime_task`: export the MLflow URIs, install dbspec
+    (``install``: the wheel beside the script, ``../dist``, or a pinned requirement) without
+    its dependencies, then what the stages need but the environment lacks, run every stage."""
     run = ["dbspec", "run", f'"$here/../specs/{spec_name}"']
     if target:
         run += ["--target", shlex.quote(target)]
     run += ["--shared-dir", shlex.quote(shared), "--quiet"]
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in mlflow_env(spec).items())
+    wheel = f'{install}"' if install.startswith('"') else shlex.quote(install)
+    needs = [pin for extra in (None, *task_extras(spec, ("train", "serve")))
+             for pin in extra_requirements(extra, keep=_environment_lacks(spec))]
     return (f"#!/usr/bin/env bash\n{header}"
             "# The AI Runtime (serverless GPU) command of this job: every stage of the spec.\n"
             f"set -euo pipefail\n{exports}"
             'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
-            f'python -m pip install --quiet "$here/../dist/{wheel_name}[{extras}]"\n'
+            f"python -m pip install --quiet --no-deps {wheel}\n"
+            f"python -m pip install --quiet "
+            f"{' '.join(shlex.quote(p) for p in dict.fromkeys(needs))}\n"
             f"exec {' '.join(run)}\n")
+
+
+def _environment_lacks(spec) -> tuple[str, ...]:
+    """What the AI Runtime environment does not ship of what dbspec leaves to runtimes: the
+    Databricks AI environment and GPU environment 4 carry PyTorch, the later base ones not."""
+    version = spec.compute.environment
+    return () if version.startswith("databricks_ai_v") or int(version) <= 4 else ("torch",)

@@ -13,7 +13,7 @@ from dbspec.jobs.generate import generate
 def run_jobs(args) -> int:
     """The ``jobs`` command: write the files, or with ``--check`` compare them."""
     files, warnings = generate(args.file, targets=args.targets, assignments=args.assignments,
-                               fmt=args.format)
+                               fmt=args.format, output=args.output)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     directory = Path(args.output)
@@ -41,4 +41,8 @@ def run_jobs(args) -> int:
               else f"removed {directory / relative.removesuffix(' (removed)')}")
     if not changed:
         print(f"{directory}: {len(files)} generated file(s) already up to date")
+    deploy = [f"bash {directory / name}" for name in sorted(files) if name.startswith("deploy")] \
+        or [f"cd {directory} && databricks bundle deploy" + (f" --target {t}" if t else "")
+            for t in args.targets or [None]]
+    print("deploy: " + "; ".join(deploy))
     return 0

@@ -14,13 +14,16 @@ FORMATS = ("bundle", "jobs-json")
 
 
 def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequence[str] = (),
-             fmt: str = "bundle") -> tuple[dict[str, str], list[str]]:
-    """(relative path -> content, warnings) for ``spec_file`` and the chosen targets.
+             fmt: str = "bundle", output: Optional[str] = None
+             ) -> tuple[dict[str, str], list[str]]:
+    """(relative path -> content, warnings) for ``spec_file`` and the chosen targets, to be
+    written to ``output`` (the wheel's build command names the checkout relative to it).
 
     Raises:
         UsageError: unknown target, unreadable spec.
         SpecError: the spec (or one of its targets) is invalid.
     """
+    from dbspec.jobs.delivery import delivery
     from dbspec.jobs.monitor import monitor_warnings
     from dbspec.jobs.render import bundle_files, jobs_json_files, warnings_for
     from dbspec.spec.document import read_document
@@ -55,17 +58,18 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
                  for w in monitor_warnings(spec, modes[name] if fmt == "bundle" else None)]
     command = "dbspec jobs " + shown + "".join(f" --target {t}" for t in targets) + \
         "".join(f" --set {a}" for a in assignments) + f" --format {fmt} -o DIR"
+    how = delivery(output)
+    text = Path(spec_file).read_text(encoding="utf-8")
     if fmt == "jobs-json":
         from dbspec.jobs.resources import jobs_json_warnings
 
         warnings += [f"{name}: {w}" for name, spec in specs.items()
                      for w in [*_principal(spec), *jobs_json_warnings(spec)]]
-        return jobs_json_files(specs, spec_file=shown, spec_targets=spec_targets,
-                               command=command), warnings
-    text = Path(spec_file).read_text(encoding="utf-8")
+        return jobs_json_files(specs, spec_file=shown, spec_text=text, command=command,
+                               spec_targets=spec_targets, how=how), warnings
     return bundle_files(specs, modes, default,
                         spec_file=shown, spec_text=text, command=command,
-                        spec_targets=spec_targets, base=base), warnings
+                        spec_targets=spec_targets, base=base, how=how), warnings
 
 
 def local_paths(document, spec, target: Optional[str]) -> list:

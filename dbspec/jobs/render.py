@@ -27,13 +27,13 @@ from dbspec.jobs.build import (
     warnings_for,
 )
 from dbspec.jobs.ai_runtime import ai_runtime_script
+from dbspec.jobs.delivery import Delivery, bundle_artifacts, deploy_script
 from dbspec.jobs.files import GENERATED_MARK
 from dbspec.jobs.monitor import build_monitor_job, monitor_job_key, quality_monitor
 from dbspec.jobs.resources import name_assignments, registry_resources
 from dbspec.jobs.tasks import job_key
 from dbspec.spec.clusters import CURRENT_USER, serverless
 
-WHEEL = f"dbspec-{__version__}-py3-none-any.whl"
 SHARED_DIR_HELP = (
     "Directory every node reaches, passed to each task as --shared-dir (training ranks, Spark "
     "trials, checkpoints). Default: jobs.shared_dir, else a shared spark.shared_dir, else "
@@ -63,20 +63,20 @@ def script_name(spec, target: Optional[str]) -> str:
     return f"scripts/{job_key(spec)}.{target or 'default'}.sh"
 
 
-def bundle_where(spec, spec_file: str, target: Optional[str]) -> JobTarget:
+def bundle_where(spec, spec_file: str, target: Optional[str], how: Delivery) -> JobTarget:
     """Where a bundle's tasks find the spec, the wheel and the shared directory."""
     return JobTarget(spec_path=f"${{workspace.file_path}}/specs/{PurePosixPath(spec_file).name}",
-                     wheel=f"../dist/{WHEEL}", target=target,
+                     wheel=how.library("../dist"), target=target,
                      shared_dir=f"${{var.{SHARED_DIR}}}", current_user=CURRENT_USER,
                      assignments=name_assignments(spec),
                      script=f"${{workspace.file_path}}/{script_name(spec, target)}")
 
 
-def bundle_job(spec, spec_file: str, target: Optional[str], *,
+def bundle_job(spec, spec_file: str, target: Optional[str], how: Delivery, *,
                build=build_job) -> dict[str, Any]:
     """The job resource of one target (``build``: the main job, or the monitor job):
     JobSettings as the bundle writes it, plus permissions."""
-    job = build(spec, bundle_where(spec, spec_file, target)).as_dict()
+    job = build(spec, bundle_where(spec, spec_file, target, how)).as_dict()
     rows = [entry.as_dict() for entry in access_control(spec)]
     permissions = [{"level": row.pop("permission_level"), **row} for row in rows]
     if permissions:
@@ -95,26 +95,28 @@ def bundle_target(spec, mode: str, is_default: bool, base_dir: str) -> dict[str,
 
 def bundle_files(specs: dict[str, Any], modes: Mapping[str, str], default: Optional[str], *,
                  spec_file: str, spec_text: str, command: str,
-                 spec_targets: dict[str, Optional[str]], base: Any) -> dict[str, str]:
+                 spec_targets: dict[str, Optional[str]], base: Any,
+                 how: Delivery) -> dict[str, str]:
     """Relative path -> content of the bundle for the resolved spec of each bundle target
     (``spec_targets`` maps it to the spec's target, None for a spec without targets); ``base``
-    is the spec without a target, which gives the variables their defaults."""
+    is the spec without a target, which gives the variables their defaults; ``how`` the wheel
+    is built (an ``artifacts`` entry) or pinned."""
     first = next(iter(specs.values()))
     key = job_key(first)
     header = _header(spec_file, command)
     # no served model version: the update_endpoint task owns the endpoint, so a deploy
     # neither needs a version nor resets the one the alias holds
     variables = {SHARED_DIR: {"description": SHARED_DIR_HELP, "default": shared_dir(base)}}
-    root: dict[str, Any] = {"bundle": {"name": key}, "include": ["resources/*.yml"],
-                            "variables": variables}
+    root: dict[str, Any] = {"bundle": {"name": key}, **bundle_artifacts(how),
+                            "include": ["resources/*.yml"], "variables": variables}
     root["targets"] = {name: bundle_target(spec, modes[name], name == default,
                                            variables[SHARED_DIR]["default"])
                        for name, spec in specs.items()}
     files = {"databricks.yml": header + dump_yaml(root)}
     for target, spec in specs.items():
-        jobs = {key: bundle_job(spec, spec_file, spec_targets[target])}
+        jobs = {key: bundle_job(spec, spec_file, spec_targets[target], how)}
         if spec.monitoring is not None:
-            jobs[monitor_job_key(spec)] = bundle_job(spec, spec_file, spec_targets[target],
+            jobs[monitor_job_key(spec)] = bundle_job(spec, spec_file, spec_targets[target], how,
                                                      build=build_monitor_job)
         resources = {"jobs": jobs, **registry_resources(spec)}
         monitor = quality_monitor(spec, spec_targets[target], modes[target])
@@ -124,36 +126,50 @@ def bundle_files(specs: dict[str, Any], modes: Mapping[str, str], default: Optio
             {"targets": {target: {"resources": resources}}})
         if serverless(spec):
             files[script_name(spec, spec_targets[target])] = ai_runtime_script(
-                spec, spec_targets[target], wheel_name=WHEEL,
+                spec, spec_targets[target], install=how.library('"$here/../dist'),
                 spec_name=PurePosixPath(spec_file).name, shared=shared_dir(spec), header=header)
     # the spec copy carries the header too: -o only ever rewrites or removes files with it
     files[f"specs/{PurePosixPath(spec_file).name}"] = header + spec_text
     return files
 
 
-def jobs_json_files(specs: dict[str, Any], *, spec_file: str,
-                    spec_targets: dict[str, Optional[str]], command: str) -> dict[str, str]:
-    """Relative path -> ``jobs/create`` body (with ``access_control_list``) per target."""
-    files = {}
+def jobs_json_files(specs: dict[str, Any], *, spec_file: str, spec_text: str,
+                    spec_targets: dict[str, Optional[str]], command: str,
+                    how: Delivery) -> dict[str, str]:
+    """Relative path -> ``jobs/create`` body (with ``access_control_list``) per target, the
+    spec, the AI Runtime scripts, and ``deploy.sh``, which uploads them and the wheel."""
+    files: dict[str, str] = {}
+    header = _header(spec_file, command)
+    spec_name = PurePosixPath(spec_file).name
+    roots: dict[str, list[tuple[str, str]]] = {}
     for target, spec in specs.items():
         root = spec.jobs.workspace_root.rstrip("/")
         # a job parameter, not a fixed value, so that run now can point a run elsewhere
         name = f"{job_key(spec)}.{target}"
-        where = JobTarget(spec_path=f"{root}/specs/{PurePosixPath(spec_file).name}",
-                          wheel=f"{root}/dist/{WHEEL}", target=spec_targets[target],
+        where = JobTarget(spec_path=f"{root}/specs/{spec_name}",
+                          wheel=how.library(f"{root}/dist"), target=spec_targets[target],
                           shared_dir=f"{{{{job.parameters.{SHARED_DIR}}}}}",
                           parameters=((SHARED_DIR, shared_dir(spec)),),
                           script=f"{root}/scripts/{name}.sh")
         acl = [entry.as_dict() for entry in access_control(spec)]
-        files[f"{name}.json"] = _json_body(build_job(spec, where), acl)
+        jobs = [(f"{name}.json", build_job(spec, where))]
         monitor = build_monitor_job(spec, where)
         if monitor is not None:  # the same access list: who sees the job sees its monitor
-            files[f"{monitor_job_key(spec)}.{target}.json"] = _json_body(monitor, acl)
+            jobs.append((f"{monitor_job_key(spec)}.{target}.json", monitor))
+        for path, job in jobs:
+            files[path] = _json_body(job, acl)
+            roots.setdefault(root, []).append((path, str(job.name)))
         if serverless(spec):
             files[f"scripts/{name}.sh"] = ai_runtime_script(
-                spec, spec_targets[target], wheel_name=WHEEL,
-                spec_name=PurePosixPath(spec_file).name, shared=shared_dir(spec),
-                header=_header(spec_file, command))
+                spec, spec_targets[target], install=how.library('"$here/../dist'),
+                spec_name=spec_name, shared=shared_dir(spec), header=header)
+    files[f"specs/{spec_name}"] = header + spec_text
+    for root, jobs in roots.items():
+        uploads = [f"specs/{spec_name}"] + sorted(
+            f for f in files if f.startswith("scripts/") and any(
+                f == f"scripts/{path.removesuffix('.json')}.sh" for path, _ in jobs))
+        files["deploy.sh" if len(roots) == 1 else f"deploy.{PurePosixPath(root).name}.sh"] = \
+            deploy_script(how, root=root, uploads=uploads, jobs=jobs, header=header)
     return files
 
 

@@ -133,9 +133,10 @@ def job_key(spec) -> str:
 RUNTIME_PROVIDED = ("torch", "pyspark")
 
 
-def extra_requirements(extra: str) -> list[str]:
-    """The requirements of ``dbspec[extra]``, read from the installed package's metadata (so
-    from the same pyproject.toml the deployed wheel is built from).
+def extra_requirements(extra: Optional[str], keep: Sequence[str] = ()) -> list[str]:
+    """The requirements of ``dbspec[extra]`` (None: of dbspec itself), read from the installed
+    package's metadata (so from the same pyproject.toml the deployed wheel is built from),
+    without what runtimes provide unless named in ``keep``.
 
     Raises:
         UsageError: dbspec's metadata is missing (not installed through pip).
@@ -153,11 +154,11 @@ def extra_requirements(extra: str) -> list[str]:
     for line in requires:
         requirement, _, condition = line.partition(";")
         found = marker.search(condition)
-        if not found or found.group(1) != extra:
+        if (found.group(1) if found else None) != extra:
             continue
         # other markers (sys_platform != "win32") hold on Databricks' Linux nodes: dropped
         name = _distribution(requirement)
-        if name in RUNTIME_PROVIDED or name == "dbspec":
+        if name in RUNTIME_PROVIDED and name not in keep or name == "dbspec":
             continue
         out.append(requirement.strip())
     return out
@@ -182,13 +183,15 @@ def task_extras(spec, stages: tuple[str, ...]) -> tuple[str, ...]:
 
 def task_libraries(spec, stages: tuple[str, ...], wheel: str, *,
                    packages: Optional[tuple[str, ...]] = None) -> list:
-    """The wheel, and its extras' requirements as PyPI libraries (a wheel library installs the
-    core dependencies only); ``packages`` keeps only those distributions' pins."""
+    """The wheel (or dbspec's pinned requirement), and its extras' requirements as PyPI
+    libraries (a wheel library installs the core dependencies only); ``packages`` keeps only
+    those distributions' pins."""
     from databricks.sdk.service.compute import Library, PythonPyPiLibrary
 
     pins = [pin for extra in task_extras(spec, stages) for pin in extra_requirements(extra)]
     if packages is not None:
         wanted = {p.lower() for p in packages}
         pins = [pin for pin in pins if _distribution(pin) in wanted]
-    return [Library(whl=wheel)] + [Library(pypi=PythonPyPiLibrary(package=pin))
+    own = Library(whl=wheel) if "/" in wheel else Library(pypi=PythonPyPiLibrary(package=wheel))
+    return [own] + [Library(pypi=PythonPyPiLibrary(package=pin))
                                    for pin in dict.fromkeys(pins)]

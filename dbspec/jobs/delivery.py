@@ -1,0 +1,130 @@
+"""How a generated job gets dbspec onto Databricks, and the files and commands that take it
+there: built as a wheel from the checkout dbspec runs from (a bundle ``artifacts`` entry, or the
+jobs-json ``deploy.sh``), or, when dbspec came from a package index, pinned by version.
+
+``deploy.sh`` uses the Databricks CLI (``databricks workspace import`` / ``databricks fs cp``,
+``databricks jobs create`` / ``reset``): what a bundle deploy does, for the Jobs API format.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path, PurePosixPath
+from typing import NamedTuple, Optional
+
+from dbspec import __version__
+
+WHEEL = f"dbspec-{__version__}-py3-none-any.whl"
+
+
+class Delivery(NamedTuple):
+    """Where the wheel comes from: ``checkout`` (relative to the output directory) or None,
+    when dbspec is installed from a package index and tasks install ``requirement``."""
+
+    checkout: Optional[str]
+
+    @property
+    def requirement(self) -> str:
+        return f"dbspec=={__version__}"
+
+    def library(self, folder: str) -> str:
+        """What a task installs: the wheel in ``folder``, or the pinned requirement."""
+        return f"{folder}/{WHEEL}" if self.checkout else self.requirement
+
+    def build(self, wheel_dir: str) -> str:
+        """The command that builds the wheel into ``wheel_dir`` (run in the output directory)."""
+        return (f"python3 -m pip wheel --quiet --no-deps --wheel-dir {wheel_dir} "
+                f"{shlex.quote(str(self.checkout))}")
+
+
+def delivery(output: Optional[str]) -> Delivery:
+    """How ``dbspec`` reaches the cluster: from the source checkout it is imported from (a
+    ``pyproject.toml`` naming dbspec beside the package), else from the package index."""
+    import dbspec
+
+    root = Path(dbspec.__file__).resolve().parents[1]
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file() or 'name = "dbspec"' not in pyproject.read_text(encoding="utf-8"):
+        return Delivery(None)
+    base = Path(output or ".").resolve()
+    return Delivery(Path(os.path.relpath(root, base)).as_posix())
+
+
+def bundle_artifacts(how: Delivery) -> dict:
+    """``artifacts`` and ``sync`` of ``databricks.yml``: the wheel built into the bundle's
+    ``dist/`` at deploy, and uploaded with the files although ``dist/`` is usually ignored."""
+    if how.checkout is None:
+        return {}
+    return {"artifacts": {"dbspec": {"type": "whl", "path": ".", "build": how.build("dist"),
+                                     "files": [{"source": f"dist/{WHEEL}"}]}},
+            "sync": {"include": ["dist/*.whl"]}}
+
+
+def deploy_script(how: Delivery, *, root: str, uploads: list[str], jobs: list[tuple[str, str]],
+                  header: str) -> str:
+    """``deploy.sh`` of the jobs-json format: build the wheel, upload it and ``uploads`` (paths
+    relative to the output directory) under ``root``, then create each job in ``jobs`` (body
+    file, job name), or reset the job of that name to the body."""
+    lines = [f"#!/usr/bin/env bash\n{header}",
+             f"# Uploads what the jobs read to {root} and creates or updates each job with the",
+             "# Databricks CLI (authenticate first: databricks auth login, or DATABRICKS_HOST and",
+             "# DATABRICKS_TOKEN; DATABRICKS_CONFIG_PROFILE picks a profile).",
+             "set -euo pipefail", 'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
+             'cd "$here"']
+    files = list(uploads)
+    if how.checkout is not None:
+        lines.append(how.build("dist"))
+        files.insert(0, f"dist/{WHEEL}")
+    for folder in sorted({str(PurePosixPath(f).parent) for f in files}):
+        lines.append(_mkdirs(f"{root}/{folder}"))
+    lines += [_upload(f, f"{root}/{f}") for f in files]
+    for body, name in jobs:
+        lines.append(f"python3 - {shlex.quote(body)} {shlex.quote(name)} <<'PY'\n{_UPSERT}PY")
+    return "\n".join(lines) + "\n"
+
+
+def _mkdirs(path: str) -> str:
+    if path.startswith("/Workspace/"):
+        return f"databricks workspace mkdirs {shlex.quote(path.removeprefix('/Workspace'))}"
+    return f"databricks fs mkdir {shlex.quote(_dbfs(path))}"
+
+
+def _upload(local: str, remote: str) -> str:
+    if remote.startswith("/Workspace/"):
+        return (f"databricks workspace import {shlex.quote(remote.removeprefix('/Workspace'))} "
+                f"--file {shlex.quote(local)} --format AUTO --overwrite")
+    return f"databricks fs cp --overwrite {shlex.quote(local)} {shlex.quote(_dbfs(remote))}"
+
+
+def _dbfs(path: str) -> str:
+    return path if path.startswith("dbfs:") else f"dbfs:{path}"
+
+
+#: Create the job of a body file, or reset the job of its name to it (and its permissions).
+_UPSERT = """\
+import json, subprocess, sys
+body_file, name = sys.argv[1:]
+body = json.load(open(body_file))
+acl = body.pop("access_control_list", None)
+def cli(*args):
+    done = subprocess.run(["databricks", *args, "--output", "json"], check=True,
+                          capture_output=True, text=True)
+    return json.loads(done.stdout or "null")
+found = [j for j in cli("jobs", "list", "--name", name) or []
+         if j.get("settings", {}).get("name") == name]
+if len(found) > 1:
+    sys.exit(f"{len(found)} jobs are named {name!r}; delete all but one, then rerun")
+if found:
+    job_id = found[0]["job_id"]
+    cli("jobs", "reset", "--json", json.dumps({"job_id": job_id, "new_settings": body}))
+    if acl:
+        cli("jobs", "set-permissions", str(job_id), "--json",
+            json.dumps({"access_control_list": acl}))
+    print(f"updated job {job_id}: {name}")
+else:
+    if acl:
+        body["access_control_list"] = acl
+    job_id = cli("jobs", "create", "--json", json.dumps(body))["job_id"]
+    print(f"created job {job_id}: {name}")
+"""
