@@ -280,7 +280,8 @@ def test_templating_stays_small():
 LINE_BUDGET = {
     "issue 31: after the cuts": 31_340,
     "issue 32: runtime rules (images, autoscale, access), Spark data and trials in jobs, "
-    "the wheel's delivery (bundle artifacts, pinned requirement, deploy.sh)": 332,
+    "the wheel's delivery (bundle artifacts, pinned requirement, deploy.sh), AI Runtime on "
+    "many GPUs and nodes (torchrun ranks, DeepSpeed, the platform's run adopted)": 520,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 

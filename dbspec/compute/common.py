@@ -52,6 +52,8 @@ class _Kind:
     name: ClassVar[str]
     model: ClassVar[type]
     serverless: ClassVar[bool] = False
+    #: Its ranks are started through Spark (a session is opened for the launcher).
+    spark_launched: ClassVar[bool] = False
     extras: ClassVar[Mapping[str, str]] = {}
 
     def check(self, spec) -> Iterable[ComputeFinding]:
@@ -97,6 +99,7 @@ class RankKind(_Kind):
     their rank owns, so the driver keeps the CPU."""
 
     distributed: ClassVar[bool] = True
+    spark_launched: ClassVar[bool] = True
 
     def device(self, compute):
         """The driver's: the CPU (the ranks pick their own)."""

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterator, Literal, Mapping
+from typing import Any, ClassVar, Iterator, Literal, Mapping, Optional
 
 from dbspec.compute.common import NO_RESOURCES, RankKind, resolve_backend
 from dbspec.errors import DbspecError, did_you_mean
@@ -81,7 +81,7 @@ class DeepspeedKind(RankKind):
                                  f"{compute.num_gpus * compute.num_nodes} GPU(s) at run time; set "
                                  "compute.use_gpu: false to train on CPU (ZeRO with gloo) where "
                                  "there is none", warning=True)
-        yield from _config_findings(compute.config)
+        yield from config_findings(compute.config)
 
     def check_runnable(self, spec, *, quick: bool) -> None:
         """DeepSpeed parses the generated config (before any stage runs)."""
@@ -113,7 +113,7 @@ class DeepspeedKind(RankKind):
             useGpu=settings.use_gpu, deepspeedConfig=settings.engine_config)
 
 
-def _config_findings(config: dict) -> Iterator[ComputeFinding]:
+def config_findings(config: dict) -> Iterator[ComputeFinding]:
     """Keys dbspec owns, keys DeepSpeed does not know, and HuggingFace's ``auto``."""
     for key, value in config.items():
         path = ("compute", "config", key)
@@ -129,15 +129,16 @@ def _config_findings(config: dict) -> Iterator[ComputeFinding]:
                                  "by DeepSpeed; give a concrete value")
 
 
-def deepspeed_config(spec) -> dict[str, Any]:
-    """ZeRO stage, offload, precision, micro batch and accumulation from the spec.
+def deepspeed_config(spec, use_gpu: Optional[bool] = None) -> dict[str, Any]:
+    """ZeRO stage, offload, precision, micro batch and accumulation from the spec (``use_gpu``:
+    where the section's own ``use_gpu`` is not what the ranks use).
 
     ``compute.config`` is merged over the result (validation keeps it off the keys generated
     here). The spec's torch optimizer is handed to DeepSpeed, so no DeepSpeed op has to be
     compiled; ``zero_allow_untested_optimizer`` says that this is intended.
     """
     compute, training = spec.compute, spec.training
-    precision = training.precision_on(compute.use_gpu)
+    precision = training.precision_on(compute.use_gpu if use_gpu is None else use_gpu)
     zero: dict[str, Any] = {"stage": compute.zero_stage}
     for key, device in (("offload_optimizer", compute.offload.optimizer),
                         ("offload_param", compute.offload.params)):

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import re
-from typing import Annotated, Iterator, Literal, Optional, get_args
+from pathlib import Path
+from typing import Annotated, Any, Callable, Iterator, Literal, Optional, get_args
 
 from pydantic import AfterValidator
 
-from dbspec.compute.common import InProcessKind
-from dbspec.seams.compute import ComputeFinding
+from dbspec.compute.common import InProcessKind, resolve_backend, resolve_gpu
+from dbspec.compute.deepspeed import (Offload, config_findings, check_deepspeed_config,
+                                      deepspeed_config)
+from dbspec.seams.compute import ComputeFinding, RankSettings
 from dbspec.spec.databricks import EXPERIMENT_NAME, experiment_location
-from dbspec.spec.sections.base import SpecModel, d
+from dbspec.spec.sections.base import SpecModel, d, section
 
 #: AI Runtime (serverless GPU) accelerator types, as databricks-sdk's
 #: ``jobs.ComputeSpecAcceleratorType`` names them (a test keeps the two equal); the number
@@ -41,6 +45,13 @@ class ServerlessGpuCompute(SpecModel):
         default="4")
     provisioned_capacity_id: Optional[str] = d("A reserved-capacity id to run on instead of "
                                                "on-demand capacity.", default=None, min_length=1)
+    strategy: Literal["ddp", "deepspeed"] = d(
+        "With count > 1: one torchrun rank per GPU on every node, under DDP or DeepSpeed ZeRO.",
+        default="ddp")
+    zero_stage: Literal[0, 1, 2, 3] = d("ZeRO stage (strategy deepspeed).", default=2)
+    offload: Offload = section("ZeRO offload targets (strategy deepspeed).")
+    config: dict[str, Any] = d("Extra DeepSpeed config (strategy deepspeed), merged over the "
+                               "generated one and checked with DeepSpeed's classes.", default={})
 
     @property
     def device(self) -> str:
@@ -52,27 +63,36 @@ class ServerlessGpuCompute(SpecModel):
         """GPUs per node, from the accelerator name."""
         return int(self.accelerator.split("_")[1].split("x")[0])
 
+    @property
+    def use_gpu(self) -> bool:
+        """Ranks train on GPUs where this process sees them (DeepSpeed's config reads it)."""
+        return resolve_gpu("auto")
+
 
 class ServerlessGpuKind(InProcessKind):
-    """AI Runtime in jobs; ``device: auto`` in this process."""
+    """AI Runtime in jobs; one GPU: ``device: auto`` in this process; several: torchrun ranks
+    on every node (here: ``count`` ranks on this machine)."""
 
     name = "serverless_gpu"
     model = ServerlessGpuCompute
     serverless = True
 
     def check(self, spec) -> Iterator[ComputeFinding]:
-        """``count`` fits the accelerator and one process; no job cluster sections."""
+        """``count`` fits the accelerator, DeepSpeed settings fit; no job cluster sections."""
         compute = spec.compute
         per_node = compute.gpus_per_node
         if compute.count % per_node:
             yield ComputeFinding(("compute", "count"), f"{compute.accelerator} has {per_node} "
                                  f"GPUs per node, so count must be a multiple of {per_node}, "
                                  f"not {compute.count}")
-        elif compute.count > 1:
-            yield ComputeFinding(("compute", "count"), f"{compute.count} accelerators: dbspec "
-                                 "trains one process on one GPU in an AI Runtime task today; "
-                                 "use count: 1 (GPU_1x...), or torch_distributor / deepspeed / "
-                                 "ray on a job cluster for several GPUs")
+        if compute.strategy == "deepspeed":
+            yield from config_findings(compute.config)
+            if compute.offload.params != "none" and compute.zero_stage != 3:
+                yield ComputeFinding(("compute", "offload", "params"), "parameter offload "
+                                     f"needs zero_stage 3, not {compute.zero_stage}")
+        elif compute.model_fields_set & {"zero_stage", "offload", "config"}:
+            yield ComputeFinding(("compute", "strategy"), "zero_stage, offload and config are "
+                                 "DeepSpeed's: set strategy: deepspeed, or remove them")
         name, _ = experiment_location(spec.tracking.experiment or spec.name)
         if not EXPERIMENT_NAME.match(name):
             yield ComputeFinding(("tracking", "experiment"), f"AI Runtime refuses the experiment "
@@ -90,6 +110,46 @@ class ServerlessGpuKind(InProcessKind):
 
     def trains_on_gpu(self, compute) -> bool:
         return True
+
+    def world_size(self, compute) -> int:
+        """``count`` ranks (more than one: launched by torchrun, see :meth:`start_ranks`)."""
+        return compute.count
+
+    def remote_ranks(self, compute) -> Optional[str]:
+        """On AI Runtime's other nodes when it runs several (so the files go to the shared
+        directory); here, on this machine."""
+        nodes = int(os.environ.get("NUM_NODES", "1") or 1)
+        return f"ranks on {nodes} AI Runtime nodes" if nodes > 1 else None
+
+    def check_runnable(self, spec, *, quick: bool) -> None:
+        if spec.compute.count > 1 and spec.compute.strategy == "deepspeed":
+            self.rank_settings(spec)
+
+    def rank_settings(self, spec) -> RankSettings:
+        """GPUs when this machine has one for every rank here, else CPUs (gloo)."""
+        use_gpu = _gpus_for(_ranks_here(spec.compute))
+        config = None
+        if spec.compute.strategy == "deepspeed":
+            config = deepspeed_config(spec, use_gpu=use_gpu)
+            check_deepspeed_config(config)
+        return RankSettings(use_gpu, resolve_backend("auto", use_gpu), config)
+
+    def start_ranks(self, spec, settings: RankSettings, work_dir: Path,
+                    say: Callable[[str], None]) -> Optional[str]:
+        from dbspec.training.torchrun import run_torchrun
+
+        return run_torchrun(work_dir, _ranks_here(spec.compute), say)
+
+
+def _ranks_here(compute) -> int:
+    """Ranks on this node: AI Runtime's ``LOCAL_WORLD_SIZE``, else every rank (a laptop)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE") or compute.count)
+
+
+def _gpus_for(ranks: int) -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.device_count() >= ranks
 
 
 KIND = ServerlessGpuKind()

@@ -13,6 +13,7 @@ the state is a :class:`StateError`, so a job task fails instead of silently redo
 
 from __future__ import annotations
 
+import os
 import contextlib
 import json
 import shutil
@@ -150,6 +151,11 @@ class MlflowState(LocalState):
                     max_results=2)
                 if found:
                     self._run_id = found[0].info.run_id
+                elif self.key == os.environ.get("MLFLOW_RUN_ID"):  # AI Runtime's run: adopted
+                    self.client.set_tag(self.key, "dbspec.run_key", self.key)
+                    for name, value in {"dbspec.kind": "pipeline", **self.tags}.items():
+                        self.client.set_tag(self.key, name, value)
+                    self._run_id = self.key
                 else:
                     run = self.client.create_run(
                         self.experiment_id, run_name=f"dbspec pipeline {self.key}",

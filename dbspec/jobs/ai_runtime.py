@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import Optional
 
-from dbspec.spec.databricks import experiment_location
+from dbspec.spec.databricks import RENDEZVOUS, experiment_location
 from dbspec.jobs.tasks import extra_requirements, mlflow_env, task_extras, task_settings
 
 #: The job environment the AI Runtime task runs in.
@@ -51,25 +51,49 @@ def ai_runtime_environments(spec) -> list:
 
 def ai_runtime_script(spec, target: Optional[str], *, install: str, spec_name: str,
                       shared: str, header: str) -> str:
-    """The command script of :func:`ai_runtime_task`: export the MLflow URIs, install dbspec
-    (``install``: the wheel beside the script, ``../dist``, or a pinned requirement) without
-    its dependencies, then what the stages need but the environment lacks, run every stage."""
+    """The command script of :func:`ai_runtime_task`, run on every node: export the MLflow
+    URIs, install dbspec (``install``: the wheel beside the script, ``../dist``, or a pinned
+    requirement) without its dependencies, then what the stages need but the environment
+    lacks. Node 0 runs every stage in the platform's MLflow run; the others run the training
+    ranks node 0 launches (:mod:`dbspec.training.torchrun`)."""
     run = ["dbspec", "run", f'"$here/../specs/{spec_name}"']
     if target:
         run += ["--target", shlex.quote(target)]
-    run += ["--shared-dir", shlex.quote(shared), "--quiet"]
+    run += ["--shared-dir", shlex.quote(shared), '"${key[@]}"', "--quiet"]
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in mlflow_env(spec).items())
     wheel = f'{install}"' if install.startswith('"') else shlex.quote(install)
     needs = [pin for extra in (None, *task_extras(spec, ("train", "serve")))
              for pin in extra_requirements(extra, keep=_environment_lacks(spec))]
+    meeting = f"{shared.rstrip('/')}/ai-runtime/${{MLFLOW_RUN_ID:-manual}}"
     return (f"#!/usr/bin/env bash\n{header}"
-            "# The AI Runtime (serverless GPU) command of this job: every stage of the spec.\n"
+            "# The AI Runtime (serverless GPU) command of this job, run on every node.\n"
             f"set -euo pipefail\n{exports}"
             'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
             f"python -m pip install --quiet --no-deps {wheel}\n"
             f"python -m pip install --quiet "
             f"{' '.join(shlex.quote(p) for p in dict.fromkeys(needs))}\n"
-            f"exec {' '.join(run)}\n")
+            f'export {RENDEZVOUS}="{meeting}"\n'
+            + _other_nodes(spec) +
+            "key=()  # the platform's MLflow run (MLFLOW_RUN_ID) becomes dbspec's pipeline run\n"
+            'if [ -n "${MLFLOW_RUN_ID:-}" ]; then key=(--run-key "$MLFLOW_RUN_ID"); fi\n'
+            f"status=0\n{' '.join(run)} || status=$?\n"
+            f'mkdir -p "${RENDEZVOUS}" && touch "${RENDEZVOUS}/done"  # the other nodes stop\n'
+            'exit "$status"\n')
+
+
+def _other_nodes(spec) -> str:
+    """Nodes 1..N-1 wait for node 0's torchrun command and run their ranks (several nodes)."""
+    compute = spec.compute
+    if compute.count <= compute.gpus_per_node:
+        return ""
+    wait = spec.jobs.timeout_seconds or 86_400
+    return ('if [ "${NODE_RANK:-0}" != "0" ]; then  # node 0 runs the stages, then launches\n'
+            f'  for _ in $(seq 1 {wait // 5}); do\n'
+            f'    if [ -f "${RENDEZVOUS}/launch.sh" ]; then exec bash "${RENDEZVOUS}/launch.sh"; fi\n'
+            f'    if [ -f "${RENDEZVOUS}/done" ]; then exit 0; fi\n'
+            "    sleep 5\n  done\n"
+            f'  echo "node $NODE_RANK: node 0 launched no training in {wait} s" >&2; exit 1\n'
+            "fi\n")
 
 
 def _environment_lacks(spec) -> tuple[str, ...]:

@@ -54,6 +54,7 @@ class ComputeKind(Protocol):
         model: The pydantic model of its ``compute`` section (``kind: Literal[name]``).
         distributed: Whether training runs on a launcher's ranks (else in this process).
         serverless: Whether the Databricks job runs on AI Runtime (no job clusters).
+        spark_launched: Whether its ranks are started through Spark (a session is opened).
         extras: Third-party module -> the dbspec extra that installs it, for what this kind
             imports beyond the ``train`` extra (tasks install them; errors name them).
     """
@@ -69,6 +70,9 @@ class ComputeKind(Protocol):
 
     @property
     def serverless(self) -> bool: ...
+
+    @property
+    def spark_launched(self) -> bool: ...
 
     @property
     def extras(self) -> Mapping[str, str]: ...
@@ -133,3 +137,10 @@ COMPUTE: KindRegistry[ComputeKind] = KindRegistry("dbspec.compute", "compute kin
 def compute_kind(spec: Spec) -> ComputeKind:
     """The kind of ``spec.compute``."""
     return COMPUTE.get(spec.compute.kind)
+
+
+def trains_on_ranks(spec: Spec) -> bool:
+    """Whether training runs on launched ranks: a distributed kind, or a kind asking for more
+    than one (AI Runtime on several GPUs)."""
+    kind = compute_kind(spec)
+    return kind.distributed or kind.world_size(spec.compute) > 1

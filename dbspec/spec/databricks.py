@@ -179,3 +179,8 @@ def experiment_location(experiment: str) -> tuple[str, Optional[str]]:
     if not folder:
         return name, None
     return name, folder if folder.startswith("/Workspace") else f"/Workspace{folder}"
+
+
+#: The variable naming the directory the nodes of one AI Runtime run meet in: the generated
+#: command script sets it; node 0's torchrun launcher writes the other nodes' command there.
+RENDEZVOUS = "DBSPEC_RENDEZVOUS"

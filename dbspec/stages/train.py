@@ -8,6 +8,7 @@ epoch).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 
 from dbspec.errors import DbspecError, redact_data
 from dbspec.faults import pause_point
-from dbspec.seams.compute import compute_kind
+from dbspec.seams.compute import compute_kind, trains_on_ranks
 from dbspec.stages.base import StageContext, write_json
 from dbspec.data import store
 from dbspec.stages.data import load_data_access
@@ -108,7 +109,7 @@ def _fit(job: _TrainingJob, tracker, run_id: str, observer):
     ctx, spec = job.ctx, job.spec
     if job.reused:
         return _best_trial(ctx)
-    if compute_kind(spec).distributed:
+    if trains_on_ranks(spec):
         return _fit_distributed(job, tracker, run_id)
 
     def log_epoch(*, epoch: int, metrics: dict[str, float], **_: Any) -> None:
@@ -140,8 +141,10 @@ def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
 
     ctx, spec = job.ctx, job.spec
     tracker.flush()
-    with spark_session(spec, ctx.options.master, say=ctx.reporter.line) as session:
-        if ctx.spark is None:  # the spark executor checked its executors already
+    spark = spark_session(spec, ctx.options.master, say=ctx.reporter.line) \
+        if compute_kind(spec).spark_launched else contextlib.nullcontext()
+    with spark as session:
+        if ctx.spark is None and session is not None:  # the spark executor checked them
             from dbspec.spark.probe import check_executors
 
             check_executors(session, spec, shared_dir=ctx.options.shared_dir,
@@ -222,6 +225,8 @@ def _rank_files_dir(ctx: StageContext, spec) -> Path:
     from dbspec.spark.session import master_url
     from dbspec.spark.placement import is_local_master, ranks_on_executors
 
+    if ranks_on_executors(spec) and not compute_kind(spec).spark_launched:
+        return ctx.shared_stage_dir()  # ranks on other nodes, by their own launcher
     master = ctx.spark.sparkContext.master if ctx.spark is not None \
         else master_url(spec, ctx.options.master)
     if ranks_on_executors(spec) and not is_local_master(master):

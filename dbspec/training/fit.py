@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from dbspec.data.prepare import FittedStep, Splits, Table
-from dbspec.seams.compute import COMPUTE, compute_kind
+from dbspec.seams.compute import COMPUTE, trains_on_ranks
 from dbspec.spec.sections import Spec
 from dbspec.spec.semantics import output_width
 from dbspec.tracking.metrics import TrackingTarget
@@ -121,7 +121,7 @@ def fit_streamed(spec: Spec, data, stats: dict[str, Any], fitted: list[FittedSte
 
 def _fit_card(spec: Spec, card, make_tensors, options: FitOptions, shards=None) -> Fitted:
     """Build the network for ``card``, train it, wrap it as a served model (``fit_spec``)."""
-    distributed = compute_kind(spec).distributed
+    distributed = trains_on_ranks(spec)
     device = select_device(spec.compute)
     served = _new_served(spec, card)
     parameters = sum(p.numel() for p in served.network.parameters())

@@ -286,3 +286,9 @@ class _EngineModule:
     def parameters(self):
         return self.engine.module.parameters()
 
+
+
+if __name__ == "__main__":  # a torchrun rank: python -m dbspec.training.rank WORK_DIR
+    import sys
+
+    rank_main(sys.argv[1])
