@@ -17,7 +17,8 @@ from typing import Any, Callable, Optional
 
 from dbspec.data.shard_writing import (Layout, Origin, Tally, check_schema, convert_batches,
                                        finish, partial_dir, record_batches)
-from dbspec.data.shards import ShardSet, open_shard_set, shard_identity, shard_rows
+from dbspec.data.shards import (BrokenShardSet, ShardSet, open_shard_set, shard_identity,
+                                shard_rows)
 from dbspec.data.sources import DataError
 from dbspec.spec.sections.data import DataSpec
 
@@ -151,10 +152,14 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
                               where=f"{opened.uri}|{opened.pins}",
                               made_by="spark" if spark_tasks else "arrow")
     root = Path(location) / f"shards-{identity}"
-    if (root / "index.json").exists():
-        found = open_shard_set(root)
-        say(f"  reusing the shards of {opened.version} at {root}")
-        return found
+    if root.exists():
+        try:
+            found = open_shard_set(root)
+            say(f"  reusing the shards of {opened.version} at {root}")
+            return found
+        except BrokenShardSet as exc:
+            say(f"  {exc.problem}: converting the source again")
+            discard(root)
     features = check_schema(opened.dataset.schema, data)
     layout = Layout(features, data.target, data.streaming.key, data.task == "regression",
                     shard_rows(len(features), data.streaming.shard_size_mb), data)
@@ -180,6 +185,20 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
     say(f"  converted {tally.rows:,} rows into {sum(len(v) for v in tally.shards.values())} "
         f"shards in {seconds:.1f} s ({tally.rows / max(seconds, 1e-9):,.0f} rows/s): {root}")
     return shard_set
+
+
+def discard(root: Path) -> None:
+    """Remove a shard set: renamed first (a conversion's temporary name, which ``dbspec gc``
+    also clears), so no reader finds it half-deleted."""
+    import shutil
+    import uuid
+
+    doomed = root.parent / f".partial-{root.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        root.rename(doomed)
+    except OSError:  # removed by another process first, or it cannot be: then the
+        return  # conversion's end finds it in place and refuses it, naming the problem
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _convert_here(opened: OpenedSource, layout: Layout, directory: Path,
