@@ -8,6 +8,7 @@ converting the source's files in parallel when the Spark executor runs.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from functools import reduce
@@ -159,7 +160,8 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
             return found
         except BrokenShardSet as exc:
             say(f"  {exc.problem}: converting the source again")
-            discard(root)
+            # what cannot be removed is found in place when the new set would replace it
+            shutil.rmtree(root, ignore_errors=True)
     features = check_schema(opened.dataset.schema, data)
     layout = Layout(features, data.target, data.streaming.key, data.task == "regression",
                     shard_rows(len(features), data.streaming.shard_size_mb), data)
@@ -171,8 +173,6 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
         else:
             tally = _convert_here(opened, layout, directory, limit, say)
     except BaseException as exc:
-        import shutil
-
         import pyarrow as pa
 
         shutil.rmtree(directory, ignore_errors=True)
@@ -185,20 +185,6 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
     say(f"  converted {tally.rows:,} rows into {sum(len(v) for v in tally.shards.values())} "
         f"shards in {seconds:.1f} s ({tally.rows / max(seconds, 1e-9):,.0f} rows/s): {root}")
     return shard_set
-
-
-def discard(root: Path) -> None:
-    """Remove a shard set: renamed first (a conversion's temporary name, which ``dbspec gc``
-    also clears), so no reader finds it half-deleted."""
-    import shutil
-    import uuid
-
-    doomed = root.parent / f".partial-{root.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        root.rename(doomed)
-    except OSError:  # removed by another process first, or it cannot be: then the
-        return  # conversion's end finds it in place and refuses it, naming the problem
-    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _convert_here(opened: OpenedSource, layout: Layout, directory: Path,

@@ -1,13 +1,14 @@
 """The shard set format, the hash split, and reading shards.
 
-A shard set is a directory: ``index.json`` (feature names, classes, each split's shards and their
-row counts, what the conversion found) and ``<split>/shard-<part>-<n>.arrow`` files: uncompressed
-Arrow IPC files with float32 columns ``f0``, ``f1``... (nulls for missing values), ``y`` (the
-target as read) and ``row`` (the row's position in the pinned source version). A row's split is
+A shard set is a directory: ``index.json`` (feature names, classes, each split's shards with
+their rows and bytes, what the conversion found, a checksum of it all) and
+``<split>/shard-<part>-<n>.arrow`` files: uncompressed Arrow IPC files with float32 columns
+``f0``, ``f1``... (nulls for missing values), ``y`` (the target as read) and ``row`` (the row's
+position in the pinned source version). A row's split is
 a hash of its key or position, so no split needs the whole table. The directory name carries the
 set's identity (source, data version, target, features, split, key, shard size): an unchanged
-rerun reuses it, a new data version gets new shards. Writing is
-:mod:`dbspec.data.shard_writing`'s.
+rerun reuses it, a new data version gets new shards. Opening a set checks the index against
+the files (:func:`check_shards`). Writing is :mod:`dbspec.data.shard_writing`'s.
 """
 
 from __future__ import annotations
