@@ -136,7 +136,7 @@ def check_shards(root: Path, index: dict[str, Any]) -> None:
     import pyarrow as pa
 
     try:
-        listed = [(shard["file"], int(shard["rows"]), int(shard["bytes"]))
+        listed = [(str(shard["file"]), int(shard["rows"]), int(shard["bytes"]))
                   for split in SPLITS for shard in index["splits"][split]]
     except (KeyError, TypeError, ValueError, AttributeError):
         raise BrokenShardSet(root, f"has a damaged {INDEX_FILE} (its splits do not give each "
@@ -149,7 +149,7 @@ def check_shards(root: Path, index: dict[str, Any]) -> None:
                 held = sum(reader.get_batch(i).num_rows
                            for i in range(reader.num_record_batches))
             found = path.stat().st_size
-        except (OSError, pa.ArrowInvalid) as exc:
+        except (OSError, pa.ArrowException) as exc:
             raise BrokenShardSet(root, f"cannot read shard {name}: {exc}") from None
         if held != rows:
             raise BrokenShardSet(root, f"does not match its {INDEX_FILE}: shard {name} holds "
