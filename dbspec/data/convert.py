@@ -8,6 +8,7 @@ converting the source's files in parallel when the Spark executor runs.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from functools import reduce
@@ -17,7 +18,8 @@ from typing import Any, Callable, Optional
 
 from dbspec.data.shard_writing import (Layout, Origin, Tally, check_schema, convert_batches,
                                        finish, partial_dir, record_batches)
-from dbspec.data.shards import ShardSet, open_shard_set, shard_identity, shard_rows
+from dbspec.data.shards import (BrokenShardSet, ShardSet, open_shard_set, shard_identity,
+                                shard_rows)
 from dbspec.data.sources import DataError
 from dbspec.spec.sections.data import DataSpec
 
@@ -151,10 +153,15 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
                               where=f"{opened.uri}|{opened.pins}",
                               made_by="spark" if spark_tasks else "arrow")
     root = Path(location) / f"shards-{identity}"
-    if (root / "index.json").exists():
-        found = open_shard_set(root)
-        say(f"  reusing the shards of {opened.version} at {root}")
-        return found
+    if root.exists():
+        try:
+            found = open_shard_set(root)
+            say(f"  reusing the shards of {opened.version} at {root}")
+            return found
+        except BrokenShardSet as exc:
+            say(f"  {exc.problem}: converting the source again")
+            # what cannot be removed is found in place when the new set would replace it
+            shutil.rmtree(root, ignore_errors=True)
     features = check_schema(opened.dataset.schema, data)
     layout = Layout(features, data.target, data.streaming.key, data.task == "regression",
                     shard_rows(len(features), data.streaming.shard_size_mb), data)
@@ -166,8 +173,6 @@ def convert_source(data: DataSpec, opened: OpenedSource, location: Path, *,
         else:
             tally = _convert_here(opened, layout, directory, limit, say)
     except BaseException as exc:
-        import shutil
-
         import pyarrow as pa
 
         shutil.rmtree(directory, ignore_errors=True)

@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import numpy as np
 
 from dbspec.data.read_ahead import read_ahead
-from dbspec.data.shards import (FORMAT, FORMAT_VERSION, INDEX_FILE, SPLITS, ShardSet, key_values,
-                                open_shard_set, split_of)
+from dbspec.data.shards import (FORMAT, FORMAT_VERSION, INDEX_FILE, SPLITS, ShardSet,
+                                index_checksum, key_values, open_shard_set, split_of)
 from dbspec.data.sources import DataError
 from dbspec.errors import did_you_mean
 from dbspec.spec.sections.data import DataSpec
@@ -231,6 +231,7 @@ class _SplitWriter:
         if self.writer is not None:
             self.writer.close()
             self.written[-1]["rows"] = self.count
+            self.written[-1]["bytes"] = (self.directory / self.written[-1]["file"]).stat().st_size
             self.writer = None
         return self.written
 
@@ -265,6 +266,7 @@ def finish(directory: Path, root: Path, data: DataSpec, features: list[str], tal
                  "splits": {split: sorted(tally.shards[split], key=lambda s: s["file"])
                             for split in SPLITS},
                  "nan_columns": {split: sorted(tally.nan_columns[split]) for split in SPLITS}}
+        index["checksum"] = index_checksum(index)
         (directory / INDEX_FILE).write_text(json.dumps(index, indent=1))
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)

@@ -1,13 +1,14 @@
 """The shard set format, the hash split, and reading shards.
 
-A shard set is a directory: ``index.json`` (feature names, classes, each split's shards and their
-row counts, what the conversion found) and ``<split>/shard-<part>-<n>.arrow`` files: uncompressed
-Arrow IPC files with float32 columns ``f0``, ``f1``... (nulls for missing values), ``y`` (the
-target as read) and ``row`` (the row's position in the pinned source version). A row's split is
+A shard set is a directory: ``index.json`` (feature names, classes, each split's shards with
+their rows and bytes, what the conversion found, a checksum of it all) and
+``<split>/shard-<part>-<n>.arrow`` files: uncompressed Arrow IPC files with float32 columns
+``f0``, ``f1``... (nulls for missing values), ``y`` (the target as read) and ``row`` (the row's
+position in the pinned source version). A row's split is
 a hash of its key or position, so no split needs the whole table. The directory name carries the
 set's identity (source, data version, target, features, split, key, shard size): an unchanged
-rerun reuses it, a new data version gets new shards. Writing is
-:mod:`dbspec.data.shard_writing`'s.
+rerun reuses it, a new data version gets new shards. Opening a set checks the index against
+the files (:func:`check_shards`). Writing is :mod:`dbspec.data.shard_writing`'s.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from dbspec.data.sources import DataError
 from dbspec.spec.sections.data import DataSpec
 
 FORMAT = "dbspec-arrow-shards"
-#: 2: one float32 column per feature (1 held them in one fixed-size list column).
-FORMAT_VERSION = 2
+#: 2: one float32 column per feature (1 held them in one fixed-size list column); 3: each
+#: shard's size and the index's checksum recorded, checked with the shards' rows on opening.
+FORMAT_VERSION = 3
 SPLITS = ("train", "validation", "test")
 INDEX_FILE = "index.json"
 
@@ -88,22 +90,76 @@ class ShardSet:
                 for shard in self.index["splits"][split]]
 
 
+class BrokenShardSet(DataError):
+    """A shard set whose index is unreadable or does not match its shard files."""
+
+    def __init__(self, root: Path, problem: str):
+        self.problem = f"the shard set at {root} {problem}"
+        super().__init__(f"data.streaming: {self.problem}; convert the source again: "
+                         "dbspec run SPEC --from load_data")
+
+
 def open_shard_set(root: Path) -> ShardSet:
-    """The shard set at ``root``.
+    """The shard set at ``root``, checked against its shard files (:func:`check_shards`).
 
     Raises:
-        DataError: no complete set there (its index is missing or of another format).
+        BrokenShardSet: no readable index, one of another format, or one the shards
+            contradict.
     """
     path = Path(root) / INDEX_FILE
     try:
         index = json.loads(path.read_text())
     except (OSError, ValueError):
-        raise DataError(f"data.streaming: no complete shard set at {root} (no readable "
-                        f"{INDEX_FILE}); rerun load_data to convert the source") from None
+        raise BrokenShardSet(root, f"has no readable {INDEX_FILE}") from None
+    if not isinstance(index, dict):
+        raise BrokenShardSet(root, f"has no readable {INDEX_FILE}")
     if index.get("format") != FORMAT or index.get("format_version") != FORMAT_VERSION:
-        raise DataError(f"data.streaming: {root} holds shards of another format "
-                        f"({index.get('format')} v{index.get('format_version')})")
+        raise BrokenShardSet(root, f"holds shards of another format ({index.get('format')} "
+                                   f"v{index.get('format_version')})")
+    check_shards(Path(root), index)
     return ShardSet(Path(root), index)
+
+
+def index_checksum(index: dict[str, Any]) -> str:
+    """The digest of an index's content (its ``checksum`` left out), recorded when written."""
+    content = {key: value for key, value in index.items() if key != "checksum"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
+def check_shards(root: Path, index: dict[str, Any]) -> None:
+    """Check the index against the shard files: each one's rows (from the Arrow file's record
+    batch headers: no column is read) and size, then the index's own checksum.
+
+    Raises:
+        BrokenShardSet: the first shard, or index entry, that does not match.
+    """
+    import pyarrow as pa
+
+    try:
+        listed = [(str(shard["file"]), int(shard["rows"]), int(shard["bytes"]))
+                  for split in SPLITS for shard in index["splits"][split]]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise BrokenShardSet(root, f"has a damaged {INDEX_FILE} (its splits do not give each "
+                                   "shard's file, rows and bytes)") from None
+    for name, rows, size in listed:
+        path = root / name
+        try:
+            with pa.memory_map(str(path)) as source:
+                reader = pa.ipc.open_file(source)
+                held = sum(reader.get_batch(i).num_rows
+                           for i in range(reader.num_record_batches))
+            found = path.stat().st_size
+        except (OSError, pa.ArrowException) as exc:
+            raise BrokenShardSet(root, f"cannot read shard {name}: {exc}") from None
+        if held != rows:
+            raise BrokenShardSet(root, f"does not match its {INDEX_FILE}: shard {name} holds "
+                                       f"{held:,} rows, the index says {rows:,}")
+        if found != size:
+            raise BrokenShardSet(root, f"does not match its {INDEX_FILE}: shard {name} has "
+                                       f"{found:,} bytes, the index says {size:,}")
+    if index.get("checksum") != index_checksum(index):
+        raise BrokenShardSet(root, f"has an {INDEX_FILE} changed since it was written (its "
+                                   "checksum does not match its content)")
 
 
 # -- split by hash ----------------------------------------------------------------------------

@@ -66,7 +66,8 @@ def collect_garbage(state_dir: Path, *, spec_name: Optional[str] = None, keep: i
 def _unused_shard_sets(state_dir: Path, *, dry_run: bool) -> list[Removal]:
     """The streamed-data shard sets under ``<state dir>/shards`` that no kept ``load_data``
     entry of any run names (``data.streaming``; sets elsewhere, in a shared location other
-    projects may use, are left alone), and conversions a kill left half-written."""
+    projects may use, are left alone), those that contradict their index, and conversions a
+    kill left half-written."""
     import json
     import shutil
 
@@ -83,16 +84,29 @@ def _unused_shard_sets(state_dir: Path, *, dry_run: bool) -> list[Removal]:
             named.add(Path(shards).name)
     removed = []
     for path in sorted(folder.iterdir()):
-        if not path.is_dir() or path.name in named or not path.name.startswith(
-                ("shards-", ".partial-")):
+        if not path.is_dir() or not path.name.startswith(("shards-", ".partial-")):
+            continue
+        reason = "incomplete" if path.name.startswith(".partial-") else \
+            "unreferenced" if path.name not in named else _broken(path)
+        if reason is None:
             continue
         size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        removed.append(Removal(state_dir, "shards", path.name, size,
-                               "incomplete" if path.name.startswith(".partial-")
-                               else "unreferenced"))
+        removed.append(Removal(state_dir, "shards", path.name, size, reason))
         if not dry_run:
             shutil.rmtree(path, ignore_errors=True)
     return removed
+
+
+def _broken(path: Path) -> Optional[str]:
+    """``broken: <why>`` for a shard set that contradicts its index (its run converts the
+    source again), else None."""
+    from dbspec.data.shards import BrokenShardSet, open_shard_set
+
+    try:
+        open_shard_set(path)
+    except BrokenShardSet as exc:
+        return f"broken: {exc.problem.removeprefix(f'the shard set at {path} ')}"
+    return None
 
 
 def gc_command(state_dir: Path, *, spec_file: Optional[str], keep: Optional[str],

@@ -261,15 +261,16 @@ class LocalExecutor:
                 continue
             skip = not only and planned.name not in forced and \
                 not getattr(build_stage(planned), "always_runs", False)
-            if skip and finished is not None:
+            if skip and finished is not None and self._usable(planned, finished.output):
                 store.use(planned.name, planned.fingerprint)
                 self.reporter.line(f"= {planned.name:<11} unchanged, skipped")
                 records.append(StageRecord(planned.name, "cached", 0.0, finished.output))
                 continue
             inputs = inputs_of(planned.depends_on, state.stages_json())
             cached = store.reuse(planned.name, planned.fingerprint, inputs) \
-                if skip and planned.name not in RERUN_FROM_CACHE else None
-            if cached is not None:  # an earlier spec's run of it, kept at this fingerprint
+                if skip and finished is None and planned.name not in RERUN_FROM_CACHE else None
+            if cached is not None and self._usable(planned, cached.output):
+                # an earlier spec's run of it, kept at this fingerprint
                 pause_point(f"stage.{planned.name}.reused")  # linked, state.json not yet
                 state.stages[planned.name] = cached
                 store.save(state, changed=(planned.name,))
@@ -281,6 +282,15 @@ class LocalExecutor:
             records.append(self._run_stage(_Pass(loaded, plan, store, state, only), planned,
                                            recorded, inputs=inputs, resume=resume))
         return RunRecord(loaded.spec.name, loaded.target, store.run_dir, records)
+
+    def _usable(self, planned, output: dict) -> bool:
+        """Whether a finished output can stand for a run of the stage: not when the files it
+        names were damaged or removed since (the stage says why, and runs again)."""
+        damaged = getattr(build_stage(planned), "damaged", None)
+        why = damaged(output) if damaged is not None else None
+        if why:
+            self.reporter.line(f"! {planned.name}: {why}; running it again")
+        return not why
 
     def _run_stage(self, run: _Pass, planned, recorded: Optional[StageEntry], *,
                    inputs: dict[str, str], resume: bool) -> StageRecord:

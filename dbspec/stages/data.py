@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 from dbspec.data import store
 from dbspec.data.prepare import (Splits, Table, build_table, build_typed_table,
@@ -36,6 +37,18 @@ class LoadDataStage:
                                 uri=source.uri, features=features)
         write_json(ctx.directory / "table.json", output.to_json())
         return output
+
+    def damaged(self, output: dict) -> Optional[str]:
+        """Why a finished run's output is unusable now (its shard set is gone or contradicts
+        its index), or None."""
+        from dbspec.data.shards import BrokenShardSet, open_shard_set
+
+        try:
+            if output.get("shards"):
+                open_shard_set(Path(output["shards"]))
+        except BrokenShardSet as exc:
+            return exc.problem
+        return None
 
 
 def _load_typed(ctx: StageContext, frame) -> tuple[Table, list[dict]]:

@@ -31,7 +31,8 @@ from dbspec.data.access import StreamedData
 from dbspec.data.convert import convert_source
 from dbspec.seams.sources import source_kind
 from dbspec.data.prepare import build_table
-from dbspec.data.shards import FORMAT, open_shard_set, read_shard
+from dbspec.data.shards import (FORMAT, FORMAT_VERSION, index_checksum, open_shard_set,
+                                read_shard)
 from dbspec.data.sources import DataError
 from dbspec.data.stream import StreamedSplit, StreamSettings, epoch_plan
 from dbspec.spec.sections.training import TrainingSpec
@@ -189,14 +190,18 @@ def write_old_format_shard(path: Path, rows: int = 10, width: int = 3) -> None:
 
 
 def write_old_format_set(root: Path, format_version: int) -> Path:
-    """A set of one old-format training shard, its index saying ``format_version``."""
-    write_old_format_shard(root / "train/shard-00000-00000.arrow")
+    """A set of one old-format training shard, its index saying ``format_version`` (with the
+    shard's size and the index's checksum, which format 3 checks when the set is opened)."""
+    shard = root / "train/shard-00000-00000.arrow"
+    write_old_format_shard(shard)
     index = {"format": FORMAT, "format_version": format_version, "identity": "old",
              "data_version": "delta-v0", "uri": str(root), "feature_names": ["a", "b", "c"],
              "target": "y", "task": "regression", "classes": None, "rows": 10, "key": None,
-             "splits": {"train": [{"file": "train/shard-00000-00000.arrow", "rows": 10}],
+             "splits": {"train": [{"file": "train/shard-00000-00000.arrow", "rows": 10,
+                                   "bytes": shard.stat().st_size}],
                         "validation": [], "test": []},
              "nan_columns": {"train": [], "validation": [], "test": []}}
+    index["checksum"] = index_checksum(index)
     (root / "index.json").write_text(json.dumps(index))
     return root / "train/shard-00000-00000.arrow"
 
@@ -208,8 +213,8 @@ def test_an_old_format_shard_is_a_data_error_naming_it(tmp_path):
         read_shard(shard, 3)
 
 
-def test_an_index_of_format_2_over_old_shards_fails_when_read_naming_the_file(tmp_path):
-    shard = write_old_format_set(tmp_path / "set", format_version=2)
+def test_an_index_of_this_format_over_old_shards_fails_when_read_naming_the_file(tmp_path):
+    shard = write_old_format_set(tmp_path / "set", format_version=FORMAT_VERSION)
     shard_set = open_shard_set(tmp_path / "set")
     split = StreamedSplit(shard_set, "train", StreamSettings(batch_size=4, seed=0),
                           lambda x, y: (torch.from_numpy(np.array(x)), torch.from_numpy(y)))
