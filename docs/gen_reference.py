@@ -86,7 +86,8 @@ class SpecReference:
             elif "enum" in branch:
                 parts.append(" \\| ".join(f"`{json.dumps(v)}`" for v in branch["enum"]))
             elif branch.get("type") == "array":
-                parts.append(f"list of {self.type_text(branch.get('items', {}), path + '[]')}")
+                items = self.type_text(branch.get("items", {}), path + "[]")
+                parts.append(f"list of ({items})" if " or " in items else f"list of {items}")
             elif "oneOf" in branch or "anyOf" in branch:
                 parts.append(self.type_text(branch, path))
             elif branch.get("type") == "object":
