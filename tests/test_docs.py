@@ -142,7 +142,7 @@ def _examples() -> list[tuple[str, str, str, list[str]]]:
     for page, _, text in _blocks("console"):
         lines = text.splitlines()
         for index, line in enumerate(lines):
-            match = re.match(r"\$ (?:cd (\S+) && )?(dbspec .*|pip wheel \. .*)$", line)
+            match = re.match(r"\$ (?:cd (\S+) && )?(dbspec .*|pip wheel .*)$", line)
             if not match or not _light(match.group(2)):
                 continue
             shown = []
