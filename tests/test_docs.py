@@ -210,3 +210,10 @@ def _build_wheel(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess
     wheels = list(Path(args[args.index("-w") + 1]).glob("dbspec-*.whl"))
     assert wheels or result.returncode != 0, result.stdout + result.stderr
     return result
+
+
+def test_the_readmes_links_lead_to_files_of_the_checkout():
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    assert links
+    for link in links:
+        assert (ROOT / link).is_file(), link
