@@ -6,7 +6,8 @@
 - every full spec in a page validates, and every spec fragment validates laid over a minimal
   spec (the fragment's sections replace the minimal spec's);
 - every light shell example runs (``dbspec validate``, ``plan``, ``schema``, ``jobs`` and the
-  wheel build) with the exit code its comment gives, and prints the output shown below it.
+  wheel build) with the exit code its comment gives, and prints the output shown below it;
+- the README's links lead to files of the checkout.
 """
 
 from __future__ import annotations
