@@ -3,7 +3,7 @@ stalled or rose while training kept falling, or a wide final gap), underfitting 
 near the loss of an input-blind model), converged (both fell and end close), or undetermined.
 
 Each threshold below is relative to the losses' own scale, so one rule fits a standardised MSE
-and a cross-entropy alike (README, "Learning curves", has them as a table).
+and a cross-entropy alike (docs/howto/watch-training.md has them as a table).
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def failure_message(spec: Any, name: str, exc: BaseException, directory: Path,
 
 
 def _refusal(spec: Any, stage: str, exc: BaseException) -> str:
-    """Who may not do what in ``stage``, and the permission it takes (roles, README)."""
+    """Who may not do what in ``stage``, and the permission it takes (docs/howto/roles.md)."""
     from dbspec.registry.errors import denied
 
     if stage in ("register", "promote"):

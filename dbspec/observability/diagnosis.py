@@ -2,8 +2,8 @@
 
 A finding is made only when the measurements support it with a margin, so other work on the
 machine does not flip it between runs: samples taken while other processes saturated the CPUs
-measure the competition, not the run, and the CPU-share findings leave them out. README
-("Watching training") lists each rule with its threshold (the constants below). Everything here
+measure the competition, not the run, and the CPU-share findings leave them out.
+docs/howto/watch-training.md lists each rule with its threshold (the constants below). Everything here
 is a pure function of recorded series, so each rule is tested on recordings.
 """
 

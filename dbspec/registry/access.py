@@ -266,7 +266,7 @@ def grant_spec(spec: Any, tracking_uri: str, *, smoke: bool = False) -> RolesRep
     check_tracking_server(tracking_uri)
     if server_user(tracking_uri) is None:
         raise RegistryError(f"the tracking server at {tracking_uri} has no auth: start it as "
-                            "`mlflow server --app-name basic-auth` (see the README's Roles)")
+                            "`mlflow server --app-name basic-auth` (see docs/howto/roles.md)")
     client = mlflow.MlflowClient(tracking_uri, registry_uri=spec.tracking.registry_uri)
     model = spec.registry.name + ("_smoke" if smoke else "") if spec.registry else None
     resources, absent = roles_resources(client, spec.tracking.experiment or spec.name, model)

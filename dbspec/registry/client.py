@@ -1,6 +1,6 @@
 """MLflow model registry: versions, gate records and guarded alias moves.
 
-Under ``kill -9`` and concurrency (README, "Registry guarantees"): a version is created tagged
+Under ``kill -9`` and concurrency (docs/operations/registry.md): a version is created tagged
 pending, so a kill never leaves one that looks decided, and a rerun of its run adopts it; every
 alias move runs in :meth:`Registry.guarded_move`; a move made outside dbspec shows in every
 read and is recorded by the next move under the lock. Reads take no lock.

@@ -1,7 +1,7 @@
 """A real ``mlflow server --app-name basic-auth`` for the roles tests, and its users.
 
 One server per session, on 127.0.0.1, with its own tracking and auth databases in a temporary
-directory. ``default_permission`` is NO_PERMISSIONS, as the README recommends: a user sees only
+directory. ``default_permission`` is NO_PERMISSIONS, as docs/howto/roles.md recommends: a user sees only
 what a role (or having created it) gives.
 """
 

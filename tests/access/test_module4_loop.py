@@ -1,15 +1,16 @@
-"""The README's whole loop on the diabetes spec, command for command: train, approval refused to
+"""The documented whole loop on the diabetes spec (docs/operations/monitoring.md), command for
+command: train, approval refused to
 an analyst and given by an admin, a real ``dbspec serve`` capturing real HTTP traffic in its
 Delta inference table, ``dbspec monitor`` quiet on unshifted rows, a data scientist's retrain
 promoted through @staging and approved, shifted traffic, ``monitor`` exiting 3 and rolling
 @production back (the server follows), ``models`` showing the lifecycle. Against the session's
 real ``mlflow server --app-name basic-auth`` (tests/access/conftest.py).
 
-The commands are read from the README's block between ``<!-- loop:start -->`` and
-``<!-- loop:end -->``, so the README says what this test runs; the test checks the list first,
-then runs it with the server's address for the README's 127.0.0.1:5000 and a port of the
+The commands are read from that page's block between ``<!-- loop:start -->`` and
+``<!-- loop:end -->``, so the page says what this test runs; the test checks the list first,
+then runs it with the server's address for the page's 127.0.0.1:5000 and a port of the
 server's choosing for 8080. A ``# traffic`` line sends 60 requests of 8 diabetes rows over
-HTTP (the README shows one as ``curl``, which is not run).
+HTTP (the page shows one as ``curl``, which is not run).
 """
 
 from __future__ import annotations
@@ -48,10 +49,10 @@ EXPECTED = [
 ]
 
 
-def readme_loop() -> list[tuple[str, str]]:
-    """(user or ``traffic`` or ``env``, command or description) for each step of the README's
-    loop block, in order."""
-    text = (ROOT / "README.md").read_text()
+def documented_loop() -> list[tuple[str, str]]:
+    """(user or ``traffic`` or ``env``, command or description) for each step of the
+    documented loop block, in order."""
+    text = (ROOT / "docs" / "operations" / "monitoring.md").read_text()
     block = text.split("<!-- loop:start -->")[1].split("<!-- loop:end -->")[0]
     steps, user = [], None
     for line in block.splitlines():
@@ -66,8 +67,8 @@ def readme_loop() -> list[tuple[str, str]]:
     return steps
 
 
-def test_the_readme_loop_is_the_one_this_test_runs():
-    assert readme_loop() == EXPECTED
+def test_the_documented_loop_is_the_one_this_test_runs():
+    assert documented_loop() == EXPECTED
 
 
 def _traffic(url: str, *, shift: float) -> int:
@@ -99,13 +100,13 @@ def _served_version(url: str, want: str, timeout: float = 60) -> str:
 
 
 @pytest.mark.slow
-def test_the_module4_loop_runs_from_the_readme(auth_server, tmp_path):
+def test_the_module4_loop_runs_from_the_docs(auth_server, tmp_path):
     from mlflow import MlflowClient
 
     work = tmp_path / "loop"
     (work / "specs").mkdir(parents=True)
     shutil.copy(ROOT / "specs" / "diabetes.yaml", work / "specs" / "diabetes.yaml")
-    steps = readme_loop()
+    steps = documented_loop()
     assert steps == EXPECTED
     server, results, shifted = None, [], False
     try:
@@ -113,7 +114,7 @@ def test_the_module4_loop_runs_from_the_readme(auth_server, tmp_path):
             if user == "traffic":
                 shifted = "shifted" in step
                 # the endpoint follows @production within its watch interval: traffic goes to
-                # the version that holds it (as the README says, after the swap)
+                # the version that holds it (as the page says, after the swap)
                 with as_user(auth_server, "carol@example.com"):
                     holder = str(MlflowClient(auth_server.uri).get_model_version_by_alias(
                         NAME, "production").version)

@@ -1,6 +1,6 @@
 """The streaming example spec (``specs/sensor_streaming.yaml``) runs, in smoke mode, from a
 project directory of its own (its Delta table is found relative to the working directory, as
-the README runs it from the checkout)."""
+the docs run it from the checkout)."""
 
 from __future__ import annotations
 

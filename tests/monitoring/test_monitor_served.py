@@ -152,7 +152,8 @@ def test_labels_give_quality_metrics_and_a_drop_alerts(traffic, tmp_path):
 
 
 def test_on_alert_rollback_moves_the_alias_back_and_says_why(traffic):
-    """The README's loop on the diabetes spec: its monitoring section rolls @production back."""
+    """The documented loop on the diabetes spec (docs/operations/monitoring.md): its monitoring
+    section rolls @production back."""
     client = _client(traffic)
     assert str(client.get_model_version_by_alias(NAME, "production").version) == "2"
     try:
