@@ -208,7 +208,7 @@ def _build_wheel(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess
         shutil.copy(ROOT / name, clone / name)
     result = subprocess.run([sys.executable, "-m", *args], cwd=clone, capture_output=True,
                             text=True, timeout=300)
-    wheels = list(Path(args[args.index("-w") + 1]).glob("dbspec-*.whl"))
+    wheels = list((clone / args[args.index("-w") + 1]).glob("dbspec-*.whl"))  # relative: in it
     assert wheels or result.returncode != 0, result.stdout + result.stderr
     return result
 
