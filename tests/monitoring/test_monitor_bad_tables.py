@@ -17,12 +17,15 @@ import pytest
 from dbspec.errors import DbspecError
 from dbspec.monitoring.monitor import MonitorSettings, open_inference_table, scan_table
 from dbspec.monitoring.profile import build_profile
+from dbspec.monitoring.report import render_version
+from dbspec.monitoring.windows import evaluate_windows
 from tests.conftest import ROOT, run_in_process
 from tests.serving import conftest as serving
 from tests.serving.conftest import FEATURES, NAME
 
 registered = serving.registered  # the serving tests' two registered versions, as a fixture
 
+NULL_VALUES = "with a null feature or prediction, which dbspec serve never writes"
 YEAR_2100 = 4_102_444_800.0  # 2100-01-01T00:00:00Z
 UTC_US = pa.timestamp("us", tz="UTC")
 
@@ -169,6 +172,26 @@ def test_a_table_it_cannot_trust_is_one_located_error_and_nothing_rolls_back(
             assert moved.returncode == 0, moved.stderr
 
 
+def test_left_out_rows_are_counted_in_the_report_and_a_version_of_only_them_is_named(
+        production, tmp_path):
+    """v2: 300 rows, 100 more with null values; v1: only null rows. v2 is monitored on its
+    300, the report says what was left out and why; v1 has nothing to monitor and says so."""
+    import json
+
+    nulls = {f: _nulls(100) for f in FEATURES} | {"prediction": _nulls(100, pa.float64())}
+    table = _table(tmp_path / "inference", _rows(300, at=NOW), _rows(100, at=NOW, **nulls),
+                   _rows(100, at=NOW, version="1", **nulls))
+    result = run_in_process("monitor", f"models:/{NAME}", "--table", table, "--on-alert",
+                            "none", "--json", cwd=production.workdir,
+                            env={"MLFLOW_TRACKING_URI": production.tracking_uri})
+    assert result.returncode in (0, 3), result.stdout + result.stderr
+    [v2] = json.loads(result.stdout)["versions"]
+    assert v2["version"] == "2" and sum(w["rows"] for w in v2["windows"]) == 300
+    assert v2["left_out"] == {NULL_VALUES: 100}
+    assert f"warning: {NAME} v1: 100 row(s) left out: 100 {NULL_VALUES}; nothing of it to " \
+        "monitor" in result.stderr
+
+
 # -- the scan itself, on a synthetic profile (no registry) --------------------------------------
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -212,8 +235,11 @@ def test_rows_with_null_values_are_left_out_and_counted(tmp_path):
     _table(tmp_path / "t", _synthetic(200, at=T0), nulls)
     [scan] = _scan(tmp_path / "t")
     assert [w.rows for w in scan.windows.values()] == [200]
-    [(reason, count)] = scan.left_out.items()
-    assert count == 150 and "null feature or prediction" in reason
+    assert scan.left_out == {NULL_VALUES: 150}
+    report = evaluate_windows(scan, MonitorSettings())
+    assert report.left_out == {NULL_VALUES: 150}
+    shown = render_version(report, table="t", window="1h")
+    assert f"150 row(s) left out: 150 {NULL_VALUES}" in shown
 
 
 def test_a_profiled_column_missing_from_the_table_is_an_error_naming_it(tmp_path):
