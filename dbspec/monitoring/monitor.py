@@ -162,7 +162,8 @@ def scan_table(table: InferenceRows, name: str,
     until = time.time() + CLOCK_SKEW_S if settings.until is None else settings.until
     carried: tuple[Optional[str], int] = (None, 0)  # the request running on from the last batch
     rows, started, told = 0, time.monotonic(), time.monotonic()
-    for batch in read_batches(table, table.dataset.schema.names, _condition(name, settings), BATCH_ROWS):
+    condition = _condition(name, settings)
+    for batch in read_batches(table, table.dataset.schema.names, condition, BATCH_ROWS):
         if batch.num_rows == 0:
             continue
         check_placed(table, batch)
