@@ -122,14 +122,6 @@ def check_placed(table: InferenceRows, batch: Any) -> None:
                               "table's fault, not the registry's): remove them")
 
 
-def timestamps_us(batch: Any) -> np.ndarray:
-    """A batch's timestamps as UTC epoch microseconds (whatever their unit and zone)."""
-    import pyarrow.compute as pc
-
-    stamps = pc.cast(batch.column("timestamp"), pa.timestamp("us", tz="UTC"), safe=False)
-    return stamps.cast(pa.int64()).to_numpy()
-
-
 def unusable_rows(batch: Any, columns: dict[str, str]) -> np.ndarray:
     """Whether each row of ``batch`` has a null in one of ``columns`` (table names)."""
     out = np.zeros(batch.num_rows, dtype=bool)

@@ -21,7 +21,7 @@ from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator,
 from dbspec.monitoring.labels import Labels, open_rows
 from dbspec.monitoring.layout import (CLOCK_SKEW_S, FUTURE, NULL_VALUES, InferenceRows,
                                       check_base_columns, check_placed, read_batches,
-                                      timestamps_us, unusable_rows, version_columns)
+                                      unusable_rows, version_columns)
 
 CHECKS = ("features", "predictions", "missing", "out_of_range", "quality")
 BATCH_ROWS = 65_536
@@ -157,6 +157,8 @@ def scan_table(table: InferenceRows, name: str,
         DbspecError: a column of another type than the server writes, a profiled column
             missing, a row without a timestamp or version, or a data file it cannot read.
     """
+    import pyarrow as pa
+
     scans: dict[str, Optional[VersionScan]] = {}  # None: a version left out
     window_us = settings.window_s * 1_000_000
     until = time.time() + CLOCK_SKEW_S if settings.until is None else settings.until
@@ -168,7 +170,7 @@ def scan_table(table: InferenceRows, name: str,
             continue
         check_placed(table, batch)
         starts, row_in_request, carried = _request_rows(batch.column("request_id"), carried)
-        stamps = timestamps_us(batch)
+        stamps = batch.column("timestamp").cast(pa.int64()).to_numpy()  # Delta: UTC us
         future, windows = stamps > until * 1e6, stamps // window_us
         versions = batch.column("model_version").to_numpy(zero_copy_only=False)
         labelled = _label_rows(batch, labels, row_in_request) if labels is not None else None

@@ -247,13 +247,3 @@ def test_a_profiled_column_missing_from_the_table_is_an_error_naming_it(tmp_path
     with pytest.raises(DbspecError, match=r"inference table .*t has no column s5, prediction "
                                           r"of m v1"):
         _scan(tmp_path / "t")
-
-
-def test_timestamps_in_another_unit_or_zone_fall_in_their_windows(tmp_path):
-    """Milliseconds (Spark's and many writers' unit) or a zone other than UTC are the same
-    instants: the windows do not move by a factor of 1,000."""
-    for unit, zone, per_second in (("ms", "UTC", 1e3), ("ns", "Europe/Paris", 1e9)):
-        stamps = pa.array(np.full(20, int(T0 * per_second)), pa.timestamp(unit, tz=zone))
-        _table(tmp_path / unit, _synthetic(20, at=T0, timestamp=stamps))
-        [scan] = _scan(tmp_path / unit, MonitorSettings(since=T0 - 10))
-        assert [(w.start, w.rows) for w in scan.windows.values()] == [(T0, 20)]
