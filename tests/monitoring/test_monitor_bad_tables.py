@@ -247,3 +247,15 @@ def test_a_profiled_column_missing_from_the_table_is_an_error_naming_it(tmp_path
     with pytest.raises(DbspecError, match=r"inference table .*t has no column s5, prediction "
                                           r"of m v1"):
         _scan(tmp_path / "t")
+
+
+@pytest.mark.parametrize("column, values, said", [
+    ("request_id", pa.array([None] * 5 + ["r"] * 15, pa.string()), "is null in at least 5"),
+    ("model_name", pa.array([None] * 5 + ["m"] * 15, pa.string()), "is null in at least 5"),
+    ("latency_ms", pa.array(["2.0"] * 20), "is string, expected numbers"),
+    ("model_version", pa.array([2] * 20), "is int64, expected strings"),
+])
+def test_each_base_column_is_checked(tmp_path, column, values, said):
+    _table(tmp_path / "t", _synthetic(20, at=T0, **{column: values}))
+    with pytest.raises(DbspecError, match=f"inference table .*t: column '{column}' {said}"):
+        _scan(tmp_path / "t")
