@@ -74,21 +74,20 @@ def _truncate(path, keep) -> None:
     data.write_bytes(data.read_bytes()[:keep(data.stat().st_size)])
 
 
-NOW = time.time() - 120
 ALL_NULL = {f: _nulls(300) for f in FEATURES} | {"prediction": _nulls(300, pa.float64())}
 
 
 def _bad_table(case: str, path) -> str:
-    """The inference table of one bad case (see ``CASES``)."""
-    n = 300
+    """The inference table of one bad case (see ``CASES``), dated two minutes ago."""
+    n, now = 300, time.time() - 120
     if case == "all values null":
-        return _table(path, _rows(n, at=NOW, **ALL_NULL))
+        return _table(path, _rows(n, at=now, **ALL_NULL))
     if case == "9 of 10 features missing":
-        return _table(path, _rows(n, at=NOW, **{f: None for f in FEATURES[1:]}))
+        return _table(path, _rows(n, at=now, **{f: None for f in FEATURES[1:]}))
     if case == "dated 2100":
         return _table(path, _rows(n, at=YEAR_2100, shift=0.5))
     if case in ("zero-byte file", "truncated file", "missing file"):
-        _table(path, _rows(n, at=NOW))
+        _table(path, _rows(n, at=now))
         if case == "missing file":
             _data_file(path).unlink()
         else:
@@ -96,19 +95,19 @@ def _bad_table(case: str, path) -> str:
         return str(path)
     text = pa.array(["0.01"] * n)
     if case == "string feature":
-        return _table(path, _rows(n, at=NOW, bmi=text))
+        return _table(path, _rows(n, at=now, bmi=text))
     if case == "string prediction":
-        return _table(path, _rows(n, at=NOW, prediction=text))
+        return _table(path, _rows(n, at=now, prediction=text))
     if case == "string timestamp":
-        return _table(path, _rows(n, at=NOW, timestamp=pa.array(["2026-12-04T10:00:00Z"] * n)))
+        return _table(path, _rows(n, at=now, timestamp=pa.array(["2026-12-04T10:00:00Z"] * n)))
     if case == "naive timestamp":
-        return _table(path, _rows(n, at=NOW, timestamp=pa.array(
-            np.full(n, int(NOW * 1e6)), pa.timestamp("us"))))
-    stamps = pa.array([None] * 10 + [int(NOW * 1e6)] * (n - 10), UTC_US)
+        return _table(path, _rows(n, at=now, timestamp=pa.array(
+            np.full(n, int(now * 1e6)), pa.timestamp("us"))))
+    stamps = pa.array([None] * 10 + [int(now * 1e6)] * (n - 10), UTC_US)
     if case == "null timestamp":
-        return _table(path, _rows(n, at=NOW, timestamp=stamps))
+        return _table(path, _rows(n, at=now, timestamp=stamps))
     assert case == "null model_version"
-    return _table(path, _rows(n, at=NOW, model_version=pa.array([None] * 10 + ["2"] * (n - 10),
+    return _table(path, _rows(n, at=now, model_version=pa.array([None] * 10 + ["2"] * (n - 10),
                                                                  pa.string())))
 
 
@@ -179,8 +178,9 @@ def test_left_out_rows_are_counted_in_the_report_and_a_version_of_only_them_is_n
     import json
 
     nulls = {f: _nulls(100) for f in FEATURES} | {"prediction": _nulls(100, pa.float64())}
-    table = _table(tmp_path / "inference", _rows(300, at=NOW), _rows(100, at=NOW, **nulls),
-                   _rows(100, at=NOW, version="1", **nulls))
+    now = time.time() - 120
+    table = _table(tmp_path / "inference", _rows(300, at=now), _rows(100, at=now, **nulls),
+                   _rows(100, at=now, version="1", **nulls))
     result = run_in_process("monitor", f"models:/{NAME}", "--table", table, "--on-alert",
                             "none", "--json", cwd=production.workdir,
                             env={"MLFLOW_TRACKING_URI": production.tracking_uri})
