@@ -3,6 +3,8 @@
 The Delta table is read batch by batch with the model name and ``--since`` pushed down as a
 filter, and only bin counts are kept per window, so memory does not grow with the table. Each
 model version in the table (a swap while serving) is compared with its own reference profile.
+Its layout is checked first, and rows the server cannot have written are left out and counted
+(:mod:`dbspec.monitoring.layout`).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import numpy as np
 from dbspec.errors import DbspecError
 from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator, finite_or_none)
 from dbspec.monitoring.labels import Labels, open_rows
+from dbspec.monitoring.layout import (CLOCK_SKEW_S, FUTURE, NULL_VALUES, InferenceRows,
+                                      check_base_columns, check_placed, read_batches,
+                                      unusable_rows, version_columns)
 
-#: The inference table's own columns (features are renamed ``feature_<name>`` on a clash).
-BASE_COLUMNS = ("request_id", "timestamp", "model_name", "model_version", "latency_ms")
 CHECKS = ("features", "predictions", "missing", "out_of_range", "quality")
 BATCH_ROWS = 65_536
 
@@ -34,6 +37,7 @@ class MonitorSettings:
     thresholds: Thresholds = Thresholds()
     checks: tuple = CHECKS
     version: Optional[str] = None  # only this model version's rows; None: every version
+    until: Optional[float] = None  # later rows are left out; None: now + CLOCK_SKEW_S
 
 
 @dataclass
@@ -78,6 +82,8 @@ class VersionReport:
     version: str
     profile: dict[str, Any]
     windows: list[WindowReport]
+    #: rows left out of every window, by why (rows the server cannot have written)
+    left_out: dict[str, int] = field(default_factory=dict)
 
     @property
     def alerts(self) -> list[str]:
@@ -94,47 +100,32 @@ def iso_utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def open_inference_table(path: str):
-    """The inference table at ``path`` as a pyarrow dataset.
+def open_inference_table(path: str) -> InferenceRows:
+    """The inference table at ``path``, its base columns checked.
 
     Raises:
-        DbspecError: no table there, not a Delta table, or a Delta table of another kind.
+        DbspecError: no table there, not a Delta table, a Delta table of another kind, or
+            base columns of other types than the server writes.
     """
     if "://" not in path and not (Path(path) / "_delta_log").is_dir():
         where = "does not exist" if not Path(path).exists() else "is not a Delta table"
         raise DbspecError(f"inference table {path} {where}: serve the model with an "
                           "inference table (serving.realtime.inference_table or dbspec serve "
                           "--inference-table PATH) first, or give --table PATH")
-    dataset = open_rows(path, "open the inference table")
-    missing = [c for c in BASE_COLUMNS if c not in dataset.schema.names]
-    if missing:
-        raise DbspecError(f"{path} is not an inference table: it has no {', '.join(missing)} "
-                          "column(s)")
-    return dataset
+    table = InferenceRows(path, open_rows(path, "open the inference table"))
+    check_base_columns(table)
+    return table
 
 
 class VersionScan:
-    """The windows of one version seen so far, and the table columns its profile maps to."""
+    """The windows of one version seen so far, the table columns its profile maps to, and the
+    rows left out."""
 
-    def __init__(self, name: str, version: str, profile: dict[str, Any], schema_names: list):
+    def __init__(self, table: InferenceRows, name: str, version: str, profile: dict[str, Any]):
         self.name, self.version, self.profile = name, version, profile
-        outputs = list(profile["outputs"])
-        taken = {c.lower() for c in (*BASE_COLUMNS, *outputs)}
-        renamed = any(f.lower() in taken for f in profile["features"])
-        self.columns = {}  # profile column -> table column
-        for feature in profile["features"]:
-            table_name = f"feature_{feature}" if renamed else feature
-            if table_name in schema_names:
-                self.columns[feature] = table_name
-        self.columns.update({o: o for o in outputs if o in schema_names})
-        #: Profiled columns the table does not have: not monitored (the CLI says so).
-        self.missing = [c for c in (*profile["features"], *outputs) if c not in self.columns]
-        if not any(f in self.columns for f in profile["features"]):
-            raise DbspecError(f"the inference table has none of the features {name} "
-                              f"v{version} was trained on ({', '.join(profile['features'][:5])}"
-                              f"{'...' if len(profile['features']) > 5 else ''}): is it the "
-                              "table this model's server writes?")
+        self.columns = version_columns(table, name, version, profile)  # profile -> table
         self.windows: dict[int, WindowAccumulator] = {}
+        self.left_out: dict[str, int] = {}
 
     def window(self, index: int, window_s: int) -> WindowAccumulator:
         accumulator = self.windows.get(index)
@@ -143,33 +134,44 @@ class VersionScan:
                 self.profile, list(self.columns), start=float(index * window_s))
         return accumulator
 
+    def leave_out(self, why: str, rows: np.ndarray) -> np.ndarray:
+        """Count the rows ``rows`` marks as left out for ``why``; the others."""
+        count = int(np.count_nonzero(rows))
+        if count:
+            self.left_out[why] = self.left_out.get(why, 0) + count
+        return ~rows
 
-def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[str, Any]]],
+
+def scan_table(table: InferenceRows, name: str,
+               profile_for: Callable[[str], Optional[dict[str, Any]]],
                settings: MonitorSettings, *, labels: Optional[Labels] = None,
                progress: Optional[Callable[[int, float], None]] = None) -> list[VersionScan]:
     """Stream the rows of model ``name`` (since ``settings.since``) into window accumulators.
 
     Args:
-        dataset: The inference table (:func:`open_inference_table`).
+        table: The inference table (:func:`open_inference_table`).
         profile_for: A version's reference profile; None: leave that version's rows out.
         progress: Called with (rows so far, seconds since the start) every few seconds.
+
+    Raises:
+        DbspecError: a column of another type than the server writes, a profiled column
+            missing, a row without a timestamp or version, or a data file it cannot read.
     """
     import pyarrow as pa
 
-    names = dataset.schema.names
-    wanted = [c for c in names if c != "model_name"]
     scans: dict[str, Optional[VersionScan]] = {}  # None: a version left out
     window_us = settings.window_s * 1_000_000
+    until = time.time() + CLOCK_SKEW_S if settings.until is None else settings.until
     carried: tuple[Optional[str], int] = (None, 0)  # the request running on from the last batch
     rows, started, told = 0, time.monotonic(), time.monotonic()
-    # little read-ahead: memory stays a few row groups whatever the table's size
-    for batch in dataset.to_batches(columns=wanted, filter=_condition(name, settings),
-                                    batch_size=BATCH_ROWS, batch_readahead=2,
-                                    fragment_readahead=1, use_threads=False):
+    condition = _condition(name, settings)
+    for batch in read_batches(table, table.dataset.schema.names, condition, BATCH_ROWS):
         if batch.num_rows == 0:
             continue
+        check_placed(table, batch)
         starts, row_in_request, carried = _request_rows(batch.column("request_id"), carried)
-        windows = batch.column("timestamp").cast(pa.int64()).to_numpy() // window_us
+        stamps = batch.column("timestamp").cast(pa.int64()).to_numpy()  # Delta: UTC us
+        future, windows = stamps > until * 1e6, stamps // window_us
         versions = batch.column("model_version").to_numpy(zero_copy_only=False)
         labelled = _label_rows(batch, labels, row_in_request) if labels is not None else None
         requests = _Requests(starts, batch.column("latency_ms").to_numpy(zero_copy_only=False),
@@ -178,16 +180,18 @@ def scan_table(dataset, name: str, profile_for: Callable[[str], Optional[dict[st
             if found not in scans:
                 profile = profile_for(found)
                 scans[found] = None if profile is None else \
-                    VersionScan(name, found, profile, names)
+                    VersionScan(table, name, found, profile)
             scan = scans[found]
             if scan is None:
                 continue
             values = {c: batch.column(t).to_numpy(zero_copy_only=False)
                       for c, t in scan.columns.items()}
             in_version = versions == found
-            for index in np.unique(windows[in_version]):
+            usable = in_version & scan.leave_out(FUTURE, in_version & future)
+            usable &= scan.leave_out(NULL_VALUES, usable & unusable_rows(batch, scan.columns))
+            for index in np.unique(windows[usable]):
                 _update(scan.window(int(index), settings.window_s), values,
-                        np.flatnonzero(in_version & (windows == index)), requests,
+                        np.flatnonzero(usable & (windows == index)), requests,
                         scan.profile["outputs"])
         rows += batch.num_rows
         if progress is not None and time.monotonic() - told > 5:
@@ -202,12 +206,15 @@ def _condition(name: str, settings: MonitorSettings):
     import pyarrow as pa
     import pyarrow.dataset as ds
 
-    condition = ds.field("model_name") == name
+    # rows with a null in a filtered column are kept: the scan refuses them (nothing hidden)
+    condition = (ds.field("model_name") == name) | ds.field("model_name").is_null()
     if settings.version is not None:
-        condition = condition & (ds.field("model_version") == settings.version)
+        condition = condition & ((ds.field("model_version") == settings.version)
+                                 | ds.field("model_version").is_null())
     if settings.since is not None:
         since = pa.scalar(int(settings.since * 1e6), pa.timestamp("us", tz="UTC"))
-        condition = condition & (ds.field("timestamp") >= since)
+        condition = condition & ((ds.field("timestamp") >= since)
+                                 | ds.field("timestamp").is_null())
     return condition
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from dbspec.errors import DbspecError
+from dbspec.monitoring.layout import left_out_text
 from dbspec.monitoring.profile import ARTIFACT_PATH
 
 
@@ -74,14 +75,15 @@ def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
     started = time.monotonic()
     scans = scan_table(run.dataset, target.name, profile_for, settings, labels=labels,
                        progress=progress)
-    if not scans:
-        raise _nothing_to_monitor(run, skipped, since)
+    for scan in scans:
+        if scan.left_out and not scan.windows:  # nothing usable: no run, no alert, no action
+            print(f"warning: {scan.name} v{scan.version}: {left_out_text(scan.left_out)}; "
+                  "nothing of it to monitor", file=sys.stderr)
+    if not any(scan.windows for scan in scans):
+        raise _nothing_to_monitor(run, skipped, since, scans)
+    scans = [scan for scan in scans if scan.windows]
     rows = sum(w.rows for s in scans for w in s.windows.values())
     seconds = time.monotonic() - started
-    for scan in scans:
-        if scan.missing:
-            print(f"warning: the table has no column {', '.join(scan.missing)} of "
-                  f"{scan.name} v{scan.version}: not monitored", file=sys.stderr)
     from dbspec.evaluation.metrics import task_metrics
 
     reports = [evaluate_windows(s, settings, labels=labels, score=task_metrics,
@@ -98,16 +100,22 @@ def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
     return PassOutcome(outputs, rows, seconds, failed)
 
 
-def _nothing_to_monitor(run: MonitorPass, skipped: dict[str, str],
-                        since: Optional[str]) -> DbspecError:
-    """Why a pass found no rows: only versions without a profile, or none in the window."""
-    if skipped:
+def _nothing_to_monitor(run: MonitorPass, skipped: dict[str, str], since: Optional[str],
+                        scans: list) -> DbspecError:
+    """Why a pass found no rows: only versions without a profile, none in the window, or
+    only rows left out."""
+    if skipped and not scans:
         return DbspecError("; ".join(skipped.values()))
     since = since or run.section.lookback
     since = f" since {since}" if since and since != "all" else ""
     version = f" v{run.target.version}" if run.target.version else ""
-    return DbspecError(f"no rows of {run.target.name}{version} in {run.table}{since}: "
-                       "nothing to monitor")
+    left_out: dict[str, int] = {}
+    for scan in scans:
+        for why, count in scan.left_out.items():
+            left_out[why] = left_out.get(why, 0) + count
+    usable = f" ({left_out_text(left_out)})" if left_out else ""
+    return DbspecError(f"no {'usable ' if left_out else ''}rows of {run.target.name}{version} "
+                       f"in {run.table}{since}{usable}: nothing to monitor")
 
 
 class NoProfile(DbspecError):

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dbspec.monitoring.layout import left_out_text
 from dbspec.monitoring.monitor import VersionReport, WindowReport, iso_utc
 
 
@@ -23,6 +24,8 @@ def render_version(report: VersionReport, *, table: str, window: str) -> str:
     for w in report.windows:
         lines.append(f"  {iso_utc(w.start):<21}{w.rows:>9,}{w.requests:>10,}"
                      f"{_number(w.latency_p50_ms):>9}{_number(w.latency_p95_ms):>9}  {w.status}")
+    if report.left_out:
+        lines.append(f"  {left_out_text(report.left_out)}")
     shown = _shown_window(report)
     if shown is not None:
         lines.append(f"  columns of the window from {iso_utc(shown.start)}:")
@@ -58,7 +61,7 @@ def report_json(report: VersionReport, **extra: Any) -> dict[str, Any]:
     """The version's report as JSON-ready data (``extra``: run id, actions...)."""
     return {"name": report.name, "version": report.version,
             "status": "alert" if report.alerts else "ok", "alerts": report.alerts,
-            "drifted": report.drifted_columns(), **extra,
+            "drifted": report.drifted_columns(), "left_out": report.left_out, **extra,
             "windows": [w.to_json() for w in report.windows]}
 
 

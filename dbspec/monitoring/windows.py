@@ -45,7 +45,7 @@ def evaluate_windows(scan: VersionScan, settings: MonitorSettings, *,
             _quality(report, window, _Labelled(labels, score, reference_metrics or {}),
                      profile, settings)
         reports.append(report)
-    return VersionReport(scan.name, scan.version, profile, reports)
+    return VersionReport(scan.name, scan.version, profile, reports, dict(scan.left_out))
 
 
 class _Labelled(NamedTuple):
