@@ -282,6 +282,8 @@ LINE_BUDGET = {
     "issue 32: runtime rules (images, autoscale, access), Spark data and trials in jobs, "
     "the wheel's delivery (bundle artifacts, pinned requirement, deploy.sh), AI Runtime on "
     "many GPUs and nodes (torchrun ranks, DeepSpeed, the platform's run adopted)": 520,
+    "issue 34: shard sets checked against their index.json, rebuilt or refused": 100,
+    "issue 34: monitoring fails closed on tables it cannot trust (monitoring/layout.py)": 155,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 
