@@ -48,6 +48,7 @@ from typing import NamedTuple
 import _serving_setup as setup
 
 PAYLOADS = ("inputs", "dataframe_split")
+GOAL = 1.0  # dbspec's req/s over plain's, inputs
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}  # to milliseconds
 
 
@@ -272,6 +273,9 @@ def main() -> None:
     for name, connections, ratio, per_cpu in ratios:
         print(f"ratio dbspec/plain, {name} c={connections}: req/s {ratio:.2f}, "
               f"per CPU-second {per_cpu:.2f}")
+    worst = min(ratio for name, _, ratio, _ in ratios if name == "inputs")
+    print(f"dbspec / plain req/s, inputs, worst concurrency: {worst:.2f}x; goal >= "
+          f"{GOAL:g}x (issue 35): {'PASS' if worst >= GOAL else 'FAIL'}")
 
 
 if __name__ == "__main__":
