@@ -45,16 +45,20 @@ class DbspecPyfuncModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context) -> None:
         import torch
 
-        from dbspec.models.inputs import DEFAULT_TOLERANCE, FeatureRanges
+        from dbspec.models.inputs import DEFAULT_TOLERANCE, FeatureRanges, InputError
         from dbspec.models.served import load_served_model
 
         torch.set_num_threads(1)  # one request is small; threads only add contention
         self.model = load_served_model(context.artifacts["served_model"])
-        setting = {**out_of_range_config("warn", DEFAULT_TOLERANCE)["out_of_range"],
-                   **(getattr(context, "model_config", None) or {}).get("out_of_range", {})}
-        self.reject = setting["action"] == "reject"
-        self.ranges = None if setting["action"] == "off" else \
-            FeatureRanges.of_card(self.model.card, float(setting["tolerance"]))
+        # a model logged before the setting travelled (no model_config) warns, as it did
+        given = (getattr(context, "model_config", None) or {}).get("out_of_range", {})
+        action = given.get("action", "warn")
+        if action not in ("warn", "reject", "off"):
+            raise InputError(f"model_config: out_of_range.action is {action!r}; expected warn, "
+                             "reject or off")
+        self.reject = action == "reject"
+        self.ranges = None if action == "off" else \
+            FeatureRanges.of_card(self.model.card, float(given.get("tolerance", DEFAULT_TOLERANCE)))
         if in_scoring_server():
             gc.collect()  # what is garbage now must not be frozen with the rest
             gc.freeze()

@@ -104,6 +104,13 @@ def test_the_logged_out_of_range_action_holds(pyfunc_of, monkeypatch, caplog):
     assert not caplog.records
 
 
+def test_an_unknown_out_of_range_action_is_refused_at_load(pyfunc_of):
+    from dbspec.models.inputs import InputError
+
+    with pytest.raises(InputError, match="out_of_range.action is 'rejct'; expected warn, reject"):
+        pyfunc_of(served(), {"out_of_range": {"action": "rejct"}})
+
+
 def test_bad_input_is_refused_the_same_way_when_serving(pyfunc_of, monkeypatch):
     from mlflow.exceptions import MlflowException
 
