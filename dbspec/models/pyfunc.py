@@ -37,18 +37,28 @@ _SERVER_MODEL = "__pyfunc_model_path__"
 class DbspecPyfuncModel(mlflow.pyfunc.PythonModel):
     """Scores raw feature rows with a :class:`ServedModel`: named columns by name, unnamed ones
     by position (:func:`dbspec.models.inputs.feature_matrix`). Rows far outside the training
-    range are scored and logged as a warning on the ``dbspec.model`` logger.
+    range follow the spec's ``serving.out_of_range``, logged as the model's ``model_config``
+    (:func:`out_of_range_config`): ``warn`` scores them and logs a warning on the
+    ``dbspec.model`` logger, ``reject`` refuses the whole input, ``off`` does not check.
     """
 
     def load_context(self, context) -> None:
         import torch
 
-        from dbspec.models.inputs import FeatureRanges
+        from dbspec.models.inputs import DEFAULT_TOLERANCE, FeatureRanges, InputError
         from dbspec.models.served import load_served_model
 
         torch.set_num_threads(1)  # one request is small; threads only add contention
         self.model = load_served_model(context.artifacts["served_model"])
-        self.ranges = FeatureRanges.of_card(self.model.card)
+        # a model logged before the setting travelled (no model_config) warns, as it did
+        given = (getattr(context, "model_config", None) or {}).get("out_of_range", {})
+        action = given.get("action", "warn")
+        if action not in ("warn", "reject", "off"):
+            raise InputError(f"model_config: out_of_range.action is {action!r}; expected warn, "
+                             "reject or off")
+        self.reject = action == "reject"
+        self.ranges = None if action == "off" else \
+            FeatureRanges.of_card(self.model.card, float(given.get("tolerance", DEFAULT_TOLERANCE)))
         if in_scoring_server():
             gc.collect()  # what is garbage now must not be frozen with the rest
             gc.freeze()
@@ -58,20 +68,18 @@ class DbspecPyfuncModel(mlflow.pyfunc.PythonModel):
         :func:`~dbspec.models.served.prediction_columns`, or, answering a scoring server, the
         same rows as records (``DataFrame.to_dict(orient="records")``)."""
         from dbspec.models.encoding import model_matrix
-        from dbspec.models.inputs import InputError
+        from dbspec.models.inputs import RAW_FEATURES, InputError
 
         try:
             x = model_matrix(self.model.card, model_input)
         except InputError as exc:
-            if not answering_a_server():
-                raise
-            # MLflow's scoring server answers an MlflowException with its own status (400
-            # here) and message; any other exception becomes a generic "unexpected error"
-            from mlflow.exceptions import MlflowException
-            from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-
-            raise MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE) from None
+            raise _refusal(exc) from None
         outside = self.ranges.outside(x) if self.ranges is not None else None
+        if outside and self.reject:
+            raise _refusal(InputError(
+                f"{len(outside.rows)} of {len(x)} row(s) lie far outside the model's training "
+                "range (serving.out_of_range: reject): " + "; ".join(outside.messages(x))
+                + f". {RAW_FEATURES}")) from None
         if outside:
             _LOG.warning("%d of %d row(s) lie far outside the model's training range (are the "
                          "features raw, as in training, and not scaled twice?): %s",
@@ -79,6 +87,23 @@ class DbspecPyfuncModel(mlflow.pyfunc.PythonModel):
         if answering_a_server():
             return prediction_records(self.model, x)
         return self.model.predict_matrix(x)  # x is checked and converted once
+
+
+def out_of_range_config(action: str, tolerance: float) -> dict:
+    """The ``model_config`` a model is logged with: the spec's ``serving.out_of_range``."""
+    return {"out_of_range": {"action": action, "tolerance": tolerance}}
+
+
+def _refusal(exc: Exception) -> Exception:
+    """``exc`` as raised to the caller; answering MLflow's scoring server, an MlflowException,
+    which it answers with its own status (400 here) and the message (any other exception
+    becomes a generic "unexpected error")."""
+    if not answering_a_server():
+        return exc
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+    return MlflowException(str(exc), error_code=INVALID_PARAMETER_VALUE)
 
 
 def in_scoring_server() -> bool:

@@ -26,7 +26,8 @@ STAGE_READS: dict[str, tuple[str, ...]] = {
     "split": ("data.split", "data.task"),
     "preprocess": ("data.preprocessing",),
     "tune": ("vars", "model", "training", "compute", "search"),
-    "train": ("model", "training", "compute", "tracking", "evaluation.threshold"),
+    "train": ("model", "training", "compute", "tracking", "evaluation.threshold",
+              "serving.out_of_range"),  # the logged model applies it
     "evaluate": ("evaluation",),
     "register": ("registry.name", "registry.tags", "tracking"),
     "promote": ("registry.promotion",),

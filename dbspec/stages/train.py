@@ -191,7 +191,9 @@ def _log_served_model(job: _TrainingJob, tracker, result) -> str:
     served_dir = save_served_model(served, job.ctx.directory / "served", onnx=True)
     write_json(job.ctx.directory / "history.json", outcome.history)
     example = _example_frame(job.data)
-    model_uri = tracker.log_model(served_dir, example, served.predict_frame(example))
+    setting = job.spec.serving.out_of_range
+    model_uri = tracker.log_model(served_dir, example, served.predict_frame(example),
+                                  out_of_range=(setting.action, setting.tolerance))
     tracker.log_metrics({"best_epoch": outcome.best_epoch + 1, "epochs_run": outcome.epochs_run,
                          "train_samples_per_second": outcome.samples_per_second})
     return model_uri

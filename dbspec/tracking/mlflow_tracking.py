@@ -194,10 +194,13 @@ class Tracker:
             dataset.__dict__["schema"] = dataset_schema(frame)  # the cached_property's slot
             mlflow.log_input(dataset, context="training", tags={"data_version": version})
 
-    def log_model(self, served_dir: Path, example, prediction) -> str:
+    def log_model(self, served_dir: Path, example, prediction, *,
+                  out_of_range: tuple[str, float] = ("warn", 0.5)) -> str:
         """Log the served model as a self-contained pyfunc (the dbspec modules it imports and a
         ``model.custom`` class's module travel as code paths; requirements are pins without
         local version labels) with signature (:func:`_input_schema`) and input example.
+        ``out_of_range``: the spec's ``serving.out_of_range`` (action, tolerance), which the
+        pyfunc applies on every path (``load_model(...).predict``, ``spark_udf``, serving).
 
         Returns:
             Its logged-model URI, ``models:/<model_id>`` (what ``Registry.register`` takes).
@@ -240,6 +243,7 @@ class Tracker:
                     inputs=inputs_schema,
                     outputs=infer_signature(example, prediction).outputs),
                 input_example=example, metadata={"dbspec_features": features},
+                model_config=pyfunc.out_of_range_config(*out_of_range),
                 pip_requirements=requirements)
         return info.model_uri
 

@@ -41,10 +41,11 @@ def pyfunc_of(tmp_path):
     """A loaded DbspecPyfuncModel around a served model, as MLflow loads it."""
     from dbspec.models.pyfunc import DbspecPyfuncModel
 
-    def load(model: ServedModel) -> DbspecPyfuncModel:
+    def load(model: ServedModel, model_config=None) -> DbspecPyfuncModel:
         python_model = DbspecPyfuncModel()
         directory = save_served_model(model, tmp_path / "served")
-        python_model.load_context(SimpleNamespace(artifacts={"served_model": str(directory)}))
+        python_model.load_context(SimpleNamespace(artifacts={"served_model": str(directory)},
+                                                  model_config=model_config))
         return python_model
 
     return load
@@ -78,6 +79,36 @@ def test_out_of_range_rows_are_logged_when_serving_too(pyfunc_of, monkeypatch, c
     assert len(records) == 2
     [record] = caplog.records
     assert "1 of 2 row(s)" in record.getMessage() and "b=99" in record.getMessage()
+
+
+def test_the_logged_out_of_range_action_holds(pyfunc_of, monkeypatch, caplog):
+    from mlflow.exceptions import MlflowException
+
+    from dbspec.models.inputs import InputError
+    from dbspec.models.pyfunc import out_of_range_config
+
+    far = np.array([[1.0, 2.0], [1.0, 99.0]])
+    rejecting = pyfunc_of(served(), out_of_range_config("reject", 0.5))
+    assert len(rejecting.predict(None, far[:1])) == 1  # rows in range are scored
+    with pytest.raises(InputError, match=r"1 of 2 row\(s\) lie far outside .*reject\): row 1: "
+                                         r"b=99 \(trained on 0..10\)"):
+        rejecting.predict(None, far)
+    monkeypatch.setenv(SERVING_FLAG, "true")
+    with pytest.raises(MlflowException, match="serving.out_of_range: reject") as raised:
+        rejecting.predict(None, far)
+    assert raised.value.get_http_status_code() == 400
+    with caplog.at_level("WARNING", logger="dbspec.model"):
+        assert len(pyfunc_of(served(), out_of_range_config("off", 0.5)).predict(None, far)) == 2
+        # a wider tolerance: 99 lies within 10 spans of 0..10
+        assert len(pyfunc_of(served(), out_of_range_config("warn", 10)).predict(None, far)) == 2
+    assert not caplog.records
+
+
+def test_an_unknown_out_of_range_action_is_refused_at_load(pyfunc_of):
+    from dbspec.models.inputs import InputError
+
+    with pytest.raises(InputError, match="out_of_range.action is 'rejct'; expected warn, reject"):
+        pyfunc_of(served(), {"out_of_range": {"action": "rejct"}})
 
 
 def test_bad_input_is_refused_the_same_way_when_serving(pyfunc_of, monkeypatch):

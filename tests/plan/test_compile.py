@@ -55,6 +55,9 @@ def changed_stages(before, after):
     ({"training.epochs": 3}, {"train", "evaluate", "register", "promote", "serve"}),
     ({"evaluation.plots": ["loss_curve"]}, {"evaluate", "register", "promote", "serve"}),
     ({"evaluation.threshold": 0.3}, {"train", "evaluate", "register", "promote", "serve"}),
+    # the logged model applies it (load_model(...).predict, spark_udf, Model Serving)
+    ({"serving.out_of_range.action": "reject"}, {"train", "evaluate", "register", "promote",
+                                                 "serve"}),
     ({"data.split.seed": 7}, {"split", "preprocess", "train", "evaluate", "register",
                               "promote", "serve"}),
     ({"registry.promotion.1.approval": "none"}, {"promote", "serve"}),

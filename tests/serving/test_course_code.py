@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_diabetes
 
-from tests.conftest import checkout_env
+from tests.conftest import ROOT, checkout_env, run_in_process
 from tests.serving.conftest import FEATURES, NAME
 
 URI = f"models:/{NAME}/1"
@@ -43,6 +43,23 @@ def pyfunc_model(registered):
         patch.setattr(tracking_utils, "_tracking_uri", None)
         patch.setattr(registry_utils, "_registry_uri", None)
         yield mlflow.pyfunc.load_model(URI)
+
+
+@pytest.fixture(scope="module")
+def rejecting_model(tmp_path_factory):
+    """The diabetes smoke model trained with ``serving.out_of_range.action: reject``, loaded
+    as the course loads it; its store's URI."""
+    import mlflow
+
+    workdir = tmp_path_factory.mktemp("rejecting")
+    result = run_in_process("run", str(ROOT / "specs" / "diabetes.yaml"), "--smoke", "--quiet",
+                            "--set", "serving.out_of_range.action=reject", cwd=workdir,
+                            env={"MLFLOW_TRACKING_URI": ""}, timeout=600)
+    assert result.returncode == 0, result.stderr
+    store = f"sqlite:///{workdir / '.dbspec' / 'mlflow.db'}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", store)
+        yield mlflow.pyfunc.load_model(URI), store
 
 
 def raw_features(rows: int = 20) -> np.ndarray:
@@ -84,6 +101,23 @@ def test_pyfunc_warns_about_rows_scaled_twice(pyfunc_model, caplog):
     [record] = caplog.records
     assert "of 20 row(s) lie far outside the model's training range" in record.getMessage()
     assert "scaled twice" in record.getMessage()
+
+
+def test_the_specs_reject_holds_through_pyfunc_and_spark_udf(rejecting_model, spark,
+                                                             monkeypatch):
+    import mlflow
+    from pyspark.sql.functions import struct
+
+    model, store = rejecting_model
+    assert np.ptp(model.predict(raw_features())["prediction"].to_numpy()) > 0
+    refused = r"20 of 20 row\(s\) lie far outside .*\(serving.out_of_range: reject\)"
+    with pytest.raises(ValueError, match=refused):
+        model.predict(pd.DataFrame(scaled_twice()))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    frame = spark.createDataFrame(pd.DataFrame(scaled_twice(), columns=FEATURES))
+    udf = mlflow.pyfunc.spark_udf(spark, model_uri=URI, result_type="double")
+    with pytest.raises(Exception, match=r"serving.out_of_range: reject"):
+        frame.withColumn("prediction", udf(struct(*frame.columns))).collect()
 
 
 def test_spark_udf_on_a_struct_of_the_courses_integer_named_columns(registered, pyfunc_model,
