@@ -205,6 +205,8 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
+    import shlex
+
     from dbspec.paths import NAME_PATTERN, NAME_RULE, check_name
     from dbspec.scaffold import file_stem, infer, render, spec_name
 
@@ -221,7 +223,8 @@ def _init(args: argparse.Namespace) -> int:
     print(f"wrote {output}: {scaffold.task} on {len(scaffold.features)} feature(s), target "
           f"{scaffold.target!r}" + (f"; left out (not numeric): {', '.join(scaffold.skipped)}"
                                     if scaffold.skipped else ""), file=sys.stderr)
-    print(f"next: dbspec validate {output} && dbspec run {output} --smoke", file=sys.stderr)
+    pasted = shlex.quote(str(output))
+    print(f"next: dbspec validate {pasted} && dbspec run {pasted} --smoke", file=sys.stderr)
     return 0
 
 
