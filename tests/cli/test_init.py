@@ -109,3 +109,15 @@ def test_init_keeps_an_existing_spec_unless_forced(tmp_path):
     assert (tmp_path / "rows.yaml").read_text() == "mine\n"
     assert run_in_process("init", "rows.csv", "--force", cwd=tmp_path).returncode == 0
     assert "task: regression" in (tmp_path / "rows.yaml").read_text()
+
+
+def test_a_binary_model_says_which_class_its_probability_is_of(workdir):
+    rows = "\n".join(f"{i % 7},{(i * 3) % 5},{'yes' if i % 7 > 3 else 'no'}" for i in range(60))
+    (workdir / "churn.csv").write_text("a,b,churned\n" + rows + "\n")
+    assert run_in_process("init", "churn.csv", cwd=workdir).returncode == 0
+    ran = run_in_process("run", "churn.yaml", "--smoke", "-q", cwd=workdir, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    scored = run_in_process("predict", "models:/churn_smoke/1", "--input", "churn.csv",
+                            "--output", "scored", "--format", "parquet", cwd=workdir)
+    assert scored.returncode == 0, scored.stderr
+    assert "probability = P(prediction = 'yes')" in scored.stdout + scored.stderr
