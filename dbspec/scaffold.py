@@ -259,13 +259,12 @@ def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def file_stem(path: Path) -> str:
-    """A data file's name without its suffixes (``x.csv.gz`` -> ``x``); a directory's name."""
-    return path.name.split(".")[0] if path.is_file() else path.name
-
-
-def spec_name(path: Path) -> str:
-    """A spec name from a file name: ``Churn Data.csv`` -> ``churn-data``."""
-    stem = file_stem(path)
-    name = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
-    return name if name and name[0].isalnum() else f"model-{name}".rstrip("-")
+def default_names(path: Path, *, name: Optional[str] = None,
+                  output: Optional[str] = None) -> tuple[str, Path]:
+    """The spec's name and file for the data at ``path``, unless given: ``Churn Data.csv``
+    gives the name ``churn-data`` and the file ``Churn Data.yaml`` (the data file's stem)."""
+    stem = path.name.split(".")[0] if path.is_file() else path.name
+    if name is None:
+        name = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
+        name = name if name and name[0].isalnum() else f"model-{name}".rstrip("-")
+    return name, Path(output or f"{stem or name}.yaml")

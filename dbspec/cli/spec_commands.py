@@ -192,7 +192,8 @@ def _write_text(path: Path, text: str) -> None:
 def _init_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("data", metavar="DATA", help="a CSV or Parquet file, or a Delta table")
     parser.add_argument("-o", "--output", metavar="SPEC",
-                        help="where to write the spec (default: the data file's stem + .yaml, here)")
+                        help="where to write the spec (default: here, the data file's stem and "
+                             ".yaml)")
     parser.add_argument("--label", metavar="COLUMN",
                         help="the column to predict (default: one named target/label/y/class..., "
                              "else the last)")
@@ -205,15 +206,12 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _init(args: argparse.Namespace) -> int:
-    import shlex
-
     from dbspec.paths import NAME_PATTERN, NAME_RULE, check_name
-    from dbspec.scaffold import file_stem, infer, render, spec_name
+    from dbspec.scaffold import default_names, infer, render
 
     data = Path(args.data)
-    name = args.name or spec_name(data)
+    name, output = default_names(data, name=args.name, output=args.output)
     check_name(name, "--name", pattern=NAME_PATTERN, rule=NAME_RULE)
-    output = Path(args.output or f"{file_stem(data) or name}.yaml")
     if output.exists() and not args.force:
         raise UsageError(f"{output} exists; give another -o, or --force to overwrite it")
     if len(args.delimiter) != 1:
@@ -223,9 +221,17 @@ def _init(args: argparse.Namespace) -> int:
     print(f"wrote {output}: {scaffold.task} on {len(scaffold.features)} feature(s), target "
           f"{scaffold.target!r}" + (f"; left out (not numeric): {', '.join(scaffold.skipped)}"
                                     if scaffold.skipped else ""), file=sys.stderr)
-    pasted = shlex.quote(str(output))
-    print(f"next: dbspec validate {pasted} && dbspec run {pasted} --smoke", file=sys.stderr)
+    _print_next_steps(output)
     return 0
+
+
+def _print_next_steps(spec: Path) -> None:
+    """What to run next, quoted so that it works when pasted (a data file's name may hold
+    spaces)."""
+    import shlex
+
+    pasted = shlex.quote(str(spec))
+    print(f"next: dbspec validate {pasted} && dbspec run {pasted} --smoke", file=sys.stderr)
 
 
 COMMANDS = (
