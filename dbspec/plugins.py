@@ -11,6 +11,7 @@ import is remembered, not raised at start-up: the spec naming it gets a located 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import threading
 from dataclasses import dataclass, field
@@ -142,14 +143,22 @@ class KindRegistry(Generic[T]):
         self._scanned = True
         for name, target in self.builtins.items():
             self._known.setdefault(name, (target, "built-in"))
-        from importlib.metadata import entry_points
-
-        for point in entry_points(group=self.group):
+        for point in _entry_points().select(group=self.group):
             if point.name in self.builtins:
                 continue  # a plugin cannot silently replace a built-in kind
             dist = getattr(point.dist, "name", None) or "an installed package"
             self._known.setdefault(point.name, (
                 point, f"entry point {point.name} = {point.value} from {dist}"))
+
+
+@functools.cache
+def _entry_points() -> Any:
+    """Every installed package's entry points, read once a process: one scan of the installed
+    distributions serves every seam's group (a scan per group was a large part of a cold
+    ``dbspec validate``)."""
+    from importlib.metadata import entry_points
+
+    return entry_points()
 
 
 def _resolve(target: Any) -> Any:

@@ -1,7 +1,7 @@
 """``dbspec init``: a commented first spec, inferred from a sample of a data file (CSV with the
 csv module; Parquet or Delta with pyarrow, the ``train`` extra; never torch, MLflow or Spark).
 
-Target: ``--target``, else the first column named like a label, else the last. Task: ``--task``,
+Target: ``--label``, else the first column named like a label, else the last. Task: ``--task``,
 else binary for two distinct values, multiclass for at most :data:`MAX_CLASSES` whole-number or
 text values, else regression. Features: every numeric column but the target (the others are
 named in a comment). Then ``impute`` where values are missing, ``standard_scale``, and two
@@ -89,7 +89,7 @@ def infer(path: Path, *, target: Optional[str] = None, task: Optional[str] = Non
     if target is None:
         target = next((n for n in names if n.strip().lower() in _LABEL_NAMES), names[-1])
     elif target not in names:
-        raise ScaffoldError(f"--target {target!r} is not a column of {path}"
+        raise ScaffoldError(f"--label {target!r} is not a column of {path}"
                             f"{did_you_mean(target, names)}; columns: {', '.join(names)}")
     label = next(c for c in columns if c.name == target)
     if label.missing:
@@ -259,8 +259,12 @@ def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def spec_name(path: Path) -> str:
-    """A spec name from a file name: ``Churn Data.csv`` -> ``churn-data``."""
+def default_names(path: Path, *, name: Optional[str] = None,
+                  output: Optional[str] = None) -> tuple[str, Path]:
+    """The spec's name and file for the data at ``path``, unless given: ``Churn Data.csv``
+    gives the name ``churn-data`` and the file ``Churn Data.yaml`` (the data file's stem)."""
     stem = path.name.split(".")[0] if path.is_file() else path.name
-    name = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
-    return name if name and name[0].isalnum() else f"model-{name}".rstrip("-")
+    if name is None:
+        name = re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
+        name = name if name and name[0].isalnum() else f"model-{name}".rstrip("-")
+    return name, Path(output or f"{stem or name}.yaml")

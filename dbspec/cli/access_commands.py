@@ -8,7 +8,7 @@ from dbspec.cli.options import Command, add_spec_options, load_spec_arguments
 
 
 def _grant_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="spec file (its roles section)")
+    parser.add_argument("file", metavar="SPEC", help="spec file (its roles section)")
     add_spec_options(parser)
     parser.add_argument("--tracking-uri", metavar="URI",
                         help="the tracking server (default: MLFLOW_TRACKING_URI, else "
@@ -49,5 +49,10 @@ def _grant(args: argparse.Namespace) -> int:
 
 COMMANDS = (
     Command("grant", "give the spec's roles their MLflow permissions (a server with auth)",
-            _grant_arguments, _grant),
+            _grant_arguments, _grant,
+            "Give each user: principal of the spec's roles its MLflow permission on the "
+            "spec's experiment and registered model (admin MANAGE, data_scientist EDIT, "
+            "analyst READ) on a tracking server started with `mlflow server --app-name "
+            "basic-auth`. Groups and service principals are skipped. Exit 1 when a user of "
+            "the roles does not exist on the server."),
 )

@@ -11,7 +11,8 @@ import json
 import sys
 from typing import Any
 
-from dbspec.cli.options import Command, add_registry_options, add_spec_options
+from dbspec.cli.options import (Command, DeprecatedAlias, add_format_option,
+                                add_registry_options, add_spec_options)
 from dbspec.cli.serving_handlers import say
 
 #: The exit code of a pass that alerted.
@@ -45,7 +46,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-alert", choices=("none", "tag", "rollback"),
                         help="what an alert does (default: monitoring.on_alert, none)")
     parser.add_argument("--alias", help="the alias tag/rollback act on (default: the spec's)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_format_option(parser, "json")
+    parser.add_argument("--json", dest="format", action=DeprecatedAlias, nargs=0, const="json",
+                        use="--format json")
     add_registry_options(parser)
 
 
@@ -56,7 +59,7 @@ def _run(args: argparse.Namespace) -> int:
                                if name != "assignments"},
                             "assignments": tuple(args.assignments)})
     result = monitor_served(flags, say=say)
-    _print(result, as_json=args.json)
+    _print(result, as_json=args.format == "json")
     return _exit_code(result.outcome)
 
 

@@ -14,7 +14,29 @@ class Command(NamedTuple):
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     handler: Callable[[argparse.Namespace], int]
-    description: Optional[str] = None
+    description: str
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old spelling kept for scripts: hidden from ``--help``, it warns and stores into the
+    new option's ``dest`` (``const`` for a flag that takes no value)."""
+
+    def __init__(self, option_strings, dest, *, use: str, **kwargs):
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.use = use
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        import sys
+
+        print(f"warning: {option_string} is deprecated; use {self.use}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def add_format_option(parser: argparse.ArgumentParser, *choices: str,
+                      help: Optional[str] = None) -> None:
+    """``--format`` (``text`` by default), the one way every command asks for JSON output."""
+    parser.add_argument("--format", choices=("text", *choices), default="text",
+                        help=help or f"text (default) or {' or '.join(choices)}")
 
 
 def add_spec_options(parser: argparse.ArgumentParser) -> None:

@@ -32,11 +32,16 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
             sub = commands.add_parser(command.name, help=command.help,
                                       description=command.description)
             command.add_arguments(sub)
-            sub.set_defaults(handler=command.handler)
+            sub.set_defaults(handler=command.handler, usage_error=sub.error)
     return parser
 
 
 def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
-    """Parse a command line, building the parser of the command it names only."""
+    """Parse a command line, building the parser of the command it names only. An argument
+    the command does not know is refused with that command's usage, not the top level's."""
     named = argv[0] if argv and argv[0] in {c.name for c in COMMANDS} else None
-    return build_parser(only=named).parse_args(argv)
+    parser = build_parser(only=named)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args

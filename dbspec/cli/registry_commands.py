@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from dbspec.cli.options import Command, add_registry_options
+from dbspec.cli.options import Command, add_format_option, add_registry_options
 
 
 def _registry(args: argparse.Namespace):
@@ -29,7 +29,7 @@ def _report(decision, line: str) -> int:
 
 def _models_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="registered model name")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    add_format_option(parser, "json")
     add_registry_options(parser)
 
 
@@ -98,11 +98,24 @@ def _rollback(args: argparse.Namespace) -> int:
 
 COMMANDS = (
     Command("models", "list a registered model's versions and aliases",
-            _models_arguments, _models),
+            _models_arguments, _models,
+            "List a registered model's versions, newest first (aliases, gate outcomes, "
+            "metrics, lifecycle: promoted, awaiting approval, archived), its promotion "
+            "stages and each alias's history."),
     Command("promote", "point an alias at a version (gates re-checked)",
-            _promote_arguments, _promote),
+            _promote_arguments, _promote,
+            "Point ALIAS at VERSION after re-checking the gates recorded for that stage on "
+            "the metrics logged with each version (exit 1 when a gate fails; nothing moves). "
+            "A stage that requires approval goes through `dbspec approve`; --force skips the "
+            "gates. The version leaving the last stage's alias is archived."),
     Command("approve", "approve a version awaiting approval for a promotion stage (gates "
-            "re-checked)", _approve_arguments, _approve),
+            "re-checked)", _approve_arguments, _approve,
+            "Approve VERSION for the promotion stage ALIAS that requires approval: the gates "
+            "are checked again, the alias moves and the approver is recorded. Only the spec's "
+            "roles.admin approves on a tracking server with auth."),
     Command("rollback", "point an alias back at an earlier version",
-            _rollback_arguments, _rollback),
+            _rollback_arguments, _rollback,
+            "Point ALIAS back at the version that held it before (repeated rollbacks step "
+            "further back), or at --to VERSION. On the last stage's alias the version left "
+            "is archived and the one reached restored."),
 )

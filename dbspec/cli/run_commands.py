@@ -16,7 +16,7 @@ EXIT_REJECTED = 3
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="spec file")
+    parser.add_argument("file", metavar="SPEC", help="spec file")
     add_spec_options(parser)
     stages = parser.add_mutually_exclusive_group()
     stages.add_argument("--only", metavar="STAGE[,STAGE...]", action="append", default=[],
@@ -31,6 +31,9 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", metavar="DIR", default=".dbspec",
                         help="where stage state, the default MLflow store and artifacts live "
                              "(default: .dbspec)")
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking/registry URI (default: MLFLOW_TRACKING_URI, else "
+                             "tracking.tracking_uri, else mlflow.db in the state dir)")
     _placement_arguments(parser)
     parser.add_argument("--fail-on-reject", action="store_true",
                         help=f"exit {EXIT_REJECTED} when the promotion gates reject the new "
@@ -64,6 +67,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from dbspec.executors.summary import RunSummary
 
+    if args.tracking_uri:  # read there, by training ranks and search trials too
+        os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
     loaded = load_spec_arguments(args)
     executor = _executor(args, loaded)
     only = [name.strip() for given in args.only for name in given.split(",") if name.strip()]
@@ -123,6 +128,8 @@ def _resume_command(args: argparse.Namespace, target: Optional[str], kind: str) 
     command += [f"--set={a}" for a in args.assignments] + (["--smoke"] if args.smoke else [])
     if args.state_dir != ".dbspec":
         command += ["--state-dir", args.state_dir]
+    if args.tracking_uri:
+        command += ["--tracking-uri", args.tracking_uri]
     if args.shared_dir:
         command += ["--shared-dir", args.shared_dir]
     if args.run_key:

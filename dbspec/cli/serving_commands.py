@@ -51,7 +51,7 @@ def _endpoint(args: argparse.Namespace) -> int:
 
 
 def _jobs_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="spec file")
+    parser.add_argument("file", metavar="SPEC", help="spec file")
     parser.add_argument("--target", "-t", dest="targets", action="append", default=[],
                         metavar="NAME", help="a target to generate (repeatable; default: all)")
     parser.add_argument("--set", dest="assignments", action="append", default=[],
@@ -76,8 +76,8 @@ COMMANDS = (
             "Settings default to the spec's serving.realtime section."),
     Command("predict", "score a table with a registered model (local Arrow streaming or Spark)",
             add_predict_arguments, _predict,
-            "Batch inference: read Parquet, Delta (any version) or a Spark table; write Delta "
-            "or Parquet with the prediction columns and the model's name and version. "
+            "Batch inference: read CSV, Parquet, Delta (any version) or a Spark table; write "
+            "Delta or Parquet with the prediction columns and the model's name and version. "
             "Settings default to the spec's serving.batch section."),
     Command("endpoint", "create or move a Databricks serving endpoint to the version the "
                         "alias holds",

@@ -14,14 +14,15 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from dbspec.cli.options import Command, add_spec_options, load_spec_arguments
+from dbspec.cli.options import (Command, DeprecatedAlias, add_format_option, add_spec_options,
+                                load_spec_arguments)
 from dbspec.errors import DbspecError, Diagnostic, UsageError
 
 _VALIDATE_FORMATS = ("text", "json", "github", "sarif")
 
 
 def _validate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="spec files")
+    parser.add_argument("files", nargs="+", metavar="SPEC", help="spec files")
     add_spec_options(parser)
     parser.add_argument("--format", choices=_VALIDATE_FORMATS, default="text",
                         help="text (default), json, github workflow annotations, or sarif "
@@ -88,7 +89,7 @@ def _print_summary(files: Sequence[str], results: list[Diagnostic], *, to) -> No
 
 
 def _plan_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="spec file")
+    parser.add_argument("file", metavar="SPEC", help="spec file")
     add_spec_options(parser)
     parser.add_argument("--format", choices=("text", "json", "mermaid"), default="text",
                         help="text (default), json or mermaid")
@@ -122,7 +123,7 @@ def _diff_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("old", metavar="OLD", help="spec file, or REV:PATH from git")
     parser.add_argument("new", metavar="NEW", help="spec file, or REV:PATH from git")
     add_spec_options(parser)
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    add_format_option(parser, "json")
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -191,10 +192,12 @@ def _write_text(path: Path, text: str) -> None:
 def _init_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("data", metavar="DATA", help="a CSV or Parquet file, or a Delta table")
     parser.add_argument("-o", "--output", metavar="SPEC",
-                        help="where to write the spec (default: <data name>.yaml here)")
-    parser.add_argument("--target", metavar="COLUMN",
+                        help="where to write the spec (default: here, the data file's stem and "
+                             ".yaml)")
+    parser.add_argument("--label", metavar="COLUMN",
                         help="the column to predict (default: one named target/label/y/class..., "
                              "else the last)")
+    parser.add_argument("--target", dest="label", action=DeprecatedAlias, use="--label")
     parser.add_argument("--task", choices=("regression", "binary", "multiclass"),
                         help="the task (default: inferred from the target's values)")
     parser.add_argument("--delimiter", default=",", help="CSV field delimiter (default: ,)")
@@ -204,23 +207,31 @@ def _init_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _init(args: argparse.Namespace) -> int:
     from dbspec.paths import NAME_PATTERN, NAME_RULE, check_name
-    from dbspec.scaffold import infer, render, spec_name
+    from dbspec.scaffold import default_names, infer, render
 
     data = Path(args.data)
-    name = args.name or spec_name(data)
+    name, output = default_names(data, name=args.name, output=args.output)
     check_name(name, "--name", pattern=NAME_PATTERN, rule=NAME_RULE)
-    output = Path(args.output or f"{name}.yaml")
     if output.exists() and not args.force:
         raise UsageError(f"{output} exists; give another -o, or --force to overwrite it")
     if len(args.delimiter) != 1:
         raise UsageError(f"--delimiter must be one character, not {args.delimiter!r}")
-    scaffold = infer(data, target=args.target, task=args.task, delimiter=args.delimiter)
+    scaffold = infer(data, target=args.label, task=args.task, delimiter=args.delimiter)
     _write_text(output, render(scaffold, name=name))
     print(f"wrote {output}: {scaffold.task} on {len(scaffold.features)} feature(s), target "
           f"{scaffold.target!r}" + (f"; left out (not numeric): {', '.join(scaffold.skipped)}"
                                     if scaffold.skipped else ""), file=sys.stderr)
-    print(f"next: dbspec validate {output} && dbspec run {output} --smoke", file=sys.stderr)
+    _print_next_steps(output)
     return 0
+
+
+def _print_next_steps(spec: Path) -> None:
+    """What to run next, quoted so that it works when pasted (a data file's name may hold
+    spaces)."""
+    import shlex
+
+    pasted = shlex.quote(str(spec))
+    print(f"next: dbspec validate {pasted} && dbspec run {pasted} --smoke", file=sys.stderr)
 
 
 COMMANDS = (

@@ -29,7 +29,7 @@ STALLED_EPOCHS = 2
 GAP_SHARE = 0.35
 UNDERFIT_SHARE = 0.8  # final training and best validation loss, of the baseline's loss
 CLOSE_SHARE = 0.2  # converged: final losses this close, as a share of the validation loss
-STILL_IMPROVING = 0.01  # noted when the last epoch improved validation by this share
+STILL_IMPROVING = 0.01  # noted when the last epoch beat the best validation by this share
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,9 @@ def _underfitting(train: list[float], val: list[float], baseline: Optional[float
 
 
 def _notes(val: list[float]) -> tuple[str, ...]:
-    if len(val) >= 2 and val[-2] - val[-1] >= STILL_IMPROVING * abs(val[-2]):
+    # a new best: a last epoch that only falls back toward an earlier best is no improvement
+    best_before = min(val[:-1], default=math.inf)
+    if best_before - val[-1] >= STILL_IMPROVING * abs(best_before):
         return ("validation loss still improving at the last epoch: more epochs may help",)
     return ()
 

@@ -74,6 +74,14 @@ def prediction_columns(card: ModelCard, out) -> dict[str, Any]:
     return columns
 
 
+def probability_meaning(card: ModelCard) -> str:
+    """What a binary model's ``probability`` column is the probability of, as printed when it
+    is served or scores a table; empty for other tasks."""
+    if card.task != "binary" or not card.classes:
+        return ""
+    return f"probability = P(prediction = {card.classes[-1]!r})"
+
+
 def training_targets(card: ModelCard, y):
     """Targets (a tensor, as stored) in the form the loss trains on: a regression standardised
     with the card's scale, a column of floats for ``bce``, class indices otherwise."""

@@ -18,6 +18,7 @@ import threading
 from typing import Any, Callable, Iterator, Optional
 
 from dbspec.errors import DbspecError, UsageError
+from dbspec.models.card import probability_meaning
 from dbspec.serving.app import LoadedModel, ScoringApp, ServeOptions
 from dbspec.serving.http_limits import (ConnectionLimits, Guard, guard_app, guard_protocol,
                                         uvicorn_settings)
@@ -177,7 +178,8 @@ def serve(loaded: LoadedModel, options: ServeOptions, *, client=None,
         + (f"  inference table: {options.inference_table}" if table else "")
         + (f"  out-of-range rows: {options.out_of_range}" if options.out_of_range != "warn"
            else "")
-        + ("  watching the alias" if background else ""))
+        + ("  watching the alias" if background else "")
+        + (f"  {meaning}" if (meaning := probability_meaning(loaded.model.card)) else ""))
     gc.collect()
     gc.freeze()
     try:

@@ -121,8 +121,12 @@ def _no_holder(client, target: ModelTarget) -> str:
         if not is_not_found(exc):  # an error is not "nothing holds it"
             raise unavailable(exc, f"registered model '{target.name}'") from None
         return f"registered model '{target.name}' does not exist: run its spec first"
-    return (f"no version of '{target.name}' holds the alias '{target.alias}': promote one "
-            f"(dbspec promote ... --version N --alias {target.alias})")
+    latest = max((int(v.version) for v in
+                  client.search_model_versions(f"name = '{target.name}'")), default=None)
+    return (f"no version of '{target.name}' holds the alias '{target.alias}': promote one, "
+            f"e.g. the latest: dbspec promote {target.name} {latest} --alias {target.alias}"
+            if latest is not None else f"registered model '{target.name}' has no versions: "
+            "run its spec first")
 
 
 def _registry_problem(client, target: ModelTarget, exc: Exception) -> str:

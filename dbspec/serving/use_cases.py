@@ -205,6 +205,7 @@ def predict_table(choice: ModelChoice, flags: PredictFlags, *,
             target runs on the engine.
         DataError: the engine's refusals (bad input, rows it cannot score...).
     """
+    from dbspec.models.card import probability_meaning
     from dbspec.serving.source import load_version
 
     opened = open_model(choice)
@@ -218,7 +219,9 @@ def predict_table(choice: ModelChoice, flags: PredictFlags, *,
     fmt = flags.format or (batch.format if batch else "delta")
     target = find_target("batch", flags.engine or (batch.engine if batch else "local"))
     loaded = load_version(opened.client, opened.model, opened.version)
-    say(f"scoring {source} with {opened.model.uri} (v{opened.version}) {target.summary}")
+    meaning = probability_meaning(loaded.model.card)
+    say(f"scoring {source} with {opened.model.uri} (v{opened.version}) {target.summary}"
+        + (f"; {meaning}" if meaning else ""))
     result = target.run(BatchRequest(
         loaded, source, output, fmt=fmt, input_version=input_version,
         out_of_range=out_of_range(flags.out_of_range, opened.spec), progress=progress,

@@ -181,8 +181,10 @@ class Tracker:
     def log_dataset(self, frame, *, source: str, target: str, version: str, name: str) -> None:
         import mlflow
         from mlflow.data.code_dataset_source import CodeDatasetSource
+        from mlflow.data.dataset_source_registry import get_dataset_source_from_json
 
-        located: Any = source
+        # the source made explicitly: from a path MLflow finds two equal "local" kinds and warns
+        located: Any = get_dataset_source_from_json(json.dumps({"uri": source}), "local")
         if not Path(source).exists():  # built-in and generated data have no file to point at
             located = CodeDatasetSource({"dbspec.source": source, "dbspec.version": version})
         with warnings.catch_warnings():

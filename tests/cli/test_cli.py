@@ -39,7 +39,7 @@ def test_every_broken_spec_exits_1_without_a_traceback():
     (["validate", "specs/diabetes.yaml", "--set", "epochs"], 2, "expected dotted.path=value"),
     (["plan", "specs/diabetes.yaml", "--set", "name.x=1"], 2, "its parent holds the value"),
     (["plan", "no/such.yaml"], 2, "error: no/such.yaml: no such file"),
-    (["validate"], 2, "the following arguments are required: FILE"),
+    (["validate"], 2, "the following arguments are required: SPEC"),
     (["frobnicate"], 2, "invalid choice: 'frobnicate'"),
 ])
 def test_usage_errors_exit_2(args, code, message):

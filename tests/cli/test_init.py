@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import shlex
+import warnings
 
 import pytest
 
@@ -25,17 +27,46 @@ def wine_csv(tmp_path_factory):
 def test_init_writes_a_spec_that_validates_and_runs(wine_csv, workdir):
     made = run_in_process("init", str(wine_csv), cwd=workdir)
     assert made.returncode == 0, made.stderr
-    assert "wrote wine-quality.yaml: multiclass on 13 feature(s), target 'target'; left out " \
+    # the file keeps the data file's stem (it was wine-quality.yaml); the spec name is a name
+    assert "wrote Wine Quality.yaml: multiclass on 13 feature(s), target 'target'; left out " \
            "(not numeric): batch id" in made.stderr
-    text = (workdir / "wine-quality.yaml").read_text()
+    hint = made.stderr.split("next: ")[1].strip()
+    assert hint == "dbspec validate 'Wine Quality.yaml' && dbspec run 'Wine Quality.yaml' --smoke"
+    text = (workdir / "Wine Quality.yaml").read_text()
+    assert "name: wine-quality" in text
     assert "task: multiclass  # inferred: the target has 3 distinct values" in text
     assert "preprocessing: [impute, standard_scale]" in text  # 'ash' has missing values
     assert "- linear: {out: 3}" in text and '"batch id"' not in text.split("features:")[1][:20]
-    checked = run_in_process("validate", "wine-quality.yaml", cwd=workdir)
+    checked = run_in_process(*shlex.split(hint.split(" && ")[0])[1:], cwd=workdir)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    ran = run_in_process("run", "wine-quality.yaml", "--smoke", "-q", cwd=workdir, timeout=300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ran = run_in_process(*shlex.split(hint.split(" && ")[1])[1:], "-q", cwd=workdir,
+                             timeout=300)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert re.search(r"model version +wine_quality_smoke v1", ran.stdout), ran.stdout
+    # the CSV is logged as its file, without MLflow's "can be interpreted in multiple ways"
+    assert not [w for w in caught if "multiple ways" in str(w.message)]
+
+
+def test_init_names_the_spec_after_the_file_stem(tmp_path):
+    (tmp_path / "breast_cancer.csv").write_text("a,target\n1,0\n2,1\n3,0\n")
+    made = run_in_process("init", "breast_cancer.csv", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert (tmp_path / "breast_cancer.yaml").exists()  # was breast-cancer.yaml
+    assert not (tmp_path / "breast-cancer.yaml").exists()
+
+
+def test_init_takes_the_label_column_as_label_and_target_with_a_warning(tmp_path):
+    (tmp_path / "rows.csv").write_text("a,b,c\n1,2,3\n2,3,4\n3,4,5\n")
+    made = run_in_process("init", "rows.csv", "--label", "a", "-o", "l.yaml", cwd=tmp_path)
+    assert made.returncode == 0 and "deprecated" not in made.stderr, made.stderr
+    old = run_in_process("init", "rows.csv", "--target", "a", "-o", "t.yaml", cwd=tmp_path)
+    assert old.returncode == 0, old.stderr
+    assert "warning: --target is deprecated; use --label" in old.stderr
+    assert "target: a" in (tmp_path / "l.yaml").read_text()
+    assert "target: a" in (tmp_path / "t.yaml").read_text()
+    assert "--target" not in run_in_process("init", "--help").stdout
 
 
 def test_init_infers_binary_and_regression_and_takes_overrides(tmp_path):
@@ -44,7 +75,7 @@ def test_init_infers_binary_and_regression_and_takes_overrides(tmp_path):
     assert made.returncode == 0, made.stderr
     text = (tmp_path / "b.yaml").read_text()
     assert "target: label" in text and "task: binary" in text and 'delimiter: ";"' in text
-    made = run_in_process("init", "rows.csv", "--delimiter", ";", "--target", "b", "-o",
+    made = run_in_process("init", "rows.csv", "--delimiter", ";", "--label", "b", "-o",
                           "r.yaml", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     text = (tmp_path / "r.yaml").read_text()
@@ -54,7 +85,7 @@ def test_init_infers_binary_and_regression_and_takes_overrides(tmp_path):
 
 @pytest.mark.parametrize("content, args, message", [
     (None, [], "does not exist"),
-    ("a,b\n1,2\n", ["--target", "c"], "--target 'c' is not a column of rows.csv"),
+    ("a,b\n1,2\n", ["--label", "c"], "--label 'c' is not a column of rows.csv"),
     ("x,target\nu,1\nv,2\n", [], "no numeric column besides the target 'target'"),
     ("a,target\n1,\n2,3\n", [], "the target column 'target' has 1 missing value(s)"),
     ("a,target\n1,x\n2,y\n3,z\n", ["--task", "regression"], "regression needs numbers"),
@@ -78,3 +109,15 @@ def test_init_keeps_an_existing_spec_unless_forced(tmp_path):
     assert (tmp_path / "rows.yaml").read_text() == "mine\n"
     assert run_in_process("init", "rows.csv", "--force", cwd=tmp_path).returncode == 0
     assert "task: regression" in (tmp_path / "rows.yaml").read_text()
+
+
+def test_a_binary_model_says_which_class_its_probability_is_of(workdir):
+    rows = "\n".join(f"{i % 7},{(i * 3) % 5},{'yes' if i % 7 > 3 else 'no'}" for i in range(60))
+    (workdir / "churn.csv").write_text("a,b,churned\n" + rows + "\n")
+    assert run_in_process("init", "churn.csv", cwd=workdir).returncode == 0
+    ran = run_in_process("run", "churn.yaml", "--smoke", "-q", cwd=workdir, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    scored = run_in_process("predict", "models:/churn_smoke/1", "--input", "churn.csv",
+                            "--output", "scored", "--format", "parquet", cwd=workdir)
+    assert scored.returncode == 0, scored.stderr
+    assert "probability = P(prediction = 'yes')" in scored.stdout + scored.stderr

@@ -148,7 +148,7 @@ def _fat_handler(args) -> int:
 def test_the_check_counts_each_use_case_a_handler_calls():
     from dbspec.cli.options import Command
 
-    fat = _Handler(Command("fat", "", lambda parser: None, _fat_handler))
+    fat = _Handler(Command("fat", "", lambda parser: None, _fat_handler, ""))
     assert fat.domain_calls() == {"dbspec.serving.source.open_client",
                                   "dbspec.serving.source.resolve_version",
                                   "dbspec.serving.source.spec_target"}

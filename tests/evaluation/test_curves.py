@@ -20,6 +20,14 @@ def test_validation_flat_while_training_falls_is_overfitting():
     assert "did not improve for 4 epochs" in found.reason and "0.42" not in found.reason
 
 
+def test_a_last_epoch_that_falls_back_toward_the_best_is_not_still_improving():
+    # it said both "did not improve for 10 epochs" and "still improving at the last epoch"
+    val = [0.5, 0.30] + [0.302 + 0.001 * i for i in range(9)] + [0.305]
+    found = diagnose_curves(_history([0.6 - 0.04 * i for i in range(12)], val))
+    assert found.label == OVERFITTING and "did not improve for 10 epochs" in found.reason
+    assert found.notes == ()
+
+
 def test_validation_rising_while_training_falls_is_overfitting():
     found = diagnose_curves(_history([1.0, 0.8, 0.6, 0.5], [1.0, 0.85, 0.9, 0.95]))
     assert found.label == OVERFITTING and "rose" in found.reason

@@ -108,7 +108,7 @@ def test_unshifted_requests_do_not_alarm_over_repeated_windows(traffic):
     # leaves at least half its 240 rows in one window: --min-rows 60 checks every burst
     result = monitor(traffic, f"models:/{NAME}/2", "--table", traffic.table, "--since",
                      iso_utc(traffic.since), "--window", f"{WINDOW_S}s", "--min-rows", "60",
-                     "--json")
+                     "--format", "json")
     assert result.returncode == 0, result.stdout + result.stderr
     [version] = json.loads(result.stdout)["versions"]
     checked = [w for w in version["windows"] if w["status"] != "too few rows"]
@@ -136,7 +136,8 @@ def _labels(traffic, path: Path, offset: float) -> str:
 def test_labels_give_quality_metrics_and_a_drop_alerts(traffic, tmp_path):
     close = _labels(traffic, tmp_path / "close.csv", 0.0)
     result = monitor(traffic, f"models:/{NAME}/2", "--table", traffic.table, "--since",
-                     iso_utc(traffic.since), "--window", "1d", "--labels", close, "--json")
+                     iso_utc(traffic.since), "--window", "1d", "--labels", close,
+                     "--format", "json")
     assert result.returncode == 0, result.stdout + result.stderr
     windows = json.loads(result.stdout)["versions"][0]["windows"]  # one, unless a day began
     assert sum(w["labelled"] for w in windows) == 720

@@ -428,10 +428,23 @@ def test_no_alias_holder_is_nothing_to_serve_and_no_failure(monkeypatch, tmp_pat
     assert (code, err) == (0, "")
     assert out.strip() == (
         "endpoint ep: nothing to serve: no version of 'diabetes_rejected' holds the alias "
-        "'champion': promote one (dbspec promote ... --version N --alias champion); the "
-        "endpoint is left as it is")
+        "'champion': promote one, e.g. the latest: dbspec promote diabetes_rejected 1 --alias "
+        "champion; the endpoint is left as it is")
     endpoints = workspace.serving_endpoints
     assert (endpoints.created, endpoints.updates, endpoints.permission_calls) == ([], [], [])
+
+
+def test_the_promote_hint_parses_when_pasted(monkeypatch, tmp_path, registry):
+    """The hint was ``dbspec promote ... --version N``: no such flag, a usage error."""
+    from dbspec.cli.parser import parse_arguments
+
+    path = tmp_path / "rejected.yaml"
+    path.write_text(SPEC.replace(NAME, "diabetes_rejected"))
+    _, out, _ = run(monkeypatch, str(path), registry, FakeWorkspace(None))
+    pasted = out.split("e.g. the latest: ")[1].split(";")[0].split()
+    args = parse_arguments(pasted[1:])
+    assert (args.command, args.name, args.version, args.alias) == (
+        "promote", "diabetes_rejected", "1", "champion")
 
 
 def test_an_unknown_alias_is_nothing_to_serve_too(monkeypatch, spec_file, registry):
