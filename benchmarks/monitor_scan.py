@@ -12,7 +12,7 @@ fifth of the rows shows whether memory grows with the table.
 Sides, each in a process of its own (peak memory is the process's maximum resident set, from
 ``wait4``):
 
-- dbspec: ``dbspec monitor SPEC --table T --window 1h --json``, the command a scheduled job
+- dbspec: ``dbspec monitor SPEC --table T --window 1h --format json``, the command a scheduled job
   runs: streams the table, compares the 24 windows with the reference profile, logs its MLflow
   run with the drift table and plots. All of it timed; the scan alone, as the command reports
   it (``scan_seconds``), is printed too, for context.
@@ -207,7 +207,7 @@ def _bench(work: Path, args) -> int:
         print(f"wrote the {label} table: {rows:,} rows in {time.perf_counter() - started:.0f} s")
     sides = {
         "dbspec": lambda t: [sys.executable, "-m", "dbspec", "monitor", "spec.yaml",
-                             "--table", str(t), "--window", "1h", "--json"],
+                             "--table", str(t), "--window", "1h", "--format", "json"],
         "pandas": lambda t: [sys.executable, str(Path(__file__).resolve()), "--pandas-peer",
                              str(t), str(profile)],
     }

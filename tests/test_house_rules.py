@@ -284,6 +284,8 @@ LINE_BUDGET = {
     "many GPUs and nodes (torchrun ranks, DeepSpeed, the platform's run adopted)": 520,
     "issue 34: shard sets checked against their index.json, rebuilt or refused": 100,
     "issue 34: monitoring fails closed on tables it cannot trust (monitoring/layout.py)": 155,
+    "issue 34: serving.out_of_range holds on the logged MLflow model's own paths": 32,
+    "issue 37: one CLI voice (--format json, init --label, run --tracking-uri, descriptions)": 100,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 
