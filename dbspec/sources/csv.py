@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
+from dbspec.seams.sources import Finding
 from dbspec.sources.common import FileSource
 from dbspec.spec.sections.base import SpecModel, d
 
@@ -30,7 +32,7 @@ def csv_header(path: Path, delimiter: str) -> list[str]:
 
     with open(path, newline="", encoding="utf-8", errors="replace") as handle:
         header = next(csv.reader(handle, delimiter=delimiter), [])
-    repeated = sorted({name for name in header if header.count(name) > 1})
+    repeated = repeated_names(header)
     if repeated:
         raise DataError(f"data.source.path: {path}:1: repeated column name(s) "
                         f"{', '.join(repr(name) for name in repeated)}: give every column its "
@@ -38,11 +40,40 @@ def csv_header(path: Path, delimiter: str) -> list[str]:
     return header
 
 
+def repeated_names(names: list[str]) -> list[str]:
+    """The names that occur more than once, sorted (in linear time: a header may have 100,000)."""
+    return sorted(name for name, count in Counter(names).items() if count > 1)
+
+
 class CsvKind(FileSource):
     """pandas reads it here, Spark on the Spark executor, Arrow when streamed."""
 
     name = "csv"
     model = CsvSource
+
+    def check(self, spec) -> Iterable[Finding]:
+        """The columns the spec names against a local file's header: its first line, read
+        with the csv module (a directory, a URI or a file not here yet is left to the run)."""
+        from dbspec.data.sources import DataError
+        from dbspec.errors import did_you_mean
+
+        data, path = spec.data, Path(spec.data.source.path).expanduser()
+        try:
+            header = csv_header(path, data.source.delimiter) if path.is_file() else None
+        except DataError as exc:
+            return [Finding(("data", "source", "path"), str(exc).split(": ", 1)[1], False)]
+        except OSError:
+            return ()
+        if header is None:
+            return ()
+        columns, shown = set(header), ", ".join(header[:12]) + (
+            f" ... ({len(header):,} columns)" if len(header) > 12 else "")
+        key = data.streaming.key if data.streaming is not None else None
+        named = [(("data", "target"), data.target), (("data", "streaming", "key"), key)] + [
+            (("data", "features", i), name) for i, name in enumerate(data.feature_names or ())]
+        return [Finding(where, f"no column '{name}' in {path}{did_you_mean(name, header)}; its "
+                        f"header has: {shown}", False) for where, name in named
+                if name is not None and name not in columns]
 
     def read(self, data, *, base: Path):
         """Every row through pandas."""
