@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -25,6 +26,9 @@ from dbspec.tracking.stores import (TrackingError, check_tracking_server,  # noq
                                     quiet_mlflow)
 
 _PARAM_LIMIT = 6000
+#: The longest dataset schema (JSON) an MLflow store takes: 1,048,575 characters (mlflow 3.17
+#: refuses more with "'schema' exceeds the maximum length of 1048575 characters").
+DATASET_SCHEMA_LIMIT = 1_048_575
 _FLUSH_SECONDS = 5.0
 
 
@@ -192,6 +196,12 @@ class Tracker:
             dataset = mlflow.data.from_pandas(frame, source=located, targets=target, name=name,
                                               digest=dataset_digest(frame, version))
             dataset.__dict__["schema"] = dataset_schema(frame)  # the cached_property's slot
+            size = len(dataset.to_dict()["schema"] or "")  # what the store measures
+            if size > DATASET_SCHEMA_LIMIT:  # refused after training, the run lost: log without
+                dataset.__dict__["schema"] = None
+                print(f"  warning: the dataset is logged without its schema: {len(frame.columns):,}"
+                      f" columns make {size:,} characters, over MLflow's {DATASET_SCHEMA_LIMIT:,}",
+                      file=sys.stderr, flush=True)
             mlflow.log_input(dataset, context="training", tags={"data_version": version})
 
     def log_model(self, served_dir: Path, example, prediction) -> str:

@@ -53,3 +53,28 @@ def test_a_run_logs_its_dataset_with_that_digest(workdir):
     (logged,) = mlflow.MlflowClient(tracker.tracking_uri).get_run(run_id).inputs.dataset_inputs
     assert logged.dataset.digest == dataset_digest(frame, "v1")
     assert logged.dataset.name == "tiny"
+
+
+def test_a_dataset_too_wide_for_the_store_is_logged_without_its_schema(workdir, capsys):
+    import mlflow
+
+    from dbspec.spec.loader import load_spec
+    from dbspec.tracking.mlflow_tracking import DATASET_SCHEMA_LIMIT, Tracker
+    from tests.conftest import MINIMAL
+
+    (workdir / "spec.yaml").write_text(MINIMAL)
+    tracker = Tracker(load_spec("spec.yaml").spec, workdir / ".dbspec")
+    narrow = pd.DataFrame({"x": [1.0, 2.0], "target": [0, 1]})
+    wide = pd.DataFrame(np.zeros((2, 30_000)), columns=[f"feature_{i}" for i in range(30_000)])
+    wide["target"] = [0, 1]
+    with tracker.run() as run_id:
+        tracker.log_dataset(narrow, source="synthetic", target="target", version="v1",
+                            name="narrow")
+        tracker.log_dataset(wide, source="synthetic", target="target", version="v1", name="wide")
+    logged = {i.dataset.name: i.dataset for i in
+              mlflow.MlflowClient(tracker.tracking_uri).get_run(run_id).inputs.dataset_inputs}
+    assert "feature_29999" not in (logged["wide"].schema or "")  # the run was not lost
+    assert '"name": "x"' in logged["narrow"].schema
+    warned = capsys.readouterr().err
+    assert "the dataset is logged without its schema: 30,001 columns make" in warned
+    assert f"over MLflow's {DATASET_SCHEMA_LIMIT:,}" in warned and "narrow" not in warned
