@@ -109,12 +109,13 @@ class CsvKind(FileSource):
         header = headers[0] if headers else []
         key = data.streaming.key if data.streaming is not None else None
         numeric = list(data.feature_names or [c for c in header if c not in (data.target, key)])
+        present = set(header)
         if data.task == "regression":
             numeric.append(data.target)
         return ds.CsvFileFormat(
             parse_options=pacsv.ParseOptions(delimiter=data.source.delimiter),
             convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.float64() for name in numeric if name in header}))
+                column_types={name: pa.float64() for name in numeric if name in present}))
 
 
 SOURCE = CsvKind()
