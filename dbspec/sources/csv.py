@@ -32,17 +32,12 @@ def csv_header(path: Path, delimiter: str) -> list[str]:
 
     with open(path, newline="", encoding="utf-8", errors="replace") as handle:
         header = next(csv.reader(handle, delimiter=delimiter), [])
-    repeated = repeated_names(header)
+    repeated = sorted(name for name, count in Counter(header).items() if count > 1)  # linear
     if repeated:
         raise DataError(f"data.source.path: {path}:1: repeated column name(s) "
                         f"{', '.join(repr(name) for name in repeated)}: give every column its "
                         "own name")
     return header
-
-
-def repeated_names(names: list[str]) -> list[str]:
-    """The names that occur more than once, sorted (in linear time: a header may have 100,000)."""
-    return sorted(name for name, count in Counter(names).items() if count > 1)
 
 
 class CsvKind(FileSource):
