@@ -78,3 +78,15 @@ def test_a_dataset_too_wide_for_the_store_is_logged_without_its_schema(workdir, 
     warned = capsys.readouterr().err
     assert "the dataset is logged without its schema: 30,001 columns make" in warned
     assert f"over MLflow's {DATASET_SCHEMA_LIMIT:,}" in warned and "narrow" not in warned
+
+
+def test_an_input_example_too_wide_for_mlflow_to_check_is_left_out(capsys):
+    """MLflow checks a model's input example column by column, in quadratic time: 100,000
+    features kept the train stage in log_model for over half an hour."""
+    from dbspec.tracking.mlflow_tracking import EXAMPLE_COLUMNS_LIMIT, served_example
+
+    narrow = pd.DataFrame(np.zeros((2, EXAMPLE_COLUMNS_LIMIT)))
+    assert served_example(narrow) is narrow and capsys.readouterr().err == ""
+    assert served_example(pd.DataFrame(np.zeros((2, EXAMPLE_COLUMNS_LIMIT + 1)))) is None
+    assert "the model is logged without an input example: 2,001 columns, over 2,000" in \
+        capsys.readouterr().err
