@@ -176,3 +176,16 @@ def test_a_csv_source_that_is_not_a_local_file_is_left_to_the_run(workdir):
 def _write(directory, text: str) -> str:
     (directory / "spec.yaml").write_text(text)
     return "spec.yaml"
+
+
+@pytest.mark.parametrize("layers, message", [
+    ("[{linear: {out: 3}}, relu, {dropout: {p: 0.1}}]", "the network outputs 3 values per row; "
+                                                        "binary with loss 'bce' needs 1"),
+    ("[{linear: {out: 3}}, flatten]", None),  # the width after flatten needs the input's shape
+    ("[{linear: {out: 1}}]", None),
+])
+def test_without_the_input_width_a_final_linear_layer_is_checked(write_spec, layers, message):
+    text = ("name: c\ndata: {source: {kind: csv, path: not-here.csv}, task: binary}\n"
+            f"model: {{layers: {layers}}}\n")
+    found = [(d.path, d.message) for d in diagnostics_for(write_spec, text)]
+    assert found == ([("model.layers.2", message)] if message else [])
