@@ -54,12 +54,12 @@ class CsvKind(FileSource):
 
         data, path = spec.data, Path(spec.data.source.path).expanduser()
         try:
-            header = csv_header(path, data.source.delimiter) if path.is_file() else None
+            header = csv_header(path, data.source.delimiter) if path.is_file() else []
         except DataError as exc:
             return [Finding(("data", "source", "path"), str(exc).split(": ", 1)[1], False)]
         except OSError:
-            return ()
-        if header is None:
+            header = []
+        if not header:  # an empty file fails the run's read with its own message
             return ()
         columns, shown = set(header), ", ".join(header[:12]) + (
             f" ... ({len(header):,} columns)" if len(header) > 12 else "")

@@ -168,13 +168,9 @@ def _validate(source: Document, *, target: Optional[str], check_search: bool) ->
 
 
 def _past_unknown_keys(exc: ValidationError, rendered: Document) -> tuple[Spec, list[Diagnostic]]:
-    """The spec without its unknown keys, and the type errors: an unknown key changes nothing,
-    so the checks that follow still tell the truth and the same pass reports them too.
-
-    Raises:
-        SpecError: a value is wrong too: the checks across fields would judge a default in its
-            place, so they wait for the fix.
-    """
+    """The spec without its unknown keys (they change nothing, so the checks across fields
+    still tell the truth), and the type errors; a SpecError when a value is wrong too (the
+    checks would judge a default in its place)."""
     from dbspec.spec.translate import translate, unknown_keys  # only when something is wrong
 
     diagnostics = translate(exc, rendered, Spec)
