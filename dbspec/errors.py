@@ -164,7 +164,9 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """Return `` (did you mean 'x'?)`` for the closest candidate, or an empty string."""
     import difflib  # only a spec with a mistake needs it: not on the path of a valid one
 
-    match = difflib.get_close_matches(str(word), list(candidates), n=1, cutoff=0.6)
+    candidates = list(candidates)
+    folded = [c for c in candidates if str(c).casefold() == str(word).casefold()]  # 'Y' for 'y'
+    match = folded or difflib.get_close_matches(str(word), candidates, n=1, cutoff=0.6)
     return f" (did you mean '{match[0]}'?)" if match else ""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -22,6 +23,8 @@ from dbspec.spec.metrics import no_worse_sign
 
 SAMPLE_ROWS = 10_000
 MAX_CLASSES = 20
+#: More features than this are not listed in the spec when every column but the target is one.
+MAX_LISTED = 1_000
 _LABEL_NAMES = ("target", "label", "labels", "y", "class", "outcome", "response")
 _MISSING = {"", "na", "nan", "null", "none", "n/a", "?"}
 #: Per task: the promotion gate's metric, and why the task was inferred.
@@ -111,7 +114,7 @@ def infer(path: Path, *, target: Optional[str] = None, task: Optional[str] = Non
     if not features:
         raise ScaffoldError(f"{path}: no numeric column besides the target {target!r}; dbspec "
                             "trains on numeric features")
-    impute = any(c.missing for c in columns if c.name in features)
+    impute = any(c.missing for c in columns if c.name != target and c.numeric)
     return Scaffold(source, target, task, features, skipped, distinct, impute, rows)
 
 
@@ -131,7 +134,7 @@ def _sample(path: Path, delimiter: str) -> tuple[list[Column], int, dict[str, An
             header = next(reader, None)
             if not header:
                 raise ScaffoldError(f"{path}: empty file, no header row")
-            repeated = sorted({n for n in header if header.count(n) > 1})
+            repeated = sorted(n for n, count in Counter(header).items() if count > 1)
             if repeated:
                 raise ScaffoldError(f"{path}:1: repeated column name(s) "
                                     f"{', '.join(map(repr, repeated))}")
@@ -195,7 +198,9 @@ def render(scaffold: Scaffold, *, name: str) -> str:
     outputs = {"regression": 1, "binary": 1}.get(scaffold.task, scaffold.classes)
     metric, task_note = _TASKS[scaffold.task]
     compare = no_worse_sign(metric)
-    features = _wrapped([_quoted(f) for f in scaffold.features], indent=" " * 13)
+    features = f"  features: [{_wrapped([_quoted(f) for f in scaffold.features], indent=' ' * 13)}]"
+    if width > MAX_LISTED and not scaffold.skipped:  # the default names the same columns
+        features = f"  # features: every column but the target ({width:,}, too many to list)"
     skipped = (f"  # not numeric, left out: {', '.join(scaffold.skipped)}\n"
                if scaffold.skipped else "")
     steps = (["impute"] if scaffold.impute else []) + ["standard_scale"]
@@ -211,7 +216,7 @@ data:
   source: {{{source}}}
   target: {_quoted(scaffold.target)}
   task: {scaffold.task}  # inferred: {task_note.format(classes=scaffold.classes)}
-  features: [{features}]
+{features}
 {skipped}  # fitted on the training rows only and saved inside the model, so the registered
   # model takes raw rows exactly as they are in the file
   preprocessing: [{", ".join(steps)}]

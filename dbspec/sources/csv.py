@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
+from dbspec.seams.sources import Finding
 from dbspec.sources.common import FileSource
 from dbspec.spec.sections.base import SpecModel, d
 
@@ -30,7 +32,7 @@ def csv_header(path: Path, delimiter: str) -> list[str]:
 
     with open(path, newline="", encoding="utf-8", errors="replace") as handle:
         header = next(csv.reader(handle, delimiter=delimiter), [])
-    repeated = sorted({name for name in header if header.count(name) > 1})
+    repeated = sorted(name for name, count in Counter(header).items() if count > 1)  # linear
     if repeated:
         raise DataError(f"data.source.path: {path}:1: repeated column name(s) "
                         f"{', '.join(repr(name) for name in repeated)}: give every column its "
@@ -43,6 +45,30 @@ class CsvKind(FileSource):
 
     name = "csv"
     model = CsvSource
+
+    def check(self, spec) -> Iterable[Finding]:
+        """The columns the spec names against a local file's header: its first line, read
+        with the csv module (a directory, a URI or a file not here yet is left to the run)."""
+        from dbspec.data.sources import DataError
+        from dbspec.errors import did_you_mean
+
+        data, path = spec.data, Path(spec.data.source.path).expanduser()
+        try:
+            header = csv_header(path, data.source.delimiter) if path.is_file() else []
+        except DataError as exc:
+            return [Finding(("data", "source", "path"), str(exc).split(": ", 1)[1], False)]
+        except OSError:
+            header = []
+        if not header:  # an empty file fails the run's read with its own message
+            return ()
+        columns, shown = set(header), ", ".join(header[:12]) + (
+            f" ... ({len(header):,} columns)" if len(header) > 12 else "")
+        key = data.streaming.key if data.streaming is not None else None
+        named = [(("data", "target"), data.target), (("data", "streaming", "key"), key)] + [
+            (("data", "features", i), name) for i, name in enumerate(data.feature_names or ())]
+        return [Finding(where, f"no column '{name}' in {path}{did_you_mean(name, header)}; its "
+                        f"header has: {shown}", False) for where, name in named
+                if name is not None and name not in columns]
 
     def read(self, data, *, base: Path):
         """Every row through pandas."""
@@ -78,12 +104,13 @@ class CsvKind(FileSource):
         header = headers[0] if headers else []
         key = data.streaming.key if data.streaming is not None else None
         numeric = list(data.feature_names or [c for c in header if c not in (data.target, key)])
+        present = set(header)
         if data.task == "regression":
             numeric.append(data.target)
         return ds.CsvFileFormat(
             parse_options=pacsv.ParseOptions(delimiter=data.source.delimiter),
             convert_options=pacsv.ConvertOptions(
-                column_types={name: pa.float64() for name in numeric if name in header}))
+                column_types={name: pa.float64() for name in numeric if name in present}))
 
 
 SOURCE = CsvKind()

@@ -155,18 +155,39 @@ def _materialize(root: Node, path: tuple, defaults: dict[str, Any], origin: str)
 def _validate(source: Document, *, target: Optional[str], check_search: bool) -> LoadedSpec:
     rendered = render_document(source)
     try:
-        spec = Spec.model_validate(rendered.root.to_data())
+        spec, diagnostics = Spec.model_validate(rendered.root.to_data()), []
     except ValidationError as exc:
-        from dbspec.spec.translate import translate  # only needed when something is wrong
-
-        raise SpecError(translate(exc, rendered, Spec)) from None
-    diagnostics = [rendered.diagnostic(f.path, f.message, "warning" if f.warning else "error",
+        spec, diagnostics = _past_unknown_keys(exc, rendered)
+    diagnostics += [rendered.diagnostic(f.path, f.message, "warning" if f.warning else "error",
                                         at_key=f.at_key) for f in check_spec(spec)]
     if check_search and spec.search is not None:
         diagnostics.extend(_check_space(spec, source, diagnostics))
     if any(d.severity == "error" for d in diagnostics):
         raise SpecError(diagnostics)
     return LoadedSpec(spec, source, target, tuple(diagnostics))
+
+
+def _past_unknown_keys(exc: ValidationError, rendered: Document) -> tuple[Spec, list[Diagnostic]]:
+    """The spec without its unknown keys (they change nothing, so the checks across fields
+    still tell the truth), and the type errors; a SpecError when a value is wrong too (the
+    checks would judge a default in its place)."""
+    from dbspec.spec.translate import translate, unknown_keys  # only when something is wrong
+
+    diagnostics = translate(exc, rendered, Spec)
+    paths = unknown_keys(exc, rendered)
+    if paths is None:
+        raise SpecError(diagnostics) from None
+    root = rendered.root.copy()
+    for path in paths:
+        parent: Optional[Node] = root
+        for element in path[:-1]:
+            parent = parent.child(element) if parent is not None else None
+        if parent is not None and isinstance(parent.value, dict):
+            parent.value.pop(path[-1], None)
+    try:
+        return Spec.model_validate(root.to_data()), diagnostics
+    except ValidationError as hidden:  # a model's own check, which the unknown keys kept back
+        raise SpecError(diagnostics + translate(hidden, rendered, Spec)) from None
 
 
 def _check_space(spec: Spec, source: Document, known: list[Diagnostic]) -> list[Diagnostic]:

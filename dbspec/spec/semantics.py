@@ -26,7 +26,7 @@ from dbspec.spec.sections.training import TASK_LOSSES
 # lower_is_better is re-exported: training, tuning and monitoring import it from here
 from dbspec.spec.metrics import gate_metric_problems, lower_is_better, metric_names
 from dbspec.spec.layout import LayoutError, has_typed_features, head_input
-from dbspec.spec.shapes import ShapeError, format_shape, infer_shapes
+from dbspec.spec.shapes import ShapeError, fixed_output_width, format_shape, infer_shapes
 
 
 class _Findings(list[Finding]):
@@ -174,23 +174,23 @@ def _check_model(spec: Spec, found: _Findings) -> None:
         except LayoutError as exc:
             found.error(exc.path, exc.message)
             return
-    if width is None:
-        return  # the data decides; checked when the run loads it
-    shape: tuple[int, ...] = (width,)
-    try:
-        shapes = infer_shapes(layers, shape)
-    except ShapeError as exc:
-        found.error(("model", "layers", exc.index), exc.message)
-        return
-    final = shapes[-1]
     last = ("model", "layers", len(layers) - 1)
-    if len(final) != 1:
-        found.error(last, f"the network ends with shape {format_shape(final)}; a prediction is "
-                    "a flat vector: add '- flatten' and a linear layer")
-        return
-    width_out = final[0]
+    # without the input width (the data decides it), what the spec alone fixes: a final linear
+    # layer's width; the rest is checked when the run loads the data
+    width_out = fixed_output_width(layers) if width is None else None
+    if width is not None:
+        try:
+            final = infer_shapes(layers, (width,))[-1]
+        except ShapeError as exc:
+            found.error(("model", "layers", exc.index), exc.message)
+            return
+        if len(final) != 1:
+            found.error(last, f"the network ends with shape {format_shape(final)}; a "
+                        "prediction is a flat vector: add '- flatten' and a linear layer")
+            return
+        width_out = final[0]
     expected = output_width(spec.data.task, loss, output_classes(spec))
-    if expected is not None and width_out != expected:
+    if expected is not None and width_out is not None and width_out != expected:
         found.error(last, f"the network outputs {_count(width_out, 'value')} per row; {task} "
                     f"with loss '{loss}' needs {expected}")
     final_layer = layers[-1].key

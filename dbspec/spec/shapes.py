@@ -8,7 +8,7 @@ a reshape that does not add up before a run starts.
 from __future__ import annotations
 
 import math
-from typing import Union
+from typing import Optional, Union
 
 
 Shape = tuple[int, ...]
@@ -42,6 +42,17 @@ def infer_shapes(layers: list, input_shape: Shape) -> list[Shape]:
                              f"{format_shape(shape)} from {format_shape(shapes[-1] if shapes else input_shape)}")
         shapes.append(shape)
     return shapes
+
+
+def fixed_output_width(layers: list) -> Optional[int]:
+    """The width a network ends with whatever its input: the last linear layer's ``out`` when
+    only layers that keep the shape follow it; else None."""
+    for layer in reversed(layers):
+        if layer.key == "linear":
+            return int(layer.args.out)
+        if layer.key not in _SAME_SHAPE:
+            return None
+    return None
 
 
 def format_shape(shape: Shape) -> str:

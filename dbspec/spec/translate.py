@@ -80,6 +80,14 @@ def translate(exc: ValidationError, document: Document, root: type[BaseModel]) -
     return out
 
 
+def unknown_keys(exc: ValidationError, document: Document) -> Optional[list[tuple]]:
+    """Where the unknown keys are in ``document``, when they are all that is wrong; else None."""
+    errors = exc.errors(include_url=False)
+    if any(error["type"] != "extra_forbidden" for error in errors):
+        return None
+    return [_clean_loc(error["loc"], document) for error in errors]
+
+
 def _clean_loc(loc: tuple, document: Document) -> tuple:
     """Keep the elements that are keys or indexes of the document (or a missing last key)."""
     cleaned: list[Any] = []
@@ -309,5 +317,5 @@ def _unknown_kind(ctx: dict, loc: tuple) -> str:
     return f"unknown {what} {_show(ctx.get('tag'))}{_suggest(tag, choices)}"
 
 
-__all__ = ["translate", "models_at"]
+__all__ = ["translate", "models_at", "unknown_keys"]
 

@@ -8,6 +8,7 @@ checks); the other commands, whose output and exit code are what is checked, run
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -189,6 +190,22 @@ def test_light_commands_import_no_heavy_library(args):
     code, heavy = result.stdout.split()[0], result.stdout.split()[1:]
     assert code == ("1" if "--check" in args else "0"), result.stderr
     assert heavy == [], f"{args[0]} imported {heavy}"
+
+
+def test_validate_reads_a_local_csv_header_without_a_heavy_library(tmp_path):
+    import subprocess
+
+    (tmp_path / "rows.csv").write_text("age,bmi,progression\n50,22.5,151\n")
+    (tmp_path / "spec.yaml").write_text(MINIMAL.replace(
+        "{source: {kind: sklearn, name: diabetes}, task: regression}",
+        "{source: {kind: csv, path: rows.csv}, target: progresion, task: regression}"))
+    probe = PROBE.replace("io.StringIO()", "sys.stderr")  # its findings where the test sees them
+    result = subprocess.run([sys.executable, "-c", probe.format(heavy=HEAVY), "validate",
+                             "spec.yaml"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.stdout.split() == ["1"], result.stderr  # invalid, and nothing heavy imported
+    assert "spec.yaml:2:53: data.target: no column 'progresion' in rows.csv (did you mean " \
+        "'progression'?); its header has: age, bmi, progression" in result.stderr
 
 
 @pytest.mark.parametrize("target, message", [

@@ -121,3 +121,29 @@ def test_a_binary_model_says_which_class_its_probability_is_of(workdir):
                             "--output", "scored", "--format", "parquet", cwd=workdir)
     assert scored.returncode == 0, scored.stderr
     assert "probability = P(prediction = 'yes')" in scored.stdout + scored.stderr
+
+
+def test_init_on_100000_columns_writes_a_spec_that_validates(tmp_path):
+    """Every repeated-name and feature check is linear (they were quadratic: past 300 s), and a
+    feature list too long for a spec is left to the default, which names the same columns."""
+    columns = [f"f{i}" for i in range(100_000)]
+    rows = "\n".join(",".join(f"{(r * 7 + i) % 10}.5" for i in range(100_001)) for r in range(3))
+    (tmp_path / "wide.csv").write_text(",".join(columns) + ",target\n" + rows + "\n")
+    made = run_in_process("init", "wide.csv", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert "regression on 100000 feature(s), target 'target'" in made.stderr
+    text = (tmp_path / "wide.yaml").read_text()
+    assert "# features: every column but the target (100,000, too many to list)" in text
+    assert "  features: [" not in text
+    checked = run_in_process("validate", "wide.yaml", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_init_lists_many_features_when_a_column_is_left_out(tmp_path):
+    names = [f"f{i}" for i in range(1_001)]
+    (tmp_path / "rows.csv").write_text(",".join(names) + ",note,target\n"
+                                       + ",".join("1" for _ in names) + ",x,2.5\n"
+                                       + ",".join("2" for _ in names) + ",y,3.5\n")
+    assert run_in_process("init", "rows.csv", cwd=tmp_path).returncode == 0
+    text = (tmp_path / "rows.yaml").read_text()
+    assert "  features: [f0, f1, " in text and "f1000]" in text and "left out: note" in text

@@ -178,3 +178,15 @@ def test_synthetic_source_is_deterministic():
     a, b = source_kind(spec).read(spec, base=Path.cwd()), source_kind(spec).read(spec, base=Path.cwd())
     assert a.frame.equals(b.frame) and a.frame.shape == (300, 8)
     assert set(a.frame["target"]) == {0, 1, 2}
+
+
+def test_a_table_of_100000_feature_columns_is_built_and_scaled():
+    """Feature and step columns are looked up by hash (lists made this minutes long)."""
+    names = [f"f{i}" for i in range(100_000)]
+    wide = pd.DataFrame(np.arange(200_000, dtype=np.float32).reshape(2, -1), columns=names)
+    wide["y"] = [0.5, 1.5]
+    spec = data_spec(target="y", preprocessing=[{"standard_scale": {"columns": names[::-1]}}])
+    table = build_table(wide, spec)
+    assert table.features.shape == (2, 100_000) and table.feature_names[-1] == "f99999"
+    (step,) = fit_preprocessing(spec, table, np.arange(2))
+    assert step.columns[:2] == [99_999, 99_998] and len(step.columns) == 100_000

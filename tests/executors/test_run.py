@@ -197,7 +197,9 @@ registry: {name: never_registered}
 
 @pytest.mark.parametrize("content, target, message", [
     (None, "y", "error: data.source.path: .*rows.csv does not exist"),
-    ("a,b,y\n1,2,3\n4,5,6\n", "z", "stage 'load_data' failed: data.target: no column 'z'"),
+    # found from the CSV's header before any stage runs
+    ("a,b,y\n1,2,3\n4,5,6\n", "z", "spec.yaml:5:11: data.target: no column 'z' in rows.csv; "
+                                   "its header has: a, b, y"),
     ("a,b,y\n1,x,3\n4,5,6\n", "y", "non-numeric columns b"),
     ("a,b,y\n1,,3\n4,5,6\n7,8,9\n1,2,3\n5,5,5\n", "y", "missing values in b"),
 ])

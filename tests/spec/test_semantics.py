@@ -132,3 +132,60 @@ def test_search_over_vars_and_selectors(write_spec):
             "    vars.dropout: {float: [0.0, 0.5]}\n"
             "    training.optimizer.name: {categorical: [adam, sgd]}\n")
     assert diagnostics_for(write_spec, text) == []
+
+
+CSV_SPEC = """\
+name: c
+data:
+  source: {kind: csv, path: rows.csv}
+  target: Y
+  task: regression
+  features: [a, bb, c]
+  streaming: {key: id}
+model: {layers: [{linear: {out: 1}}]}
+"""
+
+
+def test_a_local_csv_header_names_the_columns_it_lacks(workdir):
+    (workdir / "rows.csv").write_text("a,b,c,y\n1,2,x,3\n")
+    found = {(d.line, d.column, d.path): d.message
+             for d in diagnostics_for(lambda text: _write(workdir, text), CSV_SPEC)}
+    assert found[(4, 11, "data.target")] == ("no column 'Y' in rows.csv (did you mean 'y'?); "
+                                             "its header has: a, b, c, y")
+    assert found[(6, 17, "data.features.1")].startswith("no column 'bb' in rows.csv (did you "
+                                                        "mean 'b'?)")
+    assert found[(7, 20, "data.streaming.key")].startswith("no column 'id' in rows.csv;")
+    assert not any(path.startswith("data.features.") and path != "data.features.1"
+                   for _, _, path in found)
+
+
+def test_a_local_csv_header_with_a_repeated_name_is_refused_at_validate(workdir):
+    (workdir / "rows.csv").write_text("a,b,a,Y\n1,2,3,4\n")
+    (diag,) = [d for d in diagnostics_for(lambda text: _write(workdir, text), CSV_SPEC)
+               if d.severity == "error"]
+    assert (diag.line, diag.path) == (3, "data.source.path")
+    assert diag.message == "rows.csv:1: repeated column name(s) 'a': give every column its own name"
+
+
+def test_a_csv_source_that_is_not_a_local_file_is_left_to_the_run(workdir):
+    (workdir / "rows.csv").mkdir()  # a directory of CSV files: each file is checked when read
+    assert [d for d in diagnostics_for(lambda text: _write(workdir, text), CSV_SPEC)
+            if d.severity == "error"] == []
+
+
+def _write(directory, text: str) -> str:
+    (directory / "spec.yaml").write_text(text)
+    return "spec.yaml"
+
+
+@pytest.mark.parametrize("layers, message", [
+    ("[{linear: {out: 3}}, relu, {dropout: {p: 0.1}}]", "the network outputs 3 values per row; "
+                                                        "binary with loss 'bce' needs 1"),
+    ("[{linear: {out: 3}}, flatten]", None),  # the width after flatten needs the input's shape
+    ("[{linear: {out: 1}}]", None),
+])
+def test_without_the_input_width_a_final_linear_layer_is_checked(write_spec, layers, message):
+    text = ("name: c\ndata: {source: {kind: csv, path: not-here.csv}, task: binary}\n"
+            f"model: {{layers: {layers}}}\n")
+    found = [(d.path, d.message) for d in diagnostics_for(write_spec, text)]
+    assert found == ([("model.layers.2", message)] if message else [])

@@ -53,3 +53,40 @@ def test_a_run_logs_its_dataset_with_that_digest(workdir):
     (logged,) = mlflow.MlflowClient(tracker.tracking_uri).get_run(run_id).inputs.dataset_inputs
     assert logged.dataset.digest == dataset_digest(frame, "v1")
     assert logged.dataset.name == "tiny"
+
+
+def test_a_dataset_too_wide_for_the_store_is_logged_without_its_schema(workdir, capsys):
+    import mlflow
+
+    from dbspec.spec.loader import load_spec
+    from dbspec.tracking.mlflow_tracking import DATASET_SCHEMA_LIMIT, Tracker
+    from tests.conftest import MINIMAL
+
+    (workdir / "spec.yaml").write_text(MINIMAL)
+    tracker = Tracker(load_spec("spec.yaml").spec, workdir / ".dbspec")
+    narrow = pd.DataFrame({"x": [1.0, 2.0], "target": [0, 1]})
+    wide = pd.DataFrame(np.zeros((2, 30_000)), columns=[f"feature_{i}" for i in range(30_000)])
+    wide["target"] = [0, 1]
+    with tracker.run() as run_id:
+        tracker.log_dataset(narrow, source="synthetic", target="target", version="v1",
+                            name="narrow")
+        tracker.log_dataset(wide, source="synthetic", target="target", version="v1", name="wide")
+    logged = {i.dataset.name: i.dataset for i in
+              mlflow.MlflowClient(tracker.tracking_uri).get_run(run_id).inputs.dataset_inputs}
+    assert "feature_29999" not in (logged["wide"].schema or "")  # the run was not lost
+    assert '"name": "x"' in logged["narrow"].schema
+    warned = capsys.readouterr().err
+    assert "the dataset is logged without its schema: 30,001 columns make" in warned
+    assert f"over MLflow's {DATASET_SCHEMA_LIMIT:,}" in warned and "narrow" not in warned
+
+
+def test_an_input_example_too_wide_for_mlflow_to_check_is_left_out(capsys):
+    """MLflow checks a model's input example column by column, in quadratic time: 100,000
+    features kept the train stage in log_model for over half an hour."""
+    from dbspec.tracking.mlflow_tracking import EXAMPLE_COLUMNS_LIMIT, served_example
+
+    narrow = pd.DataFrame(np.zeros((2, EXAMPLE_COLUMNS_LIMIT)))
+    assert served_example(narrow) is narrow and capsys.readouterr().err == ""
+    assert served_example(pd.DataFrame(np.zeros((2, EXAMPLE_COLUMNS_LIMIT + 1)))) is None
+    assert "the model is logged without an input example: 2,001 columns, over 2,000" in \
+        capsys.readouterr().err
