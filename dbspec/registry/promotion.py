@@ -126,7 +126,7 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> Decision
                      f"approve {name} v{candidate.version} for @{alias}")
     identity = acting_identity(registry.client.tracking_uri)
     if stage.four_eyes:
-        _check_four_eyes(registry, candidate, alias, identity)
+        _check_four_eyes(registry, candidate, (alias, before), identity)
     who = str(identity)
 
     def decide(seen: RegistrySnapshot) -> AliasDecision:
@@ -172,14 +172,20 @@ def _approvable(candidate: Candidate, alias: str) -> tuple[StageRecord, Optional
     return candidate.stages[index], names[index - 1] if index > 0 else None
 
 
-def _check_four_eyes(registry: Registry, candidate: Candidate, alias: str,
-                     identity: Identity) -> None:
+def _check_four_eyes(registry: Registry, candidate: Candidate,
+                     stages: tuple[str, Optional[str]], identity: Identity) -> None:
     """Refuse (RegistryError) an approver who trained the version (its run's ``mlflow.user``)
-    or requested the approval (the request's ``by``); fail closed when the trainer is unknown."""
+    or requested the approval (the request's ``by``; without a request, who moved it to the
+    stage before, ``stages[1]``); fail closed when the trainer is unknown."""
     from mlflow.exceptions import MlflowException
 
     name, version = candidate.name, candidate.version
+    alias, before = stages
     request = candidate.approvals.get(alias) or {}
+    requester = request.get("by")
+    if requester is None and before is not None:
+        moves = [m for m in registry.snapshot(name).history(before) if m.get("version") == version]
+        requester = moves[-1].get("by") if moves else None
     run_id = candidate.run_id or request.get("run_id")
     rule = f"@{alias} of {name} requires four eyes (promotion four_eyes: true)"
     try:
@@ -191,7 +197,7 @@ def _check_four_eyes(registry: Registry, candidate: Candidate, alias: str,
     if not trainer:
         raise RegistryError(f"{rule}, but v{version} records no run user to tell its trainer "
                             "by; nothing moved")
-    roles = [("trained", trainer), ("requested the approval of", request.get("by"))]
+    roles = [("trained", trainer), ("requested the approval of", requester)]
     for did, who in roles:
         if isinstance(who, str) and who.casefold() == identity.name.casefold():
             raise RegistryError(f"{rule}: {identity} {did} v{version}; someone else approves "

@@ -357,3 +357,18 @@ def test_four_eyes_fails_closed_without_a_known_trainer(store, tmp_path, monkeyp
     code, _, err = cli(store, "approve", NAME, version, "--alias", "production")
     assert code == 1 and f"{message}; nothing moved" in err and "Traceback" not in err
     assert holder(store, "production") is None
+
+
+def test_four_eyes_counts_who_moved_it_to_the_stage_before_as_its_requester(
+        store, tmp_path, monkeypatch):
+    """Without a request (promoted by hand to @staging), whoever moved it there asked."""
+    version = four_eyes_version(store, tmp_path, trainer="alice", requester="bob")
+    store[1].delete_model_version_tag(NAME, version, "dbspec.approval.production")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "dave")
+    assert cli(store, "promote", NAME, version, "--alias", "staging")[0] == 0
+    code, _, err = cli(store, "approve", NAME, version, "--alias", "production")
+    assert code == 1 and f"requested the approval of v{version}; someone else approves it" \
+        in err, err
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "erin")
+    code, out, err = cli(store, "approve", NAME, version, "--alias", "production")
+    assert code == 0 and "approved by erin" in out, err
