@@ -11,6 +11,8 @@ permissions and never lowers its own; both are said in the report, not guessed.
 
 from __future__ import annotations
 
+import getpass
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -31,6 +33,38 @@ class ServerUser:
 
     name: str
     is_admin: bool
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who acts: the server's user when the store authenticates (``verified``), else the
+    claimed ``MLFLOW_TRACKING_USERNAME`` (or the OS user) with the OS user beside it."""
+
+    name: str
+    verified: bool
+    os_user: str
+
+    def __str__(self) -> str:
+        if self.verified:
+            return self.name
+        beside = "" if self.name == self.os_user else f"; OS user {self.os_user}"
+        return f"{self.name} (unverified: the store has no authentication{beside})"
+
+    def record(self) -> dict[str, Any]:
+        """As recorded in a tag."""
+        return {"by": self.name, "verified": self.verified, "os_user": self.os_user}
+
+
+def acting_identity(tracking_uri: str) -> Identity:
+    """The caller as the store vouches for it (:func:`server_user`), else as it claims."""
+    try:
+        os_user = getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        os_user = "unknown"
+    user = server_user(tracking_uri)
+    if user is not None and user.name:
+        return Identity(user.name, True, os_user)
+    return Identity(os.environ.get("MLFLOW_TRACKING_USERNAME") or os_user, False, os_user)
 
 
 @dataclass(frozen=True)

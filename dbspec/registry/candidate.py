@@ -26,11 +26,13 @@ _REMEDY = "rerun the spec to record them again (dbspec promote --force moves it 
 @dataclass(frozen=True)
 class StageRecord:
     """One promotion stage a version is gated through: the alias it moves, its gates as the
-    user wrote them, and ``approval`` (``required``: a version that passes waits for it)."""
+    user wrote them, ``approval`` (``required``: a version that passes waits for it) and
+    ``four_eyes`` (its approver is not who trained or requested it)."""
 
     alias: str
     gates: tuple[Gate, ...] = ()
     approval: str = "none"
+    four_eyes: bool = False
 
     @property
     def needs_approval(self) -> bool:
@@ -38,12 +40,13 @@ class StageRecord:
 
     @classmethod
     def from_spec(cls, stage: PromotionSpec) -> StageRecord:
-        return cls(stage.alias, tuple(stage.gates), stage.approval)
+        return cls(stage.alias, tuple(stage.gates), stage.approval, stage.four_eyes)
 
     def to_json(self) -> dict[str, Any]:
         """As recorded in the ``dbspec.stages`` tag."""
         return {"alias": self.alias, "approval": self.approval,
-                "gates": gate_records(self.gates)}
+                "gates": gate_records(self.gates), **({"four_eyes": True} if self.four_eyes
+                                                      else {})}
 
 
 def gate_records(gates: tuple[Gate, ...]) -> list[dict[str, Any]]:
@@ -123,8 +126,8 @@ def recorded_candidate(registry: Registry, name: str, version: str, *,
     except RegistryError:
         if not lenient:
             raise
-        stages = tuple(StageRecord(str(s["alias"]), (), str(s.get("approval") or "none"))
-                       for s in version_stages(tags))
+        stages = tuple(StageRecord(str(s["alias"]), (), str(s.get("approval") or "none"),
+                                   s.get("four_eyes") is True) for s in version_stages(tags))
         gates = ()
     prefix = APPROVAL_TAG.format(alias="")
     approvals = {key[len(prefix):]: record for key in sorted(tags) if key.startswith(prefix)
@@ -137,7 +140,8 @@ def recorded_candidate(registry: Registry, name: str, version: str, *,
 
 def _stage(raw: dict[str, Any], where: str) -> StageRecord:
     gates = parse_gates(raw.get("gates", []), f"{where} {STAGES_TAG} @{raw['alias']}")
-    return StageRecord(str(raw["alias"]), gates, str(raw.get("approval") or "none"))
+    return StageRecord(str(raw["alias"]), gates, str(raw.get("approval") or "none"),
+                       raw.get("four_eyes") is True)
 
 
 def recorded_metrics(tags: Mapping[str, str]) -> dict[str, float]:

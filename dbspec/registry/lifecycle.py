@@ -3,8 +3,9 @@
 - version ``dbspec.stages``: its spec's stages (``[{alias, gates, approval}]``), for several
   stages or one with approval; registered model ``dbspec.promotion_stages``: their aliases in
   order, the last one production.
-- version ``dbspec.approval.<alias>``: ``{state: pending, gates, at, run_id}`` once it passed
-  a stage with approval, ``{state: approved, by, at, requested_at, gates}`` once approved.
+- version ``dbspec.approval.<alias>``: ``{state: pending, gates, at, run_id, by}`` once it
+  passed a stage with approval, ``{state: approved, by, at, requested_at, gates}`` once
+  approved; ``by`` with ``verified`` (the store vouched for it) and ``os_user``.
 - version ``dbspec.lifecycle``: ``{state: archived|restored, at, why, by}`` when it left the
   last stage's alias, or a rollback gave it back.
 
@@ -58,19 +59,22 @@ class StageKey(NamedTuple):
     alias: str
 
 
-def request_approval(client, at: StageKey, gates: list[str], run_id: Optional[str]) -> None:
-    """Record ``at.version`` as waiting for approval at ``at.alias``."""
+def request_approval(client, at: StageKey, gates: list[str], run_id: Optional[str],
+                     by: dict[str, Any]) -> None:
+    """Record ``at.version`` as waiting for approval at ``at.alias``, asked by ``by`` (an
+    identity's record: ``{by, verified, os_user}``)."""
     client.set_model_version_tag(at.name, at.version, APPROVAL_TAG.format(alias=at.alias),
                                  json.dumps({"state": PENDING_APPROVAL, "gates": gates,
                                              "at": now(), "ns": time.time_ns(),
-                                             "run_id": run_id}))
+                                             "run_id": run_id, **by}))
 
 
-def record_approval(client, at: StageKey, gates: list[str], by: str,
+def record_approval(client, at: StageKey, gates: list[str], by: dict[str, Any],
                     requested: Optional[dict[str, Any]]) -> None:
-    """Record who approved ``at.version`` for ``at.alias``, and when."""
+    """Record who approved ``at.version`` for ``at.alias`` (``{by, verified, os_user}``), and
+    when."""
     client.set_model_version_tag(at.name, at.version, APPROVAL_TAG.format(alias=at.alias),
-                                 json.dumps({"state": APPROVED, "by": by, "at": now(),
+                                 json.dumps({"state": APPROVED, **by, "at": now(),
                                              "ns": time.time_ns(), "gates": gates,
                                              "requested_at": (requested or {}).get("at"),
                                              "requested_ns": (requested or {}).get("ns")}))

@@ -13,17 +13,17 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from dbspec.registry.access import require_deployer
+from dbspec.registry.access import Identity, acting_identity, require_deployer
 from dbspec.registry.candidate import (Candidate, StageRecord, promotion_tags,
                                        recorded_candidate)
 from dbspec.registry.client import DECIDED, AliasDecision, Registry
-from dbspec.registry.errors import RegistryError, unavailable
+from dbspec.registry.errors import RegistryError, first_line, unavailable
 from dbspec.registry.gating import (AWAITING_APPROVAL, PROMOTED, REJECTED, ROLLED_BACK,
                                     UNCHANGED, Decision, GatesFailed, alias_argument,
                                     check_stage)
 from dbspec.registry.history import RegistrySnapshot
 from dbspec.registry.lifecycle import (MODEL_STAGES_TAG, PENDING_APPROVAL, StageKey,
-                                       acting_user, model_stages, record_approval,
+                                       model_stages, record_approval,
                                        record_final_move, request_approval)
 from dbspec.seams.gates import GateResult
 
@@ -124,14 +124,17 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> Decision
     stage, before = _approvable(candidate, alias)
     require_deployer(registry.client.tracking_uri, name,
                      f"approve {name} v{candidate.version} for @{alias}")
-    who = acting_user()
+    identity = acting_identity(registry.client.tracking_uri)
+    if stage.four_eyes:
+        _check_four_eyes(registry, candidate, (alias, before), identity)
+    who = str(identity)
 
     def decide(seen: RegistrySnapshot) -> AliasDecision:
         _check_waiting(candidate, seen, alias, before)
         results = check_stage(candidate, seen, stage.gates, moving=alias, label=alias)
         move = all(r.passed for r in results)
         return AliasDecision(candidate.version if move else None, f"approved by {who}",
-                             detail=results, by=who)
+                             detail=results, by=identity.name)
 
     outcome = registry.guarded_move(name, alias, decide)
     decision = _decided(candidate, alias, outcome, by=who)
@@ -143,7 +146,7 @@ def approve(registry: Registry, name: str, version: str, alias: str) -> Decision
     warning = None
     try:
         record_approval(registry.client, StageKey(name, candidate.version, alias),
-                        decision.gates, who, candidate.approvals.get(alias))
+                        decision.gates, identity.record(), candidate.approvals.get(alias))
     except MlflowException as exc:  # the move stands: its history entry names the approver
         warning = (f"@{alias} moved to v{candidate.version}, but the approval record could not "
                    "be written: "
@@ -167,6 +170,38 @@ def _approvable(candidate: Candidate, alias: str) -> tuple[StageRecord, Optional
         raise RegistryError(f"@{alias} of {name} needs no approval: a run moves it when its "
                             f"gates pass; use dbspec promote {name} {version} --alias {alias}")
     return candidate.stages[index], names[index - 1] if index > 0 else None
+
+
+def _check_four_eyes(registry: Registry, candidate: Candidate,
+                     stages: tuple[str, Optional[str]], identity: Identity) -> None:
+    """Refuse (RegistryError) an approver who trained the version (its run's ``mlflow.user``)
+    or requested the approval (the request's ``by``; without a request, who moved it to the
+    stage before, ``stages[1]``); fail closed when the trainer is unknown."""
+    from mlflow.exceptions import MlflowException
+
+    name, version = candidate.name, candidate.version
+    alias, before = stages
+    request = candidate.approvals.get(alias) or {}
+    requester = request.get("by")
+    if requester is None and before is not None:
+        moves = [m for m in registry.snapshot(name).history(before) if m.get("version") == version]
+        requester = moves[-1].get("by") if moves else None
+    run_id = candidate.run_id or request.get("run_id")
+    rule = f"@{alias} of {name} requires four eyes (promotion four_eyes: true)"
+    try:
+        trainer = registry.client.get_run(run_id).data.tags.get("mlflow.user") if run_id \
+            else None
+    except MlflowException as exc:
+        raise RegistryError(f"{rule}, but who trained v{version} cannot be read (run "
+                            f"{run_id}: {first_line(exc)}); nothing moved") from None
+    if not trainer:
+        raise RegistryError(f"{rule}, but v{version} records no run user to tell its trainer "
+                            "by; nothing moved")
+    roles = [("trained", trainer), ("requested the approval of", requester)]
+    for did, who in roles:
+        if isinstance(who, str) and who.casefold() == identity.name.casefold():
+            raise RegistryError(f"{rule}: {identity} {did} v{version}; someone else approves "
+                                "it; nothing moved")
 
 
 def _check_waiting(candidate: Candidate, seen: RegistrySnapshot, alias: str,
@@ -273,7 +308,8 @@ def _ask_approval(registry: Registry, candidate: Candidate, stage: StageRecord,
     if passed and not held:
         request_approval(registry.client, StageKey(candidate.name, candidate.version,
                                                    stage.alias),
-                         [r.describe() for r in results], candidate.run_id)
+                         [r.describe() for r in results], candidate.run_id,
+                         acting_identity(registry.client.tracking_uri).record())
     outcome = REJECTED if not passed else PROMOTED if held else AWAITING_APPROVAL
     return Decision(candidate.name, stage.alias, candidate.version, outcome, results)
 

@@ -180,6 +180,10 @@ class ScoringApp:
         for key, value in scope["headers"]:
             if key == b"content-type":
                 content_type = value.decode("latin-1")
+            elif key == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+                raise RequestError(415, "unsupported Content-Encoding "
+                                        f"'{value.decode('latin-1')[:40]}': send the body "
+                                        "uncompressed")
             elif key == b"content-length":
                 length = value
             elif key == b"x-request-id" and len(value) <= 128:
@@ -193,8 +197,9 @@ class ScoringApp:
         self.arriving += 1
         try:
             body = await _read_body(receive, limit)
-            x = parse_typed_body(body, model.model.card) if model.typed \
-                else parse_body(body, model.feature_names)
+            # decoding images takes long: off the event loop, so /ping and others answer
+            x = await asyncio.to_thread(parse_typed_body, body, model.model.card) \
+                if model.typed else parse_body(body, model.feature_names)
         finally:
             self.arriving -= 1
             self.batcher.poke()

@@ -73,10 +73,67 @@ def parse_typed_body(body: bytes, card: Any) -> np.ndarray:
             raise RequestError(400, f"{key}: row {i} must have {len(names)} values, one per "
                                     f"column ({', '.join(names)})")
     columns = {name: [row[j] for row in rows] for j, name in enumerate(names)}
+    check_image_sizes(card.inputs, columns, key)
     try:
         return encode_columns(card.inputs, columns)
     except InputError as exc:
         raise RequestError(400, f"{key}: {exc}") from None
+
+
+#: An image may hold this many times the pixels the model takes (a photo for a small input),
+#: and never less than :data:`MIN_IMAGE_PIXELS` (2048 x 2048); a request, at most
+#: :data:`IMAGES_AT_THE_LIMIT` such images' worth of pixels.
+PIXELS_PER_INPUT_PIXEL, MIN_IMAGE_PIXELS, IMAGES_AT_THE_LIMIT = 256, 1 << 22, 16
+
+
+def check_image_sizes(inputs: list[dict], columns: dict[str, list], key: str) -> None:
+    """Refuse (413) images whose header says they are far larger than the model's input, before
+    any is decoded (a 12000 x 12000 PNG is 4 MB of JSON and 432 MB of pixels); images that
+    cannot be read are left to the decoder, which says why."""
+    for entry in inputs:
+        spec = entry["spec"]
+        if entry["type"] != "image" or spec.get("format") != "bytes":
+            continue  # arrays are bounded by the body's size; paths are not served
+        limit = max(PIXELS_PER_INPUT_PIXEL * spec["height"] * spec["width"], MIN_IMAGE_PIXELS)
+        total, budget = 0, IMAGES_AT_THE_LIMIT * limit
+        for row, value in enumerate(columns[entry["name"]]):
+            where = f"{key}: column '{entry['name']}', row {row}"
+            width, height = _image_size(value, where) or (0, 0)
+            if width * height > limit:
+                raise RequestError(413, f"{where}: an image of {width} x {height} pixels is over "
+                                        f"the {limit}-pixel limit of this model, which takes "
+                                        f"{spec['width']} x {spec['height']}: send it smaller")
+            total += width * height
+            if total > budget:
+                raise RequestError(413, f"{where}: the request's images hold over {budget} "
+                                        f"pixels ({IMAGES_AT_THE_LIMIT} images of the "
+                                        f"{limit}-pixel limit): send fewer or smaller images")
+
+
+def _image_size(value: Any, where: str) -> Optional[tuple[int, int]]:
+    """(width, height) from an image's header (base64 text or bytes) without decoding it;
+    None when it is no readable image."""
+    import base64
+    import binascii
+    import io
+
+    if isinstance(value, str):
+        text = value.split(",", 1)[1] if value.startswith("data:") and "," in value else value
+        try:
+            value = base64.b64decode("".join(text.split()), validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    if not isinstance(value, (bytes, bytearray)):
+        return None
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(value)) as image:
+            return image.size
+    except Image.DecompressionBombError as exc:
+        raise RequestError(413, f"{where}: {exc}") from None
+    except Exception:  # noqa: BLE001 - unreadable: the decoder names the problem
+        return None
 
 
 def _rows_of(body: bytes, feature_names: Sequence[str]) -> tuple[Any, str, bool]:
@@ -136,6 +193,11 @@ def _split(value: Any, feature_names: Sequence[str]) -> Any:
         return data
     if not isinstance(columns, list) or not isinstance(data, list):
         raise RequestError(400, "dataframe_split: 'columns' and 'data' must be lists")
+    seen: dict[str, int] = {}
+    for index, name in enumerate(columns):
+        if isinstance(name, str) and seen.setdefault(name, index) != index:
+            raise RequestError(400, f"dataframe_split: column '{name}' appears twice in "
+                                    f"'columns' (at {seen[name]} and {index}): send it once")
     missing = [name for name in feature_names if name not in columns]
     if missing:
         raise RequestError(400, f"dataframe_split: missing column(s) {', '.join(missing)}; "

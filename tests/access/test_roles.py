@@ -7,6 +7,8 @@ the data scientist's own included. Then each role does, or is refused, what it m
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.access.conftest import (ADMIN, EXPERIMENT, MODEL, SPEC, admin_permission, as_user)
@@ -197,6 +199,12 @@ def test_an_admin_approves(auth_server, registered):
                             env=auth_server.env("carol@example.com"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert _holder(auth_server, "production") == "1"
+    # the server vouches for carol: recorded as verified, said without a caveat
+    assert "approved by carol@example.com\n" in result.stdout, result.stdout
+    with as_user(auth_server, *ADMIN):
+        tags = mlflow.MlflowClient(auth_server.uri).get_model_version(MODEL, "1").tags
+    approval = json.loads(tags["dbspec.approval.production"])
+    assert (approval["by"], approval["verified"]) == ("carol@example.com", True)
 
 
 def test_deploying_needs_manage(auth_server, registered):

@@ -85,29 +85,36 @@ def test_approve_needs_a_version_of_a_staged_spec(store, tmp_path):
 
 def test_approve_moves_production_records_who_and_archives_the_last_holder(
         store, tmp_path, monkeypatch):
+    """A store without authentication vouches for nobody: the claimed name is recorded with
+    the OS user beside it and marked unverified, in the output and the tag."""
+    import getpass
+
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
+    os_user = getpass.getuser()
+    who = f"alice (unverified: the store has no authentication; OS user {os_user})"
     first = make_version(store, tmp_path, 55.0, awaiting=True)
     code, out, err = cli(store, "approve", NAME, first, "--alias", "production")
     assert code == 0, err
     assert "@production: test_rmse=55 <= @production: pass (no version holds @production yet)" \
-        in out and f"{NAME}@production -> v{first}, approved by alice" in out
+        in out and f"{NAME}@production -> v{first}, approved by {who}" in out
     second = make_version(store, tmp_path, 50.0, awaiting=True)
     code, out, err = cli(store, "approve", NAME, second, "--alias", "production")
     assert code == 0, err
     assert f"(@production has 55 (v{first}))" in out
-    assert f"-> v{second} (was v{first}, now archived), approved by alice" in out
+    assert f"-> v{second} (was v{first}, now archived), approved by {who}" in out
     assert holder(store, "production") == second
     _, client, registry = store
     approval = json.loads(client.get_model_version(NAME, second).tags[
         "dbspec.approval.production"])
     assert approval["state"] == "approved" and approval["by"] == "alice"
+    assert approval["verified"] is False and approval["os_user"] == os_user
     assert approval["requested_at"] == "2026-01-01T00:00:00Z" and approval["at"] > "2026"
     archived = json.loads(client.get_model_version(NAME, first).tags["dbspec.lifecycle"])
     assert archived["state"] == "archived" and archived["by"] == "alice"
-    assert archived["why"] == f"left @production for v{second} (approved by alice)"
+    assert archived["why"] == f"left @production for v{second} (approved by {who})"
     last = registry.history(NAME, "production")[-1]
     assert (last["version"], last["by"], last["reason"]) == (second, "alice",
-                                                             "approved by alice")
+                                                             f"approved by {who}")
 
 
 def test_a_failing_gate_at_approval_moves_nothing(store, tmp_path):
@@ -290,3 +297,78 @@ def test_a_request_superseded_at_the_stage_before_cannot_be_approved(store, tmp_
     states = {v: d["lifecycle"] for v, d in described(store).items()}
     assert states[first]["awaiting"] == [] and states[first]["state"] == "Development"
     assert states[second]["state"] == "Staging" and states[second]["awaiting"] == ["production"]
+
+
+def four_eyes_version(store, tmp_path, *, trainer: str, requester: str) -> str:
+    """A version of a spec whose production stage requires four eyes: trained in a run of
+    ``trainer``, its approval requested by ``requester``."""
+    from dbspec.registry.client import RUN_TAG
+    from dbspec.registry.lifecycle import STAGES_TAG
+
+    client = store[1]
+    run = client.create_run("0", tags={"mlflow.user": trainer}).info.run_id
+    stages = [STAGES[0], {**STAGES[1], "four_eyes": True}]
+    version = make_version(store, tmp_path, 50.0, awaiting=True, **{RUN_TAG: run})
+    client.set_model_version_tag(NAME, version, STAGES_TAG, json.dumps(stages))
+    client.set_model_version_tag(NAME, version, "dbspec.approval.production", json.dumps(
+        {"state": "pending", "gates": [], "at": "2026-01-01T00:00:00Z", "run_id": run,
+         "by": requester, "verified": False, "os_user": requester}))
+    return version
+
+
+@pytest.mark.parametrize("approver, did", [("alice", "trained"), ("Bob", "requested the "
+                                                                         "approval of")])
+def test_four_eyes_refuses_the_trainer_and_the_requester(store, tmp_path, monkeypatch,
+                                                         approver, did):
+    version = four_eyes_version(store, tmp_path, trainer="alice", requester="bob")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", approver)
+    code, out, err = cli(store, "approve", NAME, version, "--alias", "production")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert f"error: @production of {NAME} requires four eyes (promotion four_eyes: true): " \
+           f"{approver} (unverified: the store has no authentication" in err
+    assert f"{did} v{version}; someone else approves it; nothing moved" in err
+    assert holder(store, "production") is None
+    tags = store[1].get_model_version(NAME, version).tags
+    assert json.loads(tags["dbspec.approval.production"])["state"] == "pending"
+
+
+def test_four_eyes_lets_a_third_person_approve(store, tmp_path, monkeypatch):
+    version = four_eyes_version(store, tmp_path, trainer="alice", requester="bob")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "carol")
+    code, out, err = cli(store, "approve", NAME, version, "--alias", "production")
+    assert code == 0 and f"{NAME}@production -> v{version}, approved by carol" in out, err
+    assert holder(store, "production") == version
+
+
+@pytest.mark.parametrize("run_id, message", [
+    ("r", "but who trained v1 cannot be read (run r: Run with id=r not found)"),
+    (None, "but v1 records no run user to tell its trainer by"),
+])
+def test_four_eyes_fails_closed_without_a_known_trainer(store, tmp_path, monkeypatch, run_id,
+                                                        message):
+    from dbspec.registry.lifecycle import STAGES_TAG
+
+    stages = [STAGES[0], {**STAGES[1], "four_eyes": True}]
+    version = make_version(store, tmp_path, 50.0)
+    store[1].set_model_version_tag(NAME, version, STAGES_TAG, json.dumps(stages))
+    store[1].set_model_version_tag(NAME, version, "dbspec.approval.production", json.dumps(
+        {"state": "pending", "gates": [], "at": "2026-01-01T00:00:00Z", "run_id": run_id}))
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "carol")
+    code, _, err = cli(store, "approve", NAME, version, "--alias", "production")
+    assert code == 1 and f"{message}; nothing moved" in err and "Traceback" not in err
+    assert holder(store, "production") is None
+
+
+def test_four_eyes_counts_who_moved_it_to_the_stage_before_as_its_requester(
+        store, tmp_path, monkeypatch):
+    """Without a request (promoted by hand to @staging), whoever moved it there asked."""
+    version = four_eyes_version(store, tmp_path, trainer="alice", requester="bob")
+    store[1].delete_model_version_tag(NAME, version, "dbspec.approval.production")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "dave")
+    assert cli(store, "promote", NAME, version, "--alias", "staging")[0] == 0
+    code, _, err = cli(store, "approve", NAME, version, "--alias", "production")
+    assert code == 1 and f"requested the approval of v{version}; someone else approves it" \
+        in err, err
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "erin")
+    code, out, err = cli(store, "approve", NAME, version, "--alias", "production")
+    assert code == 0 and "approved by erin" in out, err

@@ -7,6 +7,7 @@ promote stage fails closed on a registry answering errors."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from types import SimpleNamespace
 
@@ -167,6 +168,7 @@ TWO_STAGES = """\
     - alias: production
       gates: [{metric: test_rmse, max: 80}, {diagnosis: not_overfitting}]
       approval: required
+      four_eyes: true
 """
 ONE_WITH_APPROVAL = """\
     alias: production
@@ -212,7 +214,11 @@ def test_the_walk_stops_at_approval(store, tmp_path):
     assert output.gates[-1] == "@production: diagnosis=converged not overfitting: pass"
     assert str(alias_holder(store[1], NAME, "staging").version) == version
     assert alias_holder(store[1], NAME, "production") is None
-    assert json.loads(tags["dbspec.approval.production"])["state"] == "pending"
+    request = json.loads(tags["dbspec.approval.production"])
+    assert request["state"] == "pending" and request["verified"] is False
+    assert request["by"] == request["os_user"] or request["by"] == \
+        os.environ.get("MLFLOW_TRACKING_USERNAME")  # who asked: four eyes compares with it
+    assert json.loads(tags["dbspec.stages"])[1]["four_eyes"] is True
     assert tags["dbspec.decision"] == "promoted"
     assert [json.loads(tags[f"dbspec.gate.{i}"])["stage"] for i in range(3)] == [
         "staging", "production", "production"]

@@ -57,6 +57,8 @@ def test_stages_and_the_single_form_give_one_list(write_spec):
     ("    - {alias: latest}\n", "7:15: registry.promotion.0.alias", "'latest' is reserved"),
     ("    - {alias: staging, approval: yes}\n", "7:34: registry.promotion.0.approval",
      "unknown value true; expected 'none' or 'required'"),
+    ("    - {alias: production, four_eyes: true}\n", "7:7: registry.promotion.0",
+     "four_eyes: true needs approval: required (it is a rule on who approves)"),
     ("    - alias: staging\n      gates: [{diagnosis: not_overfitting, metric: test_rmse}]\n",
      "8:15: registry.promotion.0.gates.0", "a diagnosis gate takes no metric, min, max or "
                                            "better_than"),

@@ -3,6 +3,7 @@ get as far as serving, and the ``promote`` calls run the CLI in this process."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import signal
 import socket
@@ -101,6 +102,14 @@ BAD = [
     (400, {"json": {"dataframe_records": [{"age": 1}]}}, "missing column sex"),
     (415, {"content": b"1,2,3", "headers": {"Content-Type": "text/csv"}}, "content type"),
     (413, {"content": b"x" * 3000}, "3000 bytes is over the 2000-byte limit"),
+    # issue 34: a repeated column was scored with its first values, the second ignored
+    (400, {"json": {"dataframe_split": {"columns": FEATURES + ["bmi"],
+                                        "data": [[0.01] * 10 + [5.0]]}}},
+     "dataframe_split: column 'bmi' appears twice in 'columns' (at 2 and 10): send it once"),
+    # issue 34: a gzip body was answered "malformed JSON ... byte 0x8b"
+    (415, {"content": gzip.compress(b'{"inputs": [[0,0,0,0,0,0,0,0,0,0]]}'),
+           "headers": {"Content-Encoding": "gzip"}},
+     "unsupported Content-Encoding 'gzip': send the body uncompressed"),
 ]
 
 

@@ -9,9 +9,12 @@ process.
 
 from __future__ import annotations
 
+import io
+import json
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -192,6 +195,74 @@ def test_bad_values_are_400_naming_the_column_and_the_server_keeps_serving(typed
               if line.startswith("dbspec_requests_total{") and 'status="500"' in line
               and not line.endswith(" 0") and not line.endswith(" 0.0")]
     assert errors == [], errors
+
+
+def blank_png(width: int, height: int) -> str:
+    """A black RGB PNG of ``width`` x ``height`` as base64 text: a few KB that decode to
+    ``3 * width * height`` bytes."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height)).save(buffer, format="PNG")
+    return b64(buffer.getvalue())
+
+
+def test_images_far_larger_than_the_models_input_are_refused_before_decoding(typed_server):
+    """Issue 34: the model takes 8 x 8 images; one of 3000 x 3000 was decoded and scored (a
+    12000 x 12000 one took seconds and hundreds of MB). The header's size is read first: at most
+    256 times the input's pixels, never under 2048 x 2048, and 16 such images a request."""
+    rows = json_rows(scoring_rows(2))
+    split = lambda data: {"dataframe_split": {"columns": COLUMNS, "data": data}}  # noqa: E731
+    with httpx.Client(timeout=60) as client:
+        huge = client.post(typed_server.url + "/invocations",
+                           json=split(with_cell(rows, 1, "image", blank_png(3000, 3000))))
+        assert huge.status_code == 413, huge.text
+        assert huge.json()["message"] == (
+            "dataframe_split: column 'image', row 1: an image of 3000 x 3000 pixels is over the "
+            "4194304-pixel limit of this model, which takes 8 x 8: send it smaller")
+        at_limit = with_cell(rows, 0, "image", blank_png(2048, 2048))[0]
+        many = client.post(typed_server.url + "/invocations", json=split([at_limit] * 17))
+        assert many.status_code == 413, many.text
+        assert many.json()["message"].startswith(
+            "dataframe_split: column 'image', row 16: the request's images hold over 67108864 "
+            "pixels (16 images of the 4194304-pixel limit)")
+        one = client.post(typed_server.url + "/invocations", json=split([at_limit]))
+        assert len(predictions(one)) == 1  # at the limit: decoded and scored
+
+
+def test_ping_answers_while_another_request_decodes_its_images(typed_server):
+    """Issue 34: images were decoded on the event loop, so /ping waited for them. A request
+    of 15 large images (a second or so of decoding) ending in an undecodable one is answered
+    400 only after every image before it was decoded; three pings sent once its body is out
+    are all answered before it."""
+    rows = json_rows(scoring_rows(2))
+    large = with_cell(rows, 0, "image", blank_png(2048, 2048))[0]
+    body = json.dumps({"dataframe_split": {"columns": COLUMNS, "data": [large] * 15 + [
+        with_cell(rows, 0, "image", b64(GARBAGE))[0]]}}).encode()
+    answered: list[tuple[str, int, str]] = []
+    sent = threading.Event()
+
+    def content():
+        yield body
+        sent.set()  # httpx asks for the next piece once this one is written
+
+    def score() -> None:
+        response = httpx.post(typed_server.url + "/invocations", content=content(),
+                              headers={"content-type": "application/json"}, timeout=120)
+        answered.append(("invocations", response.status_code, response.json()["message"]))
+
+    scoring = threading.Thread(target=score)
+    scoring.start()
+    try:
+        assert sent.wait(60)
+        with httpx.Client(timeout=120) as client:
+            for _ in range(3):
+                answered.append(("ping", client.get(typed_server.url + "/ping").status_code, ""))
+    finally:
+        scoring.join(120)
+    assert answered[:3] == [("ping", 200, "")] * 3, answered
+    assert answered[3][:2] == ("invocations", 400), answered
+    assert "column 'image', row 15: not a decodable image" in answered[3][2]
 
 
 # --- MLflow: the logged model, pyfunc and MLflow's scoring server ----------------------------

@@ -141,6 +141,18 @@ class PromotionSpec(SpecModel):
         "required: a version that passes the gates waits for `dbspec approve NAME VERSION "
         "--alias ALIAS` instead of moving the alias; only the last stage may ask for it.",
         default="none")
+    four_eyes: bool = d(
+        "With approval: required, the approver must be someone other than who trained the "
+        "version (its run's `mlflow.user`) and who requested the approval (the identity "
+        "recorded with the request); `dbspec approve` by either fails and moves nothing.",
+        default=False)
+
+    @model_validator(mode="after")
+    def _four_eyes_needs_approval(self):
+        if self.four_eyes and self.approval != "required":
+            raise ValueError("four_eyes: true needs approval: required (it is a rule on who "
+                             "approves)")
+        return self
 
 
 class PromotionStage(PromotionSpec):
