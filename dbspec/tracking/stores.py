@@ -7,17 +7,21 @@ server that is down); :func:`check_tracking_server` says it in one :class:`Track
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterator, Optional
 from urllib.parse import unquote, urlparse
 
 from dbspec.errors import DbspecError, redact
+from dbspec.filelocks import HostLock, LockBusy, describe_holder
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PROBE_SECONDS = 10.0
+#: How long a run waits for another process that creates or migrates the same SQLite store.
+_STORE_WAIT_SECONDS = 600.0
 #: Stores that passed :func:`check_store` in this process (http(s) servers: probed each time).
 _CHECKED: set[tuple[str, bool]] = set()
 
@@ -36,19 +40,20 @@ def quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
-def check_tracking_server(uri: str, *, must_exist: bool = False) -> None:
+def check_tracking_server(uri: str, *, must_exist: bool = False,
+                          say: Optional[Callable[[str], None]] = None) -> None:
     """Fail in seconds, with one line, when the tracking store at ``uri`` is unusable.
 
     An ``http(s)://`` server is probed (``/health``, one retry; MLflow retries for minutes):
     any HTTP answer counts as alive, and TLS problems are left to MLflow's own settings. Any
     other store goes to :func:`check_store` (``must_exist``: a reading command's SQLite
-    database must be there).
+    database must be there; ``say`` is told of a store being created or waited for).
 
     Raises:
         TrackingError: nothing answers there in time, or the store cannot be used.
     """
     if not uri.lower().startswith(("http://", "https://")):
-        check_store(uri, must_exist=must_exist)
+        check_store(uri, must_exist=must_exist, say=say)
         return
     import requests
 
@@ -96,37 +101,80 @@ def sqlite_path(uri: str) -> Optional[Path]:
     return Path(path) if path and path != ":memory:" else None
 
 
-def check_store(uri: str, *, must_exist: bool) -> None:
+def check_location(uri: str, *, must_exist: bool = False) -> None:
+    """The checks of :func:`check_store` that need neither MLflow nor the network (a run whose
+    stages are all cached opens no store, but a store it could not use is still refused)."""
+    database = sqlite_path(uri)
+    if database is not None:
+        _check_sqlite_file(database, redact(uri), must_exist=must_exist)
+    file_store = uri.startswith("file:") or "://" not in uri and \
+        not uri.startswith(("sqlite:", "databricks", "uc:"))
+    if file_store and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
+        raise TrackingError(f"tracking URI {redact(uri)}: MLflow 3 no longer accepts a file "
+                            "store (a directory of runs); use a database such as "
+                            "sqlite:///path/mlflow.db or an MLflow server (http://...)")
+
+
+def check_store(uri: str, *, must_exist: bool,
+                say: Optional[Callable[[str], None]] = None) -> None:
     """Fail with one clear line, naming the URI, unless MLflow can use it as its store.
+
+    A SQLite store is opened under its lock (``<database>.lock``): MLflow creates and migrates
+    its tables on first use, and two processes doing that at once fail on each other's tables.
 
     Args:
         must_exist: A command that only reads needs the store to be there already; ``run``
             may create a SQLite database.
+        say: Told, before the seconds it takes, that the store is created or waited for.
     """
     if (uri, must_exist) in _CHECKED or (uri, True) in _CHECKED:
         return  # a Tracker, the stage state and the executor each check the same store
-    shown = redact(uri)
     if uri.lower().startswith(("http://", "https://")):
         check_tracking_server(uri)
         return
-    database = sqlite_path(uri)
-    if database is not None:
-        _check_sqlite_file(database, shown, must_exist=must_exist)
+    check_location(uri, must_exist=must_exist)
     if uri.startswith(("databricks", "uc:")):
         return  # MLflow's Databricks client reports its own credential errors; no probe here
-    file_store = uri.startswith("file:") or "://" not in uri and not uri.startswith("sqlite:")
-    if file_store and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
-        raise TrackingError(f"tracking URI {shown}: MLflow 3 no longer accepts a file store "
-                            "(a directory of runs); use a database such as "
-                            "sqlite:///path/mlflow.db or an MLflow server (http://...)")
+    database = sqlite_path(uri)
+    if database is not None and not database.exists() and say is not None:
+        say(f"creating the MLflow tracking store {database} (a first run: MLflow "
+            "sets up its tables, some seconds)")
     import mlflow
 
     quiet_mlflow()
-    try:
-        mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments(max_results=1)
-    except Exception as exc:  # SQLAlchemy, MlflowException, a missing driver: all the same here
-        raise TrackingError(f"tracking URI {shown}: {_first_line(exc)}") from None
+    with _store_lock(database, say):
+        try:
+            mlflow.MlflowClient(tracking_uri=uri,
+                                registry_uri=uri).search_experiments(max_results=1)
+        except Exception as exc:  # SQLAlchemy, MlflowException, a missing driver: all the same
+            raise TrackingError(f"tracking URI {redact(uri)}: {_first_line(exc)}") from None
     _CHECKED.add((uri, must_exist))
+
+
+@contextlib.contextmanager
+def _store_lock(database: Optional[Path],
+                say: Optional[Callable[[str], None]]) -> Iterator[None]:
+    """Hold ``<database>.lock`` while MLflow may create or migrate the store's tables."""
+    if database is None:
+        yield
+        return
+    lock, what = HostLock(database.with_name(database.name + ".lock")), \
+        f"the tracking store {database}"
+    try:
+        try:
+            lock.acquire(what, unsupported_ok=True)
+        except LockBusy as busy:
+            if say is not None:
+                say(f"waiting for {describe_holder(busy.holder)}, which is setting up {what}")
+            lock.acquire(what, wait=_STORE_WAIT_SECONDS, unsupported_ok=True)
+    except LockBusy as busy:
+        raise TrackingError(str(busy)) from None
+    except OSError:
+        pass  # no lock file there (a read-only folder): a reader goes on without one
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _check_sqlite_file(database: Path, shown: str, *, must_exist: bool) -> None:
