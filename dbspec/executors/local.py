@@ -217,7 +217,7 @@ class LocalExecutor:
                                     shared_dir=self.options.shared_dir, tracking_uri=uri,
                                     study_storage=spec.search.storage if spec.search else None):
             self.reporter.line(f"> {note}")
-        check_location(uri)  # MLflow and the network wait for a stage that runs
+        check_location(uri)  # before any stage; MLflow waits for a stage that runs
 
     def state_store(self, loaded: LoadedSpec, run_key: Optional[str]) -> LocalState:
         """Local stage state, or the MLflow run of ``run_key``."""

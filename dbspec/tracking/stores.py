@@ -7,12 +7,11 @@ server that is down); :func:`check_tracking_server` says it in one :class:`Track
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 from urllib.parse import unquote, urlparse
 
 from dbspec.errors import DbspecError, redact
@@ -47,7 +46,7 @@ def check_tracking_server(uri: str, *, must_exist: bool = False,
     An ``http(s)://`` server is probed (``/health``, one retry; MLflow retries for minutes):
     any HTTP answer counts as alive, and TLS problems are left to MLflow's own settings. Any
     other store goes to :func:`check_store` (``must_exist``: a reading command's SQLite
-    database must be there; ``say`` is told of a store being created or waited for).
+    database must be there).
 
     Raises:
         TrackingError: nothing answers there in time, or the store cannot be used.
@@ -102,8 +101,11 @@ def sqlite_path(uri: str) -> Optional[Path]:
 
 
 def check_location(uri: str, *, must_exist: bool = False) -> None:
-    """The checks of :func:`check_store` that need neither MLflow nor the network (a run whose
-    stages are all cached opens no store, but a store it could not use is still refused)."""
+    """What :func:`check_tracking_server` checks without MLflow (a run whose stages are all
+    cached opens no store, but one it could not use is still refused): a server is probed."""
+    if uri.lower().startswith(("http://", "https://")):
+        check_tracking_server(uri)
+        return
     database = sqlite_path(uri)
     if database is not None:
         _check_sqlite_file(database, redact(uri), must_exist=must_exist)
@@ -117,15 +119,13 @@ def check_location(uri: str, *, must_exist: bool = False) -> None:
 
 def check_store(uri: str, *, must_exist: bool,
                 say: Optional[Callable[[str], None]] = None) -> None:
-    """Fail with one clear line, naming the URI, unless MLflow can use it as its store.
-
-    A SQLite store is opened under its lock (``<database>.lock``): MLflow creates and migrates
-    its tables on first use, and two processes doing that at once fail on each other's tables.
+    """Fail with one clear line, naming the URI, unless MLflow can use it as its store; a
+    SQLite store under ``<database>.lock`` (two processes creating its tables fail each other).
 
     Args:
         must_exist: A command that only reads needs the store to be there already; ``run``
             may create a SQLite database.
-        say: Told, before the seconds it takes, that the store is created or waited for.
+        say: Told that the store is being created, or waited for (seconds).
     """
     if (uri, must_exist) in _CHECKED or (uri, True) in _CHECKED:
         return  # a Tracker, the stage state and the executor each check the same store
@@ -142,24 +142,21 @@ def check_store(uri: str, *, must_exist: bool,
     import mlflow
 
     quiet_mlflow()
-    with _store_lock(database, say):
-        try:
-            mlflow.MlflowClient(tracking_uri=uri,
-                                registry_uri=uri).search_experiments(max_results=1)
-        except Exception as exc:  # SQLAlchemy, MlflowException, a missing driver: all the same
-            raise TrackingError(f"tracking URI {redact(uri)}: {_first_line(exc)}") from None
+    lock = _store_lock(database, say) if database else None
+    try:
+        mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments(max_results=1)
+    except Exception as exc:  # SQLAlchemy, MlflowException, a missing driver: all the same here
+        raise TrackingError(f"tracking URI {redact(uri)}: {_first_line(exc)}") from None
+    finally:
+        if lock is not None:
+            lock.release()
     _CHECKED.add((uri, must_exist))
 
 
-@contextlib.contextmanager
-def _store_lock(database: Optional[Path],
-                say: Optional[Callable[[str], None]]) -> Iterator[None]:
-    """Hold ``<database>.lock`` while MLflow may create or migrate the store's tables."""
-    if database is None:
-        yield
-        return
-    lock, what = HostLock(database.with_name(database.name + ".lock")), \
-        f"the tracking store {database}"
+def _store_lock(database: Path, say: Optional[Callable[[str], None]]) -> HostLock:
+    """``<database>.lock``, taken (after a process setting the store up lets go of it) unless
+    the folder cannot hold it (a reader of a read-only store)."""
+    lock, what = HostLock(f"{database}.lock"), f"the tracking store {database}"
     try:
         try:
             lock.acquire(what, unsupported_ok=True)
@@ -170,11 +167,8 @@ def _store_lock(database: Optional[Path],
     except LockBusy as busy:
         raise TrackingError(str(busy)) from None
     except OSError:
-        pass  # no lock file there (a read-only folder): a reader goes on without one
-    try:
-        yield
-    finally:
-        lock.release()
+        pass  # no lock file there (a read-only folder): go on without; release() is a no-op
+    return lock
 
 
 def _check_sqlite_file(database: Path, shown: str, *, must_exist: bool) -> None:
