@@ -31,7 +31,7 @@ from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
 from dbspec.stages.base import Reporter, RunOptions, StageContext, experiment_name
 from dbspec.tracking.mlflow_tracking import (TrackingError, check_tracking_server,
-                                             quiet_mlflow, resolve_tracking_uri)
+                                             resolve_tracking_uri)
 from dbspec.tracking.stores import check_location, sqlite_path
 
 
@@ -178,7 +178,6 @@ class LocalExecutor:
         if database is not None and not database.exists():
             return []  # a new store: nothing ran there yet
         self.open_tracking_store(loaded)
-        quiet_mlflow()
         try:
             client = mlflow.MlflowClient(tracking_uri=uri)
             found = client.get_experiment_by_name(experiment_name(spec, self.options.smoke))
