@@ -31,8 +31,8 @@ from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
 from dbspec.stages.base import Reporter, RunOptions, StageContext, experiment_name
 from dbspec.tracking.mlflow_tracking import (TrackingError, check_tracking_server,
-                                             quiet_mlflow, resolve_tracking_uri)
-from dbspec.tracking.stores import sqlite_path
+                                             resolve_tracking_uri)
+from dbspec.tracking.stores import check_location, sqlite_path
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ class LocalExecutor:
         database = sqlite_path(uri)
         if database is not None and not database.exists():
             return []  # a new store: nothing ran there yet
-        quiet_mlflow()
+        self.open_tracking_store(loaded)
         try:
             client = mlflow.MlflowClient(tracking_uri=uri)
             found = client.get_experiment_by_name(experiment_name(spec, self.options.smoke))
@@ -188,6 +188,12 @@ class LocalExecutor:
         except MlflowException as exc:
             raise TrackingError(f"cannot look for runs of {spec.name} left RUNNING in {uri}: "
                                 f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+
+    def open_tracking_store(self, loaded: LoadedSpec) -> None:
+        """Check (and create) the tracking store, before the first stage that runs: a run whose
+        stages are all cached never imports MLflow."""
+        check_tracking_server(resolve_tracking_uri(loaded.spec, self.project_dir),
+                              say=self.reporter.line)
 
     kind = "local"
 
@@ -210,7 +216,7 @@ class LocalExecutor:
                                     shared_dir=self.options.shared_dir, tracking_uri=uri,
                                     study_storage=spec.search.storage if spec.search else None):
             self.reporter.line(f"> {note}")
-        check_tracking_server(uri)  # before any stage
+        check_location(uri)  # before any stage; MLflow waits for a stage that runs
 
     def state_store(self, loaded: LoadedSpec, run_key: Optional[str]) -> LocalState:
         """Local stage state, or the MLflow run of ``run_key``."""
@@ -218,6 +224,7 @@ class LocalExecutor:
         if not run_key:
             return LocalState(run_dir)
         spec = loaded.spec
+        self.open_tracking_store(loaded)
         return MlflowState(run_dir, tracking_uri=resolve_tracking_uri(spec, self.project_dir),
                            experiment=experiment_name(spec, self.options.smoke), key=run_key,
                            tags={"dbspec.spec": spec.name, "dbspec.target": loaded.target or ""},
@@ -279,6 +286,8 @@ class LocalExecutor:
                 records.append(StageRecord(planned.name, "cached", 0.0, cached.output))
                 continue
             resume = self.options.resume and current and finished is None
+            if all(record.action == "cached" for record in records):
+                self.open_tracking_store(loaded)  # before the first stage that runs
             records.append(self._run_stage(_Pass(loaded, plan, store, state, only), planned,
                                            recorded, inputs=inputs, resume=resume))
         return RunRecord(loaded.spec.name, loaded.target, store.run_dir, records)

@@ -11,13 +11,16 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 from urllib.parse import unquote, urlparse
 
 from dbspec.errors import DbspecError, redact
+from dbspec.filelocks import HostLock, LockBusy, describe_holder
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _PROBE_SECONDS = 10.0
+#: How long a run waits for another process that creates or migrates the same SQLite store.
+_STORE_WAIT_SECONDS = 600.0
 #: Stores that passed :func:`check_store` in this process (http(s) servers: probed each time).
 _CHECKED: set[tuple[str, bool]] = set()
 
@@ -36,7 +39,8 @@ def quiet_mlflow() -> None:
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
-def check_tracking_server(uri: str, *, must_exist: bool = False) -> None:
+def check_tracking_server(uri: str, *, must_exist: bool = False,
+                          say: Optional[Callable[[str], None]] = None) -> None:
     """Fail in seconds, with one line, when the tracking store at ``uri`` is unusable.
 
     An ``http(s)://`` server is probed (``/health``, one retry; MLflow retries for minutes):
@@ -48,7 +52,7 @@ def check_tracking_server(uri: str, *, must_exist: bool = False) -> None:
         TrackingError: nothing answers there in time, or the store cannot be used.
     """
     if not uri.lower().startswith(("http://", "https://")):
-        check_store(uri, must_exist=must_exist)
+        check_store(uri, must_exist=must_exist, say=say)
         return
     import requests
 
@@ -96,37 +100,75 @@ def sqlite_path(uri: str) -> Optional[Path]:
     return Path(path) if path and path != ":memory:" else None
 
 
-def check_store(uri: str, *, must_exist: bool) -> None:
-    """Fail with one clear line, naming the URI, unless MLflow can use it as its store.
-
-    Args:
-        must_exist: A command that only reads needs the store to be there already; ``run``
-            may create a SQLite database.
-    """
-    if (uri, must_exist) in _CHECKED or (uri, True) in _CHECKED:
-        return  # a Tracker, the stage state and the executor each check the same store
-    shown = redact(uri)
+def check_location(uri: str, *, must_exist: bool = False) -> None:
+    """What :func:`check_tracking_server` checks without MLflow (a run whose stages are all
+    cached opens no store, but one it could not use is still refused): a server is probed."""
     if uri.lower().startswith(("http://", "https://")):
         check_tracking_server(uri)
         return
     database = sqlite_path(uri)
     if database is not None:
-        _check_sqlite_file(database, shown, must_exist=must_exist)
+        _check_sqlite_file(database, redact(uri), must_exist=must_exist)
+    file_store = uri.startswith("file:") or "://" not in uri and \
+        not uri.startswith(("sqlite:", "databricks", "uc:"))
+    if file_store and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
+        raise TrackingError(f"tracking URI {redact(uri)}: MLflow 3 no longer accepts a file "
+                            "store (a directory of runs); use a database such as "
+                            "sqlite:///path/mlflow.db or an MLflow server (http://...)")
+
+
+def check_store(uri: str, *, must_exist: bool,
+                say: Optional[Callable[[str], None]] = None) -> None:
+    """Fail with one clear line, naming the URI, unless MLflow can use it as its store; a
+    SQLite store under ``<database>.lock`` (two processes creating its tables fail each other).
+
+    Args:
+        must_exist: A command that only reads needs the store to be there already; ``run``
+            may create a SQLite database.
+        say: Told that the store is being created, or waited for (seconds).
+    """
+    if (uri, must_exist) in _CHECKED or (uri, True) in _CHECKED:
+        return  # a Tracker, the stage state and the executor each check the same store
+    if uri.lower().startswith(("http://", "https://")):
+        check_tracking_server(uri)
+        return
+    check_location(uri, must_exist=must_exist)
     if uri.startswith(("databricks", "uc:")):
         return  # MLflow's Databricks client reports its own credential errors; no probe here
-    file_store = uri.startswith("file:") or "://" not in uri and not uri.startswith("sqlite:")
-    if file_store and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
-        raise TrackingError(f"tracking URI {shown}: MLflow 3 no longer accepts a file store "
-                            "(a directory of runs); use a database such as "
-                            "sqlite:///path/mlflow.db or an MLflow server (http://...)")
+    database = sqlite_path(uri)
+    if database is not None and not database.exists() and say is not None:
+        say(f"creating the MLflow tracking store {database} (a first run: MLflow "
+            "sets up its tables, some seconds)")
     import mlflow
 
     quiet_mlflow()
+    lock = _store_lock(database, say) if database else None
     try:
         mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments(max_results=1)
     except Exception as exc:  # SQLAlchemy, MlflowException, a missing driver: all the same here
-        raise TrackingError(f"tracking URI {shown}: {_first_line(exc)}") from None
+        raise TrackingError(f"tracking URI {redact(uri)}: {_first_line(exc)}") from None
+    finally:
+        if lock is not None:
+            lock.release()
     _CHECKED.add((uri, must_exist))
+
+
+def _store_lock(database: Path, say: Optional[Callable[[str], None]]) -> HostLock:
+    """``<database>.lock``, taken (after a process setting the store up lets go of it) unless
+    the folder cannot hold it (a reader of a read-only store)."""
+    lock, what = HostLock(f"{database}.lock"), f"the tracking store {database}"
+    try:
+        try:
+            lock.acquire(what, unsupported_ok=True)
+        except LockBusy as busy:
+            if say is not None:
+                say(f"waiting for {describe_holder(busy.holder)}, which is setting up {what}")
+            lock.acquire(what, wait=_STORE_WAIT_SECONDS, unsupported_ok=True)
+    except LockBusy as busy:
+        raise TrackingError(str(busy)) from None
+    except OSError:
+        pass  # no lock file there (a read-only folder): go on without; release() is a no-op
+    return lock
 
 
 def _check_sqlite_file(database: Path, shown: str, *, must_exist: bool) -> None:

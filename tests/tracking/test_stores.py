@@ -6,10 +6,13 @@ MLflow 3's refused file store, a missing database driver, an unknown scheme.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
+from dbspec.filelocks import HostLock
+from dbspec.tracking import stores
 from dbspec.tracking.mlflow_tracking import TrackingError
 from dbspec.tracking.stores import check_store, sqlite_path
 from tests.conftest import run_main
@@ -43,6 +46,34 @@ def test_a_missing_database_is_refused_to_readers_and_created_for_runs(tmp_path)
     check_store(f"sqlite:///{database}", must_exist=False)
     assert database.read_bytes().startswith(b"SQLite format 3\x00")
     check_store(f"sqlite:///{database}", must_exist=True)  # now it is there
+
+
+def test_a_store_another_process_sets_up_is_waited_for(tmp_path):
+    database = tmp_path / "mlflow.db"
+    other = HostLock(tmp_path / "mlflow.db.lock").acquire("another run")
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if line.startswith("waiting for"):
+            other.release()  # the other process is done with the store
+
+    check_store(f"sqlite:///{database}", must_exist=False, say=say)
+    assert said[0].startswith(f"creating the MLflow tracking store {database} ")
+    assert said[1].startswith(f"waiting for pid {os.getpid()} on host ") and \
+        said[1].endswith(f"which is setting up the tracking store {database}")
+    assert database.read_bytes().startswith(b"SQLite format 3\x00")
+
+
+def test_a_store_held_past_the_wait_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(stores, "_STORE_WAIT_SECONDS", 0.0)
+    other = HostLock(tmp_path / "mlflow.db.lock").acquire("another run")
+    try:
+        with pytest.raises(TrackingError, match=rf"the tracking store {tmp_path}/mlflow.db is "
+                                                rf"held by pid {os.getpid()} on host "):
+            check_store(f"sqlite:///{tmp_path / 'mlflow.db'}", must_exist=False)
+    finally:
+        other.release()
 
 
 def test_sqlite_paths_absolute_and_relative():
