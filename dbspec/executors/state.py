@@ -151,7 +151,7 @@ class MlflowState(LocalState):
                     max_results=2)
                 if found:
                     self._run_id = found[0].info.run_id
-                elif self.key == os.environ.get("MLFLOW_RUN_ID"):  # AI Runtime's run: adopted
+                elif self.key == os.environ.get("DBSPEC_PLATFORM_RUN"):  # AI Runtime's run
                     self.client.set_tag(self.key, "dbspec.run_key", self.key)
                     for name, value in {"dbspec.kind": "pipeline", **self.tags}.items():
                         self.client.set_tag(self.key, name, value)

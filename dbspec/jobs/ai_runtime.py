@@ -56,41 +56,48 @@ def ai_runtime_script(spec, target: Optional[str], *, install: str, spec_name: s
     requirement) without its dependencies, then what the stages need but the environment
     lacks. Node 0 runs every stage in the platform's MLflow run; the others run the training
     ranks node 0 launches (:mod:`dbspec.training.torchrun`)."""
-    run = ["dbspec", "run", f'"$here/../specs/{spec_name}"']
+    run = ["dbspec", "run", '"$here/../specs/"' + shlex.quote(spec_name)]
     if target:
         run += ["--target", shlex.quote(target)]
-    run += ["--shared-dir", shlex.quote(shared), '"${key[@]}"', "--quiet"]
+    run += ["--shared-dir", shlex.quote(shared), '${key[@]+"${key[@]}"}', "--quiet"]
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in mlflow_env(spec).items())
     wheel = f'{install}"' if install.startswith('"') else shlex.quote(install)
     needs = [pin for extra in (None, *task_extras(spec, ("train", "serve")))
              for pin in extra_requirements(extra, keep=_environment_lacks(spec))]
-    meeting = f"{shared.rstrip('/')}/ai-runtime/${{MLFLOW_RUN_ID:-manual}}"
+    meeting = shlex.quote(f"{shared.rstrip('/')}/ai-runtime/") + '"${DBSPEC_PLATFORM_RUN:-manual}"'
     return (f"#!/usr/bin/env bash\n{header}"
             "# The AI Runtime (serverless GPU) command of this job, run on every node.\n"
             f"set -euo pipefail\n{exports}"
             'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"\n'
+            "# the platform's MLflow run becomes dbspec's pipeline run; left set, MLflow would\n"
+            "# resume it as the first run dbspec starts (the training's) and end it there\n"
+            'export DBSPEC_PLATFORM_RUN="${MLFLOW_RUN_ID:-}"\nunset MLFLOW_RUN_ID\n'
+            f"export {RENDEZVOUS}={meeting}\n"
+            'started="$(mktemp)"  # files of an earlier attempt are older than this one\n'
+            'if [ "${NODE_RANK:-0}" = "0" ]; then\n'
+            f'  trap \'mkdir -p "${RENDEZVOUS}" && touch "${RENDEZVOUS}/done"\' EXIT'
+            "  # whatever ends node 0,\n"
+            f'  rm -f "${RENDEZVOUS}/launch.sh"  # the other nodes stop waiting\nfi\n'
             f"python -m pip install --quiet --no-deps {wheel}\n"
             f"python -m pip install --quiet "
             f"{' '.join(shlex.quote(p) for p in dict.fromkeys(needs))}\n"
-            f'export {RENDEZVOUS}="{meeting}"\n'
             + _other_nodes(spec) +
-            "key=()  # the platform's MLflow run (MLFLOW_RUN_ID) becomes dbspec's pipeline run\n"
-            'if [ -n "${MLFLOW_RUN_ID:-}" ]; then key=(--run-key "$MLFLOW_RUN_ID"); fi\n'
-            f"status=0\n{' '.join(run)} || status=$?\n"
-            f'mkdir -p "${RENDEZVOUS}" && touch "${RENDEZVOUS}/done"  # the other nodes stop\n'
-            'exit "$status"\n')
+            'key=()\nif [ -n "$DBSPEC_PLATFORM_RUN" ]; then key=(--run-key "$DBSPEC_PLATFORM_RUN"); fi\n'
+            f"{' '.join(run)}\n")
 
 
 def _other_nodes(spec) -> str:
-    """Nodes 1..N-1 wait for node 0's torchrun command and run their ranks (several nodes)."""
+    """Nodes 1..N-1 wait for node 0's torchrun command and run their ranks (several nodes);
+    files older than this attempt are an earlier attempt's."""
     compute = spec.compute
     if compute.count <= compute.gpus_per_node:
         return ""
     wait = spec.jobs.timeout_seconds or 86_400
+    fresh = '[ "$' + RENDEZVOUS + '/{}" -nt "$started" ]'
     return ('if [ "${NODE_RANK:-0}" != "0" ]; then  # node 0 runs the stages, then launches\n'
             f'  for _ in $(seq 1 {wait // 5}); do\n'
-            f'    if [ -f "${RENDEZVOUS}/launch.sh" ]; then exec bash "${RENDEZVOUS}/launch.sh"; fi\n'
-            f'    if [ -f "${RENDEZVOUS}/done" ]; then exit 0; fi\n'
+            f'    if {fresh.format("launch.sh")}; then exec bash "${RENDEZVOUS}/launch.sh"; fi\n'
+            f'    if {fresh.format("done")}; then exit 0; fi\n'
             "    sleep 5\n  done\n"
             f'  echo "node $NODE_RANK: node 0 launched no training in {wait} s" >&2; exit 1\n'
             "fi\n")

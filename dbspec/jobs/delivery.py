@@ -19,18 +19,15 @@ WHEEL = f"dbspec-{__version__}-py3-none-any.whl"
 
 
 class Delivery(NamedTuple):
-    """Where the wheel comes from: ``checkout`` (relative to the output directory) or None,
-    when dbspec is installed from a package index and tasks install ``requirement``."""
+    """Where the wheel comes from: ``checkout`` (relative to the output directory), or None and
+    tasks install ``pinned`` (from the index, or the VCS URL dbspec was installed from)."""
 
     checkout: Optional[str]
-
-    @property
-    def requirement(self) -> str:
-        return f"dbspec=={__version__}"
+    pinned: str = f"dbspec=={__version__}"
 
     def library(self, folder: str) -> str:
         """What a task installs: the wheel in ``folder``, or the pinned requirement."""
-        return f"{folder}/{WHEEL}" if self.checkout else self.requirement
+        return f"{folder}/{WHEEL}" if self.checkout else self.pinned
 
     def build(self, wheel_dir: str) -> str:
         """The command that builds the wheel into ``wheel_dir`` (run in the output directory)."""
@@ -39,16 +36,33 @@ class Delivery(NamedTuple):
 
 
 def delivery(output: Optional[str]) -> Delivery:
-    """How ``dbspec`` reaches the cluster: from the source checkout it is imported from (a
-    ``pyproject.toml`` naming dbspec beside the package), else from the package index."""
+    """How ``dbspec`` reaches the cluster: built from the source checkout it is imported from
+    (a ``pyproject.toml`` naming dbspec beside the package) or was installed from (PEP 610's
+    ``direct_url.json``), pinned to the VCS commit it came from, else to its version."""
+    import importlib.metadata
+    import json
+    from urllib.parse import unquote, urlparse
+
     import dbspec
 
-    root = Path(dbspec.__file__).resolve().parents[1]
-    pyproject = root / "pyproject.toml"
-    if not pyproject.is_file() or 'name = "dbspec"' not in pyproject.read_text(encoding="utf-8"):
-        return Delivery(None)
-    base = Path(output or ".").resolve()
-    return Delivery(Path(os.path.relpath(root, base)).as_posix())
+    try:
+        direct = json.loads(importlib.metadata.distribution("dbspec")
+                            .read_text("direct_url.json") or "{}")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        direct = {}
+    url = str(direct.get("url", ""))
+    roots = [Path(dbspec.__file__).resolve().parents[1]]
+    if "dir_info" in direct:
+        roots.append(Path(unquote(str(urlparse(url).path))))
+    for root in roots:
+        pyproject = root / "pyproject.toml"
+        if pyproject.is_file() and 'name = "dbspec"' in pyproject.read_text(encoding="utf-8"):
+            base = Path(output or ".").resolve()
+            return Delivery(Path(os.path.relpath(root, base)).as_posix())
+    vcs = direct.get("vcs_info")
+    if isinstance(vcs, dict) and vcs.get("commit_id"):
+        return Delivery(None, f"dbspec @ {vcs.get('vcs', 'git')}+{url}@{vcs['commit_id']}")
+    return Delivery(None)
 
 
 def bundle_artifacts(how: Delivery) -> dict:
@@ -61,11 +75,11 @@ def bundle_artifacts(how: Delivery) -> dict:
             "sync": {"include": ["dist/*.whl"]}}
 
 
-def deploy_script(how: Delivery, *, root: str, uploads: list[str], jobs: list[tuple[str, str]],
-                  header: str) -> str:
+def deploy_script(how: Delivery, *, root: str, uploads: list[str],
+                  jobs: list[tuple[str, str, str]], header: str) -> str:
     """``deploy.sh`` of the jobs-json format: build the wheel, upload it and ``uploads`` (paths
     relative to the output directory) under ``root``, then create each job in ``jobs`` (body
-    file, job name), or reset the job of that name to the body."""
+    file, job name, target), or reset the job of that name and target to the body."""
     lines = [f"#!/usr/bin/env bash\n{header}",
              f"# Uploads what the jobs read to {root} and creates or updates each job with the",
              "# Databricks CLI (authenticate first: databricks auth login, or DATABRICKS_HOST and",
@@ -79,8 +93,9 @@ def deploy_script(how: Delivery, *, root: str, uploads: list[str], jobs: list[tu
     for folder in sorted({str(PurePosixPath(f).parent) for f in files}):
         lines.append(_mkdirs(f"{root}/{folder}"))
     lines += [_upload(f, f"{root}/{f}") for f in files]
-    for body, name in jobs:
-        lines.append(f"python3 - {shlex.quote(body)} {shlex.quote(name)} <<'PY'\n{_UPSERT}PY")
+    for body, name, target in jobs:
+        lines.append(f"python3 - {shlex.quote(body)} {shlex.quote(name)} {shlex.quote(target)} "
+                     f"<<'PY'\n{_UPSERT}PY")
     return "\n".join(lines) + "\n"
 
 
@@ -104,7 +119,7 @@ def _dbfs(path: str) -> str:
 #: Create the job of a body file, or reset the job of its name to it (and its permissions).
 _UPSERT = """\
 import json, subprocess, sys
-body_file, name = sys.argv[1:]
+body_file, name, target = sys.argv[1:]  # one job per target: matched by name and target tag
 body = json.load(open(body_file))
 acl = body.pop("access_control_list", None)
 def cli(*args):
@@ -112,9 +127,10 @@ def cli(*args):
                           capture_output=True, text=True)
     return json.loads(done.stdout or "null")
 found = [j for j in cli("jobs", "list", "--name", name) or []
-         if j.get("settings", {}).get("name") == name]
+         if j.get("settings", {}).get("name") == name
+         and (j["settings"].get("tags") or {}).get("dbspec_target", "default") == target]
 if len(found) > 1:
-    sys.exit(f"{len(found)} jobs are named {name!r}; delete all but one, then rerun")
+    sys.exit(f"{len(found)} jobs are named {name!r} (target {target}); delete all but one")
 if found:
     job_id = found[0]["job_id"]
     cli("jobs", "reset", "--json", json.dumps({"job_id": job_id, "new_settings": body}))

@@ -59,6 +59,9 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
     command = "dbspec jobs " + shown + "".join(f" --target {t}" for t in targets) + \
         "".join(f" --set {a}" for a in assignments) + f" --format {fmt} -o DIR"
     how = delivery(output)
+    if how.checkout is None:
+        warnings.append(f"the tasks install '{how.pinned}' (this dbspec is no source checkout "
+                        "to build a wheel from): the workspace's package index must serve it")
     text = Path(spec_file).read_text(encoding="utf-8")
     if fmt == "jobs-json":
         from dbspec.jobs.resources import jobs_json_warnings

@@ -141,7 +141,7 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str, spec_text: str,
     files: dict[str, str] = {}
     header = _header(spec_file, command)
     spec_name = PurePosixPath(spec_file).name
-    roots: dict[str, list[tuple[str, str]]] = {}
+    roots: dict[str, list[tuple[str, str, str]]] = {}
     for target, spec in specs.items():
         root = spec.jobs.workspace_root.rstrip("/")
         # a job parameter, not a fixed value, so that run now can point a run elsewhere
@@ -158,18 +158,20 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str, spec_text: str,
             jobs.append((f"{monitor_job_key(spec)}.{target}.json", monitor))
         for path, job in jobs:
             files[path] = _json_body(job, acl)
-            roots.setdefault(root, []).append((path, str(job.name)))
+            roots.setdefault(root, []).append((path, str(job.name),
+                                               spec_targets[target] or "default"))
         if serverless(spec):
             files[f"scripts/{name}.sh"] = ai_runtime_script(
                 spec, spec_targets[target], install=how.library('"$here/../dist'),
                 spec_name=spec_name, shared=shared_dir(spec), header=header)
     files[f"specs/{spec_name}"] = header + spec_text
-    for root, jobs in roots.items():
+    for root, bodies in roots.items():
         uploads = [f"specs/{spec_name}"] + sorted(
             f for f in files if f.startswith("scripts/") and any(
-                f == f"scripts/{path.removesuffix('.json')}.sh" for path, _ in jobs))
-        files["deploy.sh" if len(roots) == 1 else f"deploy.{PurePosixPath(root).name}.sh"] = \
-            deploy_script(how, root=root, uploads=uploads, jobs=jobs, header=header)
+                f == f"scripts/{path.removesuffix('.json')}.sh" for path, _, _ in bodies))
+        own = "".join(c if c.isalnum() else "_" for c in root.strip("/"))
+        files["deploy.sh" if len(roots) == 1 else f"deploy.{own}.sh"] = \
+            deploy_script(how, root=root, uploads=uploads, jobs=bodies, header=header)
     return files
 
 

@@ -52,10 +52,10 @@ def run_torchrun(work_dir: Path, ranks_here: int, say: Callable[[str], None]) ->
         write_atomic(Path(meeting) / "launch.sh", f"exec {_shell(command)}\n")
         say(f"  torchrun: {nodes} nodes x {ranks_here} ranks; the other nodes join from "
             f"{meeting}/launch.sh")
-    done = subprocess.run(["bash", "-c", _shell(command)], stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True)
+    # the ranks' output goes where this process's goes, as it comes (the node's log)
+    done = subprocess.run(["bash", "-c", _shell(command)], stdin=subprocess.DEVNULL)
     if done.returncode != 0:
-        why = rank_errors(work_dir) or (done.stderr.strip().splitlines() or ["no output"])[-1]
+        why = rank_errors(work_dir) or "no rank recorded an error; see torchrun's output above"
         raise DistributedError(f"torchrun failed (exit {done.returncode}): {why}")
     return f"{nodes} node(s) x {ranks_here} rank(s) by torchrun, files in {work_dir}"
 

@@ -118,7 +118,7 @@ def test_eight_and_sixteen_h100s_validate_and_compile(tmp_path, write_spec, coun
     assert JobSettings.from_dict(job).as_dict() == job
     # every node runs the script: node 0 the stages, the others the ranks node 0 launches
     assert ('if [ "${NODE_RANK:-0}" != "0" ]' in script) == (nodes > 1)
-    assert 'key=(--run-key "$MLFLOW_RUN_ID")' in script
+    assert 'key=(--run-key "$DBSPEC_PLATFORM_RUN")' in script and "unset MLFLOW_RUN_ID" in script
 
 
 def test_twelve_h100s_are_a_located_error(write_spec):
@@ -182,12 +182,17 @@ def test_the_platform_s_mlflow_run_becomes_the_pipeline_run(tmp_path, write_spec
     client = mlflow.MlflowClient(uri)
     experiment = client.create_experiment("platform")
     platform_run = client.create_run(experiment).info.run_id  # what AI Runtime makes
-    spec = write_spec(MINIMAL + f'tracking: {{tracking_uri: "{uri}", experiment: platform}}\n')
-    done = subprocess.run([sys.executable, "-m", "dbspec", "run", spec, "--only", "load_data",
-                           "--run-key", platform_run, "--state-dir", str(tmp_path / "state")],
-                          env=checkout_env({"MLFLOW_RUN_ID": platform_run}), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    spec = write_spec(MINIMAL + f'tracking: {{tracking_uri: "{uri}", experiment: platform}}\n'
+                      "training: {epochs: 2}\n")
+    # the command script hands the platform's run over as DBSPEC_PLATFORM_RUN and unsets
+    # MLFLOW_RUN_ID, which MLflow would otherwise resume (and end) as the training's run
+    done = subprocess.run([sys.executable, "-m", "dbspec", "run", spec, "--run-key",
+                           platform_run, "--state-dir", str(tmp_path / "state")],
+                          env=checkout_env({"DBSPEC_PLATFORM_RUN": platform_run}), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     runs = client.search_runs([experiment], "tags.`dbspec.kind` = 'pipeline'")
     assert [r.info.run_id for r in runs] == [platform_run]  # adopted, no second pipeline run
     assert runs[0].data.tags["dbspec.run_key"] == platform_run
+    trained = [r for r in client.search_runs([experiment]) if "train_loss" in r.data.metrics]
+    assert trained and platform_run not in {r.info.run_id for r in trained}

@@ -208,8 +208,8 @@ def test_serverless_gpu_becomes_one_ai_runtime_task(tmp_path, write_spec, bundle
     # the platform sets no MLflow URIs: the run would track to a file on the node
     assert "export MLFLOW_TRACKING_URI=databricks\nexport MLFLOW_REGISTRY_URI=databricks\n" \
         in script
-    assert 'dbspec run "$here/../specs/spec.yaml" --target prod --shared-dir ' \
-        '/Volumes/main/ml/dbspec "${key[@]}" --quiet || status=$?' in script
+    assert 'dbspec run "$here/../specs/"spec.yaml --target prod --shared-dir ' \
+        '/Volumes/main/ml/dbspec ${key[@]+"${key[@]}"} --quiet' in script
     assert (tmp_path / "scripts" / "minimal.prod.sh").stat().st_mode & 0o111
 
 

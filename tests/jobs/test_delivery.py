@@ -78,7 +78,7 @@ def test_the_bundle_builds_and_uploads_the_wheel_its_tasks_install(clone, tmp_pa
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
                     str(site), str(out / built["source"])], check=True, timeout=300)
     pinned = tmp_path / "pinned"
-    jobs(site, spec, pinned)
+    assert "the tasks install 'dbspec==0.1.0'" in jobs(site, spec, pinned).stderr
     root = yaml.safe_load((pinned / "databricks.yml").read_text())
     assert "artifacts" not in root and "sync" not in root
     (resource,) = (pinned / "resources").glob("*.yml")
@@ -117,17 +117,17 @@ def test_deploy_sh_uploads_the_wheel_and_spec_then_creates_or_resets_each_job(cl
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC + "jobs: {workspace_root: /Workspace/Shared/team/dbspec}\n"
-                    "roles: {admin: [ml-admins]}\n")
+                    "roles: {admin: [ml-admins]}\ntargets: {dev: {}, prod: {mode: production}}\n")
     out = tmp_path / "json"
     assert f"deploy: bash {out / 'deploy.sh'}" in jobs(clone, spec, out, "--format",
                                                        "jobs-json").stdout
-    (body_file,) = out.glob("*.json")
-    body = json.loads(body_file.read_text())
+    dev, prod = (json.loads(f.read_text()) for f in sorted(out.glob("*.json")))
+    assert dev["name"] == prod["name"]  # one name, two jobs: told apart by the target tag
+    body = prod
     assert body["tasks"][0]["libraries"][0]["whl"] == f"/Workspace/Shared/team/dbspec/dist/{WHEEL}"
     assert body["tasks"][0]["python_wheel_task"]["parameters"][1] == \
         "/Workspace/Shared/team/dbspec/specs/spec.yaml"
-    assert (out / "specs" / "spec.yaml").read_text().endswith(SPEC + (
-        "jobs: {workspace_root: /Workspace/Shared/team/dbspec}\nroles: {admin: [ml-admins]}\n"))
+    assert (out / "specs" / "spec.yaml").read_text().endswith(spec.read_text())
     log, store = tmp_path / "calls.jsonl", tmp_path / "jobs.json"
     _stand_in_cli(tmp_path / "bin", log, store)
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
@@ -141,9 +141,10 @@ def test_deploy_sh_uploads_the_wheel_and_spec_then_creates_or_resets_each_job(cl
     assert imports == {f"/Shared/team/dbspec/dist/{WHEEL}": f"dist/{WHEEL}",
                        "/Shared/team/dbspec/specs/spec.yaml": "specs/spec.yaml"}
     verbs = [c[1] for c in calls if c[0] == "jobs"]
-    assert verbs == ["list", "create", "list", "reset", "set-permissions"], verbs
-    (reset,) = [json.loads(c[c.index("--json") + 1]) for c in calls if c[:2] == ["jobs", "reset"]]
-    assert reset["job_id"] == 100 and reset["new_settings"]["name"] == body["name"]
-    assert "access_control_list" not in reset["new_settings"]  # reset takes none; set-permissions
-    assert json.loads(store.read_text())[0]["settings"]["access_control_list"] == \
+    assert verbs == ["list", "create"] * 2 + ["list", "reset", "set-permissions"] * 2, verbs
+    resets = [json.loads(c[c.index("--json") + 1]) for c in calls if c[:2] == ["jobs", "reset"]]
+    assert [r["job_id"] for r in resets] == [100, 101]  # each target's own job, both kept
+    assert [r["new_settings"]["tags"]["dbspec_target"] for r in resets] == ["dev", "prod"]
+    assert "access_control_list" not in resets[1]["new_settings"]  # set-permissions sets it
+    assert json.loads(store.read_text())[1]["settings"]["access_control_list"] == \
         body["access_control_list"]
