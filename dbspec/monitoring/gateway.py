@@ -1,0 +1,129 @@
+"""A Databricks AI Gateway inference table, unpacked into the layout ``dbspec serve`` writes.
+
+The gateway logs one row per request with the request and response as JSON text. Each answered
+request's body (``dataframe_split``, ``dataframe_records``, ``inputs``, ``instances``) becomes
+feature rows and its ``predictions`` the prediction columns (a list of plain values is the
+``prediction`` column); JSON numbers become float32, as dbspec serve scores and logs them, so a
+discrete feature matches its reference profile. The version is the trailing ``-<version>`` of ``served_entity_id``:
+Databricks names a served entity ``<model>-<version>`` by default and dbspec keeps that name
+when it moves an endpoint to another version. Rows the pass cannot use (a status other than
+200, a logging error code, JSON it cannot read) are kept with the reason in :data:`LEFT_OUT`,
+so the pass counts and reports them. The unpacking runs locally (pyarrow); the table's feature
+rows are held in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from dbspec.monitoring.layout import InferenceRows, read_batches
+
+#: The columns that mark a table as an AI Gateway inference table.
+GATEWAY_COLUMNS = ("databricks_request_id", "request_time", "status_code", "request",
+                   "response", "served_entity_id", "logging_error_codes",
+                   "execution_duration_ms")
+#: The unpacked table's column holding why a row is left out (null: it is used).
+LEFT_OUT = "gateway_left_out"
+NOT_ANSWERED = "request(s) answered with a status other than 200"
+LOGGING_ERROR = "request(s) with a logging error code (payload not logged whole)"
+UNPARSABLE = "request(s) whose request or response JSON cannot be unpacked"
+_VERSION = re.compile(r"-(\d+)$")
+
+
+def is_gateway_table(table: InferenceRows) -> bool:
+    """Whether ``table`` has the AI Gateway inference table's columns."""
+    return all(c in table.dataset.schema.names for c in GATEWAY_COLUMNS)
+
+
+def unpack_gateway_table(table: InferenceRows, model_name: str) -> InferenceRows:
+    """``table`` (AI Gateway layout) as an in-memory table in dbspec serve's layout, rows of
+    ``model_name``; requests without a version or time are counted in a warning."""
+    import pyarrow.dataset as ds
+
+    rows: list[dict[str, Any]] = []
+    unplaced: dict[str, int] = {}
+    for batch in read_batches(table, list(GATEWAY_COLUMNS), None, 4096):
+        stamps = batch.column("request_time").cast(pa.timestamp("us")).cast(pa.int64())
+        for record, stamp in zip(batch.to_pylist(), stamps.to_pylist()):
+            version = _VERSION.search(record["served_entity_id"] or "")
+            if version is None or stamp is None:
+                why = "no request_time" if stamp is None else \
+                    f"served entity {record['served_entity_id']!r} (not <model>-<version>)"
+                unplaced[why] = unplaced.get(why, 0) + 1
+                continue
+            base = {"request_id": record["databricks_request_id"] or "", "timestamp": stamp,
+                    "model_name": model_name, "model_version": version.group(1),
+                    "latency_ms": record["execution_duration_ms"]}
+            rows.extend({**base, **row} for row in _unpack(record))
+    for why, count in unplaced.items():
+        print(f"warning: {table.path}: {count:,} request(s) left out: {why}", file=sys.stderr)
+    base_types = {"request_id": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
+                  "model_name": pa.string(), "model_version": pa.string(),
+                  "latency_ms": pa.float64(), LEFT_OUT: pa.string()}
+    names = dict.fromkeys(c for r in rows for c in r)
+    columns = {c: [r.get(c) for r in rows] for c in names}
+    arrays = {c: pa.array(v, base_types.get(c)) for c, v in columns.items()} if rows else \
+        {c: pa.array([], t) for c, t in base_types.items()}
+    for column, values in arrays.items():  # dbspec's models score (and serve logs) float32
+        if column not in base_types and pa.types.is_floating(values.type):
+            arrays[column] = values.cast(pa.float32())
+    return InferenceRows(table.path, ds.dataset(pa.table(arrays)))
+
+
+def _unpack(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """One gateway row -> its feature-and-prediction rows, or one row saying why none."""
+    if record["status_code"] != 200:
+        return [{LEFT_OUT: NOT_ANSWERED}]
+    if record["logging_error_codes"]:
+        return [{LEFT_OUT: LOGGING_ERROR}]
+    try:
+        features = _request_rows(json.loads(record["request"]))
+        predictions = _prediction_rows(json.loads(record["response"]))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return [{LEFT_OUT: UNPARSABLE}]
+    if len(features) != len(predictions) or not features:
+        return [{LEFT_OUT: UNPARSABLE}]
+    return [{**f, **p} for f, p in zip(features, predictions)]
+
+
+def _request_rows(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a model serving request body (MLflow's scoring protocol)."""
+    if "dataframe_split" in body:
+        split = body["dataframe_split"]
+        return [dict(zip(split["columns"], row, strict=True)) for row in split["data"]]
+    if "dataframe_records" in body:
+        return [dict(row) for row in body["dataframe_records"]]
+    given = body["inputs"] if "inputs" in body else body["instances"]
+    if isinstance(given, dict):  # columns -> values
+        return [dict(zip(given, row, strict=True)) for row in zip(*given.values(), strict=True)]
+    return [dict(row) for row in given]
+
+
+def _prediction_rows(body: dict[str, Any]) -> list[dict[str, Any]]:
+    predictions = body["predictions"]
+    if isinstance(predictions, dict):  # columns -> values
+        return [dict(zip(predictions, row, strict=True))
+                for row in zip(*predictions.values(), strict=True)]
+    return [dict(p) if isinstance(p, dict) else {"prediction": p} for p in predictions]
+
+
+def gateway_usable(batch: Any, leave_out: Any, rows: np.ndarray) -> np.ndarray:
+    """``rows`` less those the gateway table marks as left out, counted by ``leave_out``
+    (:meth:`VersionScan.leave_out`) for each reason."""
+    if LEFT_OUT not in batch.schema.names:
+        return rows
+    reasons = batch.column(LEFT_OUT).to_numpy(zero_copy_only=False)
+    for why in (NOT_ANSWERED, LOGGING_ERROR, UNPARSABLE):
+        rows = rows & leave_out(why, rows & (reasons == why))
+    return rows
+
+
+def open_gateway_or(table: InferenceRows, model_name: Optional[str]) -> InferenceRows:
+    """``table`` unpacked when it is an AI Gateway table (rows of ``model_name``), else as is."""
+    return unpack_gateway_table(table, model_name or "") if is_gateway_table(table) else table
