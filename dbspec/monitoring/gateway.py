@@ -22,12 +22,8 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from dbspec.monitoring.layout import InferenceRows, read_batches
+from dbspec.monitoring.layout import GATEWAY_COLUMNS, InferenceRows, read_batches
 
-#: The columns that mark a table as an AI Gateway inference table.
-GATEWAY_COLUMNS = ("databricks_request_id", "request_time", "status_code", "request",
-                   "response", "served_entity_id", "logging_error_codes",
-                   "execution_duration_ms")
 #: The unpacked table's column holding why a row is left out (null: it is used).
 LEFT_OUT = "gateway_left_out"
 NOT_ANSWERED = "request(s) answered with a status other than 200"

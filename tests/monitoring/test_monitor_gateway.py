@@ -123,3 +123,50 @@ def test_a_shifted_feature_in_gateway_traffic_is_named(gateway):
     assert result.returncode == 3, result.stdout + result.stderr
     assert "bmi" in result.stderr.strip().splitlines()[-1]
     assert "2 request(s) answered with a status other than 200" in result.stdout
+
+
+def test_every_body_shape_unpacks_and_what_cannot_be_placed_is_warned(tmp_path, capsys):
+    from dbspec.monitoring.gateway import LEFT_OUT, UNPARSABLE
+    from dbspec.monitoring.monitor import open_inference_table
+
+    at = 1_700_000_000.0
+    bodies = [({"instances": [{"a": 1.5, "b": 2.0}]}, {"predictions": [3.0]}),
+              ({"inputs": [{"a": 2.5, "b": 3.0}]}, {"predictions": {"y": [4.0]}}),
+              ({"inputs": {"a": [3.5, 4.5], "b": [1.0, 2.0]}},
+               {"predictions": [{"y": 5.0}, {"y": 6.0}]}),
+              ({"dataframe_split": {"columns": ["a"], "data": [[1.0], [2.0]]}},
+               {"predictions": [1.0]}),  # one prediction for two rows
+              ({"dataframe_split": {"columns": ["a", "b"], "data": [[1.0]]}},
+               {"predictions": [1.0]})]  # a row shorter than its columns
+    rows = [_gateway_row(f"r{i}", at + i, json.dumps(q), json.dumps(a))
+            for i, (q, a) in enumerate(bodies)]
+    rows += [_gateway_row("x1", at, rows[0]["request"], rows[0]["response"], entity="custom"),
+             {**_gateway_row("x2", at, rows[0]["request"], rows[0]["response"]),
+              "request_time": None}]
+    _write_gateway_table(str(tmp_path / "t"), rows)
+    table = open_inference_table(str(tmp_path / "t"), "m").dataset.to_table().to_pylist()
+    used = [(r["request_id"], r["a"], r["b"], r.get("prediction"), r.get("y"))
+            for r in table if r[LEFT_OUT] is None]
+    assert used == [("r0", 1.5, 2.0, 3.0, None), ("r1", 2.5, 3.0, None, 4.0),
+                    ("r2", 3.5, 1.0, None, 5.0), ("r2", 4.5, 2.0, None, 6.0)]
+    assert {r["model_name"] for r in table} == {"m"} and {r["model_version"] for r in table} \
+        == {"1"}
+    assert [r["request_id"] for r in table if r[LEFT_OUT] == UNPARSABLE] == ["r3", "r4"]
+    warned = capsys.readouterr().err
+    assert "1 request(s) left out: served entity 'custom' (not <model>-<version>)" in warned
+    assert "1 request(s) left out: no request_time" in warned
+
+
+def test_a_table_of_no_layout_still_names_the_serve_layout(tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from dbspec.errors import DbspecError
+    from dbspec.monitoring.monitor import open_inference_table
+
+    write_deltalake(str(tmp_path / "t"), pa.table({"request": ["{}"], "status_code": [200]}))
+    with pytest.raises(DbspecError, match=r"has no request_id, timestamp, model_name, "
+                       r"model_version, latency_ms column\(s\) \(dbspec serve's\), nor "
+                       r"databricks_request_id, request_time, response, served_entity_id, "
+                       r"logging_error_codes, execution_duration_ms \(a Databricks AI Gateway"):
+        open_inference_table(str(tmp_path / "t"), "m")
