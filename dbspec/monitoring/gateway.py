@@ -29,6 +29,7 @@ LEFT_OUT = "gateway_left_out"
 NOT_ANSWERED = "request(s) answered with a status other than 200"
 LOGGING_ERROR = "request(s) with a logging error code (payload not logged whole)"
 UNPARSABLE = "request(s) whose request or response JSON cannot be unpacked"
+MIXED = "row(s) with a value of another type than the rest of its column"
 _VERSION = re.compile(r"-(\d+)$")
 
 
@@ -59,17 +60,38 @@ def unpack_gateway_table(table: InferenceRows, model_name: str) -> InferenceRows
             rows.extend({**base, **row} for row in _unpack(record))
     for why, count in unplaced.items():
         print(f"warning: {table.path}: {count:,} request(s) left out: {why}", file=sys.stderr)
-    base_types = {"request_id": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
-                  "model_name": pa.string(), "model_version": pa.string(),
-                  "latency_ms": pa.float64(), LEFT_OUT: pa.string()}
+    return InferenceRows(table.path, ds.dataset(_to_table(rows)))
+
+
+_BASE_TYPES = {"request_id": pa.string(), "timestamp": pa.timestamp("us", tz="UTC"),
+               "model_name": pa.string(), "model_version": pa.string(),
+               "latency_ms": pa.float64(), LEFT_OUT: pa.string()}
+
+
+def _to_table(rows: list[dict[str, Any]]) -> Any:
+    """The unpacked rows as an Arrow table; a value of another kind than the rest of its
+    column (a number among strings) leaves its row out, marked :data:`MIXED`."""
     names = dict.fromkeys(c for r in rows for c in r)
-    columns = {c: [r.get(c) for r in rows] for c in names}
-    arrays = {c: pa.array(v, base_types.get(c)) for c, v in columns.items()} if rows else \
-        {c: pa.array([], t) for c, t in base_types.items()}
+    for column in names:
+        if column in _BASE_TYPES:
+            continue
+        kinds = [_kind(r.get(column)) for r in rows]
+        common = max(set(kinds) - {None}, key=kinds.count, default=None)
+        for row, kind in zip(rows, kinds):
+            if kind not in (None, common):
+                row[column] = None
+                row[LEFT_OUT] = row.get(LEFT_OUT) or MIXED
+    arrays = {c: pa.array([r.get(c) for r in rows], _BASE_TYPES.get(c)) for c in names} \
+        if rows else {c: pa.array([], t) for c, t in _BASE_TYPES.items()}
     for column, values in arrays.items():  # dbspec's models score (and serve logs) float32
-        if column not in base_types and pa.types.is_floating(values.type):
+        if column not in _BASE_TYPES and pa.types.is_floating(values.type):
             arrays[column] = values.cast(pa.float32())
-    return InferenceRows(table.path, ds.dataset(pa.table(arrays)))
+    return pa.table(arrays)
+
+
+def _kind(value: Any) -> Optional[str]:
+    return None if value is None else "number" if isinstance(value, (bool, int, float)) else \
+        "text" if isinstance(value, str) else type(value).__name__
 
 
 def _unpack(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -85,6 +107,9 @@ def _unpack(record: dict[str, Any]) -> list[dict[str, Any]]:
         return [{LEFT_OUT: UNPARSABLE}]
     if len(features) != len(predictions) or not features:
         return [{LEFT_OUT: UNPARSABLE}]
+    taken = {c.lower() for c in (*_BASE_TYPES, *predictions[0])}
+    if any(c.lower() in taken for c in features[0]):  # as dbspec serve: rename the features
+        features = [{f"feature_{c}": v for c, v in f.items()} for f in features]
     return [{**f, **p} for f, p in zip(features, predictions)]
 
 
@@ -115,7 +140,7 @@ def gateway_usable(batch: Any, leave_out: Any, rows: np.ndarray) -> np.ndarray:
     if LEFT_OUT not in batch.schema.names:
         return rows
     reasons = batch.column(LEFT_OUT).to_numpy(zero_copy_only=False)
-    for why in (NOT_ANSWERED, LOGGING_ERROR, UNPARSABLE):
+    for why in (NOT_ANSWERED, LOGGING_ERROR, UNPARSABLE, MIXED):
         rows = rows & leave_out(why, rows & (reasons == why))
     return rows
 

@@ -126,7 +126,7 @@ def test_a_shifted_feature_in_gateway_traffic_is_named(gateway):
 
 
 def test_every_body_shape_unpacks_and_what_cannot_be_placed_is_warned(tmp_path, capsys):
-    from dbspec.monitoring.gateway import LEFT_OUT, UNPARSABLE
+    from dbspec.monitoring.gateway import LEFT_OUT, MIXED, UNPARSABLE
     from dbspec.monitoring.monitor import open_inference_table
 
     at = 1_700_000_000.0
@@ -137,7 +137,9 @@ def test_every_body_shape_unpacks_and_what_cannot_be_placed_is_warned(tmp_path, 
               ({"dataframe_split": {"columns": ["a"], "data": [[1.0], [2.0]]}},
                {"predictions": [1.0]}),  # one prediction for two rows
               ({"dataframe_split": {"columns": ["a", "b"], "data": [[1.0]]}},
-               {"predictions": [1.0]})]  # a row shorter than its columns
+               {"predictions": [1.0]}),  # a row shorter than its columns
+              ({"dataframe_records": [{"a": "x", "b": 1.0}]}, {"predictions": [1.0]}),
+              ({"dataframe_records": [{"timestamp": 7.0}]}, {"predictions": [1.0]})]
     rows = [_gateway_row(f"r{i}", at + i, json.dumps(q), json.dumps(a))
             for i, (q, a) in enumerate(bodies)]
     rows += [_gateway_row("x1", at, rows[0]["request"], rows[0]["response"], entity="custom"),
@@ -145,10 +147,12 @@ def test_every_body_shape_unpacks_and_what_cannot_be_placed_is_warned(tmp_path, 
               "request_time": None}]
     _write_gateway_table(str(tmp_path / "t"), rows)
     table = open_inference_table(str(tmp_path / "t"), "m").dataset.to_table().to_pylist()
-    used = [(r["request_id"], r["a"], r["b"], r.get("prediction"), r.get("y"))
+    used = [(r["request_id"], r["a"], r["b"], r["prediction"], r["y"], r["feature_timestamp"])
             for r in table if r[LEFT_OUT] is None]
-    assert used == [("r0", 1.5, 2.0, 3.0, None), ("r1", 2.5, 3.0, None, 4.0),
-                    ("r2", 3.5, 1.0, None, 5.0), ("r2", 4.5, 2.0, None, 6.0)]
+    assert used == [("r0", 1.5, 2.0, 3.0, None, None), ("r1", 2.5, 3.0, None, 4.0, None),
+                    ("r2", 3.5, 1.0, None, 5.0, None), ("r2", 4.5, 2.0, None, 6.0, None),
+                    ("r6", None, None, 1.0, None, 7.0)]  # a feature named as a base column
+    assert [r["request_id"] for r in table if r[LEFT_OUT] == MIXED] == ["r5"]  # "x" among numbers
     assert {r["model_name"] for r in table} == {"m"} and {r["model_version"] for r in table} \
         == {"1"}
     assert [r["request_id"] for r in table if r[LEFT_OUT] == UNPARSABLE] == ["r3", "r4"]
