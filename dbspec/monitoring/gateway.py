@@ -38,14 +38,21 @@ def is_gateway_table(table: InferenceRows) -> bool:
     return all(c in table.dataset.schema.names for c in GATEWAY_COLUMNS)
 
 
-def unpack_gateway_table(table: InferenceRows, model_name: str) -> InferenceRows:
+def unpack_gateway_table(table: InferenceRows, model_name: str,
+                         since: Optional[float] = None) -> InferenceRows:
     """``table`` (AI Gateway layout) as an in-memory table in dbspec serve's layout, rows of
-    ``model_name``; requests without a version or time are counted in a warning."""
+    ``model_name`` since ``since`` (epoch seconds, pushed down); requests without a version or
+    time are counted in a warning."""
     import pyarrow.dataset as ds
 
     rows: list[dict[str, Any]] = []
     unplaced: dict[str, int] = {}
-    for batch in read_batches(table, list(GATEWAY_COLUMNS), None, 4096):
+    condition = None
+    if since is not None:  # the column's own type: a naive timestamp is read as UTC
+        kind = table.dataset.schema.field("request_time").type
+        condition = (ds.field("request_time") >= pa.scalar(int(since * 1e6), pa.int64()).cast(
+            pa.timestamp("us")).cast(kind)) | ds.field("request_time").is_null()
+    for batch in read_batches(table, list(GATEWAY_COLUMNS), condition, 4096):
         stamps = batch.column("request_time").cast(pa.timestamp("us")).cast(pa.int64())
         for record, stamp in zip(batch.to_pylist(), stamps.to_pylist()):
             version = _VERSION.search(record["served_entity_id"] or "")
@@ -145,6 +152,9 @@ def gateway_usable(batch: Any, leave_out: Any, rows: np.ndarray) -> np.ndarray:
     return rows
 
 
-def open_gateway_or(table: InferenceRows, model_name: Optional[str]) -> InferenceRows:
-    """``table`` unpacked when it is an AI Gateway table (rows of ``model_name``), else as is."""
-    return unpack_gateway_table(table, model_name or "") if is_gateway_table(table) else table
+def open_gateway_or(table: InferenceRows, model_name: Optional[str],
+                    since: Optional[float] = None) -> InferenceRows:
+    """``table`` unpacked when it is an AI Gateway table (rows of ``model_name`` since
+    ``since``), else as is."""
+    return unpack_gateway_table(table, model_name or "", since) if is_gateway_table(table) \
+        else table

@@ -101,9 +101,11 @@ def iso_utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def open_inference_table(path: str, model_name: Optional[str] = None) -> InferenceRows:
+def open_inference_table(path: str, model_name: Optional[str] = None,
+                         since: Optional[float] = None) -> InferenceRows:
     """The inference table at ``path``, its base columns checked; an AI Gateway inference
-    table is unpacked first (:mod:`dbspec.monitoring.gateway`, its rows are ``model_name``'s).
+    table is unpacked first (:mod:`dbspec.monitoring.gateway`, its rows are ``model_name``'s,
+    those since ``since``, epoch seconds).
 
     Raises:
         DbspecError: no table there, not a Delta table, a Delta table of another kind, or
@@ -115,7 +117,7 @@ def open_inference_table(path: str, model_name: Optional[str] = None) -> Inferen
                           "inference table (serving.realtime.inference_table or dbspec serve "
                           "--inference-table PATH) first, or give --table PATH")
     table = open_gateway_or(InferenceRows(path, open_rows(path, "open the inference table")),
-                            model_name)
+                            model_name, since)
     check_base_columns(table)
     return table
 

@@ -174,3 +174,23 @@ def test_a_table_of_no_layout_still_names_the_serve_layout(tmp_path):
                        r"databricks_request_id, request_time, response, served_entity_id, "
                        r"logging_error_codes, execution_duration_ms \(a Databricks AI Gateway"):
         open_inference_table(str(tmp_path / "t"), "m")
+
+
+@pytest.mark.parametrize("zone", [None, "UTC"])
+def test_since_is_pushed_down_and_a_naive_request_time_is_utc(tmp_path, zone):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from dbspec.monitoring.monitor import open_inference_table
+
+    at = 1_700_000_000
+    rows = [_gateway_row(f"r{i}", at + i * 60, json.dumps({"inputs": [{"a": 1.0}]}),
+                         json.dumps({"predictions": [2.0]})) for i in range(3)]
+    table = pa.Table.from_pylist(rows).drop_columns(["request_date", "client_request_id"])
+    stamps = table.column("request_time").cast(pa.timestamp("us", tz=zone))
+    write_deltalake(str(tmp_path / "t"), table.set_column(
+        table.schema.get_field_index("request_time"), "request_time", stamps))
+    read = open_inference_table(str(tmp_path / "t"), "m", since=at + 60).dataset.to_table()
+    assert read.column("request_id").to_pylist() == ["r1", "r2"]
+    assert read.column("timestamp").cast(pa.int64()).to_pylist() == \
+        [(at + 60) * 1_000_000, (at + 120) * 1_000_000]
