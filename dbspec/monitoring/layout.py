@@ -19,6 +19,10 @@ from dbspec.errors import DbspecError
 
 #: The inference table's own columns (features are renamed ``feature_<name>`` on a clash).
 BASE_COLUMNS = ("request_id", "timestamp", "model_name", "model_version", "latency_ms")
+#: The columns that mark a Databricks AI Gateway inference table (:mod:`.gateway`).
+GATEWAY_COLUMNS = ("databricks_request_id", "request_time", "status_code", "request",
+                   "response", "served_entity_id", "logging_error_codes",
+                   "execution_duration_ms")
 #: Rows later than now by more than this are left out (clocks differ by seconds, not minutes).
 CLOCK_SKEW_S = 300
 #: Why rows are left out (counted, reported).
@@ -41,8 +45,10 @@ def check_base_columns(table: InferenceRows) -> None:
     schema = table.dataset.schema
     missing = [c for c in BASE_COLUMNS if c not in schema.names]
     if missing:
+        gateway = [c for c in GATEWAY_COLUMNS if c not in schema.names]
         raise DbspecError(f"{table.path} is not an inference table: it has no "
-                          f"{', '.join(missing)} column(s)")
+                          f"{', '.join(missing)} column(s) (dbspec serve's), nor "
+                          f"{', '.join(gateway)} (a Databricks AI Gateway table's)")
     for column, expected in _BASE_TYPES.items():
         _check_type(table, column, expected)
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from dbspec.errors import DbspecError
 from dbspec.monitoring.drift import (ColumnDrift, Thresholds, WindowAccumulator, finite_or_none)
+from dbspec.monitoring.gateway import gateway_usable, open_gateway_or
 from dbspec.monitoring.labels import Labels, open_rows
 from dbspec.monitoring.layout import (CLOCK_SKEW_S, FUTURE, NULL_VALUES, InferenceRows,
                                       check_base_columns, check_placed, read_batches,
@@ -100,8 +101,11 @@ def iso_utc(seconds: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
-def open_inference_table(path: str) -> InferenceRows:
-    """The inference table at ``path``, its base columns checked.
+def open_inference_table(path: str, model_name: Optional[str] = None,
+                         since: Optional[float] = None) -> InferenceRows:
+    """The inference table at ``path``, its base columns checked; an AI Gateway inference
+    table is unpacked first (:mod:`dbspec.monitoring.gateway`, its rows are ``model_name``'s,
+    those since ``since``, epoch seconds).
 
     Raises:
         DbspecError: no table there, not a Delta table, a Delta table of another kind, or
@@ -112,7 +116,8 @@ def open_inference_table(path: str) -> InferenceRows:
         raise DbspecError(f"inference table {path} {where}: serve the model with an "
                           "inference table (serving.realtime.inference_table or dbspec serve "
                           "--inference-table PATH) first, or give --table PATH")
-    table = InferenceRows(path, open_rows(path, "open the inference table"))
+    table = open_gateway_or(InferenceRows(path, open_rows(path, "open the inference table")),
+                            model_name, since)
     check_base_columns(table)
     return table
 
@@ -187,7 +192,8 @@ def scan_table(table: InferenceRows, name: str,
             values = {c: batch.column(t).to_numpy(zero_copy_only=False)
                       for c, t in scan.columns.items()}
             in_version = versions == found
-            usable = in_version & scan.leave_out(FUTURE, in_version & future)
+            usable = gateway_usable(batch, scan.leave_out,
+                                    in_version & scan.leave_out(FUTURE, in_version & future))
             usable &= scan.leave_out(NULL_VALUES, usable & unusable_rows(batch, scan.columns))
             for index in np.unique(windows[usable]):
                 _update(scan.window(int(index), settings.window_s), values,
