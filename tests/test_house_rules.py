@@ -291,6 +291,7 @@ LINE_BUDGET = {
     "image caps, decoding off the event loop": 157,
     "issues 34, 35: the tracking store opened at the first stage that runs, created under "
     "a lock": 51,
+    "issue 33: AI Gateway inference tables unpacked for monitoring (monitoring/gateway.py)": 172,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 
