@@ -180,7 +180,7 @@ def test_the_platform_s_mlflow_run_becomes_the_pipeline_run(tmp_path, write_spec
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = mlflow.MlflowClient(uri)
-    experiment = client.create_experiment("platform")
+    experiment = client.create_experiment("platform", artifact_location=str(tmp_path / "art"))
     platform_run = client.create_run(experiment).info.run_id  # what AI Runtime makes
     spec = write_spec(MINIMAL + f'tracking: {{tracking_uri: "{uri}", experiment: platform}}\n'
                       "training: {epochs: 2}\n")
