@@ -196,3 +196,35 @@ def test_the_platform_s_mlflow_run_becomes_the_pipeline_run(tmp_path, write_spec
     assert runs[0].data.tags["dbspec.run_key"] == platform_run
     trained = [r for r in client.search_runs([experiment]) if "train_loss" in r.data.metrics]
     assert trained and platform_run not in {r.info.run_id for r in trained}
+
+
+def test_the_other_nodes_stop_when_node_0_fails_and_ignore_an_earlier_attempt(tmp_path,
+                                                                              write_spec):
+    shared = tmp_path / "shared"
+    spec = write_spec(MINIMAL.replace("{kind: sklearn, name: diabetes}",
+                                      "{kind: csv, path: /nonexistent/rows.csv}") + f"""\
+compute: {{kind: serverless_gpu, accelerator: GPU_1xH100, count: 2}}
+jobs: {{shared_dir: {shared}}}
+""")
+    out = tmp_path / "bundle"
+    assert jobs_cli(spec, "-o", str(out)).returncode == 0
+    ((_, _, script),) = ai_tasks(out)
+    runnable = out / "scripts" / "node.sh"
+    runnable.write_text("\n".join(line for line in script.splitlines()
+                                  if not line.startswith("python -m pip install")) + "\n")
+    meeting = shared / "ai-runtime" / "manual"
+    meeting.mkdir(parents=True)
+    (meeting / "launch.sh").write_text("exit 42\n")  # an earlier attempt's, never to be run
+    old = 1_000_000_000
+    os.utime(meeting / "launch.sh", (old, old))
+    platform = {"NUM_NODES": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(_free_port()),
+                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    other = subprocess.Popen(["bash", str(runnable)], cwd=tmp_path, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=checkout_env({**platform, "NODE_RANK": "1"}))
+    first = subprocess.run(["bash", str(runnable)], cwd=tmp_path, text=True, capture_output=True,
+                           env=checkout_env({**platform, "NODE_RANK": "0"}), timeout=300)
+    assert first.returncode != 0  # the data is not there: node 0 fails before training
+    # its exit, however it comes, tells the waiting node to stop (within one 5 s poll)
+    assert other.wait(timeout=60) == 0, other.communicate()[0]
