@@ -102,8 +102,16 @@ def build_deployment_job(spec, where) -> Optional[Any]:
                     j.JobParameterDefinition(name=MODEL_VERSION, default="")])
 
 
+def deployment_warnings(spec) -> list[str]:
+    """How to link the deployment job, which no bundle field does."""
+    if not has_deployment_job(spec):
+        return []
+    return ["the deployment job is not linked to the registered model (the bundle has no "
+            "deployment_job_id field); after deploying, link it: " + link_command(spec)]
+
+
 def link_command(spec) -> str:
-    """The command linking the deployed job to the registered model (no bundle field does)."""
+    """The command linking the deployed job to the registered model."""
     return (f"MLFLOW_REGISTRY_URI=databricks-uc python -c \"import mlflow; mlflow.MlflowClient()"
             f".update_registered_model('{spec.registry.name}', deployment_job_id='JOB_ID')\" "
             f"(JOB_ID: job {deployment_job_key(spec)} once deployed)")
