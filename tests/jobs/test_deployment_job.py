@@ -44,7 +44,8 @@ def test_a_uc_model_with_an_approval_stage_gets_the_deployment_job(tmp_path, bun
     error = best_match(bundle_validator.iter_errors(resources))
     assert error is None, error.message[:300]
     # the dev target's registry is no Unity Catalog model: no deployment job there
-    (dev,) = yaml.safe_load((tmp_path / "resources" / "diabetes_regressor.dev.yml")
+    generate(DIABETES, tmp_path / "dev", "--target", "dev")
+    (dev,) = yaml.safe_load((tmp_path / "dev" / "resources" / "diabetes_regressor.dev.yml")
                             .read_text())["targets"].values()
     assert "diabetes_regressor_deployment" not in dev["resources"]["jobs"]
 
