@@ -115,3 +115,23 @@ def link_command(spec) -> str:
     return (f"MLFLOW_REGISTRY_URI=databricks-uc python -c \"import mlflow; mlflow.MlflowClient()"
             f".update_registered_model('{spec.registry.name}', deployment_job_id='JOB_ID')\" "
             f"(JOB_ID: job {deployment_job_key(spec)} once deployed)")
+
+
+def retrain_tasks(spec, where, monitor: str) -> list:
+    """With ``monitoring.retrain`` in a bundle: a condition on the monitor task's result
+    (it fails on an alert) and a ``run_job_task`` starting the training job when it failed."""
+    from databricks.sdk.service import jobs as j
+
+    if spec.monitoring is None or not spec.monitoring.retrain or \
+            not where.spec_path.startswith("${workspace."):
+        return []
+    check = j.Task(task_key="alerted", depends_on=[j.TaskDependency(task_key=monitor)],
+                   run_if=j.RunIf.ALL_DONE, description="Whether the monitor task failed "
+                   "(an alert: drift or a quality drop)",
+                   condition_task=j.ConditionTask(op=j.ConditionTaskOp.EQUAL_TO, right="failed",
+                                                  left=f"{{{{tasks.{monitor}.result_state}}}}"))
+    return [check, j.Task(
+        task_key="retrain", depends_on=[j.TaskDependency(task_key="alerted", outcome="true")],
+        description="Retrain: start the training job (its new version then runs through the "
+                    "deployment job's gates and approval)",
+        run_job_task=j.RunJobTask(job_id=f"${{resources.jobs.{job_key(spec)}.id}}"))]  # type: ignore[arg-type]

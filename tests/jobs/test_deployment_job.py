@@ -87,3 +87,21 @@ def test_approval_passes_on_the_approved_tag_only(tmp_path):
     passed = run_cli(*args)
     assert passed.returncode == 0, passed.stderr
     assert json.dumps("approval_production=approved")[1:-1] in passed.stdout
+
+
+def test_an_alert_of_the_monitor_job_starts_the_training_job(tmp_path, bundle_validator):
+    generate(DIABETES, tmp_path, "--target", "prod")  # monitoring.retrain: true
+    resources = yaml.safe_load((tmp_path / "resources" / "diabetes_regressor.prod.yml")
+                               .read_text())
+    assert best_match(bundle_validator.iter_errors(resources)) is None
+    (target,) = resources["targets"].values()
+    job = target["resources"]["jobs"]["diabetes_regressor_monitor"]
+    tasks = {t["task_key"]: t for t in job["tasks"]}
+    assert list(tasks) == ["monitor", "alerted", "retrain"]
+    assert tasks["alerted"]["condition_task"] == {
+        "left": "{{tasks.monitor.result_state}}", "op": "EQUAL_TO", "right": "failed"}
+    assert tasks["alerted"]["run_if"] == "ALL_DONE"
+    assert tasks["retrain"]["depends_on"] == [{"outcome": "true", "task_key": "alerted"}]
+    assert tasks["retrain"]["run_job_task"] == {"job_id": "${resources.jobs.diabetes_regressor.id}"}
+    bundles = pytest.importorskip("databricks.bundles.jobs")
+    assert bundles.Job.from_dict(job).as_dict() == job
