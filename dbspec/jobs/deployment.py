@@ -34,7 +34,7 @@ def deployment_job_key(spec) -> str:
 def has_deployment_job(spec) -> bool:
     """Whether ``spec`` gets a deployment job: a Unity Catalog model with promotion stages."""
     registry = spec.registry
-    return registry is not None and registry.name.count(".") == 2 and bool(registry.promotion)
+    return registry is not None and registry.name.count(".") == 2 and bool(registry.promotion_stages())
 
 
 def approval_task_key(alias: str) -> str:
@@ -55,7 +55,7 @@ def deployment_tasks(spec, where) -> list:
     name, version = f"{{{{job.parameters.{MODEL_NAME}}}}}", f"{{{{job.parameters.{MODEL_VERSION}}}}}"
     tasks: list = []
     upstream: list[str] = []
-    for stage in spec.registry.promotion:
+    for stage in spec.registry.promotion_stages():
         gates = [name, version, "--alias", stage.alias]  # registry: MLFLOW_REGISTRY_URI
         if stage.approval == "required":
             key = approval_task_key(stage.alias)

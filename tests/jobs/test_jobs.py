@@ -43,8 +43,8 @@ def assert_shared_dir_handover(job: dict, reference: str) -> None:
     for task in job["tasks"]:
         if "ai_runtime_task" in task:  # its command script passes the resolved directory
             continue
-        if task["python_wheel_task"]["parameters"][0] != "run":  # dbspec endpoint: no stages
-            continue
+        if task.get("python_wheel_task", {}).get("parameters", [""])[0] != "run":
+            continue  # dbspec endpoint, a registry command, a condition: no stages
         parameters = task["python_wheel_task"]["parameters"]
         assert not [p for p in parameters if "local_disk0" in p], (task["task_key"], parameters)
         assert "--state-dir" not in parameters, task["task_key"]  # node-local scratch
