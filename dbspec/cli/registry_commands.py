@@ -73,10 +73,31 @@ def _approve(args: argparse.Namespace) -> int:
     from dbspec.registry.promotion import alias_argument, approve
 
     alias_argument(args.alias)  # before opening any store
-    decision = approve(_registry(args), args.name, args.version, args.alias)
+    registry = _registry(args)
+    decision = approve(registry, args.name, args.version, args.alias)
     was = f" (was v{decision.previous}, now archived)" if decision.previous else ""
+    if args.name.count(".") == 2:  # Unity Catalog: the tag a deployment job's approval reads
+        registry.client.set_model_version_tag(args.name, str(decision.version),
+                                              f"approval_{args.alias}", "approved")
     return _report(decision, f"{decision.name}@{decision.alias} -> v{decision.version}{was}, "
                    f"approved by {decision.by}")
+
+
+def _approval_arguments(parser: argparse.ArgumentParser) -> None:
+    _approve_arguments(parser)
+    parser.add_argument("--tag", required=True, help="the approval tag (the approval task's key)")
+
+
+def _approval(args: argparse.Namespace) -> int:
+    from dbspec.registry.errors import RegistryError
+
+    tags = _registry(args).client.get_model_version(args.name, args.version).tags or {}
+    if tags.get(args.tag) != "approved":
+        raise RegistryError(f"{args.name} v{args.version} is not approved for @{args.alias}: "
+                            f"its tag {args.tag} is {tags.get(args.tag)!r}, not 'approved' "
+                            "(the Approve button or `dbspec approve` sets it)")
+    print(f"{args.name} v{args.version}: {args.tag}=approved")
+    return 0
 
 
 def _rollback_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,6 +134,11 @@ COMMANDS = (
             "Approve VERSION for the promotion stage ALIAS that requires approval: the gates "
             "are checked again, the alias moves and the approver is recorded. Only the spec's "
             "roles.admin approves on a tracking server with auth."),
+    Command("approval", "check a version's approval tag (a deployment job's approval task)",
+            _approval_arguments, _approval,
+            "Exit 0 when VERSION carries the tag --tag with the value approved (what the "
+            "Approve button of a Unity Catalog deployment job and `dbspec approve` set), "
+            "else exit 1 naming the tag's value. Moves nothing."),
     Command("rollback", "point an alias back at an earlier version",
             _rollback_arguments, _rollback,
             "Point ALIAS back at the version that held it before (repeated rollbacks step "

@@ -24,6 +24,7 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
         SpecError: the spec (or one of its targets) is invalid.
     """
     from dbspec.jobs.delivery import delivery
+    from dbspec.jobs.deployment import deployment_warnings
     from dbspec.jobs.monitor import monitor_warnings
     from dbspec.jobs.render import bundle_files, jobs_json_files, warnings_for
     from dbspec.spec.document import read_document
@@ -54,6 +55,7 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
             names[0] if len(names) == 1 else None)
     shown = _shown_path(spec_file)
     warnings = [f"{name}: {w}" for name, spec in specs.items() for w in warnings_for(spec)]
+    warnings += [f"{name}: {w}" for name, spec in specs.items() for w in deployment_warnings(spec)]
     warnings += [f"{name}: {w}" for name, spec in specs.items()
                  for w in monitor_warnings(spec, modes[name] if fmt == "bundle" else None)]
     command = "dbspec jobs " + shown + "".join(f" --target {t}" for t in targets) + \

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from dbspec.jobs.deployment import retrain_tasks
 from dbspec.jobs.resources import endpoint_name, inference_table_config, serves_realtime
 from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job_key, job_tags,
                                mlflow_env, notifications, task_libraries)
@@ -50,7 +51,7 @@ def build_monitor_job(spec, where) -> Optional[Any]:
         name=f"{settings.name or spec.name} monitor"[:100],
         description=f"Drift and quality monitoring of {spec.registry.name} (dbspec spec "
                     f"{spec.name})"[:1000],
-        tasks=[task],
+        tasks=[task, *retrain_tasks(spec, where, MONITOR)],
         job_clusters=[j.JobCluster(job_cluster_key="main", new_cluster=cluster(
             resolve_cluster(spec, "main"), mlflow_env(spec), current_user=where.current_user))],
         email_notifications=notifications(settings, failures_only=True),

@@ -27,6 +27,7 @@ from dbspec.jobs.build import (
     warnings_for,
 )
 from dbspec.jobs.ai_runtime import ai_runtime_script
+from dbspec.jobs.deployment import build_deployment_job, deployment_job_key, has_deployment_job
 from dbspec.jobs.delivery import Delivery, bundle_artifacts, deploy_script
 from dbspec.jobs.files import GENERATED_MARK
 from dbspec.jobs.monitor import build_monitor_job, monitor_job_key, quality_monitor
@@ -118,6 +119,9 @@ def bundle_files(specs: dict[str, Any], modes: Mapping[str, str], default: Optio
         if spec.monitoring is not None:
             jobs[monitor_job_key(spec)] = bundle_job(spec, spec_file, spec_targets[target], how,
                                                      build=build_monitor_job)
+        if has_deployment_job(spec):
+            jobs[deployment_job_key(spec)] = bundle_job(spec, spec_file, spec_targets[target],
+                                                        how, build=build_deployment_job)
         resources = {"jobs": jobs, **registry_resources(spec)}
         monitor = quality_monitor(spec, spec_targets[target], modes[target])
         if monitor is not None:
@@ -153,9 +157,10 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str, spec_text: str,
                           script=f"{root}/scripts/{name}.sh")
         acl = [entry.as_dict() for entry in access_control(spec)]
         jobs = [(f"{name}.json", build_job(spec, where))]
-        monitor = build_monitor_job(spec, where)
-        if monitor is not None:  # the same access list: who sees the job sees its monitor
-            jobs.append((f"{monitor_job_key(spec)}.{target}.json", monitor))
+        for extra, key in ((build_monitor_job(spec, where), monitor_job_key(spec)),
+                           (build_deployment_job(spec, where), deployment_job_key(spec))):
+            if extra is not None:  # the same access list: who sees the job sees these
+                jobs.append((f"{key}.{target}.json", extra))
         for path, job in jobs:
             files[path] = _json_body(job, acl)
             roots.setdefault(root, []).append((path, str(job.name),

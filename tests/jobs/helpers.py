@@ -32,3 +32,26 @@ def jobs_cli(*args: str) -> subprocess.CompletedProcess:
             os.environ["PYDANTIC_DISABLE_PLUGINS"] = before
     return subprocess.CompletedProcess(["dbspec", "jobs", *args], code, out.getvalue(),
                                        err.getvalue())
+
+
+#: databricks-bundles, the Python classes of bundle resources; installed for the tests that use
+#: it into a temporary folder, without its dependencies (databricks-sdk is dbspec's own).
+BUNDLES = "databricks-bundles==1.22.1"
+
+
+def bundles_round_trip(folder, jobs: list[dict]) -> None:
+    """Every job loads into databricks-bundles' ``Job`` and comes back unchanged (nothing the
+    class would drop or refuse), checked in a subprocess with the package in ``folder``."""
+    import json
+    import sys
+
+    if not (folder / "databricks" / "bundles").is_dir():
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                        "--target", str(folder), BUNDLES], check=True, timeout=600)
+    check = ("import json, sys\nfrom databricks.bundles.jobs import Job\n"
+             "for job in json.load(sys.stdin):\n"
+             "    assert Job.from_dict(job).as_dict() == job, job\nprint('ok')\n")
+    done = subprocess.run([sys.executable, "-c", check], input=json.dumps(jobs), text=True,
+                          capture_output=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(folder)})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

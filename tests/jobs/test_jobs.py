@@ -43,8 +43,8 @@ def assert_shared_dir_handover(job: dict, reference: str) -> None:
     for task in job["tasks"]:
         if "ai_runtime_task" in task:  # its command script passes the resolved directory
             continue
-        if task["python_wheel_task"]["parameters"][0] != "run":  # dbspec endpoint: no stages
-            continue
+        if task.get("python_wheel_task", {}).get("parameters", [""])[0] != "run":
+            continue  # dbspec endpoint, a registry command, a condition: no stages
         parameters = task["python_wheel_task"]["parameters"]
         assert not [p for p in parameters if "local_disk0" in p], (task["task_key"], parameters)
         assert "--state-dir" not in parameters, task["task_key"]  # node-local scratch
@@ -105,6 +105,9 @@ def test_every_payload_round_trips_through_the_sdk_classes(spec, tmp_path):
         assert [JobAccessControlRequest.from_dict(a).as_dict() for a in acl] == acl
         if path.name.split(".")[0].endswith("_monitor"):  # dbspec monitor: no shared dir
             assert body["tasks"][0]["python_wheel_task"]["parameters"][0] == "monitor"
+            continue
+        if path.name.split(".")[0].endswith("_deployment"):  # registry commands: none either
+            assert [p["name"] for p in body["parameters"]] == ["model_name", "model_version"]
             continue
         # Jobs API bodies have no bundle variables: a job parameter carries the directory
         (parameter,) = body["parameters"]

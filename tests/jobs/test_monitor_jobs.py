@@ -55,7 +55,7 @@ def test_the_bundle_has_a_scheduled_monitor_job_that_validates(monitored, bundle
             assert error is None, f"{name}: {list(error.absolute_path)}: {error.message[:300]}"
     for target in ("dev", "prod"):
         jobs = resources(files, target)["jobs"]
-        assert set(jobs) == {"watched", "watched_monitor"}
+        assert set(jobs) == {"watched", "watched_monitor", "watched_deployment"}
         job = dict(jobs["watched_monitor"])
         job.pop("permissions", None)
         assert JobSettings.from_dict(job).as_dict() == job
@@ -133,5 +133,5 @@ def test_without_monitoring_there_is_no_monitor_job(tmp_path):
     text = MONITORED.replace("monitoring:\n  window: 1h\n  lookback: 2h\n  on_alert: rollback\n",
                              "")
     files, _ = generate(tmp_path, text)
-    assert set(resources(files, "prod")["jobs"]) == {"watched"}
+    assert set(resources(files, "prod")["jobs"]) == {"watched", "watched_deployment"}
     assert "quality_monitors" not in resources(files, "prod")

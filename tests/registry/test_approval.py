@@ -372,3 +372,26 @@ def test_four_eyes_counts_who_moved_it_to_the_stage_before_as_its_requester(
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "erin")
     code, out, err = cli(store, "approve", NAME, version, "--alias", "production")
     assert code == 0 and "approved by erin" in out, err
+
+
+def test_approve_of_a_unity_catalog_model_sets_the_deployment_jobs_approval_tag(
+        store, tmp_path, monkeypatch):
+    import sys
+
+    uc = "main.ml_models.model"
+    monkeypatch.setattr(sys.modules[__name__], "NAME", uc)  # make_version reads NAME
+    _, client, _ = store
+    client.create_registered_model(uc)
+    version = make_version(store, tmp_path, 55.0, awaiting=True)
+    check = ("approval", uc, version, "--alias", "production", "--tag", "approval_production")
+    assert cli(store, *check)[0] == 1  # not approved yet: the deployment job's task fails
+    code, out, err = cli(store, "approve", uc, version, "--alias", "production")
+    assert code == 0, err
+    assert client.get_model_version(uc, version).tags["approval_production"] == "approved"
+    code, out, err = cli(store, *check)
+    assert code == 0 and "approval_production=approved" in out, err
+    # a workspace registry name gets no such tag
+    monkeypatch.setattr(sys.modules[__name__], "NAME", "integrity_model")
+    other = make_version(store, tmp_path, 50.0, awaiting=True)
+    assert cli(store, "approve", "integrity_model", other, "--alias", "production")[0] == 0
+    assert "approval_production" not in client.get_model_version("integrity_model", other).tags
