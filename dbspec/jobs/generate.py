@@ -41,12 +41,7 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
     spec_targets: dict[str, Optional[str]] = {n: n for n in names} or {"default": None}
     specs = {bundle_name: build(document, target=spec_target, assignments=assignments).spec
              for bundle_name, spec_target in spec_targets.items()}
-    local = [d for name, spec in specs.items()
-             for d in local_paths(document, spec, spec_targets[name])]
-    if local:
-        from dbspec.errors import SpecError
-
-        raise SpecError(dict.fromkeys(local))
+    _refuse_local_paths(document, specs, spec_targets)
     modes = {n: declared[n].mode if n in declared else "development" for n in specs}
     if not declared:
         default: Optional[str] = "default"
@@ -54,10 +49,9 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
         default = next((n for n in specs if declared[n].default), None) or (
             names[0] if len(names) == 1 else None)
     shown = _shown_path(spec_file)
-    warnings = [f"{name}: {w}" for name, spec in specs.items() for w in warnings_for(spec)]
-    warnings += [f"{name}: {w}" for name, spec in specs.items() for w in deployment_warnings(spec)]
-    warnings += [f"{name}: {w}" for name, spec in specs.items()
-                 for w in monitor_warnings(spec, modes[name] if fmt == "bundle" else None)]
+    warnings = [f"{name}: {w}" for name, spec in specs.items()
+                for w in [*warnings_for(spec), *deployment_warnings(spec),
+                          *monitor_warnings(spec, modes[name] if fmt == "bundle" else None)]]
     command = "dbspec jobs " + shown + "".join(f" --target {t}" for t in targets) + \
         "".join(f" --set {a}" for a in assignments) + f" --format {fmt} -o DIR"
     how = delivery(output)
@@ -75,6 +69,16 @@ def generate(spec_file: str, *, targets: Sequence[str] = (), assignments: Sequen
     return bundle_files(specs, modes, default,
                         spec_file=shown, spec_text=text, command=command,
                         spec_targets=spec_targets, base=base, how=how), warnings
+
+
+def _refuse_local_paths(document, specs: dict, spec_targets: dict) -> None:
+    """Raise one SpecError for every local path of every target's spec (see local_paths)."""
+    local = [d for name, spec in specs.items()
+             for d in local_paths(document, spec, spec_targets[name])]
+    if local:
+        from dbspec.errors import SpecError
+
+        raise SpecError(dict.fromkeys(local))
 
 
 def local_paths(document, spec, target: Optional[str]) -> list:
