@@ -186,8 +186,10 @@ def test_the_platform_s_mlflow_run_becomes_the_pipeline_run(tmp_path, write_spec
                       "training: {epochs: 2}\n")
     # the command script hands the platform's run over as DBSPEC_PLATFORM_RUN and unsets
     # MLFLOW_RUN_ID, which MLflow would otherwise resume (and end) as the training's run
+    # --tracking-uri: an MLFLOW_TRACKING_URI another test left in this worker would win
     done = subprocess.run([sys.executable, "-m", "dbspec", "run", spec, "--run-key",
-                           platform_run, "--state-dir", str(tmp_path / "state")],
+                           platform_run, "--state-dir", str(tmp_path / "state"),
+                           "--tracking-uri", uri],
                           env=checkout_env({"DBSPEC_PLATFORM_RUN": platform_run}), cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
