@@ -281,7 +281,7 @@ LINE_BUDGET = {
     "issue 31: after the cuts": 31_340,
     "issue 32: runtime rules (images, autoscale, access), Spark data and trials in jobs, "
     "the wheel's delivery (bundle artifacts, pinned requirement, deploy.sh), AI Runtime on "
-    "many GPUs and nodes (torchrun ranks, DeepSpeed, the platform's run adopted)": 548,
+    "many GPUs and nodes (torchrun ranks, DeepSpeed, the platform's run adopted)": 543,
     "issue 34: shard sets checked against their index.json, rebuilt or refused": 100,
     "issue 34: monitoring fails closed on tables it cannot trust (monitoring/layout.py)": 155,
     "issue 34: serving.out_of_range holds on the logged MLflow model's own paths": 32,

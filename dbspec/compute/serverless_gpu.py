@@ -9,7 +9,7 @@ from typing import Annotated, Any, Callable, Iterator, Literal, Optional, get_ar
 
 from pydantic import AfterValidator
 
-from dbspec.compute.common import InProcessKind, resolve_backend, resolve_gpu
+from dbspec.compute.common import InProcessKind, resolve_backend
 from dbspec.compute.deepspeed import (Offload, config_findings, check_deepspeed_config,
                                       deepspeed_config)
 from dbspec.seams.compute import ComputeFinding, RankSettings
@@ -62,11 +62,6 @@ class ServerlessGpuCompute(SpecModel):
     def gpus_per_node(self) -> int:
         """GPUs per node, from the accelerator name."""
         return int(self.accelerator.split("_")[1].split("x")[0])
-
-    @property
-    def use_gpu(self) -> bool:
-        """Ranks train on GPUs where this process sees them (DeepSpeed's config reads it)."""
-        return resolve_gpu("auto")
 
 
 class ServerlessGpuKind(InProcessKind):
