@@ -141,7 +141,7 @@ def main() -> None:
     fit = {}
     for label, cost in costs.items():
         positional = cost["inputs: rows"] < REFUSED
-        named = all(cost[f] < REFUSED for f in ("dataframe_split: shuffled",
+        named = all(cost[f] != REFUSED for f in ("dataframe_split: shuffled",
                                                 "dataframe_records: shuffled"))
         misscores = any(math.isnan(c) for c in cost.values())
         inputs = min((c for f, c in cost.items() if f.startswith("inputs") and not math.isnan(c)),
