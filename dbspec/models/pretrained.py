@@ -105,13 +105,13 @@ def checkpoint_input(pretrained: PretrainedSpec, max_length: int) -> dict[str, A
         raise PretrainedError(f"{_AT}.checkpoint: {path} has no fast tokenizer "
                               "(tokenizer.json); save one with the checkpoint")
     pad_token = tokenizer.pad_token or tokenizer.eos_token or tokenizer.unk_token
-    pad_id = tokenizer.convert_tokens_to_ids(pad_token) if pad_token is not None else 0
+    pad_id = backend.token_to_id(pad_token) if pad_token is not None else None
     if max_length > (tokenizer.model_max_length or max_length):
         raise PretrainedError(f"data.features: max_length {max_length} is longer than the "
                               f"checkpoint takes ({tokenizer.model_max_length} tokens)")
     backend.no_padding()
     backend.no_truncation()
-    return {"tokenizer": backend.to_str(), "indices": len(tokenizer), "pad_id": int(pad_id),
+    return {"tokenizer": backend.to_str(), "indices": len(tokenizer), "pad_id": pad_id or 0,
             "pad_token": pad_token or "", "config": config.to_dict()}
 
 

@@ -70,5 +70,22 @@ def test_a_hub_id_without_the_hub_is_a_located_error_at_run_start(tmp_path):
                             cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"}, timeout=300)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert "error: model.pretrained.checkpoint: cannot fetch the hub id " \
+    assert "failed: model.pretrained.checkpoint: cannot fetch the hub id " \
            "'nobody-here/no-such-model'" in result.stderr
+
+
+def test_dbspec_serve_loads_the_version_and_scores_text(finetuned):
+    """``dbspec serve``'s loading path: no ONNX export of the checkpoint's graph (it differs
+    from torch past the tolerance), so torch rebuilds the plain model from the stored config."""
+    import pandas as pd
+
+    from dbspec.serving.source import load_version, open_client, parse_model_uri
+
+    project, _ = finetuned
+    summary = json.loads((project / "s.json").read_text())
+    client = open_client(f"sqlite:///{project}/.dbspec/mlflow.db", project / ".dbspec")
+    target = parse_model_uri(f"models:/{summary['model_name']}/{summary['model_version']}")
+    loaded = load_version(client, target, summary["model_version"], without_torch=True)
+    assert loaded.typed
+    scored = loaded.model.predict_frame(pd.DataFrame({"text": ["a text", "another one"]}))
+    assert scored["probability"].between(0, 1).all() and len(scored) == 2
