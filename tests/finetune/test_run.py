@@ -33,6 +33,7 @@ def test_lora_trains_a_small_share_and_says_so(finetuned):
                                       printed).groups()
     assert 0 < float(share) < 10  # rank-8 adapters and the head of a 41k-parameter model
     summary = json.loads((project / "s.json").read_text())
+    assert summary["training"]["trained_parameters"] == int(trained.replace(",", ""))
     run = mlflow.MlflowClient(f"sqlite:///{project}/.dbspec/mlflow.db").get_run(
         summary["run_id"])
     assert run.data.params["dbspec.trained_parameters"] == trained.replace(",", "")
