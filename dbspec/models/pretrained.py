@@ -139,8 +139,9 @@ def build_pretrained(pretrained: PretrainedSpec, out_features: int, inputs: list
     path = resolve_checkpoint(pretrained)
     try:
         with _quiet():  # its load report lists the new head's weights as missing: expected
-            model = AutoModelForSequenceClassification.from_pretrained(
-                path, num_labels=out_features, ignore_mismatched_sizes=pretrained.new_head)
+            model, loading = AutoModelForSequenceClassification.from_pretrained(
+                path, num_labels=out_features, ignore_mismatched_sizes=pretrained.new_head,
+                output_loading_info=True)
     except (OSError, ValueError, RuntimeError) as exc:
         raise PretrainedError(f"{_AT}.checkpoint: cannot load {path} as a sequence "
                               f"classifier with {out_features} output(s): "
@@ -150,7 +151,12 @@ def build_pretrained(pretrained: PretrainedSpec, out_features: int, inputs: list
     if pretrained.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if pretrained.finetune.method == "lora":
-        model = _with_lora(model, pretrained.finetune)
+        # what the checkpoint lacks is new (the head; a pooler an MLM checkpoint has not):
+        # trained in full, since adapters on random weights leave them random
+        new = [key if isinstance(key, str) else key[0]
+               for key in [*loading.get("missing_keys", ()), *loading.get("mismatched_keys", ())]]
+        model = _with_lora(model, pretrained.finetune,
+                           sorted({key.rpartition(".")[0] for key in new} - {""}))
     return PretrainedNetwork(model, entry["pad_id"])
 
 
@@ -169,12 +175,12 @@ def _freeze(model: nn.Module, prefixes: list[str]) -> None:
             raise PretrainedError(f"{_AT}.freeze.{index}: no parameter starts with '{prefix}'")
 
 
-def _with_lora(model: nn.Module, lora) -> nn.Module:
+def _with_lora(model: nn.Module, lora, new_modules: list[str]) -> nn.Module:
     from peft import LoraConfig, TaskType, get_peft_model
 
     targets = lora.target_modules
     config = LoraConfig(task_type=TaskType.SEQ_CLS, r=lora.rank, lora_alpha=lora.alpha,
-                        lora_dropout=lora.dropout,
+                        lora_dropout=lora.dropout, modules_to_save=new_modules or None,
                         target_modules=targets[0] if targets == ["all-linear"] else targets)
     try:
         with _quiet():

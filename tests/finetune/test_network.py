@@ -42,8 +42,10 @@ def test_lora_trains_the_adapters_and_the_head_only(inputs):
     net = network(inputs, finetune=LORA)
     trained, total = net.parameter_counts()
     names = [n for n, p in net.named_parameters() if p.requires_grad]
-    assert all("lora_" in n or "classifier" in n for n in names)
-    assert 0 < trained / total < 0.05
+    # the checkpoint (a masked LM) has no pooler: new, so trained in full like the head
+    assert all("lora_" in n or "classifier" in n or "pooler" in n for n in names)
+    assert any("pooler" in n for n in names)
+    assert 0 < trained / total < 0.1
 
 
 def test_merged_weights_load_into_the_served_form(inputs):

@@ -90,3 +90,29 @@ def test_dbspec_serve_loads_the_version_and_scores_text(finetuned):
     assert loaded.typed
     scored = loaded.model.predict_frame(pd.DataFrame({"text": ["a text", "another one"]}))
     assert scored["probability"].between(0, 1).all() and len(scored) == 2
+
+
+def test_ddp_ranks_train_the_adapters_and_the_launcher_merges_them(tmp_path):
+    """torch_distributor on CPU: each rank builds the checkpoint's network with its adapters
+    from the same seed; rank 0's weights come back and are merged before logging."""
+    from dbspec.models.served import load_served_model
+
+    (tmp_path / "specs").symlink_to(ROOT / "specs")
+    (tmp_path / "ddp.yaml").write_text(
+        (ROOT / "specs" / "text_finetune.yaml").read_text().replace("rows: 3000", "rows: 600")
+        + "compute: {kind: torch_distributor, num_processes: 2, use_gpu: false, "
+          "local_mode: true}\n")
+    result = run_in_process("run", "ddp.yaml", "--smoke", "--summary-json", "s.json",
+                            cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"}, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["training"]["world_size"] == 2
+    assert 0 < summary["training"]["trained_parameters"] < summary["training"]["parameters"] / 10
+    runs = tmp_path / ".dbspec" / "runs"
+    ranks = [json.loads(p.read_text()) for p in sorted(runs.rglob("distributed/rank-*.json"))]
+    assert len(ranks) == 2 and ranks[0]["checksum"] == ranks[1]["checksum"]
+    served = load_served_model(next(runs.rglob("stages/train/served")))
+    assert "Peft" not in type(served.network.model).__name__
+    import pandas as pd
+
+    assert len(served.predict_frame(pd.DataFrame({"text": ["one", "two"]}))) == 2

@@ -19,8 +19,9 @@ class FullFinetune(SpecModel):
 
 class LoraFinetune(SpecModel):
     """Low-rank adapters (LoRA, through peft) on the named modules; the checkpoint's weights
-    stay fixed, the classification head is trained. The logged model has the adapters merged
-    into the weights: it loads and serves as a plain Transformers model."""
+    stay fixed, the classification head and whatever else the checkpoint lacks (the pooler of
+    a masked-LM checkpoint) are trained in full. The logged model has the adapters merged into
+    the weights: it loads and serves as a plain Transformers model, without peft."""
 
     method: Literal["lora"] = d("Fine-tuning method: LoRA adapters.")
     rank: int = d("Rank r of each adapter.", default=8, ge=1, le=4096)
