@@ -20,3 +20,13 @@ def test_another_checkpoint_reruns_preprocess(monkeypatch):
     rank = compile_plan(apply_values(loaded, {"model.pretrained.finetune.rank": 4}).spec)
     assert {a.name for a, b in zip(before, rank) if a.fingerprint != b.fingerprint} \
         .isdisjoint({"load_data", "split", "preprocess"})
+
+
+def test_the_plan_names_the_checkpoint_and_the_method_not_encoders():
+    from tests.conftest import run_in_process
+
+    result = run_in_process("plan", "specs/text_finetune.yaml", cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert "model: pretrained specs/data/tiny_bert, LoRA (rank 8, alpha 16) on query, value; " \
+           "it reads text (text (checkpoint tokenizer, 48 tokens))" in result.stdout
+    assert "encoder" not in result.stdout

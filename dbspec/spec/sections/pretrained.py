@@ -63,3 +63,12 @@ class PretrainedSpec(SpecModel):
     gradient_checkpointing: bool = d(
         "Recompute activations in the backward pass instead of keeping them: less memory, "
         "about a third more compute.", default=False)
+
+    def summary(self) -> str:
+        """The model in a few words, for ``dbspec plan``."""
+        tune = self.finetune
+        how = (f"LoRA (rank {tune.rank}, alpha {tune.alpha:g}) on "
+               f"{', '.join(tune.target_modules)}" if isinstance(tune, LoraFinetune)
+               else "full fine-tuning")
+        frozen = f", frozen: {', '.join(self.freeze)}" if self.freeze else ""
+        return f"pretrained {self.checkpoint}, {how}{frozen}"
