@@ -71,6 +71,7 @@ _EXTRAS = {
                      "matplotlib", "tensorboard", "scipy", "sqlalchemy"), "train"),
     "pyspark": "spark", "py4j": "spark",
     **dict.fromkeys(("uvicorn", "httptools", "uvloop", "orjson", "httpx"), "serve"),
+    **dict.fromkeys(("transformers", "peft", "safetensors", "accelerate"), "finetune"),
 }
 
 

@@ -12,6 +12,7 @@ from dbspec.stages.outputs import (BatchPredictOutput, EvaluateOutput, PromoteOu
 _SEARCH = ("study_name", "storage", "best_value", "best_params", "best_trial", "trials",
            "epochs_trained", "metric")
 _TRAINING = ("epochs_run", "best_epoch", "train_samples_per_second", "device", "threads",
+             "parameters", "trained_parameters",
              "batch_size", "world_size", "backend", "placement")
 
 
@@ -152,6 +153,9 @@ def _training_row(training: dict[str, Any]) -> str:
             f"{training.get('device')} x{training.get('threads')} threads")
     if training.get("batch_size"):
         text += f", batch size {training['batch_size']}"
+    if training.get("trained_parameters"):
+        text += (f", trained {training['trained_parameters']:,} of "
+                 f"{training['parameters']:,} parameters")
     if training.get("world_size"):
         placement = f", {training['placement']}" if training.get("placement") else ""
         text += f", {training['world_size']} ranks ({training['backend']}{placement})"

@@ -178,6 +178,8 @@ def task_extras(spec, stages: tuple[str, ...]) -> tuple[str, ...]:
         extras += dict.fromkeys(compute_kind(spec).extras.values())  # what the kind imports
     if "serve" in stages:
         extras.append("serve")
+    if spec.model.pretrained is not None:  # the tokenizer, the network and its adapters
+        extras.append("finetune")
     return tuple(extras)
 
 

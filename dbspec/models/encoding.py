@@ -35,13 +35,15 @@ NUMERIC_KINDS = "biuf"  # NumPy dtype kinds read as numbers: booleans, integers,
 
 # --- fitting --------------------------------------------------------------------------------
 
-def fit_inputs(features: list, train: pd.DataFrame) -> list[dict]:
+def fit_inputs(features: list, train: pd.DataFrame, pretrained: Any = None) -> list[dict]:
     """Fit each feature on the training rows: one JSON-able dict per feature, in order.
 
     Each holds ``name``, ``type``, ``spec`` (as JSON), ``columns`` (its matrix column names),
     ``indices`` (an embedding table's size, reserved indices included) and the fitted state:
     ``vocabulary``, ``tokenizer`` (bpe and wordpiece: the ``tokenizers`` JSON) and ``raw_dtype``
-    (the MLflow type of the training column, for :func:`signature_types`).
+    (the MLflow type of the training column, for :func:`signature_types`). A text feature
+    with ``tokenizer: checkpoint`` takes ``pretrained``'s (``model.pretrained``) tokenizer and
+    model config (:func:`dbspec.models.pretrained.checkpoint_input`).
 
     Raises:
         DataError: ``data.features.<name>: ...``: no usable value in the training rows, or a
@@ -56,14 +58,14 @@ def fit_inputs(features: list, train: pd.DataFrame) -> list[dict]:
             raise DataError(f"data.features.{feature.name}: no such column in the training "
                             f"rows{did_you_mean(feature.name, labels)}")
         try:
-            fitted.append(_fit(feature, _series(train[labels[feature.name]])))
+            fitted.append(_fit(feature, _series(train[labels[feature.name]]), pretrained))
         except InputError as exc:
             raise DataError(f"data.features.{feature.name}: {exc} (in the training rows)") \
                 from None
     return fitted
 
 
-def _fit(feature: Any, column: pd.Series) -> dict:
+def _fit(feature: Any, column: pd.Series, pretrained: Any = None) -> dict:
     spec = feature.model_dump(mode="json")
     entry: dict[str, Any] = {"name": feature.name, "type": feature.type, "spec": spec}
     width = {"text": spec.get("max_length"), "sequence": spec.get("max_length"),
@@ -80,6 +82,12 @@ def _fit(feature: Any, column: pd.Series) -> dict:
         entry["indices"] = len(entry["vocabulary"]) + 1
         entry["raw_dtype"] = {"b": "boolean", "i": "long", "u": "long", "f": "double"}.get(
             column.dtype.kind, "string")
+    elif feature.type == "text" and spec["tokenizer"] == "checkpoint":
+        if pretrained is None:
+            raise DataError(f"{where}: tokenizer: checkpoint needs model.pretrained")
+        from dbspec.models.pretrained import checkpoint_input
+
+        entry.update(checkpoint_input(pretrained, spec["max_length"]))
     elif feature.type == "text" and spec["tokenizer"] in tokens.SUBWORD:
         texts = [t for t in tokens.texts(column.tolist(), feature.name) if t]
         tokenizer = tokens.train_subword(texts, spec, where)
@@ -229,7 +237,7 @@ def _compiled(entry: dict) -> Callable[[pd.Series, str], np.ndarray]:
         return lambda values, name: encode_images(values.tolist(), spec, name)
     if kind == "sequence" and spec["values"] == "numeric":
         return partial(tokens.numeric_sequences, length=spec["max_length"])
-    if kind == "text" and spec["tokenizer"] in tokens.SUBWORD:
+    if kind == "text" and spec["tokenizer"] in tokens.SUBWORD + ("checkpoint",):
         return partial(tokens.subword_ids, tokenizer=tokens.loaded_tokenizer(entry))
     ids = {token: i for i, token in enumerate(entry["vocabulary"], start=2)}
     if kind == "text":
@@ -310,6 +318,8 @@ def required_packages(inputs: list[dict]) -> list[str]:
     if any(entry["type"] == "text" and entry["spec"]["tokenizer"] in tokens.SUBWORD
            for entry in inputs):
         needed.append("tokenizers")
+    if any("config" in entry for entry in inputs):  # a pretrained checkpoint's network
+        needed += ["tokenizers", "transformers"]
     return needed
 
 

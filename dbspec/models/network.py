@@ -182,13 +182,17 @@ def build_network(model: ModelSpec, in_features: int, out_features: int,
         if taken != in_features:
             raise ModelError(f"model: the fitted inputs take {taken} matrix columns, the data "
                              f"has {in_features}")
-    if model.custom is not None:
+    if model.pretrained is not None:
+        from dbspec.models.pretrained import build_pretrained
+
+        network = build_pretrained(model.pretrained, out_features, inputs or [], load_weights)
+    elif model.custom is not None:
         network = _custom(model.custom, in_features, out_features)
     elif has_typed_inputs(inputs):
         network = _typed(model, inputs, load_weights)
     else:
         network = _head(model, in_features, "the data has {} features", load_weights)
-    _check_output(network, in_features, out_features, finite=model.custom is None)
+    _check_output(network, in_features, out_features, finite=model.layers is not None)
     return network
 
 

@@ -91,7 +91,9 @@ def loaded_tokenizer(entry: dict) -> Any:
     tokenizer = Tokenizer.from_str(entry["tokenizer"])
     length = entry["spec"]["max_length"]
     tokenizer.enable_truncation(max_length=length)
-    tokenizer.enable_padding(pad_id=0, pad_token=_PAD, length=length)
+    # a checkpoint's tokenizer pads with its own token (models.pretrained.checkpoint_input)
+    tokenizer.enable_padding(pad_id=entry.get("pad_id", 0), pad_token=entry.get("pad_token", _PAD),
+                             length=length)
     return tokenizer
 
 

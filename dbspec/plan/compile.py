@@ -43,6 +43,8 @@ STREAMED_LOAD_READS = ("data.split",) + tuple(
     f"data.streaming.{name}" for name in ("enabled", "in_memory_limit_mb", "format",
                                           "shard_size_mb", "shuffle", "shuffle_window", "key",
                                           "sample_rows"))
+#: What ``preprocess`` reads besides with ``model.pretrained``: the checkpoint's tokenizer.
+PRETRAINED_PREPROCESS_READS = ("model.pretrained.checkpoint", "model.pretrained.revision")
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,8 @@ def compile_plan(spec: Spec, *, data_version: Optional[str] = None,
         reads = STAGE_READS[name]
         if name == "load_data" and spec.data.streaming is not None:
             reads = reads + STREAMED_LOAD_READS  # the split is decided while converting
+        if name == "preprocess" and spec.model.pretrained is not None:
+            reads = reads + PRETRAINED_PREPROCESS_READS
         config = {path: _lookup(dumped, path) for path in reads}
         payload = {
             "stage": name,

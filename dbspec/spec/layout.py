@@ -169,6 +169,9 @@ def describe_inputs(spec: Any) -> list[str]:
     spec whose features are all numeric."""
     data, model = spec.data, spec.model
     features = data.features or []
+    if model.pretrained is not None:  # the checkpoint reads its own tokens: no encoders
+        return [f"model: {model.pretrained.summary()}; it reads "
+                + ", ".join(f"{f.name} ({_encoding(f)})" for f in features if is_encoded(f))]
     if not has_typed_features(features):
         return []
     rows = []

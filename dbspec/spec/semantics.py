@@ -14,6 +14,7 @@ from dbspec.errors import did_you_mean, one_of
 from dbspec.seams.compute import ComputeFinding as Finding, compute_kind
 from dbspec.seams.sources import source_kind
 from dbspec.seams.targets import serving_findings
+from dbspec.spec.checkpoints import pretrained_findings
 from dbspec.spec.clusters import check_clusters
 from dbspec.spec.locations import is_local_master, is_local_store
 from dbspec.spec.sections.jobs import check_shared_dir
@@ -104,6 +105,10 @@ def _check_typed(spec: Spec, found: _Findings) -> None:
         found.error(("data", "streaming"), "typed features ("
                     + ", ".join(f"{n}: {f.type}" for n, f in list(typed.items())[:4])
                     + ") are encoded in memory; data.streaming takes numeric features only")
+    for name, feature in typed.items():
+        if getattr(feature, "tokenizer", None) == "checkpoint" and model.pretrained is None:
+            found.error(("data", "features"), f"'{name}' takes the checkpoint's tokenizer; "
+                        "that needs model.pretrained (or use word, char, bpe or wordpiece)")
     if typed and model.custom is not None:
         found.error(("model", "custom"), "a custom class takes numeric features only; use "
                     "model.encoders and model.layers for typed features ("
@@ -156,6 +161,11 @@ def _check_unique(path: tuple, items: list, found: _Findings) -> None:
 def _check_model(spec: Spec, found: _Findings) -> None:
     model, task = spec.model, spec.data.task
     loss = spec.training.loss_for(task)
+    if model.pretrained is not None:
+        for path, message in pretrained_findings(spec, output_width(task, loss,
+                                                                    output_classes(spec))):
+            found.error(path, message)
+        return
     if model.custom is not None:
         top = model.custom.class_.split(":")[0].split(".")[0]
         try:

@@ -271,7 +271,8 @@ def _preprocess_typed(ctx: StageContext, table: Table, splits: Splits) -> Prepro
     adapter = TypeAdapter(TypedFeature)
     features = [adapter.validate_python(f) for f in ctx.output(LoadDataOutput).features]
     raw = pq.read_table(ctx.dir_of("load_data") / "raw.parquet").to_pandas()
-    inputs = fit_inputs(features, raw.iloc[splits.train].reset_index(drop=True))
+    inputs = fit_inputs(features, raw.iloc[splits.train].reset_index(drop=True),
+                        ctx.spec.model.pretrained)
     try:
         x = encode_columns(inputs, raw)
     except InputError as exc:
@@ -287,7 +288,8 @@ def _preprocess_typed(ctx: StageContext, table: Table, splits: Splits) -> Prepro
     for item in inputs:
         if "indices" in item:
             ctx.reporter.line(f"  {item['name']} ({item['type']}): {item['indices']:,} indices "
-                              "fitted on the training rows")
+                              + ("of the checkpoint's tokenizer" if "config" in item
+                                 else "fitted on the training rows"))
     ctx.reporter.line(f"  encoded {len(x):,} rows into {x.shape[1]:,} columns in "
                       f"{time.perf_counter() - started:.1f}s")
     return PreprocessOutput(steps=[step["kind"] for step in steps])

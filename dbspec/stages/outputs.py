@@ -157,6 +157,8 @@ class TrainOutput(StageOutput):
     world_size: Optional[int] = _omitted_when_none()
     backend: Optional[str] = _omitted_when_none()
     placement: Optional[str] = _omitted_when_none()
+    #: Parameters training updated, when fewer than ``parameters`` (LoRA, frozen layers)
+    trained_parameters: Optional[int] = _omitted_when_none()
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class TrainStage:
             if job.previous_run is not None:
                 tracker.resume_epochs()  # the epochs after the checkpoint: MLflow may have them
             result = _fit(job, tracker, run_id, observer)
+            _report_trained(ctx, tracker, result)
             diagnosis = _log_after_fit(job, tracker, run_id, observer, result)
             model_uri = _log_served_model(job, tracker, result)
         return _output(job, tracker, model_uri, result, diagnosis, observer)
@@ -218,7 +219,20 @@ def _output(job: _TrainingJob, tracker, model_uri: str, result, diagnosis: list[
         if result.batch_size not in (None, job.spec.training.batch_size) else None,
         world_size=extra["world_size"] if distributed else None,
         backend=extra["backend"] if distributed else None,
-        placement=extra["placement"] if distributed else None)
+        placement=extra["placement"] if distributed else None,
+        trained_parameters=result.trained if result.trained != result.parameters else None)
+
+
+def _report_trained(ctx: StageContext, tracker, result) -> None:
+    """How many of the network's parameters the training updated, when not all (LoRA
+    adapters, frozen layers): a line, a param and the share as a metric."""
+    trained, total = result.trained, result.parameters
+    if trained is None or trained == total or not total:
+        return
+    ctx.reporter.line(f"  trained {trained:,} of {total:,} parameters "
+                      f"({100 * trained / total:.2f}%)")
+    tracker.log_params({"dbspec.trained_parameters": str(trained)})
+    tracker.log_metrics({"trained_parameter_share": trained / total})
 
 
 def _rank_files_dir(ctx: StageContext, spec) -> Path:

@@ -56,6 +56,8 @@ class Fitted:
     threads: int
     parameters: int
     batch_size: Optional[int] = None  # what training ended with (auto_batch_size may halve it)
+    #: Parameters the training updated (LoRA: the adapters and the head), of ``parameters``
+    trained: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,7 @@ def _fit_card(spec: Spec, card, make_tensors, options: FitOptions, shards=None) 
     device = select_device(spec.compute)
     served = _new_served(spec, card)
     parameters = sum(p.numel() for p in served.network.parameters())
+    trained = sum(p.numel() for p in served.network.parameters() if p.requires_grad)
     threads = choose_threads(spec.training.num_threads, parameters)
     if distributed:
         from dbspec.training.distributed import launch
@@ -132,10 +135,20 @@ def _fit_card(spec: Spec, card, make_tensors, options: FitOptions, shards=None) 
         tensors = None if shards is not None else make_tensors(served, device)
         served, outcome = launch(spec, tensors, served, options=options,
                                  shards=shards.root if shards is not None else None)
-        return Fitted(served, outcome, device, threads, parameters)
+        _finish(served.network)
+        return Fitted(served, outcome, device, threads, parameters, trained=trained)
     tensors = make_tensors(served, device)
     served, outcome, batch_size = _fit_in_process(spec, served, tensors, device, options)
-    return Fitted(served, outcome, device, threads, parameters, batch_size)
+    _finish(served.network)
+    return Fitted(served, outcome, device, threads, parameters, batch_size, trained)
+
+
+def _finish(network) -> None:
+    """What a network does once trained (a pretrained one merges its LoRA adapters), so that
+    the served model is the one a state dict rebuilds."""
+    finish = getattr(network, "finish", None)
+    if callable(finish):
+        finish()
 
 
 def model_card(spec: Spec, fitted: list[FittedStep], *, feature_names: list[str],

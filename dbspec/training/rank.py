@@ -72,7 +72,7 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     job = RankJob.read(work_dir)
     spec = job.spec
     torch.manual_seed(spec.training.seed)  # identical initial weights on every rank
-    served = ServedModel(job.card)
+    served = ServedModel(job.card, _rank_network(job))
     network = served.network.to(device)
     tensors = _rank_tensors(job, served, work_dir, rank, device)
     model, engine = _parallel_model(network, job, device)
@@ -104,6 +104,18 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     del model, network, served, outcome, engine, options, checkpoints
     gc.collect()
     dist.barrier()
+
+
+def _rank_network(job: RankJob):
+    """The network as the launcher trains it; a pretrained one from its checkpoint, with its
+    adapters (None: the card's own network, whose weights the seed sets)."""
+    if job.spec.model.pretrained is None:
+        return None
+    from dbspec.models.network import build_network
+
+    card = job.card
+    return build_network(job.spec.model, len(card.feature_names), card.out_features,
+                         inputs=card.inputs, load_weights=True)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from tests.conftest import ASSETS, MINIMAL, ROOT, SPECS, run_cli, run_in_process
 
 INVALID = sorted(str(p) for p in (ASSETS / "invalid").glob("*.yaml"))
 HEAVY = ("torch", "mlflow", "pyspark", "optuna", "deepspeed", "sklearn", "pandas", "onnx",
-         "onnxruntime", "onnxscript")
+         "onnxruntime", "onnxscript", "transformers", "peft", "safetensors", "tokenizers")
 
 
 def test_validate_all_examples_exits_0():

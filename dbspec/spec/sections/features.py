@@ -48,9 +48,11 @@ class TextFeature(SpecModel):
 
     name: FeatureName = d("Column name (strings).")
     type: Literal["text"] = d("Feature type: free text.")
-    tokenizer: Literal["word", "char", "bpe", "wordpiece"] = d(
+    tokenizer: Literal["word", "char", "bpe", "wordpiece", "checkpoint"] = d(
         "word: words and punctuation; char: characters; bpe / wordpiece: a subword model "
-        "trained on the training split with the tokenizers package.", default="word")
+        "trained on the training split with the tokenizers package; checkpoint: the "
+        "tokenizer of model.pretrained's checkpoint (vocabulary_size, min_frequency and "
+        "lowercase are its own).", default="word")
     vocabulary_size: int = d("Largest vocabulary (the most frequent tokens; subword models "
                              "learn up to this many).", default=20_000, ge=10, le=1_000_000)
     min_frequency: int = d("Training occurrences a token needs to enter the vocabulary.",

@@ -7,6 +7,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from dbspec.spec.sections.base import SpecModel, d, section, shorthand
 from dbspec.spec.sections.layers import Layer, LayerSpec
+from dbspec.spec.sections.pretrained import PretrainedSpec
 from dbspec.spec.shapes import divisors
 
 
@@ -295,10 +296,16 @@ class ModelSpec(SpecModel):
         default=None, min_length=1)
     custom: Optional[CustomModel] = d("Use your own nn.Module class instead of layers.",
                                       default=None)
+    pretrained: Optional[PretrainedSpec] = d(
+        "Fine-tune a pretrained Transformers checkpoint instead of layers.", default=None)
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "ModelSpec":
-        if (self.layers is None) == (self.custom is None):
-            raise ValueError("give either 'layers' or 'custom', not both" if self.layers
-                             else "give 'layers' (a list) or 'custom' ({class: 'pkg.mod:Net'})")
+        given = [name for name in ("layers", "custom", "pretrained")
+                 if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give one of 'layers', 'custom' or 'pretrained', not "
+                             f"{' and '.join(given)}" if given else
+                             "give 'layers' (a list), 'custom' ({class: 'pkg.mod:Net'}) or "
+                             "'pretrained' ({checkpoint: path or hub id})")
         return self

@@ -1,0 +1,199 @@
+"""What ``dbspec validate`` can tell about a pretrained checkpoint without loading it: its
+``config.json`` and the parameter names in its safetensors headers. No torch, no transformers.
+
+A safetensors file starts with 8 bytes (little-endian unsigned length) and that many bytes of
+JSON mapping each tensor's name to its dtype, shape and offsets; a sharded checkpoint lists
+every name in ``model.safetensors.index.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+#: A hub id: ``name`` or ``org/name`` (letters, digits, '-', '_', '.')
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[A-Za-z0-9][\w.\-]*)?$")
+#: Architecture suffixes of models that do not read text
+_NOT_TEXT = ("ForImageClassification", "ForObjectDetection", "ForSemanticSegmentation",
+             "ForInstanceSegmentation", "ForDepthEstimation", "ForAudioClassification",
+             "ForAudioFrameClassification", "ForCTC", "ForSpeechSeq2Seq",
+             "ForVideoClassification")
+#: The header of a safetensors file is at most this long (the format's own limit)
+_MAX_HEADER = 100_000_000
+#: peft's target_modules value for every linear layer but the output
+ALL_LINEAR = "all-linear"
+
+
+class CheckpointError(Exception):
+    """The checkpoint cannot be read as a Transformers checkpoint."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a local checkpoint says about itself.
+
+    Attributes:
+        architecture: The first of ``config.json``'s ``architectures`` (or its model_type).
+        labels: The head's label count, when the architecture is a sequence classifier.
+        parameters: Every parameter name in its weights, None when they are not safetensors.
+    """
+
+    directory: Path
+    architecture: str
+    labels: Optional[int]
+    parameters: Optional[frozenset[str]]
+
+    @property
+    def reads_text(self) -> bool:
+        """Whether the architecture is one a sequence classifier can be built on."""
+        return not self.architecture.endswith(_NOT_TEXT)
+
+    def modules(self) -> set[str]:
+        """Every module name that holds parameters (a name less its last part)."""
+        return {name.rpartition(".")[0] for name in self.parameters or ()}
+
+
+def is_hub_id(checkpoint: str) -> bool:
+    """Whether ``checkpoint`` names a hub repository rather than a path (no such path exists
+    here and it reads as ``org/name``)."""
+    return bool(_HUB_ID.match(checkpoint)) and not Path(checkpoint).exists()
+
+
+def is_unmounted_volume(checkpoint: str) -> bool:
+    """A Unity Catalog Volume path on a machine without ``/Volumes`` (off Databricks)."""
+    return checkpoint.startswith("/Volumes/") and not Path("/Volumes").is_dir()
+
+
+def read_checkpoint(directory: Path) -> CheckpointInfo:
+    """The :class:`CheckpointInfo` of a local checkpoint directory.
+
+    Raises:
+        CheckpointError: no such directory, no readable config.json naming an architecture,
+            or a weights header that is not safetensors JSON.
+    """
+    if not directory.is_dir():
+        raise CheckpointError(f"{directory} is not a directory (a checkpoint directory holds "
+                              "config.json, model.safetensors and tokenizer.json)")
+    config_file = directory / "config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read {config_file}: {exc}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{config_file} holds no JSON object")
+    names = config.get("architectures") or ([config["model_type"]] if "model_type" in config
+                                            else [])
+    if not isinstance(names, list) or not names or not isinstance(names[0], str):
+        raise CheckpointError(f"{config_file} names no architecture (neither 'architectures' "
+                              "nor 'model_type')")
+    labels = None
+    if names[0].endswith("ForSequenceClassification"):
+        labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) \
+            else int(config.get("num_labels", 2))
+    return CheckpointInfo(directory, names[0], labels, _parameter_names(directory))
+
+
+def _parameter_names(directory: Path) -> Optional[frozenset[str]]:
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            return frozenset(json.loads(index.read_text())["weight_map"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"cannot read the weight map of {index}: {exc}") from None
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        return None
+    names: set[str] = set()
+    for file in files:
+        names.update(_header(file))
+    return frozenset(names)
+
+
+def _header(file: Path) -> list[str]:
+    """The tensor names in a safetensors file's header."""
+    try:
+        with open(file, "rb") as handle:
+            (length,) = struct.unpack("<Q", handle.read(8))
+            if length > _MAX_HEADER:
+                raise ValueError(f"a header of {length} bytes")
+            header = json.loads(handle.read(length))
+    except (OSError, ValueError, struct.error) as exc:
+        raise CheckpointError(f"{file} is not a safetensors file: {exc}") from None
+    return [name for name in header if name != "__metadata__"]
+
+
+def has_prefix(names: frozenset[str], prefix: str) -> bool:
+    """Whether a parameter starts with ``prefix`` (a whole name part), in the checkpoint's
+    naming or in the classifier's, which puts the base model under a prefix of its own
+    (``bert.``); the head is the classifier's alone."""
+    stripped = prefix.partition(".")[2]
+    return prefix in ("classifier", "score") or any(
+        name == candidate or name.startswith(candidate + ".")
+        for candidate in (prefix, stripped) if candidate for name in names)
+
+
+def missing_targets(info: CheckpointInfo, targets: list[str]) -> list[int]:
+    """Positions of the LoRA ``targets`` no module of the checkpoint is named (peft matches a
+    target against a module's whole name or its last parts)."""
+    if info.parameters is None or targets == [ALL_LINEAR]:
+        return []
+    modules = info.modules()
+    return [index for index, target in enumerate(targets)
+            if not any(module == target or module.endswith("." + target) for module in modules)]
+
+
+def pretrained_findings(spec, outputs: Optional[int]) -> list[tuple[tuple, str]]:
+    """Errors about ``model.pretrained`` (by dotted path) that the spec and the local checkpoint
+    show; ``outputs``: the network outputs the task needs, when known without data."""
+    pretrained, at = spec.model.pretrained, ("model", "pretrained")
+    found = _feature_findings(spec)
+    if spec.model.encoders:
+        found.append((("model", "encoders"), "a pretrained checkpoint reads its own tokens; "
+                      "leave model.encoders out"))
+    if is_hub_id(pretrained.checkpoint) or is_unmounted_volume(pretrained.checkpoint):
+        return found  # checked when the run fetches or reads it
+    try:
+        info = read_checkpoint(Path(pretrained.checkpoint).expanduser())
+    except CheckpointError as exc:
+        return found + [(at + ("checkpoint",), str(exc))]
+    if not info.reads_text:
+        found.append((at + ("checkpoint",), f"the checkpoint is a {info.architecture}, which "
+                      "does not read text; a text task needs a text model (a base model or a "
+                      "...ForSequenceClassification)"))
+    if info.labels is not None and outputs is not None and info.labels != outputs \
+            and not pretrained.new_head:
+        found.append((at + ("checkpoint",), f"the checkpoint's {info.architecture} head has "
+                      f"{info.labels} label(s); {spec.data.task} with loss "
+                      f"'{spec.training.loss_for(spec.data.task)}' needs {outputs} output(s): "
+                      "set model.pretrained.new_head: true to train a new head"
+                      + (", or training.loss: cross_entropy for two outputs"
+                         if spec.data.task == "binary" and info.labels == 2 else "")))
+    names = info.parameters or frozenset()
+    for index, prefix in enumerate(pretrained.freeze):
+        if info.parameters is not None and not has_prefix(names, prefix):
+            found.append((at + ("freeze", index), f"no parameter of the checkpoint starts with "
+                          f"'{prefix}'"))
+    targets = getattr(pretrained.finetune, "target_modules", None)
+    if targets is not None:
+        modules = sorted({m.rpartition(".")[2] for m in info.modules()} - {""})
+        for index in missing_targets(info, targets):
+            found.append((at + ("finetune", "target_modules", index), f"the checkpoint has no "
+                          f"module '{targets[index]}' for a LoRA adapter; its modules are named "
+                          f"{', '.join(modules[:30])}"))
+    return found
+
+
+def _feature_findings(spec) -> list[tuple[tuple, str]]:
+    """A pretrained model reads one text feature, tokenized by the checkpoint's tokenizer."""
+    features = spec.data.features or []
+    texts = [i for i, f in enumerate(features)
+             if getattr(f, "type", None) == "text" and f.tokenizer == "checkpoint"]
+    if len(texts) == 1 and len(features) == 1:
+        return []
+    return [(("data", "features"), "model.pretrained reads one text feature with the "
+             "checkpoint's tokenizer and nothing else: data.features: [{name: <column>, "
+             "type: text, tokenizer: checkpoint}]")]
