@@ -26,7 +26,8 @@ from dbspec.serving.batch import (BATCH_ROWS, OUT_OF_RANGE_COLUMN, BatchResult, 
                                   batch_matrix, check_model_columns, check_new_columns,
                                   check_paths, model_columns, score_matrix, unscorable_rows)
 from dbspec.serving.batch_input import spark_input
-from dbspec.serving.batch_spark_files import output_schema, parquet_slices, score_slices
+from dbspec.serving.batch_spark_files import (dictionary_columns, output_schema, parquet_slices,
+                                              score_slices)
 
 _WORKER_MODELS: dict[str, Any] = {}
 
@@ -140,9 +141,11 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
                                    F.lit(loaded.version).alias("model_version"))
             slices = _file_slices(spark, source, output, fmt, input_version)
             if slices:  # the same table, with no row through the JVM
+                schema = output_schema(scored.schema)
                 job = {"payload": payload, "name": loaded.name, "version": loaded.version,
-                       "source": source, "out_of_range": out_of_range,
-                       "schema": output_schema(scored.schema), "batch_rows": batch_rows or BATCH_ROWS}
+                       "source": source, "out_of_range": out_of_range, "schema": schema,
+                       "dictionary": dictionary_columns(schema),
+                       "batch_rows": batch_rows or BATCH_ROWS}
                 tally: list[int] = []
                 written, output_version = _write_spark(
                     spark, scored, output, fmt,

@@ -74,7 +74,8 @@ def parquet_slices(source: str, tasks: int) -> Optional[list[Slice]]:
 def score_slices(spark, slices: list[Slice], staging: Path, job: dict[str, Any]) -> tuple[int, int]:
     """Score each slice into its own part of ``staging`` in a Spark task; (rows, flagged).
     ``job``: ``payload`` (the broadcast model), ``name``, ``version``, ``source``,
-    ``out_of_range``, ``schema`` (the output's), ``batch_rows``.
+    ``out_of_range``, ``schema`` (the output's), ``dictionary`` (its columns to encode so),
+    ``batch_rows``.
 
     Raises:
         Exception: Spark's, holding the user's message after ``batch_spark``'s marker.
@@ -105,12 +106,20 @@ def _score_part(part: Iterator[tuple[int, Slice]], staging: Path,
                   for batch in file.iter_batches(job["batch_rows"], row_groups=groups))
         try:
             scored = scoring.output_schema(files[0][0].schema_arrow)
-            with pq.ParquetWriter(staging / f"part-{index:05d}-dbspec.parquet", schema) as out:
+            with pq.ParquetWriter(staging / f"part-{index:05d}-dbspec.parquet", schema,
+                                  use_dictionary=job["dictionary"]) as out:
                 for batch in scoring.batches(inputs, scored):
                     out.write_batch(batch.cast(schema))
         except DataError as refused:  # the user's error, whole, through Spark's
             raise ValueError(AS_IS + str(refused)) from None
         yield scoring.done, scoring.flagged
+
+
+def dictionary_columns(schema: pa.Schema) -> list[str]:
+    """The columns worth a Parquet dictionary: text (the model's name and version, repeated on
+    every row). pyarrow tries one on every column by default, and gives it up on numbers only
+    after the cost: 5x the write time of 500,000 rows of 10 features."""
+    return [field.name for field in schema if pat.is_string(field.type)]
 
 
 def output_schema(spark_schema) -> pa.Schema:
