@@ -130,4 +130,5 @@ def output_schema(spark_schema) -> pa.Schema:
              T.ByteType: pa.int8(), T.DoubleType: pa.float64(), T.FloatType: pa.float32(),
              T.BooleanType: pa.bool_(), T.StringType: pa.string(), T.BinaryType: pa.binary(),
              T.DateType: pa.date32()}
-    return pa.schema([pa.field(f.name, kinds[type(f.dataType)]) for f in spark_schema.fields])
+    return pa.schema([pa.field(f.name, kinds[type(f.dataType)], nullable=f.nullable)
+                      for f in spark_schema.fields])
