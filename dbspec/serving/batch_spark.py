@@ -26,11 +26,8 @@ from dbspec.serving.batch import (BATCH_ROWS, OUT_OF_RANGE_COLUMN, BatchResult, 
                                   batch_matrix, check_model_columns, check_new_columns,
                                   check_paths, model_columns, score_matrix, unscorable_rows)
 from dbspec.serving.batch_input import spark_input
-from dbspec.serving.batch_spark_files import (dictionary_columns, output_schema, parquet_slices,
-                                              score_slices)
-
-_WORKER_MODELS: dict[str, Any] = {}
-
+from dbspec.serving.batch_spark_files import (AS_IS, dictionary_columns, output_schema,
+                                              parquet_slices, score_slices, worker_model)
 
 def _model_payload(loaded: LoadedModel) -> tuple[str, dict, bytes]:
     import dataclasses
@@ -67,24 +64,6 @@ def ship_custom_code(spark, model: dict) -> list[str]:
             spark.sparkContext.addPyFile(str(archive))
         shipped.append(str(path))
     return shipped
-
-
-def worker_model(payload: tuple[str, dict, bytes]):
-    """The payload's model, rebuilt once per Python worker process."""
-    key, card, weights = payload
-    model = _WORKER_MODELS.get(key)
-    if model is None:
-        import torch
-
-        from dbspec.models.served import ModelCard, ServedModel
-
-        torch.set_num_threads(1)  # one Spark task per core already
-        model = ServedModel(ModelCard(**card))
-        model.load_state_dict(torch.load(io.BytesIO(weights), weights_only=True))
-        model.eval()
-        _WORKER_MODELS.clear()
-        _WORKER_MODELS[key] = model
-    return model
 
 
 def read_spark_input(spark, source: str, version: Optional[int]):
@@ -324,7 +303,6 @@ def _check_written(frame, rows: int, scored: int, output: str) -> None:
 
 
 _UNSCORABLE = "[dbspec: unscorable rows] "
-AS_IS = "[dbspec: error] "  # marks the user's message (a reject's) inside Spark's error
 _SPARK_NUMERIC = {"tinyint", "smallint", "int", "bigint", "float", "double"}
 
 

@@ -11,6 +11,7 @@ changes) keep that path.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Optional
 
@@ -19,6 +20,28 @@ import pyarrow.types as pat
 
 from dbspec.serving.app import LoadedModel
 from dbspec.serving.batch import RangeCheck
+
+
+AS_IS = "[dbspec: error] "  # marks the user's message (a reject's) inside Spark's error
+_WORKER_MODELS: dict[str, Any] = {}
+
+
+def worker_model(payload: tuple[str, dict, bytes]):
+    """The payload's model, rebuilt once per Python worker process."""
+    key, card, weights = payload
+    model = _WORKER_MODELS.get(key)
+    if model is None:
+        import torch
+
+        from dbspec.models.served import ModelCard, ServedModel
+
+        torch.set_num_threads(1)  # one Spark task per core already
+        model = ServedModel(ModelCard(**card))
+        model.load_state_dict(torch.load(io.BytesIO(weights), weights_only=True))
+        model.eval()
+        _WORKER_MODELS.clear()
+        _WORKER_MODELS[key] = model
+    return model
 
 
 class Slice(NamedTuple):
@@ -93,7 +116,6 @@ def _score_part(part: Iterator[tuple[int, Slice]], staging: Path,
 
     from dbspec.data.sources import DataError
     from dbspec.serving.batch_local import Scoring
-    from dbspec.serving.batch_spark import AS_IS, worker_model
 
     model = worker_model(job["payload"].value)
     loaded = LoadedModel(model, job["name"], job["version"], "")
