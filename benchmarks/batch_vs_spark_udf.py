@@ -71,6 +71,9 @@ SAMPLE = 2_000  # ids whose predictions are compared
 NOISE = 0.05  # Gaussian noise, as a fraction of each feature's standard deviation
 ROW_GROUP = 65_536  # several row groups, so that Spark splits the file between its cores
 SIDES = ("floor", "dbspec", "mlflow")
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+BEGIN = "<!-- begin: written by batch_vs_spark_udf.py --results -->"
+END = "<!-- end: batch_vs_spark_udf.py -->"
 
 
 def load_text() -> str:
@@ -150,12 +153,20 @@ def side_jobs(args: argparse.Namespace, spark, info: dict) -> dict[str, Callable
             if result.rows != args.rows:
                 raise SystemExit(f"predict_spark reported {result.rows:,} rows, not {args.rows:,}")
 
+        def through_udf() -> None:  # before issue 35: every input through the Arrow UDF
+            from unittest import mock
+
+            with mock.patch("dbspec.serving.batch_spark._file_slices", lambda *args: None):
+                result = predict_spark(spark, loaded, source, output + "_udf", fmt="parquet")
+            if result.rows != args.rows:
+                raise SystemExit(f"predict_spark reported {result.rows:,} rows, not {args.rows:,}")
+
         def local() -> None:  # for context: the same job with --engine local, no Spark
             result = predict_local(loaded, source, output + "_local", fmt="parquet")
             if result.rows != args.rows:
                 raise SystemExit(f"predict_local reported {result.rows:,} rows, not {args.rows:,}")
 
-        return {"score": predict, "local": local}
+        return {"score": predict, "score_udf": through_udf, "local": local}
     import mlflow
     from pyspark.sql import functions as F
 
@@ -323,6 +334,50 @@ def check_outputs(workdir: Path, rows: int, features: list[str], trained: setup.
             f"{error.max():.1e}, tolerance {TOLERANCE:g})")
 
 
+def write_results(args: argparse.Namespace, rates: dict, cpu: dict, start: str,
+                  end: str) -> None:
+    """Replace this script's section of RESULTS.md (between its markers) with these figures."""
+    import pyspark
+
+    copy, ours = rates[("floor", "copy")], rates[("dbspec", "score")]
+    udf, theirs = rates[("dbspec", "score_udf")], rates[("mlflow", "score")]
+    ratio = ours[0] / copy[0]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    lines = [
+        BEGIN,
+        "## Spark batch scoring: `dbspec predict --engine spark` against a plain Parquet copy",
+        "",
+        f"**Conditions.** {when}, load average {start} at the start, {end} at the end. "
+        f"`batch_vs_spark_udf.py --repeats {args.repeats} --results`, {args.rows:,} rows x 10 "
+        f"features, `{MASTER}`; pyspark {pyspark.__version__}. All jobs ran interleaved in one "
+        "run. A plain Parquet input is scored by Spark tasks that read, score and write it with "
+        "pyarrow (`dbspec/serving/batch_spark_files.py`); the Arrow UDF row is the same job "
+        "with every input sent through Spark's reader, the UDF and Spark's writer, as before "
+        "issue 35 (tables, Delta, CSV and partitioned inputs still are).",
+        "",
+        "| measure | copy | dbspec | ratio | goal (issue 35) |",
+        "| --- | --- | --- | --- | --- |",
+        f"| rows/s, best of {args.repeats} | {copy[0]:,.0f} | {ours[0]:,.0f} | {ratio:.2f}x "
+        f"(median {ours[1] / copy[1]:.2f}x) | >= {TARGET_RATIO:g}x: "
+        f"{'met' if ratio >= TARGET_RATIO else '**not met**'} |",
+        f"| CPU seconds, median, all processes | {cpu[('floor', 'copy')]:.2f} | "
+        f"{cpu[('dbspec', 'score')]:.2f} | "
+        f"{cpu[('dbspec', 'score')] / cpu[('floor', 'copy')]:.2f}x | - |",
+        f"| the Arrow UDF path, rows/s, best of {args.repeats} | {copy[0]:,.0f} | "
+        f"{udf[0]:,.0f} | {udf[0] / copy[0]:.2f}x (CPU "
+        f"{cpu[('dbspec', 'score_udf')] / cpu[('floor', 'copy')]:.2f}x) | - |",
+        f"| against `spark_udf`, rows/s, best of {args.repeats} | {theirs[0]:,.0f} (spark_udf) "
+        f"| {ours[0]:,.0f} | {ours[0] / theirs[0]:.2f}x spark_udf's | - |",
+        END,
+    ]
+    text = RESULTS.read_text()
+    head, found, rest = text.partition(BEGIN)
+    if not found or END not in rest:
+        raise SystemExit(f"{RESULTS} lacks this script's markers {BEGIN!r} ... {END!r}")
+    RESULTS.write_text(head + "\n".join(lines) + rest.split(END, 1)[1])
+    print(f"wrote this run's figures into {RESULTS}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000,
@@ -330,6 +385,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs per side, after one untimed warm-up run (default 3)")
     parser.add_argument("--spec", default=str(setup.DIABETES_SPEC))
+    parser.add_argument("--results", action="store_true",
+                        help=f"replace this script's section of {RESULTS.name} with the figures")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (store, input, outputs, Spark logs)")
     for internal in ("--side", "--input", "--output", "--reply-fd", "--tracking-uri", "--name",
@@ -344,7 +401,8 @@ def main() -> None:
         run_side(args)
         return
 
-    print(f"load average at the start {load_text()}", flush=True)
+    start_load = load_text()
+    print(f"load average at the start {start_load}", flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="dbspec-batch-bench-"))
     sides: dict[str, Side] = {}
     timings: dict[tuple[str, str], dict] = {}
@@ -362,7 +420,8 @@ def main() -> None:
         for side in SIDES:
             sides[side] = Side(side, args, trained, workdir, features)
         jobs = [("floor", "noop"), ("floor", "copy_batched"), ("dbspec", "local"),
-                ("floor", "copy"), ("dbspec", "score"), ("mlflow", "score")]
+                ("dbspec", "score_udf"), ("floor", "copy"), ("dbspec", "score"),
+                ("mlflow", "score")]
         timings = {job: {"warmup": 0.0, "seconds": [], "cpu": []} for job in jobs}
         for job in jobs:
             timings[job]["warmup"] = sides[job[0]].run(job[1])["seconds"]
@@ -370,7 +429,7 @@ def main() -> None:
                                        for side, name in jobs), flush=True)
         for round_ in range(args.repeats):
             # the copy, dbspec and mlflow run back to back, in turn first and last
-            order = jobs if round_ % 2 == 0 else jobs[:3] + jobs[:2:-1]
+            order = jobs if round_ % 2 == 0 else jobs[:3] + jobs[:3:-1] + jobs[3:4]
             for side, name in order:
                 took = sides[side].run(name)
                 timings[(side, name)]["seconds"].append(took["seconds"])
@@ -389,6 +448,12 @@ def main() -> None:
             print(f"kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+    report(args, timings, info, checked, start_load)
+
+
+def report(args: argparse.Namespace, timings: dict, info: dict, checked: str,
+           start_load: str) -> None:
+    """Print the figures (the goal's ratio last); with ``--results``, write them too."""
     print(f"load average at the end {load_text()} (other work skews the figures)")
     print(checked)
     print(f"input: {info['floor']['partitions']} Spark partitions; {ARROW_BATCH}: "
@@ -402,6 +467,7 @@ def main() -> None:
               ("floor", "copy"): "Parquet copy (yardstick)",
               ("floor", "copy_batched"): "copy, dbspec's read batch",
               ("mlflow", "score"): "mlflow spark_udf",
+              ("dbspec", "score_udf"): "predict_spark, Arrow UDF",
               ("dbspec", "score"): "dbspec predict_spark",
               ("dbspec", "local"): "dbspec predict_local"}
     print(f"{'job (read, score, write)':<28} {'warm-up s':>9} {'runs s':>22} {'best rows/s':>12} "
@@ -424,6 +490,12 @@ def main() -> None:
     print(f"CPU seconds (medians, all processes of a side): dbspec / copy "
           f"{cpu[('dbspec', 'score')] / cpu[('floor', 'copy')]:.2f}x, spark_udf / dbspec "
           f"{cpu[('mlflow', 'score')] / cpu[('dbspec', 'score')]:.2f}x")
+    udf = rates[("dbspec", "score_udf")]
+    print(f"before issue 35 (every input through the Arrow UDF) / copy rows/s: "
+          f"{udf[0] / copy[0]:.2f}x best vs best; CPU "
+          f"{cpu[('dbspec', 'score_udf')] / cpu[('floor', 'copy')]:.2f}x the copy's")
+    if args.results:
+        write_results(args, rates, cpu, start_load, load_text())
     print(f"dbspec / spark_udf rows/s: {ours[0] / theirs[0]:.2f}x best vs best, "
           f"{ours[1] / theirs[1]:.2f}x median vs median")
     ratio = ours[0] / copy[0]

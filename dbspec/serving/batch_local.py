@@ -38,7 +38,7 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
     started = time.perf_counter()
     check_paths(source, output)
     dataset, version = open_input(source, input_version)
-    scoring = _Scoring(loaded, RangeCheck(loaded.model.card, *out_of_range), source,
+    scoring = Scoring(loaded, RangeCheck(loaded.model.card, *out_of_range), source,
                        lambda rows: progress(rows, time.perf_counter() - started))
     schema = scoring.output_schema(dataset.schema)
     reader = pa.RecordBatchReader.from_batches(
@@ -54,14 +54,15 @@ def predict_local(loaded: LoadedModel, source: str, output: str, *, fmt: str = "
                        scoring.flagged)
 
 
-class _Scoring:
+class Scoring:
     """The input's batches with their predictions, and what scoring them found."""
 
     def __init__(self, loaded: LoadedModel, check: RangeCheck, source: str,
-                 progress: Callable[[int], None]):
+                 progress: Callable[[int], None], first_row: int = 0):
         self.loaded, self.check, self.source, self.progress = loaded, check, source, progress
         self.names = model_columns(loaded.model.card)
         self.done = self.flagged = 0
+        self.first_row = first_row  # the input's row of the first batch (a Spark task's slice)
         self.failure: list[DataError] = []  # what stopped the stream, as the user's error
 
     def output_schema(self, schema: Any) -> Any:
@@ -104,8 +105,8 @@ class _Scoring:
     def _score(self, batch: Any) -> list[Any]:
         card, loaded = self.loaded.model.card, self.loaded
         x = batch_matrix(card, [batch.column(name) for name in self.names],
-                         self.source, self.done)
-        ranged, count = self.check.column(x, self.source, self.done)
+                         self.source, self.first_row + self.done)
+        ranged, count = self.check.column(x, self.source, self.first_row + self.done)
         columns = score_matrix(loaded.model, x)
         problem = unscorable_rows(x, columns, card.feature_names)
         if problem:

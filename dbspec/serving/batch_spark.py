@@ -15,7 +15,7 @@ import io
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -26,9 +26,8 @@ from dbspec.serving.batch import (BATCH_ROWS, OUT_OF_RANGE_COLUMN, BatchResult, 
                                   batch_matrix, check_model_columns, check_new_columns,
                                   check_paths, model_columns, score_matrix, unscorable_rows)
 from dbspec.serving.batch_input import spark_input
-
-_WORKER_MODELS: dict[str, Any] = {}
-
+from dbspec.serving.batch_spark_files import (AS_IS, dictionary_columns, output_schema,
+                                              parquet_slices, score_slices, worker_model)
 
 def _model_payload(loaded: LoadedModel) -> tuple[str, dict, bytes]:
     import dataclasses
@@ -65,24 +64,6 @@ def ship_custom_code(spark, model: dict) -> list[str]:
             spark.sparkContext.addPyFile(str(archive))
         shipped.append(str(path))
     return shipped
-
-
-def _worker_model(payload: tuple[str, dict, bytes]):
-    """The payload's model, rebuilt once per Python worker process."""
-    key, card, weights = payload
-    model = _WORKER_MODELS.get(key)
-    if model is None:
-        import torch
-
-        from dbspec.models.served import ModelCard, ServedModel
-
-        torch.set_num_threads(1)  # one Spark task per core already
-        model = ServedModel(ModelCard(**card))
-        model.load_state_dict(torch.load(io.BytesIO(weights), weights_only=True))
-        model.eval()
-        _WORKER_MODELS.clear()
-        _WORKER_MODELS[key] = model
-    return model
 
 
 def read_spark_input(spark, source: str, version: Optional[int]):
@@ -122,35 +103,37 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
     check_paths(source, output)
     check_reachable(spark, source, output)
     frame, version = read_spark_input(spark, source, input_version)
-    card = loaded.model.card
-    names = model_columns(card)
-    types = dict(frame.dtypes)
-    numeric = lambda t: t in _SPARK_NUMERIC or t.startswith("decimal")  # noqa: E731
-    check_model_columns(types, card, source, numeric)
-    empty = score_matrix(loaded.model, np.zeros((0, len(card.feature_names)), dtype=np.float32))
-    adds_column = RangeCheck(loaded.model.card, *out_of_range).adds_column
-    check_new_columns(list(types), list(empty) + ([OUT_OF_RANGE_COLUMN] if adds_column else []),
-                      source)
-    fields = [T.StructField(name, _spark_type(values)) for name, values in empty.items()]
-    if adds_column:
-        fields.append(T.StructField(OUT_OF_RANGE_COLUMN, T.StringType()))
+    names, types, fields = _checked_columns(frame, loaded, source, out_of_range)
     ship_custom_code(spark, loaded.model.card.model)
     payload = spark.sparkContext.broadcast(_model_payload(loaded))
     counts = _Counts(spark.sparkContext.accumulator(0), spark.sparkContext.accumulator(0))
     score = F.arrow_udf(_scorer(payload, counts, source, out_of_range), T.StructType(fields))
     # the UDF makes float32 itself; a typed feature's column (text, image bytes) goes as it is
-    features = [F.col(f"`{n}`") if types[n] in ("float", "double") or not numeric(types[n])
+    features = [F.col(f"`{n}`") if types[n] in ("float", "double") or not _numeric(types[n])
                 else F.col(f"`{n}`").cast("double") for n in names]
-    rows = batch_rows or arrow_batch_rows(frame.schema)
     try:
-        with batch_settings(spark, rows):
+        with batch_settings(spark, batch_rows or arrow_batch_rows(frame.schema)):
             scored = frame.withColumn("__dbspec", score(*features))
             scored = scored.select(*[F.col(f"`{c}`") for c in frame.columns],
                                    *[F.col(f"__dbspec.{f.name}").alias(f.name) for f in fields],
                                    F.lit(loaded.name).alias("model_name"),
                                    F.lit(loaded.version).alias("model_version"))
-            written, output_version = _write_spark(spark, scored, output, fmt)
-        _check_written(frame, written, counts.scored.value, output)
+            slices = _file_slices(spark, source, output, fmt, input_version)
+            if slices:  # the same table, with no row through the JVM
+                schema = output_schema(scored.schema)
+                job = {"payload": payload, "name": loaded.name, "version": loaded.version,
+                       "source": source, "out_of_range": out_of_range, "schema": schema,
+                       "dictionary": dictionary_columns(schema),
+                       "batch_rows": batch_rows or BATCH_ROWS}
+                tally: list[int] = []
+                written, output_version = _write_spark(
+                    spark, scored, output, fmt,
+                    lambda staging: tally.extend(score_slices(spark, slices, staging, job)))
+                rows_scored, flagged = tally
+            else:
+                written, output_version = _write_spark(spark, scored, output, fmt)
+                rows_scored, flagged = counts.scored.value, counts.flagged.value
+        _check_written(frame, written, rows_scored, output)
     except DataError:
         raise
     except Exception as exc:  # Py4J and PySpark errors: the first line says what happened
@@ -158,8 +141,44 @@ def predict_spark(spark, loaded: LoadedModel, source: str, output: str, *, fmt: 
     finally:
         payload.unpersist()
     return BatchResult(written, output, fmt, version, output_version,
-                       time.perf_counter() - started, loaded.name, loaded.version,
-                       counts.flagged.value)
+                       time.perf_counter() - started, loaded.name, loaded.version, flagged)
+
+
+def _checked_columns(frame, loaded: LoadedModel, source: str, out_of_range: tuple[str, float]):
+    """(the model's columns, the input's Spark types by name, the Spark fields scoring adds).
+
+    Raises:
+        DataError: a feature column is missing or not numeric, or an added column exists.
+    """
+    from pyspark.sql import types as T
+
+    card = loaded.model.card
+    names = model_columns(card)
+    types = dict(frame.dtypes)
+    check_model_columns(types, card, source, _numeric)
+    empty = score_matrix(loaded.model, np.zeros((0, len(card.feature_names)), dtype=np.float32))
+    adds_column = RangeCheck(card, *out_of_range).adds_column
+    check_new_columns(list(types), list(empty) + ([OUT_OF_RANGE_COLUMN] if adds_column else []),
+                      source)
+    fields = [T.StructField(name, _spark_type(values)) for name, values in empty.items()]
+    if adds_column:
+        fields.append(T.StructField(OUT_OF_RANGE_COLUMN, T.StringType()))
+    return names, types, fields
+
+
+def _numeric(spark_type: str) -> bool:
+    return spark_type in _SPARK_NUMERIC or spark_type.startswith("decimal")
+
+
+def _file_slices(spark, source: str, output: str, fmt: str, input_version: Optional[int]):
+    """The input's slices for :mod:`~dbspec.serving.batch_spark_files`, or None: Spark reads
+    it (see there), the output is not a local path, or Spark writes the Delta table itself."""
+    from dbspec.data.spark_sources import has_delta_format
+
+    if input_version is not None or "://" in output or (fmt == "delta"
+                                                        and has_delta_format(spark)):
+        return None
+    return parquet_slices(source, spark.sparkContext.defaultParallelism)
 
 
 class _Counts(NamedTuple):
@@ -172,7 +191,7 @@ def _scorer(payload, counts: _Counts, source: str, out_of_range: tuple[str, floa
     struct of the prediction columns (and ``out_of_range``) out."""
 
     def score(batches: Iterator[Tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
-        model = _worker_model(payload.value)
+        model = worker_model(payload.value)
         names = list(model.card.feature_names)
         check = RangeCheck(model.card, *out_of_range)
         for arrays in batches:
@@ -186,7 +205,7 @@ def _scorer(payload, counts: _Counts, source: str, out_of_range: tuple[str, floa
             try:
                 ranged, flagged = check.column(x, source)
             except DataError as refused:
-                raise ValueError(_OUT_OF_RANGE + str(refused)) from None
+                raise ValueError(AS_IS + str(refused)) from None
             columns = score_matrix(model, x)
             problem = unscorable_rows(x, columns, names)
             if problem:
@@ -246,8 +265,8 @@ def _job_error(exc: Exception, source: str, output: str) -> DataError:
     text = str(exc)
     if _UNSCORABLE in text:
         return DataError(f"input {source}: " + text.rsplit(_UNSCORABLE, 1)[1].splitlines()[0])
-    if _OUT_OF_RANGE in text:
-        return DataError(text.rsplit(_OUT_OF_RANGE, 1)[1].splitlines()[0])
+    if AS_IS in text:
+        return DataError(text.rsplit(AS_IS, 1)[1].splitlines()[0])
     return DataError(f"Spark could not score {source} into {output}: "
                      f"{text.strip().splitlines()[0][:300] if text.strip() else exc!r}")
 
@@ -284,7 +303,6 @@ def _check_written(frame, rows: int, scored: int, output: str) -> None:
 
 
 _UNSCORABLE = "[dbspec: unscorable rows] "
-_OUT_OF_RANGE = "[dbspec: out of range] "  # marks a reject's message inside Spark's error
 _SPARK_NUMERIC = {"tinyint", "smallint", "int", "bigint", "float", "double"}
 
 
@@ -301,9 +319,11 @@ def _spark_type(values: np.ndarray):
     return T.StringType()
 
 
-def _write_spark(spark, scored, output: str, fmt: str) -> tuple[int, Optional[int]]:
+def _write_spark(spark, scored, output: str, fmt: str,
+                 write_parts: Optional[Callable[[Path], None]] = None) -> tuple[int, Optional[int]]:
     """Write with Spark: Delta natively where the session has it, else Parquet files that
-    ``deltalake`` commits as one version."""
+    ``deltalake`` commits as one version. ``write_parts``: writes the Parquet files of a local
+    output into the staging directory in Spark's stead."""
     from dbspec.data.spark_sources import has_delta_format
 
     target = Path(output).expanduser()
@@ -312,7 +332,7 @@ def _write_spark(spark, scored, output: str, fmt: str) -> tuple[int, Optional[in
             (target / "_SUCCESS").exists() or (target / "_delta_log").is_dir()):
         raise DataError(f"output {output} is a directory with other files in it; Spark would "
                         "replace all of them: give an empty or new directory")
-    if fmt == "delta" and has_delta_format(spark):
+    if fmt == "delta" and has_delta_format(spark) and write_parts is None:
         scored.write.format("delta").mode("overwrite").option("overwriteSchema", "true") \
             .save(output)
         return spark.read.format("delta").load(output).count(), None
@@ -331,7 +351,11 @@ def _write_spark(spark, scored, output: str, fmt: str) -> tuple[int, Optional[in
     remove_leftovers(target)
     staging = staging_for(target)
     try:
-        scored.write.parquet(str(staging))
+        if write_parts is None:
+            scored.write.parquet(str(staging))
+        else:
+            write_parts(staging)
+            (staging / "_SUCCESS").touch()  # what a rerun takes for a directory Spark wrote
         dataset = ds.dataset(str(staging), format="parquet")
         rows = dataset.count_rows()  # the files' footers know; a Spark count is another job
         if fmt == "parquet":  # all or nothing: the old directory until the new one is whole

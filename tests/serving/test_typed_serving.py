@@ -20,6 +20,7 @@ import time
 import httpx
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -519,6 +520,20 @@ def test_spark_refuses_a_corrupt_image_or_a_missing_column(image_model, spark, t
     missing = write_table(tmp_path / "no-color", scoring_rows(5).drop(["color"]))
     with pytest.raises(DataError, match=r"lacks the model's feature column\(s\) color"):
         predict_spark(spark, image_model, str(missing), str(tmp_path / "out"))
+
+
+@pytest.mark.slow
+def test_spark_tasks_scoring_parquet_name_the_row_of_the_whole_input(image_model, spark,
+                                                                    tmp_path):
+    from dbspec.serving.batch import predict_spark
+
+    table = _replaced(scoring_rows(20, seed=8), "image", 13, GARBAGE, pa.binary())
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=5)  # row 13: the 2nd task's
+    with pytest.raises(DataError, match=r"^input .*in.parquet: column 'image', row 13: not a "
+                                        r"decodable image"):
+        predict_spark(spark, image_model, str(tmp_path / "in.parquet"), str(tmp_path / "out"),
+                      fmt="parquet")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
