@@ -35,6 +35,7 @@ _NUMBER = r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$|^-?Infinity$|^NaN$"
 _INTEGER = r"^-?[0-9]+$"
 _REQUEST = ("struct<dataframe_split:struct<columns:array<string>,data:array<array<string>>>,"
             "dataframe_records:array<map<string,string>>,inputs:string,instances:string>")
+_ROW = "gateway_row"  # a row's place in its request (sorted on, then dropped)
 _UNPLACED = "~"  # marks the rows that cannot be placed (warned about, then dropped)
 
 
@@ -117,10 +118,8 @@ def unpack_in_spark(frame: Any, where: str, model_name: str, since: Optional[flo
         return InferenceRows(where, ds.dataset(_to_arrow(frame.where(kept), where)))
     _check_gateway_types(frame, where)
     spark = frame.sparkSession
-    with _last_key_wins(spark):
-        rows = _rows(_requests(frame, since, version))
-        kinds = _kinds(rows, where)
-        typed = _typed(rows, kinds, model_name)
+    with _last_key_wins(spark), _cached(_rows(_requests(frame, since, version))) as rows:
+        typed = _typed(rows, _kinds(rows, where), model_name)
         return InferenceRows(where, ds.dataset(_finish(_to_arrow(typed, where), where)))
 
 
@@ -137,6 +136,21 @@ def _check_gateway_types(frame: Any, where: str) -> None:
 
 
 @contextlib.contextmanager
+def _cached(frame: Any):
+    """``frame`` kept by Spark while the block reads it twice (as it is where a cluster does not
+    cache, serverless compute)."""
+    try:
+        frame = frame.persist()
+    except Exception:  # noqa: BLE001 - NOT_SUPPORTED_WITH_SERVERLESS and the like
+        yield frame
+        return
+    try:
+        yield frame
+    finally:
+        frame.unpersist()
+
+
+@contextlib.contextmanager
 def _last_key_wins(spark: Any):
     """A JSON object or split with a repeated column keeps the last value, as ``json.loads``
     does (Spark's default refuses the whole query)."""
@@ -149,9 +163,8 @@ def _last_key_wins(spark: Any):
         spark.conf.set(key, before)
 
 
-def _columns_shape(text: str) -> str:
-    """SQL: the rows of a ``{column: [values]}`` JSON object (null: not one, or ragged)."""
-    parsed = f"from_json({text}, 'map<string,array<string>>')"
+def _columns_shape(parsed: str) -> str:
+    """SQL: the rows of ``parsed``, a ``{column: [values]}`` map (null: none, or ragged)."""
     sizes = f"transform(map_values({parsed}), a -> size(a))"
     return (f"CASE WHEN {parsed} IS NULL OR size({parsed}) = 0 OR exists(map_values({parsed}), "
             f"a -> a IS NULL) OR size(array_distinct({sizes})) != 1 OR {sizes}[0] = 0 THEN NULL "
@@ -161,24 +174,32 @@ def _columns_shape(text: str) -> str:
 
 def _requests(frame: Any, since: Optional[float], version: Optional[str]) -> Any:
     """One row per request: its base columns, feature rows ``f`` and prediction rows ``p``
-    (arrays of maps of JSON text), and why it is left out (null: it is used)."""
+    (arrays of maps of JSON text), and why it is left out (null: it is used). Each JSON text is
+    parsed once, in a projection of its own (Spark does not inline a costly expression twice)."""
     from pyspark.sql import functions as F
 
-    stamp = F.col("request_time")
-    micros = F.unix_micros(stamp) if dict(frame.dtypes)["request_time"] == "timestamp" else \
-        F.expr("timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', request_time)")
+    micros = F.unix_micros("request_time") if dict(frame.dtypes)["request_time"] == \
+        "timestamp" else F.expr("timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', "
+                                "request_time)")
     g = frame.select(F.coalesce("databricks_request_id", F.lit("")).alias("request_id"),
                      micros.alias("timestamp"),
                      F.regexp_extract("served_entity_id", r"-(\d+)$", 1).alias("model_version"),
                      F.col("execution_duration_ms").cast("double").alias("latency_ms"),
                      "served_entity_id", "status_code", "logging_error_codes",
-                     F.from_json("request", _REQUEST).alias("q"),
-                     F.from_json("response", "struct<predictions:string>").alias("a"))
+                     "request", "response")
     if since is not None:
         g = g.where((F.col("timestamp") >= int(since * 1e6)) | F.col("timestamp").isNull())
     if version is not None:
         g = g.where(F.col("model_version").isin(version, "") | F.col("timestamp").isNull())
-    given = "coalesce(q.inputs, q.instances)"
+    g = g.withColumn("q", F.from_json("request", _REQUEST)).withColumn(
+        "a", F.from_json("response", "struct<predictions:string>")).drop("request", "response")
+    given, told = F.coalesce("q.inputs", "q.instances"), F.col("a.predictions")
+    g = g.select("*", *(F.when(F.ltrim(text).startswith("{"), F.from_json(
+        text, "map<string,array<string>>")).otherwise(None).alias(name) for text, name in
+        ((given, "q_columns"), (told, "a_columns"))), *(F.when(~F.ltrim(text).startswith("{"),
+        F.from_json(text, schema)).alias(name) for text, schema, name in (
+            (given, "array<map<string,string>>", "q_records"),
+            (told, "array<string>", "a_values"))))
     split = "q.dataframe_split"
     features = F.expr(
         f"CASE WHEN {split} IS NOT NULL THEN CASE WHEN {split}.columns IS NULL OR "
@@ -186,14 +207,14 @@ def _requests(frame: Any, since: Optional[float], version: Optional[str]) -> Any
         f" r -> r IS NULL OR size(r) != size({split}.columns)) THEN NULL ELSE transform("
         f"{split}.data, r -> map_from_arrays({split}.columns, r)) END "
         "WHEN q.dataframe_records IS NOT NULL THEN q.dataframe_records "
-        f"WHEN startswith(ltrim({given}), '{{') THEN {_columns_shape(given)} "
-        f"ELSE from_json({given}, 'array<map<string,string>>') END")
+        f"WHEN q_columns IS NOT NULL THEN {_columns_shape('q_columns')} ELSE q_records END")
     predictions = F.expr(
-        f"CASE WHEN startswith(ltrim(a.predictions), '{{') THEN {_columns_shape('a.predictions')}"
-        " ELSE transform(from_json(a.predictions, 'array<string>'), e -> CASE WHEN "
-        "startswith(ltrim(e), '{') THEN from_json(e, 'map<string,string>') "
-        "ELSE map('prediction', e) END) END")
-    g = g.withColumn("f", features).withColumn("p", predictions)
+        f"CASE WHEN a_columns IS NOT NULL THEN {_columns_shape('a_columns')} ELSE transform("
+        "a_values, e -> CASE WHEN startswith(ltrim(e), '{') THEN from_json(e, "
+        "'map<string,string>') ELSE map('prediction', e) END) END")
+    g = g.select("request_id", "timestamp", "model_version", "latency_ms", "served_entity_id",
+                 "status_code", "logging_error_codes", features.alias("f"),
+                 predictions.alias("p"))
     why = F.expr(
         f"CASE WHEN timestamp IS NULL THEN '{_UNPLACED}no request_time' "
         f"WHEN model_version = '' THEN '{_UNPLACED}' || coalesce(served_entity_id, '') "
@@ -233,7 +254,7 @@ def _kinds(rows: Any, where: str) -> list[tuple[str, str]]:
         F.count("value").alias("values"), F.sum(number.cast("long")).alias("numbers"),
         F.sum((number & ~F.col("value").rlike(_INTEGER)).cast("long")).alias("floats"))
     try:
-        collected = found.orderBy("first").collect()
+        collected = sorted(found.collect(), key=lambda r: tuple(r["first"]))
     except Exception as exc:  # the JSON of a row Spark cannot take apart
         raise DbspecError(f"inference table {where}: Spark cannot unpack it: "
                           f"{str(exc).strip().splitlines()[0]}") from None
@@ -255,9 +276,9 @@ def _typed(rows: Any, kinds: list[tuple[str, str]], model_name: str) -> Any:
             f"try_cast(try_element_at(m, '{_escaped(key)}') AS double)").cast(kind))
         columns.append(typed.alias(key))
     left_out = F.coalesce(F.col(LEFT_OUT), F.when(mixed, F.lit(MIXED)))
-    return rows.orderBy("timestamp", "request_id", "row").select(
-        "request_id", "timestamp", F.lit(model_name).alias("model_name"), "model_version",
-        "latency_ms", *columns, left_out.alias(LEFT_OUT))
+    return rows.select("request_id", "timestamp", F.lit(model_name).alias("model_name"),
+                       "model_version", "latency_ms", *columns, left_out.alias(LEFT_OUT),
+                       F.coalesce("row", F.lit(0)).alias(_ROW))
 
 
 def _escaped(key: str) -> str:
@@ -295,4 +316,6 @@ def _finish(table: Any, where: str) -> Any:
         why = "no request_time" if reason == f"{_UNPLACED}no request_time" else \
             f"served entity {reason[1:] or None!r} (not <model>-<version>)"
         print(f"warning: {where}: {count:,} request(s) left out: {why}", file=sys.stderr)
-    return table.filter(pc.invert(unplaced))
+    table = table.filter(pc.invert(unplaced))  # rows of a request stay together, in order
+    return table.sort_by([("timestamp", "ascending"), ("request_id", "ascending"),
+                          (_ROW, "ascending")]).drop_columns([_ROW])
