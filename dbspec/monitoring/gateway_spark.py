@@ -20,7 +20,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from dbspec.errors import DbspecError
 from dbspec.monitoring.gateway import (LEFT_OUT, LOGGING_ERROR, MIXED, NOT_ANSWERED, UNPARSABLE,
@@ -55,29 +55,25 @@ def open_catalog_table(name: str, model_name: str, since: Optional[float],
         raise DbspecError(f"inference table {name} does not exist as a path; to read it as a "
                           "catalog table, run on a Databricks cluster (or with a Spark session "
                           "running, pip install 'dbspec[spark]'), else give a Delta path")
-    with spark_session(None) as spark:
-        try:
-            frame = spark.table(name)
-        except Exception as exc:  # AnalysisException: no such table, no access
-            raise DbspecError(f"inference table {name}: Spark cannot read it: "
-                              f"{str(exc).strip().splitlines()[0]}") from None
-        return unpack_in_spark(frame, name, model_name, since, version)
+    session: Any
+    with spark_session(None) as session:
+        return unpack_in_spark(_read(lambda: session.table(name), name), name, model_name,
+                               since, version)
 
 
 def cluster_session(table: InferenceRows) -> Any:
     """The Spark session to unpack the gateway Delta table ``table`` in (one already running
     that reads Delta, or the cluster's), or None: too small, or no session at hand."""
-    if not is_gateway_table(table) or importlib.util.find_spec("pyspark") is None:
+    if not is_gateway_table(table) or table.dataset.count_rows() < SPARK_ROWS or \
+            importlib.util.find_spec("pyspark") is None or not _session_at_hand():
         return None
     from pyspark.sql import SparkSession
 
     from dbspec.data.spark_sources import has_delta_format
 
+    spark = SparkSession.builder.getOrCreate()
     on_databricks = bool(os.environ.get("DATABRICKS_RUNTIME_VERSION"))
-    spark = SparkSession.builder.getOrCreate() if _session_at_hand() else None
-    if spark is None or not (on_databricks or has_delta_format(spark)):
-        return None
-    return spark if table.dataset.count_rows() >= SPARK_ROWS else None
+    return spark if on_databricks or has_delta_format(spark) else None
 
 
 def _session_at_hand() -> bool:
@@ -92,8 +88,24 @@ def open_delta_in_spark(spark: Any, path: str, model_name: str, since: Optional[
                         version: Optional[str]) -> InferenceRows:
     """The gateway Delta table at ``path`` unpacked in ``spark``."""
     where = "dbfs:/" + path[len("/dbfs/"):] if path.startswith("/dbfs/") else path
-    return unpack_in_spark(spark.read.format("delta").load(where), path, model_name, since,
-                           version)
+    return unpack_in_spark(_read(lambda: spark.read.format("delta").load(where), path), path,
+                           model_name, since, version)
+
+
+def _read(read: Callable[[], Any], where: str) -> Any:
+    try:
+        return read()
+    except Exception as exc:  # AnalysisException: no such table, no access, no Delta reader
+        raise DbspecError(f"inference table {where}: Spark cannot read it: {_why(exc)}") \
+            from None
+
+
+def _why(exc: Exception) -> str:
+    """The line of a Spark or Py4J error that says what went wrong (its error class)."""
+    lines = [line.strip(" :") for line in str(exc).splitlines() if line.strip(" :")]
+    found = next((line for line in lines if re.search(r"\[[A-Z][A-Z_]+\]", line)),
+                 lines[0] if lines else type(exc).__name__)
+    return re.sub(r"^[\w.$]+(Exception|Error): ", "", found)[:500]
 
 
 def unpack_in_spark(frame: Any, where: str, model_name: str, since: Optional[float],
@@ -256,8 +268,8 @@ def _kinds(rows: Any, where: str) -> list[tuple[str, str]]:
     try:
         collected = sorted(found.collect(), key=lambda r: tuple(r["first"]))
     except Exception as exc:  # the JSON of a row Spark cannot take apart
-        raise DbspecError(f"inference table {where}: Spark cannot unpack it: "
-                          f"{str(exc).strip().splitlines()[0]}") from None
+        raise DbspecError(f"inference table {where}: Spark cannot unpack it: {_why(exc)}") \
+            from None
     return [(r["key"], "string" if (r["numbers"] or 0) * 2 < r["values"] else
              "float" if r["floats"] else "bigint") for r in collected]
 
@@ -295,8 +307,8 @@ def _to_arrow(frame: Any, where: str) -> Any:
         frame.sparkSession.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
         return pa.Table.from_pandas(frame.toPandas(), preserve_index=False)
     except Exception as exc:  # the JSON of a row Spark cannot take apart, a lost executor
-        raise DbspecError(f"inference table {where}: Spark cannot unpack it: "
-                          f"{str(exc).strip().splitlines()[0]}") from None
+        raise DbspecError(f"inference table {where}: Spark cannot unpack it: {_why(exc)}") \
+            from None
 
 
 def _finish(table: Any, where: str) -> Any:

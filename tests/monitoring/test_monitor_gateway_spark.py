@@ -133,3 +133,20 @@ def test_a_table_name_without_spark_at_hand_says_where_it_can_be_read(tmp_path):
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "inference table main.ml.payload does not exist as a path; to read it as a catalog " \
         "table, run on a Databricks cluster" in result.stderr
+
+
+def test_a_large_gateway_delta_path_goes_to_a_session_that_reads_delta(spark, tmp_path,
+                                                                       monkeypatch):
+    from dbspec.errors import DbspecError
+    from dbspec.monitoring import gateway_spark
+    from dbspec.monitoring.monitor import open_inference_table
+
+    path = str(tmp_path / "t")
+    _write_gateway_table(path, [_gateway_row("r", 1_700_000_000.0, json.dumps(
+        {"inputs": [{"a": 1.0}]}), json.dumps({"predictions": [2.0]}))])
+    monkeypatch.setattr(gateway_spark, "SPARK_ROWS", 1)
+    assert [r["a"] for r in _rows(path)] == [1.0]  # this session reads no Delta: read locally
+    monkeypatch.setattr("dbspec.data.spark_sources.has_delta_format", lambda spark: True)
+    with pytest.raises(DbspecError, match=rf"^inference table {path}: Spark cannot read it: "
+                       r".*(?i:delta)"):
+        open_inference_table(path, "m")
