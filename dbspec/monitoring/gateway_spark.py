@@ -117,13 +117,12 @@ def unpack_in_spark(frame: Any, where: str, model_name: str, since: Optional[flo
     Raises:
         DbspecError: neither layout, or gateway columns of other types (naming ``where``).
     """
-    import pyarrow as pa
     import pyarrow.dataset as ds
     from pyspark.sql import functions as F
 
     names = frame.columns
     if not all(c in names for c in GATEWAY_COLUMNS):
-        check_base_columns(InferenceRows(where, ds.dataset(pa.table({c: [] for c in names}))))
+        check_base_columns(InferenceRows(where, ds.dataset(_to_arrow(frame.limit(0), where))))
         kept = F.col("model_name") == model_name
         if since is not None:
             kept = kept & (F.col("timestamp") >= F.timestamp_seconds(F.lit(since)))

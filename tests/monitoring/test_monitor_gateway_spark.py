@@ -112,6 +112,11 @@ def test_a_catalog_table_of_another_layout_or_types_or_none_is_a_located_error(s
     with pytest.raises(DbspecError, match=r"^default.not_gateway is not an inference table: it "
                        r"has no request_id, .* nor databricks_request_id, request_time, "):
         open_inference_table("default.not_gateway", "m")
+    spark.sql("DROP TABLE IF EXISTS served_layout")
+    spark.sql("SELECT 'q' AS request_id, timestamp_seconds(1700000000) AS timestamp, 'm' AS "
+              "model_name, '1' AS model_version, 3.0D AS latency_ms, 1.5D AS a").write \
+        .saveAsTable("served_layout")  # dbspec serve's layout: read as it is
+    assert [(r["request_id"], r["a"]) for r in _rows("default.served_layout")] == [("q", 1.5)]
     row = _gateway_row("r", 1_700_000_000.0, "{}", "{}")
     frame = spark.createDataFrame([tuple(row.values())], ", ".join(
         f"{c} {t}" for c, t in zip(row, ("date", "string", "string", "bigint", "int", "double",
