@@ -56,8 +56,10 @@ def test_every_body_shape_and_every_reason_unpacks_as_the_local_path_does(spark,
               ({"nothing": 1}, {"predictions": [1.0]})]
     rows = [_gateway_row(f"r{i}", at + i, json.dumps(q), json.dumps(a))
             for i, (q, a) in enumerate(bodies)]
-    good = rows[0]
-    rows += [_gateway_row("e1", at + 20, good["request"], "", status=500),
+    good = rows[0]  # a repeated key keeps its last value, as json.loads does
+    rows += [_gateway_row("r11", at + 11, '{"dataframe_records": [{"a": 1.0, "a": 2.5, "b": 1.0}]}',
+                          good["response"]),
+             _gateway_row("e1", at + 20, good["request"], "", status=500),
              _gateway_row("e2", at + 21, "{not json", good["response"]),
              _gateway_row("e3", at + 22, good["request"], "[1,"),
              _gateway_row("e4", at + 23, good["request"], good["response"], errors=["X"]),
@@ -71,7 +73,8 @@ def test_every_body_shape_and_every_reason_unpacks_as_the_local_path_does(spark,
         local, in_spark = _rows(str(tmp_path / "t"), version=version), _rows(table, version=version)
         assert in_spark == local
     assert [r["request_id"] for r in local if r[LEFT_OUT] is None] == \
-        ["r0", "r1", "r2", "r2", "r3", "r3", "r8"]
+        ["r0", "r1", "r2", "r2", "r3", "r3", "r8", "r11"]
+    assert [r["a"] for r in local if r["request_id"] == "r11"] == [2.5]
     warned = capfd.readouterr().err
     for where in (str(tmp_path / "t"), table):
         assert f"{where}: 1 request(s) left out: served entity 'custom'" in warned
