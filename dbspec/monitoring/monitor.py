@@ -102,22 +102,32 @@ def iso_utc(seconds: float) -> str:
 
 
 def open_inference_table(path: str, model_name: Optional[str] = None,
-                         since: Optional[float] = None) -> InferenceRows:
+                         since: Optional[float] = None,
+                         version: Optional[str] = None) -> InferenceRows:
     """The inference table at ``path``, its base columns checked; an AI Gateway inference
     table is unpacked first (:mod:`dbspec.monitoring.gateway`, its rows are ``model_name``'s,
-    those since ``since``, epoch seconds).
+    those since ``since``, epoch seconds), in Spark for a catalog table name or a large table
+    on a cluster (:mod:`dbspec.monitoring.gateway_spark`, rows of ``version`` only if given).
 
     Raises:
         DbspecError: no table there, not a Delta table, a Delta table of another kind, or
             base columns of other types than the server writes.
     """
+    from dbspec.monitoring import gateway_spark as spark
+
+    if spark.is_table_name(path):
+        table = spark.open_catalog_table(path, model_name or "", since, version)
+        check_base_columns(table)
+        return table
     if "://" not in path and not (Path(path) / "_delta_log").is_dir():
         where = "does not exist" if not Path(path).exists() else "is not a Delta table"
         raise DbspecError(f"inference table {path} {where}: serve the model with an "
                           "inference table (serving.realtime.inference_table or dbspec serve "
                           "--inference-table PATH) first, or give --table PATH")
-    table = open_gateway_or(InferenceRows(path, open_rows(path, "open the inference table")),
-                            model_name, since)
+    table = InferenceRows(path, open_rows(path, "open the inference table"))
+    session = spark.cluster_session(table)
+    table = open_gateway_or(table, model_name, since) if session is None else \
+        spark.open_delta_in_spark(session, path, model_name or "", since, version)
     check_base_columns(table)
     return table
 

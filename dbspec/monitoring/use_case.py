@@ -151,7 +151,8 @@ def monitor_served(flags: MonitorFlags, *,
 
     resolved = _resolve(flags, say)
     settings, window = monitor_settings(flags, resolved.section)
-    dataset = open_inference_table(resolved.table, resolved.target.name, settings.since)
+    dataset = open_inference_table(resolved.table, resolved.target.name, settings.since,
+                                   resolved.target.version)
     labels = _labels(flags, resolved, say)
     registry = open_registry(tracking_uri_for(resolved.spec, flags.tracking_uri),
                              Path(flags.state_dir))

@@ -2,9 +2,9 @@
 gateway's layout whose request and response JSON are real requests to a real ``dbspec serve``
 and its real answers, MLflow on SQLite.
 
-The traffic: calm requests of the diabetes features (as ``dataframe_split``, ``inputs`` and
-``dataframe_records`` bodies) plus a few rows the monitor cannot use (non-200, a logging error
-code, an unparsable body, another version), then, an hour later, requests whose ``bmi`` is
+The traffic: calm requests of the diabetes features (as ``dataframe_split``, ``inputs``,
+``dataframe_records`` and ``instances`` bodies) plus a few rows the monitor cannot use (non-200,
+a logging error code, an unparsable body, another version), then, an hour later, requests whose ``bmi`` is
 shifted by five standard deviations. A calm table holds the calm hour and the unusable rows,
 a drifted one both hours.
 """
@@ -33,7 +33,8 @@ def _body(batch: np.ndarray, shape: int) -> dict:
         return {"dataframe_split": {"columns": FEATURES, "data": batch.tolist()}}
     if shape == 1:
         return {"inputs": {f: batch[:, i].tolist() for i, f in enumerate(FEATURES)}}
-    return {"dataframe_records": [dict(zip(FEATURES, row)) for row in batch.tolist()]}
+    records = [dict(zip(FEATURES, row)) for row in batch.tolist()]
+    return {"dataframe_records": records} if shape == 2 else {"instances": records}
 
 
 def _gateway_row(request_id: str, start: float, request: str, response: str, *,
@@ -77,7 +78,7 @@ def gateway(registered, tmp_path_factory):
             batch = data[rng.integers(0, len(data), 8)].copy()
             if shifted:
                 batch[:, FEATURES.index("bmi")] += 5 * data[:, FEATURES.index("bmi")].std()
-            request = json.dumps(_body(batch, i % 3))
+            request = json.dumps(_body(batch, i % 4))
             answer = httpx.post(server.url + "/invocations", timeout=30, content=request,
                                 headers={**AUTH, "Content-Type": "application/json"})
             assert answer.status_code == 200, answer.text
@@ -96,7 +97,8 @@ def gateway(registered, tmp_path_factory):
     calm, drifted = str(where / "calm"), str(where / "drifted")
     _write_gateway_table(calm, rows[:30] + unusable)
     _write_gateway_table(drifted, rows + unusable)
-    return SimpleNamespace(calm=calm, drifted=drifted, env=env, workdir=registered.workdir)
+    return SimpleNamespace(calm=calm, drifted=drifted, env=env, workdir=registered.workdir,
+                           rows=rows + unusable)
 
 
 def _monitor(gateway, table: str, *args: str):
