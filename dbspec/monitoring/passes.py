@@ -173,7 +173,8 @@ def _test_metrics(client, name: str, version: str) -> dict[str, float]:
 
 
 def _log_run(client, report, run: MonitorPass, experiment: str, state_dir: Path) -> str:
-    """One MLflow run for the version's pass: tags, per-window metrics, drift table, plots."""
+    """One MLflow run for the version's pass: tags, per-window metrics, drift table, and
+    plots when it alerted."""
     from mlflow.entities import Metric
 
     from dbspec.monitoring.report import window_metrics, write_drift_plots, write_drift_table
@@ -196,7 +197,10 @@ def _log_run(client, report, run: MonitorPass, experiment: str, state_dir: Path)
         with tempfile.TemporaryDirectory() as scratch:
             for path in write_drift_table(report, Path(scratch)):
                 client.log_artifact(run_id, str(path), "monitoring")
-            for path in write_drift_plots(report, Path(scratch) / "plots"):
+            # MLflow charts the per-window metrics itself; the plots (matplotlib: a second or
+            # more a pass) are drawn for the version that alerted, the run someone opens
+            for path in write_drift_plots(report, Path(scratch) / "plots") if report.alerts \
+                    else ():
                 client.log_artifact(run_id, str(path), "plots")
         for key, value in (("last_run", run_id), ("status", status)):
             client.set_model_version_tag(report.name, report.version, f"dbspec.monitoring.{key}",
