@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
@@ -73,8 +75,10 @@ def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
               flush=True)
 
     started = time.monotonic()
-    scans = scan_table(run.dataset, target.name, profile_for, settings, labels=labels,
-                       progress=progress)
+    with ThreadPoolExecutor(1) as background:  # the statistics' import (a second), meanwhile
+        background.submit(importlib.import_module, "scipy.stats")
+        scans = scan_table(run.dataset, target.name, profile_for, settings, labels=labels,
+                           progress=progress)
     for scan in scans:
         if scan.left_out and not scan.windows:  # nothing usable: no run, no alert, no action
             print(f"warning: {scan.name} v{scan.version}: {left_out_text(scan.left_out)}; "
