@@ -141,7 +141,7 @@ def _parquet_batches(dataset: Any, columns: list[str], condition: Any,
         stored = [c for c in columns if c in fragment.physical_schema.names]
         with pq.ParquetFile(fragment.open(), coerce_int96_timestamp_unit=coerce) as file:
             for batch in file.iter_batches(batch_rows, row_groups=groups, columns=stored,
-                                           use_threads=False):
+                                           use_threads=True):
                 arrays = [batch.column(f.name).cast(f.type) if f.name in stored else
                           pa.repeat(pa.scalar(fixed.get(f.name), f.type), batch.num_rows)
                           for f in schema]

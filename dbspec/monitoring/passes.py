@@ -70,15 +70,11 @@ def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
             print(f"warning: {exc}; its rows are left out", file=sys.stderr)
             return None
 
-    def progress(rows: int, seconds: float) -> None:
-        print(f"  scanned {rows:,} rows ({rows / seconds:,.0f} rows/s)", file=sys.stderr,
-              flush=True)
-
     started = time.monotonic()
     with ThreadPoolExecutor(1) as background:  # the statistics' import (a second), meanwhile
         background.submit(importlib.import_module, "scipy.stats")
         scans = scan_table(run.dataset, target.name, profile_for, settings, labels=labels,
-                           progress=progress)
+                           progress=_progress)
     for scan in scans:
         if scan.left_out and not scan.windows:  # nothing usable: no run, no alert, no action
             print(f"warning: {scan.name} v{scan.version}: {left_out_text(scan.left_out)}; "
@@ -102,6 +98,10 @@ def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
         failed = failed or not ok
         outputs.append((report, run_id, actions))
     return PassOutcome(outputs, rows, seconds, failed)
+
+
+def _progress(rows: int, seconds: float) -> None:
+    print(f"  scanned {rows:,} rows ({rows / seconds:,.0f} rows/s)", file=sys.stderr, flush=True)
 
 
 def _nothing_to_monitor(run: MonitorPass, skipped: dict[str, str], since: Optional[str],
