@@ -109,6 +109,11 @@ class ColumnAccumulator:
             # the coarse edges are fine edges: each fine bin lies in one coarse bin
             self._coarse_of_fine = np.concatenate(
                 [[0], np.searchsorted(self._edges, self._fine_edges, side="right")])
+            # a value v is in a bin, or outside, by how many of these it is below: the fine
+            # edges, the minimum, and the next float after the maximum (v > max: v >= that)
+            self._cuts = np.concatenate([self._fine_edges, [profile["min"], np.nextafter(
+                profile["max"], np.inf)]])
+            self._cuts32 = float32_cuts(self._cuts)
 
     def update(self, values: np.ndarray) -> None:
         """Count a batch of the column's values (NaN or None: missing)."""
@@ -121,16 +126,28 @@ class ColumnAccumulator:
                 for value, count in zip(found.tolist(), counts.tolist()):
                     self.counts[self._index.get(category_key(value), -1)] += count
             return
-        values = np.asarray(values, dtype=np.float64)
-        present = values[~np.isnan(values)]
-        self.missing += len(values) - len(present)
-        fine = np.bincount(np.searchsorted(self._fine_edges, present, side="right"),
-                           minlength=len(self.fine_counts))
+        # sorted, the bins are where the cuts fall: a SIMD sort is ~15x faster than a binary
+        # search per value; float32 values (the server's) are sorted as they are
+        single = values.dtype == np.float32
+        ordered = np.sort(values if single else np.asarray(values, dtype=np.float64))
+        present = len(ordered) - int(np.count_nonzero(np.isnan(ordered)))  # NaN sorts last
+        self.missing += len(ordered) - present
+        below = np.searchsorted(ordered, self._cuts32 if single else self._cuts, side="left")
+        bins = len(self._fine_edges)
+        fine = np.diff(below[:bins], prepend=0, append=present)
         self.fine_counts += fine
         self.counts += np.bincount(self._coarse_of_fine, weights=fine,
                                    minlength=len(self.counts)).astype(np.int64)
-        self.outside += int(np.count_nonzero((present < self.profile["min"])
-                                             | (present > self.profile["max"])))
+        self.outside += int(below[bins] + present - below[bins + 1])
+
+
+def float32_cuts(cuts: np.ndarray) -> np.ndarray:
+    """The smallest float32 at or above each float64 cut: for a float32 value ``v``,
+    ``v < cut`` exactly when ``v < float32_cuts(cut)``."""
+    with np.errstate(over="ignore"):
+        rounded = cuts.astype(np.float32)
+    return np.where(rounded.astype(np.float64) < cuts,
+                    np.nextafter(rounded, np.float32(np.inf)), rounded)
 
 
 def _missing(values: np.ndarray) -> np.ndarray:

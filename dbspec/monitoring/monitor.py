@@ -173,6 +173,7 @@ def scan_table(table: InferenceRows, name: str,
             missing, a row without a timestamp or version, or a data file it cannot read.
     """
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     scans: dict[str, Optional[VersionScan]] = {}  # None: a version left out
     window_us = settings.window_s * 1_000_000
@@ -187,11 +188,11 @@ def scan_table(table: InferenceRows, name: str,
         starts, row_in_request, carried = _request_rows(batch.column("request_id"), carried)
         stamps = batch.column("timestamp").cast(pa.int64()).to_numpy()  # Delta: UTC us
         future, windows = stamps > until * 1e6, stamps // window_us
-        versions = batch.column("model_version").to_numpy(zero_copy_only=False)
+        versions = batch.column("model_version")
         labelled = _label_rows(batch, labels, row_in_request) if labels is not None else None
         requests = _Requests(starts, batch.column("latency_ms").to_numpy(zero_copy_only=False),
                              labelled)
-        for found in dict.fromkeys(versions.tolist()):
+        for found in pc.unique(versions).to_pylist():
             if found not in scans:
                 profile = profile_for(found)
                 scans[found] = None if profile is None else \
@@ -201,13 +202,14 @@ def scan_table(table: InferenceRows, name: str,
                 continue
             values = {c: batch.column(t).to_numpy(zero_copy_only=False)
                       for c, t in scan.columns.items()}
-            in_version = versions == found
+            in_version = pc.equal(versions, found).to_numpy(zero_copy_only=False)
             usable = gateway_usable(batch, scan.leave_out,
                                     in_version & scan.leave_out(FUTURE, in_version & future))
             usable &= scan.leave_out(NULL_VALUES, usable & unusable_rows(batch, scan.columns))
             for index in np.unique(windows[usable]):
+                chosen = usable & (windows == index)
                 _update(scan.window(int(index), settings.window_s), values,
-                        np.flatnonzero(usable & (windows == index)), requests,
+                        slice(None) if chosen.all() else np.flatnonzero(chosen), requests,
                         scan.profile["outputs"])
         rows += batch.num_rows
         if progress is not None and time.monotonic() - told > 5:
@@ -284,7 +286,7 @@ class _Requests(NamedTuple):
     labelled: Optional[np.ndarray]
 
 
-def _update(window: WindowAccumulator, values: dict, rows: np.ndarray, requests: _Requests,
+def _update(window: WindowAccumulator, values: dict, rows: Any, requests: _Requests,
             outputs: list[str]) -> None:
     columns = {c: v[rows] for c, v in values.items()}
     window.update(columns, requests.latency[rows][requests.starts[rows]])

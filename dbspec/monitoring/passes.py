@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import json
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
@@ -68,13 +70,11 @@ def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
             print(f"warning: {exc}; its rows are left out", file=sys.stderr)
             return None
 
-    def progress(rows: int, seconds: float) -> None:
-        print(f"  scanned {rows:,} rows ({rows / seconds:,.0f} rows/s)", file=sys.stderr,
-              flush=True)
-
     started = time.monotonic()
-    scans = scan_table(run.dataset, target.name, profile_for, settings, labels=labels,
-                       progress=progress)
+    with ThreadPoolExecutor(1) as background:  # the statistics' import (a second), meanwhile
+        background.submit(importlib.import_module, "scipy.stats")
+        scans = scan_table(run.dataset, target.name, profile_for, settings, labels=labels,
+                           progress=_progress)
     for scan in scans:
         if scan.left_out and not scan.windows:  # nothing usable: no run, no alert, no action
             print(f"warning: {scan.name} v{scan.version}: {left_out_text(scan.left_out)}; "
@@ -98,6 +98,10 @@ def monitor_table(registry, run: MonitorPass, *, on_alert: str, state_dir: Path,
         failed = failed or not ok
         outputs.append((report, run_id, actions))
     return PassOutcome(outputs, rows, seconds, failed)
+
+
+def _progress(rows: int, seconds: float) -> None:
+    print(f"  scanned {rows:,} rows ({rows / seconds:,.0f} rows/s)", file=sys.stderr, flush=True)
 
 
 def _nothing_to_monitor(run: MonitorPass, skipped: dict[str, str], since: Optional[str],
@@ -173,7 +177,8 @@ def _test_metrics(client, name: str, version: str) -> dict[str, float]:
 
 
 def _log_run(client, report, run: MonitorPass, experiment: str, state_dir: Path) -> str:
-    """One MLflow run for the version's pass: tags, per-window metrics, drift table, plots."""
+    """One MLflow run for the version's pass: tags, per-window metrics, drift table, and
+    plots when it alerted."""
     from mlflow.entities import Metric
 
     from dbspec.monitoring.report import window_metrics, write_drift_plots, write_drift_table
@@ -196,7 +201,10 @@ def _log_run(client, report, run: MonitorPass, experiment: str, state_dir: Path)
         with tempfile.TemporaryDirectory() as scratch:
             for path in write_drift_table(report, Path(scratch)):
                 client.log_artifact(run_id, str(path), "monitoring")
-            for path in write_drift_plots(report, Path(scratch) / "plots"):
+            # MLflow charts the per-window metrics itself; the plots (matplotlib: a second or
+            # more a pass) are drawn for the version that alerted, the run someone opens
+            for path in write_drift_plots(report, Path(scratch) / "plots") if report.alerts \
+                    else ():
                 client.log_artifact(run_id, str(path), "plots")
         for key, value in (("last_run", run_id), ("status", status)):
             client.set_model_version_tag(report.name, report.version, f"dbspec.monitoring.{key}",

@@ -142,7 +142,9 @@ def monitor_served(flags: MonitorFlags, *,
         DbspecError: no rows to monitor, an unreadable table or labels, or a tracking store
             that stopped answering.
     """
-    from mlflow.exceptions import MlflowException
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.dataset  # noqa: F401  (here, not in both threads at once)
 
     from dbspec.monitoring.monitor import open_inference_table
     from dbspec.monitoring.passes import MonitorPass, monitor_table
@@ -150,12 +152,16 @@ def monitor_served(flags: MonitorFlags, *,
     from dbspec.serving.source import tracking_uri_for
 
     resolved = _resolve(flags, say)
-    settings, window = monitor_settings(flags, resolved.section)
-    dataset = open_inference_table(resolved.table, resolved.target.name, settings.since,
-                                   resolved.target.version)
-    labels = _labels(flags, resolved, say)
-    registry = open_registry(tracking_uri_for(resolved.spec, flags.tracking_uri),
-                             Path(flags.state_dir))
+    with ThreadPoolExecutor(1) as background:  # MLflow's import and store: seconds, meanwhile
+        opening = background.submit(open_registry, tracking_uri_for(
+            resolved.spec, flags.tracking_uri), Path(flags.state_dir))
+        settings, window = monitor_settings(flags, resolved.section)
+        dataset = open_inference_table(resolved.table, resolved.target.name, settings.since,
+                                       resolved.target.version)
+        labels = _labels(flags, resolved, say)
+        registry = opening.result()
+    from mlflow.exceptions import MlflowException
+
     run = MonitorPass(resolved.section, resolved.target, resolved.table,
                       settings, window, dataset, labels)
     try:

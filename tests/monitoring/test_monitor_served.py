@@ -113,9 +113,13 @@ def test_unshifted_requests_do_not_alarm_over_repeated_windows(traffic):
     [version] = json.loads(result.stdout)["versions"]
     checked = [w for w in version["windows"] if w["status"] != "too few rows"]
     assert len(checked) >= 3, version["windows"]
-    assert all(w["status"] == "ok" and not w["alerts"] for w in version["windows"])
+    # the spill of a slowed burst is a window of too few rows: reported, not checked
+    assert all(w["status"] != "alert" and not w["alerts"] for w in version["windows"]), \
+        [(w["status"], w["rows"], w["alerts"]) for w in version["windows"]]
     assert sum(w["rows"] for w in version["windows"]) == 3 * 30 * 8
     assert sum(w["requests"] for w in version["windows"]) == 3 * 30
+    # no alert, no plots (matplotlib costs a second a pass): MLflow charts the window metrics
+    assert _client(traffic).list_artifacts(version["run_id"], "plots") == []
 
 
 def _labels(traffic, path: Path, offset: float) -> str:
