@@ -293,6 +293,12 @@ LINE_BUDGET = {
     "a lock": 51,
     "issue 33: AI Gateway inference tables unpacked for monitoring (monitoring/gateway.py)": 172,
     "issue 33: the MLflow 3 deployment job, dbspec approval, drift -> retrain": 179,
+    "issue 36: model.pretrained (Transformers checkpoints, LoRA, frozen layers), checked "
+    "at validate from config.json and the safetensors header": 574,
+    "issue 35: Spark batch scoring of Parquet files in Spark tasks (serving/batch_spark_files.py)":
+    181,
+    "issue 33: AI Gateway tables unpacked in Spark (monitoring/gateway_spark.py)": 347,
+    "issue 35: the monitor's scan in bounded batches, sorted binning, overlapped set-up": 66,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 
