@@ -132,7 +132,7 @@ def resolve(value, key=None):
         return [resolve(v) for v in value]
     if not isinstance(value, str):
         return value
-    for ref in re.findall(r"\$\{dbspec\.jobs\.([^}]+)\.id\}", value):
+    for ref in re.findall(r"[$][{]dbspec[.]jobs[.]([^}]+)[.]id[}]", value):
         if ref not in ids:
             sys.exit(f"{body_file}: job {ref} is not among the jobs deployed before it")
         value = value.replace("${dbspec.jobs.%s.id}" % ref, str(ids[ref]))
