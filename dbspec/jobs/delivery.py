@@ -99,7 +99,7 @@ def deploy_script(how: Delivery, *, root: str, uploads: list[str],
     lines += [_upload(f, f"{root}/{f}") for f in files]
     for body, name, target in jobs:
         lines.append(f"python3 - {shlex.quote(body)} {shlex.quote(name)} {shlex.quote(target)} "
-                     f"\"$ids\" <<'PY'\n{_UPSERT}PY")
+                     f"\"$ids\" <<'PY'\n{UPSERT}PY")
     return "\n".join(lines) + "\n"
 
 
@@ -121,7 +121,7 @@ def _dbfs(path: str) -> str:
 
 
 #: Create the job of a body file, or reset the job of its name to it (and its permissions).
-_UPSERT = """\
+UPSERT = """\
 import json, re, subprocess, sys
 body_file, name, target, ids_file = sys.argv[1:]  # one job per target: by name and target tag
 ids = json.load(open(ids_file))  # body file stem -> id of the jobs deployed before this one
