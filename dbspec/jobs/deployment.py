@@ -82,7 +82,7 @@ def deployment_tasks(spec, where) -> list:
 
     name, version = f"{{{{job.parameters.{MODEL_NAME}}}}}", f"{{{{job.parameters.{MODEL_VERSION}}}}}"
     tasks: list = _rollback_branch(spec, where, name, version)
-    ends, upstream = [t.task_key for t in tasks], []
+    ends, upstream = [t.task_key for t in tasks], list[str]()
     for stage in spec.registry.promotion_stages():
         gates = [name, version, "--alias", stage.alias]  # registry: MLFLOW_REGISTRY_URI
         if stage.approval == "required":

@@ -76,7 +76,8 @@ def build_monitor_job(spec, where) -> Optional[Any]:
 
 def alert_tasks(spec, where) -> list:
     """What the monitor job does on an alert its task reports: ``monitoring.retrain`` starts the
-    training job, :func:`defers_rollback` runs the deployment job back to the version before."""
+    training job, :func:`defers_rollback` runs the deployment job back to the version before
+    (job ids are references the deploy resolves, strings where the SDK types an int)."""
     from databricks.sdk.service import jobs as j
 
     retrain = spec.monitoring.retrain
@@ -90,8 +91,8 @@ def alert_tasks(spec, where) -> list:
     if retrain:
         tasks += [condition("alerted", value("alert"), "EQUAL_TO", "true", MONITOR), j.Task(
             task_key="retrain", depends_on=[j.TaskDependency(task_key="alerted", outcome="true")],
-            email_notifications=tell, run_job_task=j.RunJobTask(  # type: ignore[arg-type]
-                job_id=job_reference(where, job_key(spec))),  # a reference, resolved at deploy
+            email_notifications=tell, run_job_task=j.RunJobTask(
+                job_id=job_reference(where, job_key(spec))),  # type: ignore[arg-type]
             description="Retrain: start the training job (its new version then runs through the "
                         "deployment job's gates and approval)")]
     if defers_rollback(spec):
@@ -99,10 +100,10 @@ def alert_tasks(spec, where) -> list:
         tasks += [condition("rollback_due", value("rollback_to"), "NOT_EQUAL", "none", MONITOR),
                   j.Task(task_key="rollback", depends_on=[j.TaskDependency(
                       task_key="rollback_due", outcome="true")], email_notifications=tell,
-                      run_job_task=j.RunJobTask(  # type: ignore[arg-type]
-                          job_id=job_reference(where, deployment_job_key(spec)), job_parameters={
+                      run_job_task=j.RunJobTask(job_parameters={
                               MODEL_NAME: name, MODEL_VERSION: value("rollback_to"),
-                              ROLLBACK_FROM: value("rollback_from")}),
+                              ROLLBACK_FROM: value("rollback_from")},
+                          job_id=job_reference(where, deployment_job_key(spec))),  # type: ignore
                       description="Roll back: run the deployment job on the version that held "
                                   "the alias before the alerting one")]
     return tasks
