@@ -1,7 +1,9 @@
 """``dbspec monitor``: drift and quality of a served model from its inference table.
 
 Exit codes: 0 no alert, 3 an alert (the drifted features are named), 1 an error (also a
-rollback that was asked for and could not be made), 2 a usage error.
+rollback that was asked for and could not be made), 2 a usage error. With ``--task-values`` (a
+Databricks job's monitor task) an alert exits 0 too: the outcome goes to the job's condition
+tasks as task values, and only an error fails the task.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--on-alert", choices=("none", "tag", "rollback"),
                         help="what an alert does (default: monitoring.on_alert, none)")
     parser.add_argument("--alias", help="the alias tag/rollback act on (default: the spec's)")
+    parser.add_argument("--task-values", action="store_true",
+                        help="in a Databricks job: set the task values alert (true|false), "
+                             "rollback_to and rollback_from (a version, or none) and exit 0 on "
+                             "an alert, so that condition tasks tell an alert from an error")
+    parser.add_argument("--defer-rollback", action="store_true",
+                        help="with --task-values and on_alert rollback: move no alias; report "
+                             "the version to go back to (the deployment job moves it)")
     add_format_option(parser, "json")
     parser.add_argument("--json", dest="format", action=DeprecatedAlias, nargs=0, const="json",
                         use="--format json")
@@ -53,25 +62,40 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from dbspec.errors import UsageError
     from dbspec.monitoring.use_case import MonitorFlags, monitor_served
 
+    if args.defer_rollback and not args.task_values:
+        raise UsageError("--defer-rollback hands the rollback to the job: give --task-values")
     flags = MonitorFlags(**{**{name: getattr(args, name) for name in MonitorFlags._fields
                                if name != "assignments"},
                             "assignments": tuple(args.assignments)})
-    result = monitor_served(flags, say=say)
+    result = monitor_served(flags, say=say, defer_rollback=args.defer_rollback)
     _print(result, as_json=args.format == "json")
-    return _exit_code(result.outcome)
+    code = _exit_code(result.outcome, 0 if args.task_values else ALERT_EXIT)
+    if not args.task_values or code == 1:  # an error: the task fails, no values are set
+        return code
+    from dbspec.jobs.task_values import set_task_values
+
+    back, alerting = result.rollback or ("none", "none")
+    alerted = any(report.alerts for report, _, _ in result.outcome.outputs)
+    values = {"alert": str(alerted).lower(), "rollback_to": back,
+              "rollback_from": alerting}
+    shown = " ".join(f"{k}={v}" for k, v in values.items())
+    print(f"task values{'' if set_task_values(values) else ' (not in a Databricks job: unset)'}"
+          f": {shown}", file=sys.stderr)
+    return 0
 
 
-def _exit_code(outcome: Any) -> int:
-    """1 when an action asked for failed, 3 on an alert (named on stderr), else 0."""
+def _exit_code(outcome: Any, alert_exit: int = ALERT_EXIT) -> int:
+    """1 when an action asked for failed, ``alert_exit`` on an alert (named on stderr), else 0."""
     alerted = [r for r, _, _ in outcome.outputs if r.alerts]
     if alerted:
         named = sorted({c for r in alerted for c in r.drifted_columns()})
         print(f"alert: {', '.join(f'{r.name} v{r.version}' for r in alerted)}"
               + (f": drift in {', '.join(named)}" if named else ": quality drop")
-              + f" (exit {ALERT_EXIT})", file=sys.stderr)
-    return 1 if outcome.failed else ALERT_EXIT if alerted else 0
+              + f" (exit {alert_exit})", file=sys.stderr)
+    return 1 if outcome.failed else alert_exit if alerted else 0
 
 
 def _print(result: Any, *, as_json: bool) -> None:

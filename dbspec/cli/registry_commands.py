@@ -105,16 +105,47 @@ def _rollback_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alias", required=True, help="alias to move back")
     parser.add_argument("--to", metavar="VERSION",
                         help="version to restore (default: the one that held it before)")
+    parser.add_argument("--expected", metavar="VERSION",
+                        help="only while VERSION holds the alias; else nothing moves (exit 0)")
     add_registry_options(parser)
 
 
 def _rollback(args: argparse.Namespace) -> int:
     from dbspec.registry.promotion import rollback
 
-    decision = rollback(_registry(args), args.name, args.alias, args.to)
+    decision = rollback(_registry(args), args.name, args.alias, args.to, expected=args.expected)
+    if decision.version is None and args.expected:  # moved since: a newer promotion stays
+        print(f"{args.name}@{args.alias} holds v{decision.previous}, not v{args.expected}: "
+              "left as it is")
+        return 0
     was = f"v{decision.previous}" if decision.previous else "unset: deleted outside dbspec"
     return _report(decision, f"{decision.name}@{decision.alias} -> v{decision.version} "
                    f"(rolled back from {was})")
+
+
+def _link_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", help="Unity Catalog model (catalog.schema.model)")
+    parser.add_argument("job_id", metavar="JOB_ID", help="the deployment job's id")
+    add_registry_options(parser)
+
+
+def _link(args: argparse.Namespace) -> int:
+    from mlflow.exceptions import MlflowException
+
+    from dbspec.registry.errors import is_not_found, unavailable
+
+    client = _registry(args).client
+    try:
+        try:
+            client.update_registered_model(args.name, deployment_job_id=args.job_id)
+        except MlflowException as exc:
+            if not is_not_found(exc):
+                raise
+            client.create_registered_model(args.name, deployment_job_id=args.job_id)
+    except MlflowException as exc:
+        raise unavailable(exc, f"registered model {args.name}") from None
+    print(f"{args.name}: deployment job {args.job_id}")
+    return 0
 
 
 COMMANDS = (
@@ -139,9 +170,15 @@ COMMANDS = (
             "Exit 0 when VERSION carries the tag --tag with the value approved (what the "
             "Approve button of a Unity Catalog deployment job and `dbspec approve` set), "
             "else exit 1 naming the tag's value. Moves nothing."),
+    Command("link-job", "link a Unity Catalog model to its MLflow deployment job",
+            _link_arguments, _link,
+            "Set the registered model's deployment_job_id (creating the model if it does not "
+            "exist yet), so that MLflow runs the deployment job on each new version. The "
+            "generated job's link_deployment_job task runs it."),
     Command("rollback", "point an alias back at an earlier version",
             _rollback_arguments, _rollback,
             "Point ALIAS back at the version that held it before (repeated rollbacks step "
-            "further back), or at --to VERSION. On the last stage's alias the version left "
-            "is archived and the one reached restored."),
+            "further back), or at --to VERSION; with --expected only while that version holds "
+            "it. On the last stage's alias the version left is archived and the one reached "
+            "restored."),
 )

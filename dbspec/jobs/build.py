@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional
 
 from dbspec.jobs.ai_runtime import ai_runtime_environments, ai_runtime_task
+from dbspec.jobs.deployment import link_task
 from dbspec.jobs.resources import endpoint_task, resource_warnings, role_permissions
 from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, job_tags,
                                mlflow_env, notifications, task_libraries)
@@ -118,6 +119,12 @@ def build_job(spec, where: JobTarget):
     else:
         clusters = job_clusters(spec, where, groups)
         tasks = [wheel_task(spec, where, group, clusters) for group in groups]
+        link = link_task(spec, where)  # before a version is registered, so MLflow runs the job
+        registers = next((t for t in tasks if "register" in dict(GROUPS)[t.task_key]), None)
+        if link is not None and registers is not None:
+            registers.depends_on = [*(registers.depends_on or []),
+                                    j.TaskDependency(task_key=link.task_key)]
+            tasks.insert(0, link)
     update = endpoint_task(spec, where)  # the endpoint follows the alias (realtime serving)
     if update is not None:
         tasks.append(update)

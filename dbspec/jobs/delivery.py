@@ -3,7 +3,9 @@ there: built as a wheel from the checkout dbspec runs from (a bundle ``artifacts
 jobs-json ``deploy.sh``), or, when dbspec came from a package index, pinned by version.
 
 ``deploy.sh`` uses the Databricks CLI (``databricks workspace import`` / ``databricks fs cp``,
-``databricks jobs create`` / ``reset``): what a bundle deploy does, for the Jobs API format.
+``databricks jobs create`` / ``reset``): what a bundle deploy does, for the Jobs API format. A
+body names another job by a placeholder, ``${dbspec.jobs.<key>.<target>.id}``, which it replaces
+with the id of the job it created or reset before (jobs are deployed in dependency order).
 """
 
 from __future__ import annotations
@@ -79,13 +81,15 @@ def deploy_script(how: Delivery, *, root: str, uploads: list[str],
                   jobs: list[tuple[str, str, str]], header: str) -> str:
     """``deploy.sh`` of the jobs-json format: build the wheel, upload it and ``uploads`` (paths
     relative to the output directory) under ``root``, then create each job in ``jobs`` (body
-    file, job name, target), or reset the job of that name and target to the body."""
+    file, job name, target), or reset the job of that name and target to the body, its
+    placeholders replaced by the ids of the jobs before it."""
     lines = [f"#!/usr/bin/env bash\n{header}",
              f"# Uploads what the jobs read to {root} and creates or updates each job with the",
              "# Databricks CLI (authenticate first: databricks auth login, or DATABRICKS_HOST and",
              "# DATABRICKS_TOKEN; DATABRICKS_CONFIG_PROFILE picks a profile).",
              "set -euo pipefail", 'here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
-             'cd "$here"']
+             'cd "$here"', 'ids="$(mktemp)"  # the ids of the jobs deployed so far',
+             'trap \'rm -f "$ids"\' EXIT', 'echo \'{}\' > "$ids"']
     files = list(uploads)
     if how.checkout is not None:
         lines.append(how.build("dist"))
@@ -95,7 +99,7 @@ def deploy_script(how: Delivery, *, root: str, uploads: list[str],
     lines += [_upload(f, f"{root}/{f}") for f in files]
     for body, name, target in jobs:
         lines.append(f"python3 - {shlex.quote(body)} {shlex.quote(name)} {shlex.quote(target)} "
-                     f"<<'PY'\n{_UPSERT}PY")
+                     f"\"$ids\" <<'PY'\n{UPSERT}PY")
     return "\n".join(lines) + "\n"
 
 
@@ -117,10 +121,23 @@ def _dbfs(path: str) -> str:
 
 
 #: Create the job of a body file, or reset the job of its name to it (and its permissions).
-_UPSERT = """\
-import json, subprocess, sys
-body_file, name, target = sys.argv[1:]  # one job per target: matched by name and target tag
-body = json.load(open(body_file))
+UPSERT = """\
+import json, re, subprocess, sys
+body_file, name, target, ids_file = sys.argv[1:]  # one job per target: by name and target tag
+ids = json.load(open(ids_file))  # body file stem -> id of the jobs deployed before this one
+def resolve(value, key=None):
+    if isinstance(value, dict):
+        return {k: resolve(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v) for v in value]
+    if not isinstance(value, str):
+        return value
+    for ref in re.findall(r"[$][{]dbspec[.]jobs[.]([^}]+)[.]id[}]", value):
+        if ref not in ids:
+            sys.exit(f"{body_file}: job {ref} is not among the jobs deployed before it")
+        value = value.replace("${dbspec.jobs.%s.id}" % ref, str(ids[ref]))
+    return int(value) if key == "job_id" and value.isdigit() else value
+body = resolve(json.load(open(body_file)))
 acl = body.pop("access_control_list", None)
 def cli(*args):
     done = subprocess.run(["databricks", *args, "--output", "json"], check=True,
@@ -143,4 +160,6 @@ else:
         body["access_control_list"] = acl
     job_id = cli("jobs", "create", "--json", json.dumps(body))["job_id"]
     print(f"created job {job_id}: {name}")
+ids[body_file.removesuffix(".json")] = job_id
+json.dump(ids, open(ids_file, "w"))
 """

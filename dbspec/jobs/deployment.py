@@ -7,8 +7,11 @@ which succeeds once the version carries a tag of that name with the value ``appr
 the UI's Approve button sets), then ``dbspec approve``; last the ``update_endpoint`` task moves
 the serving endpoint. One run at a time, queued, so promotions of one model never overlap.
 
-The bundle's ``registered_models`` resource has no ``deployment_job_id`` field: ``dbspec jobs``
-prints the command that links the deployed job to the model.
+With ``monitoring.on_alert: rollback`` the monitor job runs it to go back: ``rollback_from``
+names the alerting version, ``model_version`` the one to restore, and a condition sends the run
+to ``dbspec rollback`` (only while the alerting version still holds the alias) instead of the
+gates. The bundle's ``registered_models`` resource has no ``deployment_job_id`` field: the main
+job's ``link_deployment_job`` task links the job to the model (``dbspec link-job``).
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from dbspec.jobs.resources import ENDPOINT_PACKAGES, endpoint_task, registered_name
-from dbspec.jobs.tasks import (cluster, dbspec_task, job_key, job_tags, mlflow_env,
-                               notifications, task_libraries)
-from dbspec.spec.clusters import resolve_cluster
+from dbspec.jobs.tasks import (cluster, dbspec_task, in_bundle, job_key, job_reference, job_tags,
+                               mlflow_env, notifications, task_libraries)
+from dbspec.spec.clusters import resolve_cluster, serverless
 
-#: The job parameters MLflow sets when it runs a deployment job.
-MODEL_NAME, MODEL_VERSION = "model_name", "model_version"
+#: The job parameters MLflow sets when it runs a deployment job; the monitor job's rollback
+#: also sets ``rollback_from`` (else :data:`NO_VERSION`).
+MODEL_NAME, MODEL_VERSION, ROLLBACK_FROM = "model_name", "model_version", "rollback_from"
+NO_VERSION = "none"
+LINK_TASK = "link_deployment_job"
 #: The value of the approval tag that lets an approval task pass (what the UI's Approve sets).
 APPROVED = "approved"
 
@@ -35,6 +41,25 @@ def has_deployment_job(spec) -> bool:
     """Whether ``spec`` gets a deployment job: a Unity Catalog model with promotion stages."""
     registry = spec.registry
     return registry is not None and registry.name.count(".") == 2 and bool(registry.promotion_stages())
+
+
+def defers_rollback(spec) -> bool:
+    """Whether the monitor job rolls back through the deployment job (``on_alert: rollback`` on
+    a model that has one) rather than in ``dbspec monitor``."""
+    from dbspec.spec.sections.monitoring import default_alias
+
+    return has_deployment_job(spec) and spec.monitoring is not None and \
+        spec.monitoring.on_alert == "rollback" and default_alias(spec) is not None
+
+
+def condition(key: str, left: str, op: str, right: str, upstream: str):
+    """A ``condition_task`` ``key`` comparing ``left`` (a dynamic value reference) with
+    ``right`` once ``upstream`` succeeded."""
+    from databricks.sdk.service import jobs as j
+
+    return j.Task(task_key=key, depends_on=[j.TaskDependency(task_key=upstream)] if upstream
+                  else None, condition_task=j.ConditionTask(
+                      op=j.ConditionTaskOp(op), left=left, right=right))
 
 
 def approval_task_key(alias: str) -> str:
@@ -51,10 +76,13 @@ def _registry_task(spec, where, key: str, arguments: list[str], upstream: list[s
 
 
 def deployment_tasks(spec, where) -> list:
-    """The tasks, in order: per stage (approval, then) promotion; then ``update_endpoint``."""
+    """The tasks, in order: per stage (approval, then) promotion; then ``update_endpoint``; with
+    :func:`defers_rollback`, first the branch to ``dbspec rollback``."""
+    from databricks.sdk.service import jobs as j
+
     name, version = f"{{{{job.parameters.{MODEL_NAME}}}}}", f"{{{{job.parameters.{MODEL_VERSION}}}}}"
-    tasks: list = []
-    upstream: list[str] = []
+    tasks: list = _rollback_branch(spec, where, name, version)
+    ends, upstream = [t.task_key for t in tasks], list[str]()
     for stage in spec.registry.promotion_stages():
         gates = [name, version, "--alias", stage.alias]  # registry: MLFLOW_REGISTRY_URI
         if stage.approval == "required":
@@ -72,13 +100,36 @@ def deployment_tasks(spec, where) -> list:
                 f"Evaluate: re-check the gates of @{stage.alias} on the new version's metrics "
                 "and move the alias (fails when a gate fails)"))
         upstream = [tasks[-1].task_key]
+    if ends:  # not a rollback: the first stage runs on the condition's false branch
+        first = next(t for t in tasks if t.task_key not in ends)
+        first.depends_on = [j.TaskDependency(task_key=ends[0], outcome="false")]
     update = endpoint_task(spec, where)
     if update is not None:
-        from databricks.sdk.service import jobs as j
-
-        update.depends_on = [j.TaskDependency(task_key=u) for u in upstream]
+        update.depends_on = [j.TaskDependency(task_key=u) for u in upstream + ends[1:]]
+        update.run_if = j.RunIf.AT_LEAST_ONE_SUCCESS if ends else None  # either branch
         tasks.append(update)
     return tasks
+
+
+def _rollback_branch(spec, where, name: str, version: str) -> list:
+    """``rollback_requested`` (a condition on ``rollback_from``) and ``rollback`` on its true
+    branch, or nothing without :func:`defers_rollback`."""
+    from databricks.sdk.service import jobs as j
+
+    from dbspec.spec.sections.monitoring import default_alias
+
+    if not defers_rollback(spec):
+        return []
+    alias = str(default_alias(spec))
+    check = condition("rollback_requested", f"{{{{job.parameters.{ROLLBACK_FROM}}}}}",
+                      "NOT_EQUAL", NO_VERSION, "")
+    back = _registry_task(
+        spec, where, "rollback", ["rollback", name, "--alias", alias, "--to", version,
+                                  "--expected", f"{{{{job.parameters.{ROLLBACK_FROM}}}}}"], [],
+        f"The monitor job's rollback: move @{alias} back to model_version while the alerting "
+        "version (rollback_from) still holds it")
+    back.depends_on = [j.TaskDependency(task_key=check.task_key, outcome="true")]
+    return [check, back]
 
 
 def build_deployment_job(spec, where) -> Optional[Any]:
@@ -98,40 +149,28 @@ def build_deployment_job(spec, where) -> Optional[Any]:
         email_notifications=notifications(settings, failures_only=True),
         tags=job_tags(spec, where, dbspec_role="deployment"), max_concurrent_runs=1,
         queue=j.QueueSettings(enabled=True),
-        parameters=[j.JobParameterDefinition(name=MODEL_NAME, default=registered_name(spec)),
-                    j.JobParameterDefinition(name=MODEL_VERSION, default="")])
+        parameters=[j.JobParameterDefinition(name=MODEL_NAME, default=registered_name(spec)
+                                             if in_bundle(where) else spec.registry.name),
+                    j.JobParameterDefinition(name=MODEL_VERSION, default="")] + (
+            [j.JobParameterDefinition(name=ROLLBACK_FROM, default=NO_VERSION)]
+            if defers_rollback(spec) else []))
 
 
 def deployment_warnings(spec) -> list[str]:
-    """How to link the deployment job, which no bundle field does."""
-    if not has_deployment_job(spec):
+    """How to link the deployment job where no task does (AI Runtime: one task runs it all)."""
+    if not has_deployment_job(spec) or not serverless(spec):
         return []
     return ["the deployment job is not linked to the registered model (the bundle has no "
-            "deployment_job_id field); after deploying, link it: " + link_command(spec)]
+            "deployment_job_id field); after deploying, link it: dbspec link-job "
+            f"{spec.registry.name} JOB_ID (JOB_ID: job {deployment_job_key(spec)})"]
 
 
-def link_command(spec) -> str:
-    """The command linking the deployed job to the registered model."""
-    return (f"MLFLOW_REGISTRY_URI=databricks-uc python -c \"import mlflow; mlflow.MlflowClient()"
-            f".update_registered_model('{spec.registry.name}', deployment_job_id='JOB_ID')\" "
-            f"(JOB_ID: job {deployment_job_key(spec)} once deployed)")
-
-
-def retrain_tasks(spec, where, monitor: str) -> list:
-    """With ``monitoring.retrain`` in a bundle: a condition on the monitor task's result
-    (it fails on an alert) and a ``run_job_task`` starting the training job when it failed."""
-    from databricks.sdk.service import jobs as j
-
-    if spec.monitoring is None or not spec.monitoring.retrain or \
-            not where.spec_path.startswith("${workspace."):
-        return []
-    check = j.Task(task_key="alerted", depends_on=[j.TaskDependency(task_key=monitor)],
-                   run_if=j.RunIf.ALL_DONE, description="Whether the monitor task failed "
-                   "(an alert: drift or a quality drop)",
-                   condition_task=j.ConditionTask(op=j.ConditionTaskOp.EQUAL_TO, right="failed",
-                                                  left=f"{{{{tasks.{monitor}.result_state}}}}"))
-    return [check, j.Task(
-        task_key="retrain", depends_on=[j.TaskDependency(task_key="alerted", outcome="true")],
-        description="Retrain: start the training job (its new version then runs through the "
-                    "deployment job's gates and approval)",
-        run_job_task=j.RunJobTask(job_id=f"${{resources.jobs.{job_key(spec)}.id}}"))]  # type: ignore[arg-type]
+def link_task(spec, where):
+    """The main job's ``link_deployment_job`` task (``dbspec link-job NAME ID``), or None: it
+    links the deployment job to the registered model before a new version is registered."""
+    if not has_deployment_job(spec) or serverless(spec):
+        return None
+    name = registered_name(spec) if in_bundle(where) else spec.registry.name
+    return _registry_task(spec, where, LINK_TASK, ["link-job", name, job_reference(
+        where, deployment_job_key(spec))], [], "Link the deployment job to the registered model "
+        "(deployment_job_id), so MLflow runs it on each new version")

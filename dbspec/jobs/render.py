@@ -156,11 +156,12 @@ def jobs_json_files(specs: dict[str, Any], *, spec_file: str, spec_text: str,
                           parameters=((SHARED_DIR, shared_dir(spec)),),
                           script=f"{root}/scripts/{name}.sh")
         acl = [entry.as_dict() for entry in access_control(spec)]
-        jobs = [(f"{name}.json", build_job(spec, where))]
-        for extra, key in ((build_monitor_job(spec, where), monitor_job_key(spec)),
-                           (build_deployment_job(spec, where), deployment_job_key(spec))):
-            if extra is not None:  # the same access list: who sees the job sees these
-                jobs.append((f"{key}.{target}.json", extra))
+        jobs = []  # in the order deploy.sh needs: a job before those that name its id
+        for job, key in ((build_deployment_job(spec, where), deployment_job_key(spec)),
+                         (build_job(spec, where), job_key(spec)),
+                         (build_monitor_job(spec, where), monitor_job_key(spec))):
+            if job is not None:  # the same access list: who sees the job sees the others
+                jobs.append((f"{key}.{target}.json", job))
         for path, job in jobs:
             files[path] = _json_body(job, acl)
             roots.setdefault(root, []).append((path, str(job.name),

@@ -123,6 +123,19 @@ def job_tags(spec, where, **extra: str) -> dict[str, str]:
     return dict(sorted(tags.items()))
 
 
+def in_bundle(where) -> bool:
+    """Whether ``where`` is a bundle's (its paths are bundle references), not a Jobs API body's."""
+    return where.spec_path.startswith("${workspace.")
+
+
+def job_reference(where, key: str) -> str:
+    """The id of the job with resource key ``key``: a bundle reference, or in a Jobs API body a
+    placeholder that ``deploy.sh`` replaces with the id of the job it created or reset."""
+    if in_bundle(where):
+        return f"${{resources.jobs.{key}.id}}"
+    return f"${{dbspec.jobs.{key}.{where.target or 'default'}.id}}"
+
+
 def job_key(spec) -> str:
     """The job's resource key: the spec name with only [A-Za-z0-9_]."""
     return "".join(c if c.isalnum() else "_" for c in spec.name)

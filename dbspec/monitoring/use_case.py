@@ -32,11 +32,12 @@ class MonitorFlags(NamedTuple):
 
 class MonitorResult(NamedTuple):
     """What a pass found and did (a :class:`~dbspec.monitoring.passes.PassOutcome`), with the
-    table and window it read."""
+    table and window it read; a deferred rollback's (version to restore, alerting version)."""
 
     outcome: Any
     table: str
     window: str
+    rollback: Optional[tuple[str, str]] = None
 
 
 class _Resolved(NamedTuple):
@@ -133,9 +134,10 @@ def _labels(flags: MonitorFlags, resolved: _Resolved, say: Callable[[str], None]
     return labels
 
 
-def monitor_served(flags: MonitorFlags, *,
-                   say: Callable[[str], None] = print) -> MonitorResult:
-    """One monitoring pass over the served model's inference table.
+def monitor_served(flags: MonitorFlags, *, say: Callable[[str], None] = print,
+                   defer_rollback: bool = False) -> MonitorResult:
+    """One monitoring pass over the served model's inference table; ``defer_rollback``: an
+    ``on_alert: rollback`` tags and finds the version to go back to, moving nothing.
 
     Raises:
         UsageError: flags that mean nothing, or no inference table named.
@@ -164,11 +166,35 @@ def monitor_served(flags: MonitorFlags, *,
 
     run = MonitorPass(resolved.section, resolved.target, resolved.table,
                       settings, window, dataset, labels)
+    on_alert = flags.on_alert or resolved.section.on_alert
+    deferred = defer_rollback and on_alert == "rollback"
     try:
-        outcome = monitor_table(registry, run,
-                                on_alert=flags.on_alert or resolved.section.on_alert,
+        outcome = monitor_table(registry, run, on_alert="tag" if deferred else on_alert,
                                 state_dir=Path(flags.state_dir), since=flags.since)
+        back = deferred_rollback(registry, outcome, resolved.target.alias) if deferred else None
     except MlflowException as exc:  # a store that stopped answering midway
         raise DbspecError(f"the tracking store at {registry.client.tracking_uri} failed: "
                           f"{str(exc).splitlines()[0]}") from None
-    return MonitorResult(outcome, resolved.table, window)
+    return MonitorResult(outcome, resolved.table, window, back)
+
+
+def deferred_rollback(registry, outcome, alias: Optional[str]) -> Optional[tuple[str, str]]:
+    """(version to restore, alerting version) for the first alerting version that holds
+    ``alias`` and has an earlier holder recorded, as ``dbspec rollback`` would choose it."""
+    from dbspec.registry import alias_holder
+
+    for report, _, actions in outcome.outputs:
+        if not report.alerts or not alias:
+            continue
+        holder = alias_holder(registry.client, report.name, alias)
+        if holder is None or str(holder.version) != report.version:
+            actions.append(f"rollback: @{alias} does not hold v{report.version}: left as it is")
+            continue
+        back = registry.snapshot(report.name).replaced(alias, report.version)
+        if back is None:
+            actions.append(f"rollback: @{alias} has no earlier holder recorded: left as it is")
+            continue
+        actions.append(f"rollback of {report.name}@{alias} v{report.version} -> v{back} "
+                       "handed to the deployment job")
+        return str(back), report.version
+    return None

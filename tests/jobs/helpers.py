@@ -55,3 +55,16 @@ def bundles_round_trip(folder, jobs: list[dict]) -> None:
                           capture_output=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(folder)})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def with_job_ids(job: dict) -> dict:
+    """``job`` as the Jobs API receives it: each ``run_job_task`` names another job by a
+    reference (``${resources.jobs.<key>.id}``, or jobs-json's ``${dbspec.jobs.<key>.id}``)
+    that ``databricks bundle deploy`` or ``deploy.sh`` replaces with the job's id, an integer
+    (databricks-sdk's ``RunJobTask.job_id`` holds nothing else)."""
+    import json
+    import re
+
+    text = re.sub(r'"job_id": "\$\{(resources|dbspec)\.jobs\.[^}]+\.id\}"', '"job_id": 1',
+                  json.dumps(job))
+    return json.loads(text)

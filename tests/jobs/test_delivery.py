@@ -148,3 +148,57 @@ def test_deploy_sh_uploads_the_wheel_and_spec_then_creates_or_resets_each_job(cl
     assert "access_control_list" not in resets[1]["new_settings"]  # set-permissions sets it
     assert json.loads(store.read_text())[1]["settings"]["access_control_list"] == \
         body["access_control_list"]
+
+
+LOOP = MINIMAL + """\
+registry: {name: main.ml.minimal, promotion: {alias: champion}}
+monitoring: {table: /Volumes/main/ml/serving/inference, lookback: 2h, on_alert: rollback,
+             retrain: true}
+"""
+
+
+def test_deploy_sh_puts_the_ids_of_the_jobs_it_deployed_into_the_bodies_that_name_them(
+        clone, tmp_path):
+    """A Jobs API body cannot name another job by a bundle reference: the monitor job's retrain
+    and rollback and the main job's link task carry placeholders, which deploy.sh replaces with
+    the ids of the jobs it created (first deploy) or reset (second) before them."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(LOOP)
+    out = tmp_path / "json"
+    jobs(clone, spec, out, "--format", "jobs-json")
+    monitor = json.loads((out / "minimal_monitor.default.json").read_text())
+    retrain = next(t for t in monitor["tasks"] if t["task_key"] == "retrain")
+    assert retrain["run_job_task"]["job_id"] == "${dbspec.jobs.minimal.default.id}"
+    log, store = tmp_path / "calls.jsonl", tmp_path / "jobs.json"
+    _stand_in_cli(tmp_path / "bin", log, store)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    for _ in range(2):
+        done = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    created = {j["settings"]["name"]: j for j in json.loads(store.read_text())}
+    ids = {name: job["job_id"] for name, job in created.items()}
+    assert list(ids) == ["minimal deployment", "minimal", "minimal monitor"]  # dependency order
+    tasks = {t["task_key"]: t for t in created["minimal monitor"]["settings"]["tasks"]}
+    assert tasks["retrain"]["run_job_task"]["job_id"] == ids["minimal"]
+    assert tasks["rollback"]["run_job_task"]["job_id"] == ids["minimal deployment"]
+    link = created["minimal"]["settings"]["tasks"][0]["python_wheel_task"]["parameters"]
+    assert link == ["link-job", "main.ml.minimal", str(ids["minimal deployment"])]
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    resets = [json.loads(c[c.index("--json") + 1]) for c in calls if c[:2] == ["jobs", "reset"]]
+    by_id = {r["job_id"]: r["new_settings"] for r in resets}
+    assert "${dbspec" not in json.dumps(by_id) and len(by_id) == 3
+    tasks = {t["task_key"]: t for t in by_id[ids["minimal monitor"]]["tasks"]}
+    assert tasks["retrain"]["run_job_task"]["job_id"] == ids["minimal"]
+
+    # a body naming a job that was not deployed before it is refused, naming both
+    from dbspec.jobs.delivery import UPSERT
+
+    empty = tmp_path / "ids.json"
+    empty.write_text("{}")
+    refused = subprocess.run(["python3", "-", "minimal_monitor.default.json", "minimal monitor",
+                              "default", str(empty)], input=UPSERT, cwd=out, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1
+    assert "minimal_monitor.default.json: job minimal.default is not among the " \
+           "jobs deployed before it" in refused.stderr

@@ -10,6 +10,7 @@ import json
 import pytest
 import yaml
 
+from tests.jobs.helpers import with_job_ids
 from tests.jobs.test_jobs import bundle_validator  # noqa: F401  (a fixture)
 from tests.jobs.test_roles import generate, resources
 
@@ -56,14 +57,17 @@ def test_the_bundle_has_a_scheduled_monitor_job_that_validates(monitored, bundle
     for target in ("dev", "prod"):
         jobs = resources(files, target)["jobs"]
         assert set(jobs) == {"watched", "watched_monitor", "watched_deployment"}
-        job = dict(jobs["watched_monitor"])
+        job = with_job_ids(jobs["watched_monitor"])
         job.pop("permissions", None)
         assert JobSettings.from_dict(job).as_dict() == job
         assert job["schedule"] == {"quartz_cron_expression": "0 10 * * * ?",
                                    "timezone_id": "Europe/Berlin", "pause_status": "UNPAUSED"}
         assert job["max_concurrent_runs"] == 1
         assert job["email_notifications"] == {"on_failure": ["oncall@example.com"]}
-        (task,) = job["tasks"]
+        task, due, rollback = job["tasks"]  # on_alert: rollback, through the deployment job
+        assert (due["task_key"], rollback["task_key"]) == ("rollback_due", "rollback")
+        # acting on an alert tells whom a failure would have told
+        assert rollback["email_notifications"] == {"on_start": ["oncall@example.com"]}
         parameters = task["python_wheel_task"]["parameters"]
         assert parameters[:4] == ["monitor", "${workspace.file_path}/specs/spec.yaml", "--target",
                                   target]
@@ -107,7 +111,7 @@ def test_jobs_json_has_the_monitor_job_with_the_same_access(tmp_path):
 
     text = MONITORED + "roles: {analyst: [user:dave@example.com]}\n"
     files, warnings = generate(tmp_path, text, fmt="jobs-json")
-    body = json.loads(files["watched_monitor.prod.json"])
+    body = with_job_ids(json.loads(files["watched_monitor.prod.json"]))
     acl = body.pop("access_control_list")
     assert acl == json.loads(files["watched.prod.json"])["access_control_list"]
     assert JobSettings.from_dict(body).as_dict() == body

@@ -8,6 +8,7 @@ deviations, then (from ``since``) unshifted bursts in consecutive 2-second windo
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -254,3 +255,77 @@ def test_a_version_without_a_reference_profile_is_named(traffic, tmp_path):
     assert "warning: unprofiled v1 has no reference profile" in result.stderr
     assert "its rows are left out" in result.stderr
     assert "unprofiled v2 in" in result.stdout and "too few rows" in result.stdout
+
+
+def _task_values(stderr: str) -> str:
+    return next(line for line in stderr.splitlines() if line.startswith("task values"))
+
+
+def test_task_values_tell_an_alert_from_a_crash_and_defer_the_rollback(traffic):
+    """A Databricks job's monitor task (--task-values): an alert exits 0 with alert=true and,
+    with --defer-rollback, the version @production goes back to (moving nothing); calm traffic
+    exits 0 with alert=false; an error exits 1 and sets nothing."""
+    client = _client(traffic)
+    spec = ["--set", f"registry.name={NAME}", "--table", traffic.table]
+    result = monitor(traffic, str(ROOT / "specs" / "diabetes.yaml"), *spec, "--task-values",
+                     "--defer-rollback")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _task_values(result.stderr) == ("task values (not in a Databricks job: unset): "
+                                           "alert=true rollback_to=1 rollback_from=2")
+    assert f"rollback of {NAME}@production v2 -> v1 handed to the deployment job" in \
+        result.stdout
+    assert str(client.get_model_version_by_alias(NAME, "production").version) == "2"
+    assert "bmi" in client.get_model_version(NAME, "2").tags["dbspec.monitoring.alert"]
+    calm = monitor(traffic, f"models:/{NAME}/2", "--table", traffic.table, "--since",
+                   iso_utc(traffic.since), "--window", f"{WINDOW_S}s", "--min-rows", "60",
+                   "--task-values")
+    assert calm.returncode == 0, calm.stdout + calm.stderr
+    assert _task_values(calm.stderr).endswith("alert=false rollback_to=none rollback_from=none")
+    crash = monitor(traffic, f"models:/{NAME}/2", "--table", traffic.table + "-gone",
+                    "--task-values")
+    assert crash.returncode == 1 and "task values" not in crash.stderr
+    usage = monitor(traffic, f"models:/{NAME}/2", "--table", traffic.table, "--defer-rollback")
+    assert usage.returncode == 2 and "give --task-values" in usage.stderr
+
+
+def test_on_databricks_the_task_values_go_to_the_runtime_dbutils(traffic, tmp_path):
+    """On a cluster, databricks-sdk's runtime dbutils is the runtime's own: a stand-in for the
+    runtime's namespace records what dbspec sets. Where the runtime gives no dbutils, setting
+    them fails, and so does the task (an alert never passes for success unseen)."""
+    from tests.conftest import run_cli
+
+    stand_in = tmp_path / "runtime" / "dbruntime"
+    stand_in.mkdir(parents=True)
+    (stand_in / "__init__.py").write_text("""\
+import json, os
+class _TaskValues:
+    def set(self, key, value):
+        with open(os.environ["TASK_VALUES_LOG"], "a") as log:
+            log.write(json.dumps([key, value]) + "\\n")
+class _Jobs:
+    taskValues = _TaskValues()
+class _DbUtils:
+    jobs = _Jobs()
+class UserNamespaceInitializer:
+    @classmethod
+    def getOrCreate(cls):
+        return cls()
+    def get_namespace_globals(self):
+        return {"dbutils": _DbUtils()}
+""")
+    log = tmp_path / "values.jsonl"
+    args = ["monitor", f"models:/{NAME}/2", "--table", traffic.table, "--window",
+            f"{WINDOW_S}s", "--task-values"]
+    env = {**traffic.env, "DATABRICKS_RUNTIME_VERSION": "16.4", "TASK_VALUES_LOG": str(log),
+           "PYTHONPATH": str(stand_in.parent)}  # after this checkout's (run_cli)
+    done = run_cli(*args, cwd=traffic.workdir, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [json.loads(line) for line in log.read_text().splitlines()] == [
+        ["alert", "true"], ["rollback_to", "none"], ["rollback_from", "none"]]
+    assert _task_values(done.stderr) == "task values: alert=true rollback_to=none " \
+                                        "rollback_from=none"
+    env["PYTHONPATH"] = ""  # no runtime namespace: databricks-sdk's remote dbutils sets nothing
+    failed = run_cli(*args, cwd=traffic.workdir, env=env, timeout=600)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "cannot set the task values alert, rollback_to, rollback_from" in failed.stderr
+    assert "Traceback" not in failed.stderr

@@ -36,3 +36,43 @@ def test_bad_alias_is_a_clear_error(workdir):
 def test_registry_commands_without_a_store_say_what_to_do(workdir):
     code, _, err = run("models", "anything")
     assert code == 1 and "no tracking store at" in err and "run a spec first" in err
+
+
+def _registry_with_versions(tmp_path, name: str, versions: int):
+    """A real SQLite registry with ``versions`` bare versions of ``name``; its CLI options."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = mlflow.MlflowClient(uri, uri)
+    client.create_registered_model(name)
+    for _ in range(versions):
+        client.create_model_version(name, source=str(tmp_path))
+    return client, ["--tracking-uri", uri, "--state-dir", str(tmp_path)]
+
+
+def test_rollback_moves_only_while_the_expected_version_holds_the_alias(workdir):
+    """The deployment job's rollback task: the monitor saw v2 alert; a version promoted since
+    (here: none, then v3) must stay."""
+    client, store = _registry_with_versions(workdir, "m", 3)
+    for version in ("1", "2"):
+        assert run("promote", "m", version, "--alias", "prod", "--force", *store)[0] == 0
+    code, out, _ = run("rollback", "m", "--alias", "prod", "--to", "1", "--expected", "3", *store)
+    assert code == 0 and out.strip() == "m@prod holds v2, not v3: left as it is"
+    assert str(client.get_model_version_by_alias("m", "prod").version) == "2"
+    code, out, _ = run("rollback", "m", "--alias", "prod", "--to", "1", "--expected", "2", *store)
+    assert code == 0 and out.strip() == "m@prod -> v1 (rolled back from v2)"
+    assert str(client.get_model_version_by_alias("m", "prod").version) == "1"
+
+
+def test_link_job_sets_the_deployment_job_of_an_existing_or_new_model(workdir):
+    """``dbspec link-job`` on a real (SQLite) store: it updates the model, or creates it when
+    missing (the store keeps no deployment_job_id: only Unity Catalog's does)."""
+    client, store = _registry_with_versions(workdir, "main.ml.linked", 0)
+    code, out, err = run("link-job", "main.ml.linked", "42", *store)
+    assert code == 0 and out.strip() == "main.ml.linked: deployment job 42", err
+    code, out, err = run("link-job", "main.ml.new", "43", *store)
+    assert code == 0 and out.strip() == "main.ml.new: deployment job 43", err
+    assert client.get_registered_model("main.ml.new").name == "main.ml.new"
+    code, _, err = run("link-job", "main.ml.linked", "42", "--tracking-uri",
+                       "http://127.0.0.1:9")
+    assert code == 1 and "does not answer" in err and "Traceback" not in err

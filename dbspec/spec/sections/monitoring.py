@@ -87,10 +87,9 @@ class MonitoringSpec(SpecModel):
         "On an alert: only exit 3; tag the version (dbspec.monitoring.alert); or also move the "
         "alias back to its previous holder (only when the alerting version holds it).",
         default="none")
-    retrain: bool = d("On Databricks: when a pass of the monitor job fails (an alert), start the "
-                      "training job, whose new version goes through the deployment job's gates "
-                      "and approval (bundles only: the job's id is a bundle reference).",
-                      default=False)
+    retrain: bool = d("On Databricks: when a pass of the monitor job alerts, start the training "
+                      "job, whose new version goes through the deployment job's gates and "
+                      "approval (a failed pass starts nothing).", default=False)
     alias: Optional[str] = d("Alias the actions act on; default: serving.model_alias, else the "
                              "(last) promotion alias.", default=None,
                              pattern=r"^[A-Za-z][A-Za-z0-9_\-]*$")
