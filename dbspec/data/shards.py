@@ -219,14 +219,30 @@ def read_shard(path: Path, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     Raises:
         DataError: the file is missing or damaged, or of another format.
     """
+    table = _feature_table(path, width)
+    x = np.empty((table.num_rows, width), dtype=np.float32)
+    for j in range(width):
+        x[:, j] = _floats(table.column(j))
+    return x, table.column("y").to_numpy(), table.column("row").to_numpy()
+
+
+def read_shard_rows(path: Path, width: int, start: int, stop: int,
+                    out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``start:stop`` of a shard: their features written into ``out`` (a block of the
+    caller's window: no copy of the shard of its own), their raw targets and positions
+    returned (as :func:`read_shard`)."""
+    table = _feature_table(path, width).slice(start, stop - start)
+    for j in range(width):
+        out[:, j] = _floats(table.column(j))
+    return table.column("y").to_numpy(), table.column("row").to_numpy()
+
+
+def _feature_table(path: Path, width: int):
     table = _shard_table(path)
     if table.schema.names[:width] != [f"f{j}" for j in range(width)]:
         raise DataError(f"data.streaming: {path} is not a shard of this format (columns "
                         f"{', '.join(table.schema.names[:4])}...); convert the source again")
-    columns = [_floats(table.column(j)) for j in range(width)]
-    x = np.ascontiguousarray(np.stack(columns).T) if columns else \
-        np.zeros((table.num_rows, 0), dtype=np.float32)
-    return x, table.column("y").to_numpy(), table.column("row").to_numpy()
+    return table
 
 
 def read_targets(path: Path) -> np.ndarray:

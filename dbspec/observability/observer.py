@@ -40,6 +40,7 @@ def training_flops_per_row(network, example) -> Optional[float]:
     modes = [(module, module.training) for module in network.modules()]
     try:
         network.eval()
+        example = example.to(next(network.parameters()).device)  # it may have moved since
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
             network(example)
         return 3.0 * counter.get_total_flops() / len(example)
@@ -66,6 +67,7 @@ class TrainingObserver:
         self.findings: list[Finding] = []
         self.parameters: Optional[int] = None
         self.flops_per_row: Optional[float] = None
+        self._counted: Optional[tuple] = None  # (network, example) whose FLOPs finish() counts
         self._say = say or (lambda text: print(text, file=sys.stderr))
 
     def __enter__(self) -> "TrainingObserver":
@@ -80,9 +82,10 @@ class TrainingObserver:
 
     def attach(self, network, example=None) -> None:
         """Start TensorBoard for ``network`` (again after an out-of-memory retry) and measure
-        the model's size for the diagnosis."""
+        the model's size for the diagnosis. Its FLOPs are counted by :meth:`finish`, the only
+        reader: torch's first count takes seconds, which search trials (never diagnosed) skip."""
         self.parameters = sum(p.numel() for p in network.parameters())
-        self.flops_per_row = training_flops_per_row(network, example)
+        self._counted = (network, example)
         if self.tensorboard is not None:
             self.tensorboard.close()
         if self.tensorboard_settings is not None and self.log_dir is not None:
@@ -100,6 +103,9 @@ class TrainingObserver:
     def finish(self, *, device: str, threads: int, batch_size: int) -> list[Finding]:
         """Stop sampling, close TensorBoard, and diagnose the run."""
         self.__exit__()
+        if self._counted is not None:
+            self.flops_per_row = training_flops_per_row(*self._counted)
+            self._counted = None
         samples = self.monitor.samples if self.monitor is not None else []
         facts = RunFacts(device=device, threads=threads, cpu_count=os.cpu_count() or 1,
                          batch_size=batch_size, oom_batch_sizes=tuple(self.oom_batch_sizes),

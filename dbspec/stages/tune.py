@@ -62,7 +62,8 @@ class TuneStage:
         trial_models = str(trials_dir(ctx, name, remote).resolve())
         studies = (Path(ctx.options.shared_dir) / "studies") if remote else None
         storage = storage_url(search, ctx.project_dir, studies)
-        study = self._open_study(search, name, storage, budget)
+        opened = open_storage(storage)  # one for the stage: each takes ~0.3 s to open
+        study = self._open_study(search, name, storage, budget, opened)
         remaining = _report_recorded(ctx, study, name, budget)
         tracker = ctx.tracker
         with tracker.run(tags={"dbspec.spec": spec.name, "dbspec.study": name,
@@ -79,16 +80,16 @@ class TuneStage:
                 parent_run_id=run_id, study_name=name, storage=storage,
                 epochs=budget.epochs if budget.smoke else None, seed=budget.seed,
                 save_models=search.final_model == "best_trial")
-            _run_trials(ctx, setup, remaining, budget)
-            summary = _close_study(tracker, name, storage, search.metric, ctx.directory / "plots")
+            _run_trials(ctx, setup, remaining, budget, opened)
+            summary = _close_study(tracker, name, opened, search.metric, ctx.directory / "plots")
         ctx.reporter.line(f"  best {search.metric} {summary['best_value']:.6g} in trial "
                           f"{summary['best_trial']}: {summary['best_params']}")
         return TuneOutput(study_name=name, storage=storage, run_id=run_id,
                           final_model=search.final_model,
                           trials_dir=trial_models, **summary)
 
-    def _open_study(self, search, name: str, storage: str, budget: TrialBudget):
-        """The study, created or continued.
+    def _open_study(self, search, name: str, storage: str, budget: TrialBudget, opened):
+        """The study, created or continued, in ``opened`` (the storage at ``storage``).
 
         Raises:
             TrialFailed: a study of that name was made for a different search.
@@ -96,7 +97,7 @@ class TuneStage:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.create_study(study_name=name, storage=open_storage(storage),
+        study = optuna.create_study(study_name=name, storage=opened,
                                     load_if_exists=True,
                                     direction=direction(search),
                                     sampler=make_sampler(search, budget.seed),
@@ -135,11 +136,12 @@ def _log_search(tracker, search, storage: str, n_trials: int) -> None:
                             mode="json", by_alias=True)["space"])})
 
 
-def _close_study(tracker, name: str, storage: str, metric: str, plots: Path) -> dict[str, Any]:
-    """The finished study's summary, logged to the study run with its plots."""
+def _close_study(tracker, name: str, storage, metric: str, plots: Path) -> dict[str, Any]:
+    """The finished study's summary (from the opened ``storage``), logged to the study run
+    with its plots."""
     import optuna
 
-    study = optuna.load_study(study_name=name, storage=open_storage(storage))
+    study = optuna.load_study(study_name=name, storage=storage)
     # one whose worker died before it named itself: old by now, or given the rest of
     # its second (a rerun that follows a kill at once can finish within it)
     fail_stale_trials(study, settle=True)
@@ -179,8 +181,10 @@ def _trial_data_dirs(ctx: StageContext, remote: bool) -> dict[str, str]:
     return copies
 
 
-def _run_trials(ctx: StageContext, setup, remaining: int, budget: TrialBudget) -> None:
-    """Split the remaining trials over this process and ``parallelism - 1`` spawned workers."""
+def _run_trials(ctx: StageContext, setup, remaining: int, budget: TrialBudget,
+                storage: Any = None) -> None:
+    """Split the remaining trials over this process (in the opened ``storage``) and
+    ``parallelism - 1`` spawned workers."""
     import multiprocessing
 
     from dbspec.tuning.objective import optimize, run_worker
@@ -206,7 +210,7 @@ def _run_trials(ctx: StageContext, setup, remaining: int, budget: TrialBudget) -
     for process in processes:
         process.start()
     try:
-        optimize(setup, seed, quotas[0], timeout, report)
+        optimize(setup, seed, quotas[0], timeout, report, storage=storage)
     except BaseException:
         for process in processes:  # Ctrl-C or SIGTERM: the workers stop with this process
             process.terminate()

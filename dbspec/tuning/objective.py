@@ -167,8 +167,9 @@ def _epoch_reporter(trial, metric: str, history: list[dict[str, float]], stamps:
 
 
 def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional[float],
-             report: ReportFn) -> None:
-    """Run ``quota`` trials of the study in this process."""
+             report: ReportFn, *, storage: Any = None) -> None:
+    """Run ``quota`` trials of the study in this process, in ``storage`` when it is open
+    already (else in ``setup.storage``)."""
     import optuna
 
     from dbspec.tuning.storage import open_storage
@@ -178,7 +179,8 @@ def optimize(setup: StudySetup, sampler_seed: int, quota: int, timeout: Optional
     objective = Objective(setup, report)
     search = objective.loaded.spec.search
     epochs = setup.epochs or objective.loaded.spec.training.epochs
-    study = optuna.load_study(study_name=setup.study_name, storage=open_storage(setup.storage),
+    study = optuna.load_study(study_name=setup.study_name,
+                              storage=storage or open_storage(setup.storage),
                               sampler=make_sampler(search, sampler_seed),
                               pruner=make_pruner(search, epochs))
     quiet = _NoInterruptTraceback()

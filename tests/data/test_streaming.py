@@ -654,3 +654,23 @@ def test_streaming_spec_mistakes_are_located(write_spec, text, where):
     code, out, err = run_main("validate", path)
     assert code != 0
     assert re.search(re.escape(path) + where, out + err), out + err
+
+
+def test_a_window_is_read_into_one_array_without_copies_per_shard(tmp_path):
+    """The prefetch thread holds one copy of a window's features while it reads it, not a
+    copy per shard plus the joined window (issue 35: the 6M-row run's peak)."""
+    import tracemalloc
+
+    shard_set = stream_set(tmp_path, rows=40_000, rows_per_shard=10_000, cuts=())
+    split = StreamedSplit(shard_set, "train", StreamSettings(batch_size=128, seed=7, window=4),
+                          lambda x, y: (torch.from_numpy(x), torch.from_numpy(y)))
+    window = split.plan(0).pieces[:4]
+    window_bytes = sum(stop - start for _, start, stop in window) * split.width * 4
+    tracemalloc.start()
+    try:
+        x, _, _, _ = split._load(window, None)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert x.shape == (window_bytes // (split.width * 4), split.width)
+    assert peak < 1.5 * window_bytes, (peak, window_bytes)

@@ -39,3 +39,21 @@ def test_binary_probabilities_of_exactly_0_and_1_give_a_finite_log_loss():
                                        np.array([0.0, 1.0, 0.9, 0.2], dtype=np.float32),
                                        ["log_loss"], binary=True)
     assert np.isfinite(found["log_loss"]) and found["log_loss"] < 0.2
+
+
+def test_scoring_runs_the_model_on_bounded_blocks_and_keeps_every_row():
+    """A 200,000-row profile sample through a 256-unit layer took 400 MiB of activations in
+    one forward pass (issue 35's 6M-row peak): scoring goes SCORE_ROWS rows at a time."""
+    from dbspec.stages.lifecycle import SCORE_ROWS, _score
+
+    seen: list[int] = []
+
+    def served(x):
+        seen.append(len(x))
+        return x[:, :1] * 2
+
+    x = np.arange(2 * (2 * SCORE_ROWS + 5), dtype=np.float32).reshape(-1, 2)
+    scored = _score(served, x)
+    assert seen == [SCORE_ROWS, SCORE_ROWS, 5]
+    assert np.array_equal(scored, x[:, :1] * 2)
+    assert _score(served, x[:0]).shape == (0, 1)

@@ -27,3 +27,22 @@ def test_a_network_the_counter_cannot_run_gives_no_estimate():
     assert training_flops_per_row(network, torch.randn(2, 7)) is None  # wrong width
     assert network.training
     assert training_flops_per_row(network, None) is None
+
+
+def test_the_flops_are_counted_by_the_diagnosis_not_when_training_starts():
+    """Search trials attach an observer but are never diagnosed: torch's first FLOP count
+    (seconds, once a process) must not be paid per study (issue 35)."""
+    from dbspec.observability.observer import TrainingObserver
+    from dbspec.spec.sections import Spec
+
+    spec = Spec.model_validate({
+        "name": "flops", "data": {"source": {"kind": "sklearn", "name": "diabetes"},
+                                  "task": "regression"},
+        "model": {"layers": [{"linear": {"out": 1}}]}, "tracking": {"monitor": False}})
+    network = diabetes_mlp()
+    with TrainingObserver(spec, say=lambda text: None) as observer:
+        observer.attach(network, torch.randn(2, 10))
+        assert observer.parameters == 10 * 32 + 32 + 32 + 1
+        assert observer.flops_per_row is None  # not counted yet
+    observer.finish(device="cpu", threads=1, batch_size=2)
+    assert observer.flops_per_row == 3 * 2 * (10 * 32 + 32 * 1)
