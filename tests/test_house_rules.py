@@ -301,6 +301,8 @@ LINE_BUDGET = {
     "issue 35: the monitor's scan in bounded batches, sorted binning, overlapped set-up": 66,
     "issue 33: alert vs crash through task values, rollback through the deployment job, job "
     "ids in deploy.sh, dbspec link-job": 251,
+    "issue 35: streamed windows read into one array, evaluation scored in blocks, FLOPs "
+    "counted by the diagnosis, one Optuna storage per tune stage": 38,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 
