@@ -77,8 +77,8 @@ class SyntheticKind(GeneratedSource):
             from dbspec.data.synthetic import TEXT_MAX_CLASSES, generate_text
 
             if data.task == "regression":
-                raise DataError("data.source.generator: text makes a classification corpus; use "
-                                "task binary or multiclass")
+                raise DataError(f"data.source.generator: {data.source.generator} makes a "
+                                "classification corpus; use task binary or multiclass")
             if data.source.classes > TEXT_MAX_CLASSES:
                 raise DataError(f"data.source.classes: the text generator makes 2 to "
                                 f"{TEXT_MAX_CLASSES} classes (every document names an actor of "
