@@ -31,7 +31,8 @@ def test_lora_trains_a_small_share_and_says_so(finetuned):
     project, printed = finetuned
     trained, total, share = re.search(r"trained ([\d,]+) of ([\d,]+) parameters \(([\d.]+)%\)",
                                       printed).groups()
-    assert 0 < float(share) < 10  # rank-8 adapters and the head of a 41k-parameter model
+    # rank-8 adapters (on the 600-word embeddings too), the pooler and the head of a 42k model
+    assert 0 < float(share) < 20
     summary = json.loads((project / "s.json").read_text())
     assert summary["training"]["trained_parameters"] == int(trained.replace(",", ""))
     run = mlflow.MlflowClient(f"sqlite:///{project}/.dbspec/mlflow.db").get_run(
