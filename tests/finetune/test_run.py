@@ -108,7 +108,7 @@ def test_ddp_ranks_train_the_adapters_and_the_launcher_merges_them(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["training"]["world_size"] == 2
-    assert 0 < summary["training"]["trained_parameters"] < summary["training"]["parameters"] / 10
+    assert 0 < summary["training"]["trained_parameters"] < summary["training"]["parameters"] / 5
     runs = tmp_path / ".dbspec" / "runs"
     ranks = [json.loads(p.read_text()) for p in sorted(runs.rglob("distributed/rank-*.json"))]
     assert len(ranks) == 2 and ranks[0]["checksum"] == ranks[1]["checksum"]
