@@ -117,3 +117,15 @@ def test_ddp_ranks_train_the_adapters_and_the_launcher_merges_them(tmp_path):
     import pandas as pd
 
     assert len(served.predict_frame(pd.DataFrame({"text": ["one", "two"]}))) == 2
+
+
+def test_the_shipped_spec_learns_and_passes_its_gate(tmp_path):
+    """The full run (3 epochs, not --smoke): LoRA on the tiny BERT learns the text_words corpus
+    well past chance (test accuracy about 0.95 over seeds 1, 2, 7) and passes its gate."""
+    (tmp_path / "specs").symlink_to(ROOT / "specs")
+    result = run_in_process("run", "specs/text_finetune.yaml", "--summary-json", "s.json",
+                            cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"}, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["metrics"]["test_accuracy"] >= 0.85, summary["metrics"]
+    assert summary["promotion"] == "promoted", summary["promotion"]
