@@ -28,7 +28,7 @@ MIXED_ITEM_CATEGORIES = 8
 _POPULARITY_EXPONENT = 0.7
 
 
-def generate_text(source):
+def generate_text(source, by_words: bool = False):
     """A labelled corpus: columns ``text`` (str) and ``target`` (int64 class 0..classes-1).
 
     Every document names one *actor* of each class's six; one sentence is an action,
@@ -38,6 +38,8 @@ def generate_text(source):
     least ``3 x classes + 1``). ``noise`` (capped at 0.5) of the labels are then replaced by
     another class. ``features``, ``informative`` and ``cardinality`` are not used; the caller
     has refused a regression task and more than :data:`TEXT_MAX_CLASSES` classes.
+    ``by_words`` (``generator: text_words``): every actor named is of the document's class, so
+    the words used tell the class and a bag of words recovers it.
     """
     import pandas as pd
 
@@ -45,7 +47,7 @@ def generate_text(source):
     rng = np.random.default_rng(source.seed)
     vocabulary = _Vocabulary(rng, classes)
     labels = rng.integers(0, classes, size=source.rows)
-    texts = [_document(rng, vocabulary, int(label), classes) for label in labels]
+    texts = [_document(rng, vocabulary, int(label), classes, by_words) for label in labels]
     target = _flip_labels(rng, labels, classes, source.noise)
     return pd.DataFrame({"text": pd.Series(texts, dtype="str"), "target": target})
 
@@ -148,12 +150,13 @@ def _invent_words(rng, count: int) -> list[str]:
     return words
 
 
-def _document(rng, vocabulary: _Vocabulary, label: int, classes: int) -> str:
+def _document(rng, vocabulary: _Vocabulary, label: int, classes: int, by_words: bool) -> str:
     """One document of ``label``: an action sentence, a bystander sentence, filler sentences.
     The token count is drawn first; what the fixed tokens leave goes to filler."""
     others = [c for c in range(classes) if c != label]
     rng.shuffle(others)
-    actor = [vocabulary.actors[c][rng.integers(_ACTORS_PER_CLASS)] for c in range(classes)]
+    actor = [vocabulary.actors[label if by_words else c][rng.integers(_ACTORS_PER_CLASS)]
+             for c in range(classes)]
     verb = vocabulary.verbs[rng.integers(_VERBS)]
     action = ["the", actor[label], verb, "the", actor[others[0]]]
     bystanders = [actor[c] for c in others[1:]]

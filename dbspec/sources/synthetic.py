@@ -21,10 +21,12 @@ class SyntheticSource(SpecModel):
                       le=100_000)
     informative: Optional[int] = d("How many features carry signal; default: all, up to 10.",
                                    default=None, ge=1)
-    generator: Literal["tabular", "text", "mixed"] = d(
+    generator: Literal["tabular", "text", "text_words", "mixed"] = d(
         "tabular: numeric columns f0..fN; text: a 'text' column of generated sentences whose "
-        "class depends on words and their order; mixed: numeric columns plus high-cardinality "
-        "categorical ID columns whose effect only an embedding can learn.", default="tabular")
+        "class depends on words and their order; text_words: the same sentences, but the "
+        "class follows from the words used (a bag of words tells it); mixed: numeric columns "
+        "plus high-cardinality categorical ID columns whose effect only an embedding can "
+        "learn.", default="tabular")
     cardinality: int = d("Distinct IDs per categorical column (generator: mixed).",
                          default=2_000, ge=2, le=10_000_000)
     classes: int = d("Classes for binary/multiclass tasks.", default=2, ge=2, le=10_000)
@@ -71,17 +73,17 @@ class SyntheticKind(GeneratedSource):
         """
         from dbspec.data.sources import DataError
 
-        if data.source.generator == "text":
+        if data.source.generator in ("text", "text_words"):
             from dbspec.data.synthetic import TEXT_MAX_CLASSES, generate_text
 
             if data.task == "regression":
-                raise DataError("data.source.generator: text makes a classification corpus; use "
-                                "task binary or multiclass")
+                raise DataError(f"data.source.generator: {data.source.generator} makes a "
+                                "classification corpus; use task binary or multiclass")
             if data.source.classes > TEXT_MAX_CLASSES:
                 raise DataError(f"data.source.classes: the text generator makes 2 to "
                                 f"{TEXT_MAX_CLASSES} classes (every document names an actor of "
                                 f"each class); got {data.source.classes}")
-            return generate_text(data.source)
+            return generate_text(data.source, data.source.generator == "text_words")
         if data.source.generator == "mixed":
             from dbspec.data.synthetic import generate_mixed
 

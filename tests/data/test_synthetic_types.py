@@ -94,6 +94,20 @@ def test_text_multiclass_order_carries_the_class():
     assert fit_and_score(word_model(), pairs, y, 2400) > 0.9
 
 
+@pytest.mark.parametrize("classes", [2, 4])
+def test_text_words_class_follows_from_the_words_alone(classes):
+    """generator: text_words: the same kind of document, every actor of the document's class,
+    so a bag of words recovers the class; the labels are those of generator: text."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    settings = {"rows": 2000, "classes": classes, "noise": 0, "seed": 3}
+    frame = synthetic("multiclass", generator="text_words", **settings)
+    x = CountVectorizer().fit_transform(frame["text"])
+    assert fit_and_score(word_model(), x, frame["target"].to_numpy(), 1600) > 0.95
+    ordered = synthetic("multiclass", generator="text", **settings)
+    assert frame["target"].equals(ordered["target"]) and not frame["text"].equals(ordered["text"])
+
+
 def test_text_shape_lengths_and_reproducibility():
     settings = {"generator": "text", "rows": 500, "classes": 10, "noise": 0.2, "seed": 7}
     frame = synthetic("multiclass", **settings)
@@ -121,14 +135,15 @@ def test_text_noise_flips_that_fraction_of_labels():
     assert (clean["target"] != capped["target"]).sum() == 500
 
 
+@pytest.mark.parametrize("generator", ["text", "text_words"])
 @pytest.mark.parametrize("task, classes, message", [
-    ("regression", 2, "data.source.generator: text makes a classification corpus; use task "
+    ("regression", 2, "data.source.generator: {} makes a classification corpus; use task "
                       "binary or multiclass"),
     ("multiclass", 11, r"data.source.classes: the text generator makes 2 to 10 classes .*got 11"),
 ])
-def test_text_refuses_what_it_cannot_make(task, classes, message):
-    with pytest.raises(DataError, match=message):
-        synthetic(task, generator="text", rows=100, classes=classes)
+def test_text_refuses_what_it_cannot_make(task, classes, message, generator):
+    with pytest.raises(DataError, match=message.format(generator)):
+        synthetic(task, generator=generator, rows=100, classes=classes)
 
 
 # --- mixed -------------------------------------------------------------------------------------

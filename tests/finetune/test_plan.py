@@ -27,6 +27,6 @@ def test_the_plan_names_the_checkpoint_and_the_method_not_encoders():
 
     result = run_in_process("plan", "specs/text_finetune.yaml", cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert "model: pretrained specs/data/tiny_bert, LoRA (rank 8, alpha 16) on query, value; " \
-           "it reads text (text (checkpoint tokenizer, 48 tokens))" in result.stdout
+    assert "model: pretrained specs/data/tiny_bert, LoRA (rank 8, alpha 16) on " \
+           "word_embeddings, query, value; it reads text (text (checkpoint tokenizer, 48 tokens))" in result.stdout
     assert "encoder" not in result.stdout

@@ -31,7 +31,8 @@ def test_lora_trains_a_small_share_and_says_so(finetuned):
     project, printed = finetuned
     trained, total, share = re.search(r"trained ([\d,]+) of ([\d,]+) parameters \(([\d.]+)%\)",
                                       printed).groups()
-    assert 0 < float(share) < 10  # rank-8 adapters and the head of a 41k-parameter model
+    # rank-8 adapters (on the 600-word embeddings too), the pooler and the head of a 42k model
+    assert 0 < float(share) < 20
     summary = json.loads((project / "s.json").read_text())
     assert summary["training"]["trained_parameters"] == int(trained.replace(",", ""))
     run = mlflow.MlflowClient(f"sqlite:///{project}/.dbspec/mlflow.db").get_run(
@@ -107,7 +108,7 @@ def test_ddp_ranks_train_the_adapters_and_the_launcher_merges_them(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["training"]["world_size"] == 2
-    assert 0 < summary["training"]["trained_parameters"] < summary["training"]["parameters"] / 10
+    assert 0 < summary["training"]["trained_parameters"] < summary["training"]["parameters"] / 5
     runs = tmp_path / ".dbspec" / "runs"
     ranks = [json.loads(p.read_text()) for p in sorted(runs.rglob("distributed/rank-*.json"))]
     assert len(ranks) == 2 and ranks[0]["checksum"] == ranks[1]["checksum"]
@@ -116,3 +117,15 @@ def test_ddp_ranks_train_the_adapters_and_the_launcher_merges_them(tmp_path):
     import pandas as pd
 
     assert len(served.predict_frame(pd.DataFrame({"text": ["one", "two"]}))) == 2
+
+
+def test_the_shipped_spec_learns_and_passes_its_gate(tmp_path):
+    """The full run (3 epochs, not --smoke): LoRA on the tiny BERT learns the text_words corpus
+    well past chance (test accuracy about 0.95 over seeds 1, 2, 7) and passes its gate."""
+    (tmp_path / "specs").symlink_to(ROOT / "specs")
+    result = run_in_process("run", "specs/text_finetune.yaml", "--summary-json", "s.json",
+                            cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"}, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["metrics"]["test_accuracy"] >= 0.85, summary["metrics"]
+    assert summary["promotion"] == "promoted", summary["promotion"]

@@ -39,7 +39,8 @@ def test_the_shipped_spec_validates(tmp_path):
 
 
 def test_a_lora_target_the_checkpoint_lacks_is_a_located_error(tmp_path):
-    text = SPEC.replace("target_modules: [query, value]", "target_modules: [query, q_proj]")
+    text = SPEC.replace("target_modules: [word_embeddings, query, value]",
+                        "target_modules: [query, q_proj]")
     code, printed = validate(tmp_path, text)
     assert code == 1
     assert f"spec.yaml:{line_col(text, 'q_proj')}: model.pretrained.finetune." \
@@ -109,10 +110,8 @@ def test_frozen_prefixes_are_checked_against_the_parameters(tmp_path):
 
 
 def test_the_checkpoint_tokenizer_needs_a_pretrained_model_and_one_feature(tmp_path):
-    text = SPEC.replace("""  pretrained:
-    checkpoint: specs/data/tiny_bert
-    finetune: {method: lora, rank: 8, alpha: 16, dropout: 0.05, target_modules: [query, value]}
-""", "  layers: [{linear: {out: 1}}]\n")
+    pretrained = SPEC[SPEC.index("  pretrained:"):SPEC.index("training:")]
+    text = SPEC.replace(pretrained, "  layers: [{linear: {out: 1}}]\n")
     code, printed = validate(tmp_path, text)
     assert code == 1 and "that needs model.pretrained" in printed
     text = SPEC.replace("max_length: 48}", "max_length: 48}\n    - {name: x, type: numeric}")

@@ -29,8 +29,8 @@ class LoraFinetune(SpecModel):
                      gt=0)
     dropout: float = d("Dropout on the adapters' input.", default=0.0, ge=0, lt=1)
     target_modules: list[Annotated[str, Field(min_length=1)]] = d(
-        "Names of the linear modules that get adapters: the last part of a module's name "
-        "(query, value for BERT; q_proj, v_proj for most decoders); validate checks that the "
+        "Names of the linear (or embedding) modules that get adapters: the last part of a "
+        "module's name (query, value for BERT; q_proj, v_proj for most decoders); validate checks that the "
         "checkpoint has them.", default=["query", "value"], min_length=1)
 
 
