@@ -2,7 +2,7 @@
 Transformers and peft, and to the same metric? (issue 36)
 
 Both arms fine-tune the same checkpoint on the same rows of the generated text corpus of
-``specs/text_finetune.yaml`` (``generator: text``, seed 7, split 0.15 / 0.15 seed 7), tokenized
+``specs/text_finetune.yaml`` (``generator: text_words``, seed 7, split 0.15 / 0.15 seed 7), tokenized
 by the checkpoint's tokenizer to the same ``max_length`` (the script checks that the two arms'
 token ids are identical), with LoRA of the same rank, alpha, dropout and target modules, the
 classification head and the pooler the masked-LM checkpoint lacks trained in full, AdamW at the
@@ -102,7 +102,7 @@ def write_spec(project: Path, args, checkpoint: Path) -> Path:
     """specs/text_finetune.yaml with the benchmark's rows, sizes and device."""
     spec = {
         "name": NAME,
-        "data": {"source": {"kind": "synthetic", "generator": "text", "rows": args.rows,
+        "data": {"source": {"kind": "synthetic", "generator": args.generator, "rows": args.rows,
                             "classes": 2, "noise": 0.05, "seed": 7},
                  "task": "binary", "target": "target",
                  "features": [{"name": "text", "type": "text", "tokenizer": "checkpoint",
@@ -110,7 +110,7 @@ def write_spec(project: Path, args, checkpoint: Path) -> Path:
                  "split": {"validation": 0.15, "test": 0.15, "seed": 7}},
         "model": {"pretrained": {"checkpoint": str(checkpoint), "finetune": {
             "method": "lora", "rank": args.rank, "alpha": args.alpha, "dropout": args.dropout,
-            "target_modules": ["query", "value"]}}},
+            "target_modules": args.targets.split(",")}}},
         "training": {"optimizer": {"name": "adamw", "lr": args.lr}, "loss": "bce",
                      "epochs": args.epochs, "batch_size": args.batch, "seed": 7,
                      "precision": args.precision, "num_threads": args.threads,
@@ -203,7 +203,7 @@ def hand_written(encoded, labels: torch.Tensor, splits, checkpoint: Path, args,
     model = AutoModelForSequenceClassification.from_pretrained(checkpoint, num_labels=2)
     model = get_peft_model(model, LoraConfig(
         task_type=TaskType.SEQ_CLS, r=args.rank, lora_alpha=args.alpha,
-        lora_dropout=args.dropout, target_modules=["query", "value"],
+        lora_dropout=args.dropout, target_modules=args.targets.split(","),
         modules_to_save=["pooler"])).to(device)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=args.lr)
     ids, mask = encoded["input_ids"].to(device), encoded["attention_mask"].to(device)
@@ -247,13 +247,17 @@ def hand_written(encoded, labels: torch.Tensor, splits, checkpoint: Path, args,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=3000)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--generator", default="text_words",
+                        help="the synthetic corpus (text_finetune.yaml's: text_words)")
+    parser.add_argument("--targets", default="word_embeddings,query,value",
+                        help="LoRA target modules, comma-separated (text_finetune.yaml's)")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=48)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--alpha", type=int, default=16)
     parser.add_argument("--dropout", type=float, default=0.05)
-    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -293,7 +297,7 @@ def main() -> None:
     model = f"BERT hidden {args.hidden}, {args.layers} layers (random)" if args.hidden \
         else "specs/data/tiny_bert"
     print(f"{model}: {len(splits.train):,} training rows, max_length {args.max_length}, "
-          f"batch {args.batch}, {args.epochs} epochs, LoRA r={args.rank} on query/value, "
+          f"batch {args.batch}, {args.epochs} epochs, LoRA r={args.rank} on {args.targets}, "
           f"{args.device} {args.precision}, {args.threads} thread(s), {args.repeats} repeats; "
           f"token ids identical: {all(same_ids)}")
     print("training samples/s (best of the repeats / median); test split of the last repeat:")
