@@ -244,7 +244,7 @@ def hand_written(encoded, labels: torch.Tensor, splits, checkpoint: Path, args,
     return Result(speed, out.loss.item(), accuracy)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--epochs", type=int, default=3)
@@ -261,14 +261,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--results", action="store_true",
+                        help="also write the figures into benchmarks/RESULTS.md")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"))
     parser.add_argument("--hidden", type=int, default=0,
                         help="fine-tune a random BERT this wide instead of tiny_bert")
     parser.add_argument("--layers", type=int, default=4, help="its layers (with --hidden)")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notices
     device = torch.device(args.device)
+    start_load = _load()
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         checkpoint = make_checkpoint(project / "bert", args.hidden, args.layers) \
@@ -312,8 +319,57 @@ def main() -> None:
             / statistics.median(r.speed.wall for r in base))
     cpu = (statistics.median(r.speed.cpu for r in ours)
            / statistics.median(r.speed.cpu for r in base))
+    if args.results:
+        write_results(args, model, results, (wall, cpu), start_load)
     print(f"ratio dbspec / hand-written (medians): wall {wall:.3f}, per CPU-second {cpu:.3f} "
           "(target >= 0.95)")
+
+
+BEGIN = "<!-- begin: written by finetune_vs_hf.py --results -->"
+END = "<!-- end: finetune_vs_hf.py -->"
+
+
+def write_results(args, model: str, results: dict, ratios: tuple[float, float],
+                  start_load: str) -> None:
+    """This run's figures as a marked section of benchmarks/RESULTS.md (replaced on rerun;
+    tests/test_benchmark_results.py holds the goal in it)."""
+    rows = []
+    for name, runs in results.items():
+        walls, cpus = [r.speed.wall for r in runs], [r.speed.cpu for r in runs]
+        rows.append(f"| {name} | {statistics.median(walls):,.1f} | {statistics.median(cpus):,.1f}"
+                    f" | {runs[-1].test_loss:.4f} / {runs[-1].test_accuracy:.3f} |")
+    wall, cpu = ratios
+    text = "\n".join([
+        BEGIN,
+        "## Fine-tuning: dbspec's LoRA against the same fine-tuning written with Transformers"
+        " and peft (issue 36)",
+        "",
+        f"**Conditions.** {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
+        f"{start_load} at the start, {_load()} at the end, {os.cpu_count()} cores. "
+        f"`finetune_vs_hf.py --repeats {args.repeats} --results`: {model}, {args.rows:,} rows of"
+        f" `generator: {args.generator}`, LoRA r={args.rank} on {args.targets}, batch "
+        f"{args.batch}, {args.epochs} epochs, {args.device} {args.precision}, {args.threads} "
+        "thread(s); both arms interleaved, order rotating. Timed: the training loops only.",
+        "",
+        "| arm | training samples/s, median, wall | per CPU-second | test loss / accuracy |",
+        "| --- | --- | --- | --- |",
+        *rows,
+        "",
+        f"Ratio dbspec / hand-written, medians: **wall {wall:.3f}x**, per CPU-second "
+        f"{cpu:.3f}x (goal >= 0.95).",
+        END])
+    path = Path(__file__).with_name("RESULTS.md")
+    current = path.read_text()
+    if BEGIN in current and END in current:
+        head, rest = current.split(BEGIN, 1)
+        current = head + text + rest.split(END, 1)[1]
+    else:
+        current = current.rstrip("\n") + "\n\n" + text + "\n"
+    path.write_text(current)
+
+
+def _load() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -24,3 +24,10 @@ def test_spark_batch_scoring_keeps_up_with_a_plain_parquet_copy():
                     section("batch_vs_spark_udf.py"), re.MULTILINE)
     assert row, "no rows/s row in batch_vs_spark_udf.py's section"
     assert float(row.group(1)) >= 0.8
+
+
+def test_fine_tuning_keeps_up_with_transformers_and_peft_by_hand():
+    """Issue 36: dbspec's LoRA fine-tuning at >= 0.95x the hand-written loop's samples/s."""
+    ratio = re.search(r"\*\*wall (\d+\.\d+)x\*\*", section("finetune_vs_hf.py"))
+    assert ratio, "no wall ratio in finetune_vs_hf.py's section"
+    assert float(ratio.group(1)) >= 0.95

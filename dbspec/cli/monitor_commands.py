@@ -70,20 +70,16 @@ def _run(args: argparse.Namespace) -> int:
     flags = MonitorFlags(**{**{name: getattr(args, name) for name in MonitorFlags._fields
                                if name != "assignments"},
                             "assignments": tuple(args.assignments)})
-    result = monitor_served(flags, say=say, defer_rollback=args.defer_rollback)
+    result = monitor_served(flags, say=say, defer_rollback=args.defer_rollback,
+                            task_values=args.task_values)
     _print(result, as_json=args.format == "json")
     code = _exit_code(result.outcome, 0 if args.task_values else ALERT_EXIT)
-    if not args.task_values or code == 1:  # an error: the task fails, no values are set
+    if result.task_values is None:  # no --task-values, or an error: the task fails as it is
         return code
-    from dbspec.jobs.task_values import set_task_values
-
-    back, alerting = result.rollback or ("none", "none")
-    alerted = any(report.alerts for report, _, _ in result.outcome.outputs)
-    values = {"alert": str(alerted).lower(), "rollback_to": back,
-              "rollback_from": alerting}
+    values, was_set = result.task_values
     shown = " ".join(f"{k}={v}" for k, v in values.items())
-    print(f"task values{'' if set_task_values(values) else ' (not in a Databricks job: unset)'}"
-          f": {shown}", file=sys.stderr)
+    print(f"task values{'' if was_set else ' (not in a Databricks job: unset)'}: {shown}",
+          file=sys.stderr)
     return 0
 
 

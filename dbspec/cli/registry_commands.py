@@ -130,20 +130,9 @@ def _link_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _link(args: argparse.Namespace) -> int:
-    from mlflow.exceptions import MlflowException
+    from dbspec.registry.commands import link_deployment_job
 
-    from dbspec.registry.errors import is_not_found, unavailable
-
-    client = _registry(args).client
-    try:
-        try:
-            client.update_registered_model(args.name, deployment_job_id=args.job_id)
-        except MlflowException as exc:
-            if not is_not_found(exc):
-                raise
-            client.create_registered_model(args.name, deployment_job_id=args.job_id)
-    except MlflowException as exc:
-        raise unavailable(exc, f"registered model {args.name}") from None
+    link_deployment_job(_registry(args), args.name, args.job_id)
     print(f"{args.name}: deployment job {args.job_id}")
     return 0
 

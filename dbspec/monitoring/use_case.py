@@ -38,6 +38,9 @@ class MonitorResult(NamedTuple):
     table: str
     window: str
     rollback: Optional[tuple[str, str]] = None
+    #: ``--task-values``: the values for the job's condition tasks, and whether they were set
+    #: (False off Databricks); None without it or when the pass failed
+    task_values: Optional[tuple[dict[str, str], bool]] = None
 
 
 class _Resolved(NamedTuple):
@@ -135,9 +138,10 @@ def _labels(flags: MonitorFlags, resolved: _Resolved, say: Callable[[str], None]
 
 
 def monitor_served(flags: MonitorFlags, *, say: Callable[[str], None] = print,
-                   defer_rollback: bool = False) -> MonitorResult:
+                   defer_rollback: bool = False, task_values: bool = False) -> MonitorResult:
     """One monitoring pass over the served model's inference table; ``defer_rollback``: an
-    ``on_alert: rollback`` tags and finds the version to go back to, moving nothing.
+    ``on_alert: rollback`` tags and finds the version to go back to, moving nothing;
+    ``task_values``: a pass that did not fail sets the job task's values (:func:`set_values`).
 
     Raises:
         UsageError: flags that mean nothing, or no inference table named.
@@ -175,7 +179,24 @@ def monitor_served(flags: MonitorFlags, *, say: Callable[[str], None] = print,
     except MlflowException as exc:  # a store that stopped answering midway
         raise DbspecError(f"the tracking store at {registry.client.tracking_uri} failed: "
                           f"{str(exc).splitlines()[0]}") from None
-    return MonitorResult(outcome, resolved.table, window, back)
+    result = MonitorResult(outcome, resolved.table, window, back)
+    return result._replace(task_values=set_values(result)) if task_values and \
+        not outcome.failed else result
+
+
+def set_values(result: MonitorResult) -> tuple[dict[str, str], bool]:
+    """The task values of a pass (``alert``, ``rollback_to``, ``rollback_from``), set on the
+    Databricks job task; whether they were set (False off Databricks).
+
+    Raises:
+        DbspecError: on Databricks, the runtime refused them (the task must fail).
+    """
+    from dbspec.jobs.task_values import set_task_values
+
+    back, alerting = result.rollback or ("none", "none")
+    alerted = any(report.alerts for report, _, _ in result.outcome.outputs)
+    values = {"alert": str(alerted).lower(), "rollback_to": back, "rollback_from": alerting}
+    return values, set_task_values(values)
 
 
 def deferred_rollback(registry, outcome, alias: Optional[str]) -> Optional[tuple[str, str]]:

@@ -121,3 +121,26 @@ def rollback(registry: Registry, name: str, alias: str, to: Optional[str], *,
     return {"name": name, "alias": alias, "version": decision.version,
             "previous": decision.previous, "moved": decision.moved,
             "warning": decision.warning}
+
+
+def link_deployment_job(registry: Registry, name: str, job_id: str) -> None:
+    """Set ``name``'s ``deployment_job_id`` (MLflow 3), creating the registered model when it
+    does not exist yet, so that MLflow runs the deployment job on each new version.
+
+    Raises:
+        RegistryError: the registry refused or did not answer.
+    """
+    from mlflow.exceptions import MlflowException
+
+    from dbspec.registry.errors import is_not_found, unavailable
+
+    client = registry.client
+    try:
+        try:
+            client.update_registered_model(name, deployment_job_id=job_id)
+        except MlflowException as exc:
+            if not is_not_found(exc):
+                raise
+            client.create_registered_model(name, deployment_job_id=job_id)
+    except MlflowException as exc:
+        raise unavailable(exc, f"registered model {name}") from None
