@@ -88,6 +88,10 @@ def _fit(feature: Any, column: pd.Series, pretrained: Any = None) -> dict:
         from dbspec.models.pretrained import checkpoint_input
 
         entry.update(checkpoint_input(pretrained, spec["max_length"]))
+    elif feature.type == "image" and pretrained is not None:
+        from dbspec.models.pretrained import image_checkpoint_input
+
+        entry.update(image_checkpoint_input(pretrained, spec))
     elif feature.type == "text" and spec["tokenizer"] in tokens.SUBWORD:
         texts = [t for t in tokens.texts(column.tolist(), feature.name) if t]
         tokenizer = tokens.train_subword(texts, spec, where)

@@ -17,13 +17,13 @@ from __future__ import annotations
 import contextlib
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 from torch import nn
 
 from dbspec.errors import DbspecError
-from dbspec.spec.checkpoints import is_hub_id
+from dbspec.spec.checkpoints import RENAMED, is_hub_id
 from dbspec.spec.sections.pretrained import PretrainedSpec
 
 _AT = "model.pretrained"
@@ -36,12 +36,15 @@ class PretrainedError(DbspecError):
 class PretrainedNetwork(nn.Module):
     """Token ids (float columns, as every text input is encoded) -> the model's logits."""
 
-    def __init__(self, model: nn.Module, pad_id: int):
+    def __init__(self, model: nn.Module, pad_id: int, image: Optional[list[int]] = None):
         super().__init__()
         self.model = model
         self.pad_id = pad_id
+        self.image = image  # (channels, height, width) of an image model's pixels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.image is not None:
+            return self.model(pixel_values=x.view(-1, *self.image)).logits
         ids = x.long()
         return self.model(input_ids=ids, attention_mask=(ids != self.pad_id).long()).logits
 
@@ -115,6 +118,37 @@ def checkpoint_input(pretrained: PretrainedSpec, max_length: int) -> dict[str, A
             "pad_token": pad_token or "", "config": config.to_dict()}
 
 
+def image_checkpoint_input(pretrained: PretrainedSpec, spec: dict) -> dict[str, Any]:
+    """What an image feature fed to ``model.pretrained`` fits: the checkpoint's model config,
+    and its image processor's mean and deviation (preprocessor_config.json) in ``spec``'s
+    normalisation, so training and serving scale pixels as the checkpoint was trained.
+
+    Raises:
+        PretrainedError: no readable config or image processor settings.
+    """
+    import json
+
+    from transformers import AutoConfig
+
+    path = resolve_checkpoint(pretrained)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        processor = json.loads((path / "preprocessor_config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise PretrainedError(f"{_AT}.checkpoint: cannot read the config and image processor "
+                              f"(preprocessor_config.json) in {path}: {exc}") from None
+    # the processor scales pixels by rescale_factor, then normalises: the same as dbspec's
+    # pixels / 255 normalised with mean and std divided by 255 * rescale_factor
+    k = 255 * processor.get("rescale_factor", 1 / 255) if processor.get("do_rescale", True) else 255
+    normalize = processor.get("do_normalize", True)
+    mean = processor.get("image_mean", [0.5] * spec["channels"]) if normalize else [0.0]
+    std = processor.get("image_std", [0.5] * spec["channels"]) if normalize else [1.0]
+    spec = dict(spec, normalize={"mean": [v / k for v in mean] * (spec["channels"] // len(mean)),
+                                 "std": [v / k for v in std] * (spec["channels"] // len(std))})
+    return {"spec": spec, "config": config.to_dict(), "pad_id": 0,
+            "image": [spec["channels"], spec["height"], spec["width"]]}
+
+
 def build_pretrained(pretrained: PretrainedSpec, out_features: int, inputs: list[dict],
                      load_weights: bool) -> PretrainedNetwork:
     """The network: from the checkpoint's weights, made ready to train (``load_weights``),
@@ -124,27 +158,29 @@ def build_pretrained(pretrained: PretrainedSpec, out_features: int, inputs: list
         PretrainedError: a frozen prefix or LoRA target the model lacks, or an unreadable
             checkpoint.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import (AutoConfig, AutoModelForImageClassification,
+                              AutoModelForSequenceClassification)
 
     entry = next((i for i in inputs if "config" in i), None)
     if entry is None:
         raise PretrainedError(f"{_AT}: the text input holds no checkpoint config; the feature "
                               "needs tokenizer: checkpoint")
+    image = entry.get("image")
+    auto = AutoModelForSequenceClassification if image is None else AutoModelForImageClassification
     if not load_weights:
         stored = dict(entry["config"])
         config = AutoConfig.for_model(stored.pop("model_type"), **stored)
         config.num_labels = out_features
-        return PretrainedNetwork(AutoModelForSequenceClassification.from_config(config),
-                                 entry["pad_id"])
+        return PretrainedNetwork(auto.from_config(config), entry["pad_id"], image)
     path = resolve_checkpoint(pretrained)
     try:
         with _quiet():  # its load report lists the new head's weights as missing: expected
-            model, loading = AutoModelForSequenceClassification.from_pretrained(
+            model, loading = auto.from_pretrained(
                 path, num_labels=out_features, ignore_mismatched_sizes=pretrained.new_head,
                 output_loading_info=True)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise PretrainedError(f"{_AT}.checkpoint: cannot load {path} as a sequence "
-                              f"classifier with {out_features} output(s): "
+        raise PretrainedError(f"{_AT}.checkpoint: cannot load {path} as a "
+                              f"{'sequence' if image is None else 'image'} classifier with {out_features} output(s): "
                               f"{str(exc).splitlines()[0]}") from None
     model.config.pad_token_id = entry["pad_id"]
     _freeze(model, pretrained.freeze)
@@ -156,8 +192,8 @@ def build_pretrained(pretrained: PretrainedSpec, out_features: int, inputs: list
         new = [key if isinstance(key, str) else key[0]
                for key in [*loading.get("missing_keys", ()), *loading.get("mismatched_keys", ())]]
         model = _with_lora(model, pretrained.finetune,
-                           sorted({key.rpartition(".")[0] for key in new} - {""}))
-    return PretrainedNetwork(model, entry["pad_id"])
+                           sorted({key.rpartition(".")[0] for key in new} - {""}), image is None)
+    return PretrainedNetwork(model, entry["pad_id"], image)
 
 
 def _freeze(model: nn.Module, prefixes: list[str]) -> None:
@@ -175,11 +211,13 @@ def _freeze(model: nn.Module, prefixes: list[str]) -> None:
             raise PretrainedError(f"{_AT}.freeze.{index}: no parameter starts with '{prefix}'")
 
 
-def _with_lora(model: nn.Module, lora, new_modules: list[str]) -> nn.Module:
+def _with_lora(model: nn.Module, lora, new_modules: list[str], text: bool) -> nn.Module:
     from peft import LoraConfig, TaskType, get_peft_model
 
-    targets = lora.target_modules
-    config = LoraConfig(task_type=TaskType.SEQ_CLS, r=lora.rank, lora_alpha=lora.alpha,
+    names = {name.rpartition(".")[2] for name, _ in model.named_modules()}
+    targets = [t if t in names or text else RENAMED.get(t, t) for t in lora.target_modules]
+    # peft's sequence-classification wrapper passes input_ids; an image model gets the plain one
+    config = LoraConfig(task_type=TaskType.SEQ_CLS if text else None, r=lora.rank, lora_alpha=lora.alpha,
                         lora_dropout=lora.dropout, modules_to_save=new_modules or None,
                         target_modules=targets[0] if targets == ["all-linear"] else targets)
     try:

@@ -24,6 +24,11 @@ _NOT_TEXT = ("ForImageClassification", "ForObjectDetection", "ForSemanticSegment
              "ForVideoClassification")
 #: The header of a safetensors file is at most this long (the format's own limit)
 _MAX_HEADER = 100_000_000
+#: Attention projections that Transformers 5 renames when it loads a ViT-like image model (its
+#: files name them query/key/value, the loaded model q_proj/k_proj/v_proj): an image model's
+#: LoRA target may use either name
+RENAMED = {"query": "q_proj", "key": "k_proj", "value": "v_proj"}
+RENAMED.update({new: old for old, new in RENAMED.items()})
 #: peft's target_modules value for every linear layer but the output
 ALL_LINEAR = "all-linear"
 
@@ -46,6 +51,7 @@ class CheckpointInfo:
     architecture: str
     labels: Optional[int]
     parameters: Optional[frozenset[str]]
+    config: Optional[dict] = None
 
     @property
     def reads_text(self) -> bool:
@@ -91,10 +97,10 @@ def read_checkpoint(directory: Path) -> CheckpointInfo:
         raise CheckpointError(f"{config_file} names no architecture (neither 'architectures' "
                               "nor 'model_type')")
     labels = None
-    if names[0].endswith("ForSequenceClassification"):
+    if names[0].endswith(("ForSequenceClassification", "ForImageClassification")):
         labels = len(config["id2label"]) if isinstance(config.get("id2label"), dict) \
             else int(config.get("num_labels", 2))
-    return CheckpointInfo(directory, names[0], labels, _parameter_names(directory))
+    return CheckpointInfo(directory, names[0], labels, _parameter_names(directory), config)
 
 
 def _parameter_names(directory: Path) -> Optional[frozenset[str]]:
@@ -141,9 +147,10 @@ def missing_targets(info: CheckpointInfo, targets: list[str]) -> list[int]:
     target against a module's whole name or its last parts)."""
     if info.parameters is None or targets == [ALL_LINEAR]:
         return []
-    modules = info.modules()
-    return [index for index, target in enumerate(targets)
-            if not any(module == target or module.endswith("." + target) for module in modules)]
+    modules, image = info.modules(), info.architecture.endswith("ForImageClassification")
+    return [index for index, target in enumerate(targets) if not any(
+        module == name or module.endswith("." + name) for module in modules
+        for name in (target, RENAMED.get(target, target) if image else target))]
 
 
 def pretrained_findings(spec, outputs: Optional[int]) -> list[tuple[tuple, str]]:
@@ -160,7 +167,10 @@ def pretrained_findings(spec, outputs: Optional[int]) -> list[tuple[tuple, str]]
         info = read_checkpoint(Path(pretrained.checkpoint).expanduser())
     except CheckpointError as exc:
         return found + [(at + ("checkpoint",), str(exc))]
-    if not info.reads_text:
+    image = next((f for f in spec.data.features or [] if getattr(f, "type", "") == "image"), None)
+    if image is not None:
+        found += [(at + ("checkpoint",), message) for message in _image_findings(info, image)]
+    elif not info.reads_text:
         found.append((at + ("checkpoint",), f"the checkpoint is a {info.architecture}, which "
                       "does not read text; a text task needs a text model (a base model or a "
                       "...ForSequenceClassification)"))
@@ -187,13 +197,36 @@ def pretrained_findings(spec, outputs: Optional[int]) -> list[tuple[tuple, str]]
     return found
 
 
+def _image_findings(info: CheckpointInfo, image) -> list[str]:
+    """An image feature needs an image classifier whose image size and channels it has."""
+    if not info.architecture.endswith("ForImageClassification"):
+        return [f"the checkpoint is a {info.architecture}; an image feature needs an image "
+                "classifier (a ...ForImageClassification, such as ViTForImageClassification)"]
+    config = info.config or {}
+    size = config.get("image_size")
+    found = []
+    if isinstance(size, int) and (image.height, image.width) != (size, size):
+        found.append(f"the checkpoint takes {size} x {size} images; data.features."
+                     f"{image.name} is resized to {image.height} x {image.width}: set height "
+                     f"and width to {size}")
+    if config.get("num_channels", image.channels) != image.channels:
+        found.append(f"the checkpoint takes {config['num_channels']} channel(s); data.features."
+                     f"{image.name} has channels: {image.channels}")
+    if not (info.directory / "preprocessor_config.json").is_file():
+        found.append(f"{info.directory} has no preprocessor_config.json (the image processor's "
+                     "size, mean and deviation); save the checkpoint's image processor with it")
+    return found
+
+
 def _feature_findings(spec) -> list[tuple[tuple, str]]:
-    """A pretrained model reads one text feature, tokenized by the checkpoint's tokenizer."""
+    """A pretrained model reads one text feature, tokenized by the checkpoint's tokenizer, or
+    one image feature."""
     features = spec.data.features or []
-    texts = [i for i, f in enumerate(features)
-             if getattr(f, "type", None) == "text" and f.tokenizer == "checkpoint"]
-    if len(texts) == 1 and len(features) == 1:
+    ok = [i for i, f in enumerate(features) if getattr(f, "type", None) == "image" or (
+        getattr(f, "type", None) == "text" and f.tokenizer == "checkpoint")]
+    if len(ok) == 1 and len(features) == 1:
         return []
     return [(("data", "features"), "model.pretrained reads one text feature with the "
-             "checkpoint's tokenizer and nothing else: data.features: [{name: <column>, "
-             "type: text, tokenizer: checkpoint}]")]
+             "checkpoint's tokenizer, or one image feature, and nothing else: data.features: "
+             "[{name: <column>, type: text, tokenizer: checkpoint}] or [{name: <column>, "
+             "type: image, height: ..., width: ...}]")]
