@@ -1,7 +1,8 @@
 """``model.pretrained``: start from a Hugging Face Transformers checkpoint and fine-tune it.
 
 The checkpoint's sequence-classification model (its own head, or a new one sized for the task)
-reads the ids of the checkpoint's own tokenizer (a text feature with ``tokenizer: checkpoint``).
+reads the ids of the checkpoint's own tokenizer (a text feature with ``tokenizer: checkpoint``);
+a vision checkpoint's image-classification model reads an image feature's pixels.
 """
 
 from typing import Annotated, Literal, Optional, Union
@@ -41,13 +42,15 @@ FinetuneSpec = Annotated[_Finetunes, Field(discriminator="method"),
 
 class PretrainedSpec(SpecModel):
     """A pretrained Transformers checkpoint fine-tuned for the task: text classification or
-    regression through its sequence-classification model. Nothing is downloaded unless the
+    regression through its sequence-classification model, or image classification through a
+    vision checkpoint's image-classification model. Nothing is downloaded unless the
     checkpoint is a hub id and the hub is reachable."""
 
     checkpoint: str = d(
         "Where the checkpoint is: a local directory or a Unity Catalog Volume path "
         "(/Volumes/catalog/schema/volume/dir) holding config.json, the weights "
-        "(model.safetensors) and the tokenizer (tokenizer.json), or a hub id (org/name), "
+        "(model.safetensors) and the tokenizer (tokenizer.json) or image processor "
+        "(preprocessor_config.json), or a hub id (org/name), "
         "fetched when the run starts where the hub is reachable.", min_length=1)
     revision: Optional[str] = d("Hub revision (branch, tag or commit) of a hub id.",
                                 default=None, min_length=1)
