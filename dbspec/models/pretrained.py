@@ -34,7 +34,8 @@ class PretrainedError(DbspecError):
 
 
 class PretrainedNetwork(nn.Module):
-    """Token ids (float columns, as every text input is encoded) -> the model's logits."""
+    """Token ids (float columns, as every text input is encoded), or an image's normalised
+    pixels, -> the model's logits."""
 
     def __init__(self, model: nn.Module, pad_id: int, image: Optional[list[int]] = None):
         super().__init__()
@@ -179,9 +180,10 @@ def build_pretrained(pretrained: PretrainedSpec, out_features: int, inputs: list
                 path, num_labels=out_features, ignore_mismatched_sizes=pretrained.new_head,
                 output_loading_info=True)
     except (OSError, ValueError, RuntimeError) as exc:
-        raise PretrainedError(f"{_AT}.checkpoint: cannot load {path} as a "
-                              f"{'sequence' if image is None else 'image'} classifier with {out_features} output(s): "
-                              f"{str(exc).splitlines()[0]}") from None
+        kind = "a sequence" if image is None else "an image"
+        raise PretrainedError(f"{_AT}.checkpoint: cannot load {path} as {kind} classifier "
+                              f"with {out_features} output(s): {str(exc).splitlines()[0]}") \
+            from None
     model.config.pad_token_id = entry["pad_id"]
     _freeze(model, pretrained.freeze)
     if pretrained.gradient_checkpointing:
