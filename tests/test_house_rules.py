@@ -303,6 +303,8 @@ LINE_BUDGET = {
     "ids in deploy.sh, dbspec link-job (their logic in use cases, not the CLI)": 280,
     "issue 35: streamed windows read into one array, evaluation scored in blocks, FLOPs "
     "counted by the diagnosis, one Optuna storage per tune stage": 38,
+    "issue 36: model.pretrained on vision checkpoints (image features, the image processor's "
+    "scaling, checks at validate)": 80,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 
