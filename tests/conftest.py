@@ -183,12 +183,15 @@ _NEEDS_SERVER = {"mlflow_server", "store"}
 
 
 #: Test files that share an expensive session fixture run in one pytest-xdist worker
-#: (``-n 2 --dist loadgroup``, as CI runs them): the cluster's, and the serving tests' two
-#: trained model versions (``tests/serving/conftest.py``). Every other file is its own group,
-#: so module fixtures (a Spark session, a trained model) start once as well.
+#: (``-n 2 --dist loadgroup``, as CI runs them): the cluster's, the serving tests' two
+#: trained model versions (``tests/serving/conftest.py``) and the fine-tuned model
+#: (``tests/finetune/conftest.py``). Every other file is its own group, so module fixtures
+#: (a Spark session, a trained model) start once as well.
 _GROUPS = {"tests/spark/test_cluster.py": "cluster",
            "tests/spark/test_cluster_shared_app.py": "cluster",
-           "tests/serving/": "serving"}
+           "tests/serving/": "serving",
+           "tests/finetune/test_run.py": "finetune",
+           "tests/finetune/test_serving.py": "finetune"}
 
 
 def _xdist_group(path: str) -> str:

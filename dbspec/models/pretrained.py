@@ -47,6 +47,8 @@ class PretrainedNetwork(nn.Module):
         if self.image is not None:
             return self.model(pixel_values=x.view(-1, *self.image)).logits
         ids = x.long()
+        if not len(ids):  # a probe for the output's columns (Spark): no empty batch in BERT
+            return self(torch.full((1, x.shape[1]), float(self.pad_id)))[:0]
         return self.model(input_ids=ids, attention_mask=(ids != self.pad_id).long()).logits
 
     def parameter_counts(self) -> tuple[int, int]:

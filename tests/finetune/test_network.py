@@ -66,6 +66,17 @@ def test_merged_weights_load_into_the_served_form(inputs):
     assert "peft" not in type(net.model).__module__
 
 
+def test_no_rows_score_to_no_logits(inputs):
+    """``dbspec predict --engine spark`` scores 0 rows first to learn the output's columns:
+    BERT's attention cannot reshape an empty batch (a RuntimeError stopped the command)."""
+    import torch
+
+    net = network(inputs, finetune=LORA).eval()
+    assert net(torch.zeros(0, 8)).shape == (0, 1)
+    net.finish()
+    assert net(torch.zeros(0, 8)).shape == (0, 1)
+
+
 def test_frozen_prefixes_stop_training(inputs):
     net = network(inputs, freeze=["bert.embeddings", "encoder.layer.0"])
     frozen = {n for n, p in net.named_parameters() if not p.requires_grad}

@@ -14,17 +14,6 @@ from tests.conftest import ROOT, run_in_process
 pytestmark = pytest.mark.slow  # a training run (about a minute on a loaded 2-core machine)
 
 
-@pytest.fixture(scope="module")
-def finetuned(tmp_path_factory):
-    """The smoke run of the shipped spec in a project directory of its own."""
-    project = tmp_path_factory.mktemp("finetune")
-    (project / "specs").symlink_to(ROOT / "specs")
-    result = run_in_process("run", "specs/text_finetune.yaml", "--smoke", "--summary-json",
-                            "s.json", cwd=project, env={"HF_HUB_OFFLINE": "1"}, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return project, result.stderr
-
-
 def test_lora_trains_a_small_share_and_says_so(finetuned):
     import mlflow
 
