@@ -294,7 +294,8 @@ LINE_BUDGET = {
     "issue 33: AI Gateway inference tables unpacked for monitoring (monitoring/gateway.py)": 172,
     "issue 33: the MLflow 3 deployment job, dbspec approval, drift -> retrain": 179,
     "issue 36: model.pretrained (Transformers checkpoints, LoRA, frozen layers), checked "
-    "at validate from config.json and the safetensors header; generator text_words": 579,
+    "at validate from config.json and the safetensors header; generator text_words; the "
+    "0-row probe of Spark scoring": 583,
     "issue 35: Spark batch scoring of Parquet files in Spark tasks (serving/batch_spark_files.py)":
     181,
     "issue 33: AI Gateway tables unpacked in Spark (monitoring/gateway_spark.py)": 347,

@@ -44,11 +44,12 @@ class PretrainedNetwork(nn.Module):
         self.image = image  # (channels, height, width) of an image model's pixels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not len(x):  # a probe for the output's columns (Spark): no empty batch in BERT, ViT
+            fill = float(self.pad_id) if self.image is None else 0.0
+            return self(torch.full((1, x.shape[1]), fill))[:0]
         if self.image is not None:
             return self.model(pixel_values=x.view(-1, *self.image)).logits
         ids = x.long()
-        if not len(ids):  # a probe for the output's columns (Spark): no empty batch in BERT
-            return self(torch.full((1, x.shape[1]), float(self.pad_id)))[:0]
         return self.model(input_ids=ids, attention_mask=(ids != self.pad_id).long()).logits
 
     def parameter_counts(self) -> tuple[int, int]:

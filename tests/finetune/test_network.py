@@ -98,3 +98,23 @@ def test_what_validate_did_not_see_is_located_at_run_time(inputs, settings, wher
 def test_a_missing_directory_is_located(tmp_path):
     with pytest.raises(PretrainedError, match=r"model\.pretrained\.checkpoint: .* is not a dir"):
         resolve_checkpoint(PretrainedSpec(checkpoint=str(tmp_path / "none")))
+
+
+def test_no_rows_score_to_no_logits_on_a_vision_checkpoint():
+    """The same probe on a ViT: ``view`` of an empty batch reaches the patch embedding with no
+    rows, so the probe scores one blank image and returns none of it."""
+    import json
+
+    import torch
+    from transformers import AutoModelForImageClassification
+
+    from dbspec.models.pretrained import PretrainedNetwork
+
+    checkpoint = ROOT / "specs" / "data" / "tiny_vit"
+    config = json.loads((checkpoint / "config.json").read_text())
+    shape = (config.get("num_channels", 3), config["image_size"], config["image_size"])
+    net = PretrainedNetwork(AutoModelForImageClassification.from_pretrained(checkpoint).eval(),
+                            0, shape)
+    width = shape[0] * shape[1] * shape[2]
+    assert net(torch.zeros(0, width)).shape == (0, config.get("num_labels", 2))
+    assert net(torch.zeros(3, width)).shape == (3, config.get("num_labels", 2))
