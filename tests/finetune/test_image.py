@@ -21,6 +21,7 @@ def finetuned(tmp_path_factory):
     project = tmp_path_factory.mktemp("image_finetune")
     (project / "specs").symlink_to(ROOT / "specs")
     result = run_in_process("run", "specs/image_finetune.yaml", "--summary-json", "s.json",
+                            "--tracking-uri", f"sqlite:///{project}/.dbspec/mlflow.db",
                             cwd=project, env={"HF_HUB_OFFLINE": "1"}, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return project, result.stderr

@@ -93,6 +93,7 @@ def test_ddp_ranks_train_the_adapters_and_the_launcher_merges_them(tmp_path):
         + "compute: {kind: torch_distributor, num_processes: 2, use_gpu: false, "
           "local_mode: true}\n")
     result = run_in_process("run", "ddp.yaml", "--smoke", "--summary-json", "s.json",
+                            "--tracking-uri", f"sqlite:///{tmp_path}/.dbspec/mlflow.db",
                             cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"}, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     summary = json.loads((tmp_path / "s.json").read_text())
@@ -113,6 +114,7 @@ def test_the_shipped_spec_learns_and_passes_its_gate(tmp_path):
     well past chance (test accuracy about 0.95 over seeds 1, 2, 7) and passes its gate."""
     (tmp_path / "specs").symlink_to(ROOT / "specs")
     result = run_in_process("run", "specs/text_finetune.yaml", "--summary-json", "s.json",
+                            "--tracking-uri", f"sqlite:///{tmp_path}/.dbspec/mlflow.db",
                             cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"}, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "s.json").read_text())
