@@ -7,6 +7,7 @@ client needs nothing but the URL, as with a team server or Databricks.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -141,5 +142,37 @@ def mlflow_server(tmp_path_factory) -> MlflowServer:
         process, server = start_mlflow_server(tmp_path_factory.mktemp("mlflow-server"))
     try:
         yield server
+    finally:
+        stop_mlflow_server(process)
+
+
+@contextlib.contextmanager
+def mlflow_models_serve(uri: str, root: Path, env: dict):
+    """``mlflow models serve -m URI`` on a free 127.0.0.1 port (this Python, one worker, its
+    log in ``root``), waited for until ``/ping`` answers; yields the ``/invocations`` URL and
+    stops the server (its own session: the uvicorn worker MLflow starts stops with it)."""
+    import httpx
+
+    from tests.conftest import checkout_env
+
+    port, log = free_port(), root / "serve.log"
+    with log.open("w") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager",
+             "local", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            env=checkout_env(env), cwd=root, stdout=handle, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                httpx.get(url + "/ping", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert process.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.5)
+        yield url + "/invocations"
     finally:
         stop_mlflow_server(process)

@@ -6,16 +6,13 @@ answers in process."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
 
-from tests.conftest import checkout_env, run_in_process
+from tests.conftest import run_in_process
 from tests.serving.conftest import Registered, start_server
-from tests.servers import free_port, stop_mlflow_server
+from tests.servers import mlflow_models_serve
 
 pytestmark = pytest.mark.slow  # the fine-tuning run, then servers and Spark
 
@@ -85,29 +82,9 @@ def test_dbspec_serve_scores_raw_text_over_http(store, expected, tmp_path):
 def mlflow_scoring_server(store, tmp_path_factory):
     """``mlflow models serve`` of the fine-tuned version (MLflow's own server, this Python)."""
     registered, uri = store
-    port, root = free_port(), tmp_path_factory.mktemp("mlflow-serve")
-    log = root / "serve.log"
-    with log.open("w") as handle:  # a session of its own: its uvicorn worker stops with it
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager",
-             "local", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            env=checkout_env({"MLFLOW_TRACKING_URI": registered.tracking_uri,
-                              "HF_HUB_OFFLINE": "1"}),
-            cwd=root, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                httpx.get(url + "/ping", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.5)
-        yield url + "/invocations"
-    finally:
-        stop_mlflow_server(process)
+    with mlflow_models_serve(uri, tmp_path_factory.mktemp("mlflow-serve"), {
+            "MLFLOW_TRACKING_URI": registered.tracking_uri, "HF_HUB_OFFLINE": "1"}) as url:
+        yield url
 
 
 def test_mlflow_models_serve_scores_raw_text(mlflow_scoring_server, expected):

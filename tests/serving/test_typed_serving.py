@@ -12,10 +12,7 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
-import sys
 import threading
-import time
 
 import httpx
 import numpy as np
@@ -25,12 +22,12 @@ import pytest
 from deltalake import DeltaTable
 
 from dbspec.data.sources import DataError
-from tests.conftest import checkout_env, run_in_process
+from tests.conftest import run_in_process
 from tests.serving.conftest import start_server
 from tests.serving.typed_models import (COLUMNS, IMAGE_NAME, IMAGE_URI, NAME, SIGNATURE, URI,
                                         b64, load_typed_model, png, scoring_rows,
                                         train_typed_model, write_table)
-from tests.servers import free_port, stop_mlflow_server
+from tests.servers import mlflow_models_serve
 
 
 @pytest.fixture(scope="session")
@@ -324,30 +321,9 @@ def test_pyfunc_scores_a_frame_of_raw_bytes(typed_store, typed_model):
 @pytest.fixture(scope="module")
 def mlflow_scoring_server(typed_store, tmp_path_factory):
     """``mlflow models serve`` of the logged model (MLflow's own scoring server, this Python)."""
-    port = free_port()
-    root = tmp_path_factory.mktemp("mlflow-serve")
-    log = root / "serve.log"
-    with log.open("w") as handle:
-        # a session of its own: the uvicorn process MLflow starts is stopped with it
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "models", "serve", "-m", URI, "--env-manager",
-             "local", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            env=checkout_env({"MLFLOW_TRACKING_URI": typed_store.tracking_uri}), cwd=root,
-            stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                httpx.get(url + "/ping", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.5)
-        yield url + "/invocations"
-    finally:
-        stop_mlflow_server(process)
+    with mlflow_models_serve(URI, tmp_path_factory.mktemp("mlflow-serve"),
+                             {"MLFLOW_TRACKING_URI": typed_store.tracking_uri}) as url:
+        yield url
 
 
 @pytest.mark.slow
