@@ -101,9 +101,11 @@ def make(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT, help="directory to write")
+def main(argv: list[str], make=make, out: Path = OUT, doc: str = __doc__) -> int:
+    """The command line of a checkpoint script: ``--out DIR`` (default ``out``), ``--force``;
+    make_tiny_vit.py calls it with its own ``make``, ``out`` and docstring."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=out, help="directory to write")
     parser.add_argument("--force", action="store_true", help="replace an existing checkpoint")
     args = parser.parse_args(argv)
     if args.out.exists():

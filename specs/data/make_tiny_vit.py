@@ -20,8 +20,6 @@ Needs ``transformers``, ``torch`` and ``scikit-learn``.
 
 from __future__ import annotations
 
-import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -57,20 +55,9 @@ def make(out: Path, steps: int = 300) -> None:
                       do_rescale=True, rescale_factor=1 / 255).save_pretrained(out)
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=OUT, help="directory to write")
-    parser.add_argument("--force", action="store_true", help="replace an existing checkpoint")
-    args = parser.parse_args(argv)
-    if args.out.exists():
-        if not args.force:
-            print(f"{args.out} exists; --force rebuilds it", file=sys.stderr)
-            return 1
-        shutil.rmtree(args.out)
-    make(args.out)
-    print(f"wrote {args.out}")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from make_tiny_checkpoint import main  # the same --out / --force command line
+
+    sys.exit(main(sys.argv[1:], make, OUT, __doc__))
