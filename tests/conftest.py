@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -89,8 +90,7 @@ def run_in_process(*args: str, cwd: Path = ROOT, env: dict | None = None,
 
     from dbspec.cli import main
 
-    tracking = "mlflow.tracking._tracking_service.utils"  # where MLflow keeps the URI
-    saved_uri = getattr(sys.modules.get(tracking), "_tracking_uri", None)
+    saved_uris = _mlflow_globals(None)  # a fresh process has none set
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     out, err = io.StringIO(), io.StringIO()
 
@@ -117,8 +117,7 @@ def run_in_process(*args: str, cwd: Path = ROOT, env: dict | None = None,
     finally:
         signal.signal(signal.SIGALRM, previous_handler)
         os.chdir(saved_cwd)
-        if getattr(sys.modules.get(tracking), "_tracking_uri", None) != saved_uri:
-            sys.modules[tracking].set_tracking_uri(saved_uri)
+        _mlflow_globals(saved_uris)
         for name in set(os.environ) - set(saved_env):
             del os.environ[name]
         os.environ.update(saved_env)
@@ -126,25 +125,71 @@ def run_in_process(*args: str, cwd: Path = ROOT, env: dict | None = None,
 
 
 _MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
+# where MLflow keeps the URIs that ``set_tracking_uri`` / ``set_registry_uri`` set; they win
+# over the environment
+_MLFLOW_GLOBALS = {"mlflow.tracking._tracking_service.utils": "_tracking_uri",
+                   "mlflow.tracking._model_registry.utils": "_registry_uri"}
+_UNCHANGED = object()
+
+
+def _mlflow_globals(new=_UNCHANGED) -> dict:
+    """MLflow's process-wide URIs by module (None where the module is not imported yet); with
+    ``new`` (one value for all, or such a dict), set to it where imported."""
+    old = {module: getattr(sys.modules.get(module), attribute, None)
+           for module, attribute in _MLFLOW_GLOBALS.items()}
+    if new is not _UNCHANGED:
+        for module, attribute in _MLFLOW_GLOBALS.items():
+            if module in sys.modules:
+                setattr(sys.modules[module], attribute,
+                        new.get(module) if isinstance(new, dict) else new)
+    return old
+
+
+@contextlib.contextmanager
+def mlflow_pointed_at(uri: str):
+    """MLflow pointed at the store ``uri`` through the environment alone, as a user's process
+    is, whatever an earlier test in this worker set: the process-wide URIs that
+    ``mlflow.set_tracking_uri`` / ``set_registry_uri`` keep win over the environment, so they
+    are cleared, and all of it is put back on leaving."""
+    from mlflow.tracking._model_registry import utils as registry_utils
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_TRACKING_URI", uri)
+        patch.delenv("MLFLOW_REGISTRY_URI", raising=False)
+        patch.setattr(tracking_utils, "_tracking_uri", None)
+        patch.setattr(registry_utils, "_registry_uri", None)
+        yield
 
 
 @pytest.fixture(autouse=True)
 def _mlflow_uris_restored():
-    """Each test leaves MLflow's tracking and registry URIs as it found them: a leaked
-    ``mlflow.set_registry_uri`` (it also sets MLFLOW_REGISTRY_URI) sent every later test's
-    registrations to one store, in whatever order pytest-xdist ran them."""
+    """Each test leaves MLflow's tracking and registry URIs as it found them, in the
+    environment and in MLflow's process-wide globals: a leaked ``mlflow.set_registry_uri`` sent
+    every later test's registrations to one store, and a leaked ``set_tracking_uri`` made a
+    later ``load_model`` read another store than its environment named, in whatever order
+    pytest-xdist ran them."""
+    yield from _uris_kept()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _mlflow_uris_restored_per_module():
+    """The same for each test module: a module-scoped fixture that runs dbspec in this process
+    (which sets the URIs, as a run's process does) leaves them set for its module's tests
+    only, not for whatever module this worker runs next."""
+    yield from _uris_kept()
+
+
+def _uris_kept():
     saved = {name: os.environ.get(name) for name in _MLFLOW_ENV}
-    registry = sys.modules.get("mlflow.tracking._model_registry.utils")
-    saved_registry = getattr(registry, "_registry_uri", None)
+    saved_uris = _mlflow_globals()
     yield
     for name, value in saved.items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    registry = sys.modules.get("mlflow.tracking._model_registry.utils")
-    if registry is not None:
-        registry._registry_uri = saved_registry
+    _mlflow_globals(saved_uris)
 
 
 @pytest.fixture

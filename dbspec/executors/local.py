@@ -27,6 +27,7 @@ from dbspec.executors.recovery import (RunTerminated, Terminated, end_dead_runs,
 from dbspec.executors.state import LocalState, MlflowState, state_dir_of
 from dbspec.faults import pause_point
 from dbspec.plan import Plan, compile_plan
+from dbspec.spec.checkpoints import checkpoint_version
 from dbspec.spec.loader import LoadedSpec
 from dbspec.stages import build_stage
 from dbspec.stages.base import Reporter, RunOptions, StageContext, experiment_name
@@ -77,7 +78,8 @@ class LocalExecutor:
         """
         only = tuple(only)
         version = self.data_version(loaded)
-        plan = compile_plan(loaded.spec, data_version=version, executor=self.kind)
+        plan = compile_plan(loaded.spec, data_version=version, executor=self.kind,
+                            checkpoint_version=checkpoint_version(loaded.spec))
         for name in (*only, from_stage):
             if name is not None and name not in plan.names:
                 raise UsageError(f"no stage '{name}' in this plan{did_you_mean(name, plan.names)}"

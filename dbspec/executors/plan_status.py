@@ -59,6 +59,7 @@ def plan_with_statuses(loaded, state_dir: Optional[Path], *, smoke: bool = False
     from dbspec.data.sources import DataError
     from dbspec.plan import compile_plan
     from dbspec.seams.sources import source_kind
+    from dbspec.spec.checkpoints import checkpoint_version
 
     if state_dir is not None and not Path(state_dir).is_dir():
         raise UsageError(f"--state-dir {state_dir}: no such directory; give the --state-dir "
@@ -72,6 +73,7 @@ def plan_with_statuses(loaded, state_dir: Optional[Path], *, smoke: bool = False
         plan = compile_plan(loaded.spec)
         return plan, {s.name: "unknown" for s in plan}, \
             f"status unknown: the data version is needed and cannot be resolved here: {exc}"
-    plan = compile_plan(loaded.spec, data_version=version, executor=loaded.spec.executor)
+    plan = compile_plan(loaded.spec, data_version=version, executor=loaded.spec.executor,
+                        checkpoint_version=checkpoint_version(loaded.spec))
     run_dir = run_dir_for(Path(state_dir), loaded.spec.name, loaded.target, smoke)
     return plan, stage_statuses(run_dir, plan), None

@@ -131,7 +131,7 @@ def _edges(spec: Spec) -> dict[str, tuple[str, ...]]:
 
 
 def compile_plan(spec: Spec, *, data_version: Optional[str] = None,
-                 executor: str = "local") -> Plan:
+                 executor: str = "local", checkpoint_version: Optional[str] = None) -> Plan:
     """Compile ``spec`` into a :class:`Plan`.
 
     Args:
@@ -140,6 +140,9 @@ def compile_plan(spec: Spec, *, data_version: Optional[str] = None,
             when the executor knows it; it enters the data stages' fingerprints.
         executor: ``local`` or ``spark``; it enters the :data:`DATA_STAGES`' own fingerprints.
             ``local`` adds nothing, so local fingerprints are those of earlier dbspec versions.
+        checkpoint_version: What ``model.pretrained``'s local checkpoint holds
+            (:func:`dbspec.spec.checkpoints.checkpoint_version`); it enters ``preprocess``
+            (its tokenizer) and through it every later stage.
     """
     edges = _edges(spec)
     dumped = spec.model_dump(mode="json", by_alias=True)
@@ -159,6 +162,8 @@ def compile_plan(spec: Spec, *, data_version: Optional[str] = None,
             "upstream": [chained[d] for d in edges[name]],
             "data_version": data_version if name == "load_data" else None,
         }
+        if name == "preprocess" and checkpoint_version is not None:
+            payload["checkpoint_version"] = checkpoint_version
         chained[name] = fingerprint = _digest(payload)
         if name in DATA_STAGES and executor != "local":
             fingerprint = _digest({**payload, "executor": executor})

@@ -8,6 +8,7 @@ every name in ``model.safetensors.index.json``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import struct
@@ -29,6 +30,8 @@ _MAX_HEADER = 100_000_000
 #: LoRA target may use either name
 RENAMED = {"query": "q_proj", "key": "k_proj", "value": "v_proj"}
 RENAMED.update({new: old for old, new in RENAMED.items()})
+#: Files up to this size enter :func:`checkpoint_version` by content, larger ones by mtime
+_READ_WHOLE = 4 << 20
 #: peft's target_modules value for every linear layer but the output
 ALL_LINEAR = "all-linear"
 
@@ -72,6 +75,31 @@ def is_hub_id(checkpoint: str) -> bool:
 def is_unmounted_volume(checkpoint: str) -> bool:
     """A Unity Catalog Volume path on a machine without ``/Volumes`` (off Databricks)."""
     return checkpoint.startswith("/Volumes/") and not Path("/Volumes").is_dir()
+
+
+def checkpoint_version(spec) -> Optional[str]:
+    """What a run's plan holds of a local checkpoint's contents, so that a checkpoint rewritten
+    in place (the same path) re-encodes the text and retrains: a hash of every file's name, size
+    and modification time, and of the whole content of the small ones (config, tokenizer).
+    None without ``model.pretrained``, for a hub id or a Volume this machine cannot see (the id
+    and revision in the spec stand for it there), and for a path that is no directory (the run
+    fails on it with a located error)."""
+    pretrained = spec.model.pretrained
+    if pretrained is None or is_hub_id(pretrained.checkpoint) \
+            or is_unmounted_volume(pretrained.checkpoint):
+        return None
+    directory = Path(pretrained.checkpoint).expanduser()
+    if not directory.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for file in sorted(path for path in directory.rglob("*") if path.is_file()):
+        stat = file.stat()
+        digest.update(f"{file.relative_to(directory)}\0{stat.st_size}\0".encode())
+        if stat.st_size <= _READ_WHOLE:
+            digest.update(file.read_bytes())
+        else:  # weights: gigabytes are not read to plan a run
+            digest.update(str(stat.st_mtime_ns).encode())
+    return digest.hexdigest()[:16]
 
 
 def read_checkpoint(directory: Path) -> CheckpointInfo:

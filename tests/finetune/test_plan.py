@@ -30,3 +30,40 @@ def test_the_plan_names_the_checkpoint_and_the_method_not_encoders():
     assert "model: pretrained specs/data/tiny_bert, LoRA (rank 8, alpha 16) on " \
            "word_embeddings, query, value; it reads text (text (checkpoint tokenizer, 48 tokens))" in result.stdout
     assert "encoder" not in result.stdout
+
+
+def test_a_checkpoint_rewritten_in_place_reruns_preprocess(tmp_path, monkeypatch):
+    """The same path, other contents: a tokenizer changed (by content), large weights
+    rewritten (by modification time); the spec alone does not show it."""
+    import os
+    import shutil
+
+    from dbspec.spec.checkpoints import checkpoint_version
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(ROOT / "specs" / "data" / "tiny_bert", checkpoint)
+    monkeypatch.chdir(ROOT)
+    loaded = apply_values(load_spec("specs/text_finetune.yaml"),
+                          {"model.pretrained.checkpoint": str(checkpoint)})
+
+    def fingerprints() -> dict[str, str]:
+        plan = compile_plan(loaded.spec, checkpoint_version=checkpoint_version(loaded.spec))
+        return {stage.name: stage.fingerprint for stage in plan}
+
+    first = fingerprints()
+    assert fingerprints() == first  # reading it changes nothing
+    tokenizer = checkpoint / "tokenizer_config.json"
+    tokenizer.write_text(tokenizer.read_text().replace("}", ', "model_max_length": 64}', 1))
+    second = fingerprints()
+    assert second["preprocess"] != first["preprocess"] and second["train"] != first["train"]
+    assert second["split"] == first["split"]
+    monkeypatch.setattr("dbspec.spec.checkpoints._READ_WHOLE", 1024)  # weights of gigabytes
+    second = fingerprints()
+    weights = checkpoint / "model.safetensors"
+    stat = weights.stat()
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert fingerprints()["preprocess"] != second["preprocess"]
+    # a hub id (the id and revision stand for it) and a Volume off Databricks hash nothing
+    for elsewhere in ("someone/another-model", "/Volumes/main/models/ckpt"):
+        assert checkpoint_version(apply_values(
+            loaded, {"model.pretrained.checkpoint": elsewhere}).spec) is None

@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from tests.conftest import run_in_process
+from tests.conftest import mlflow_pointed_at, run_in_process
 from tests.serving.conftest import Registered, start_server
 from tests.servers import mlflow_models_serve
 
@@ -39,8 +39,7 @@ def expected(store):
     import pandas as pd
 
     registered, uri = store
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", registered.tracking_uri)
+    with mlflow_pointed_at(registered.tracking_uri):
         scored = pd.DataFrame(mlflow.pyfunc.load_model(uri).predict(
             pd.DataFrame({"text": TEXTS})))
     assert scored["probability"].nunique() > 1  # texts that differ score differently
@@ -115,15 +114,15 @@ def test_dbspec_predict_on_spark_scores_a_parquet_file_of_text(store, expected, 
         expected["probability"].tolist(), abs=1e-5)
 
 
-def test_spark_udf_scores_a_column_of_text(store, expected, spark, monkeypatch):
+def test_spark_udf_scores_a_column_of_text(store, expected, spark):
     import mlflow
     from pyspark.sql.functions import struct
 
     registered, uri = store
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", registered.tracking_uri)
     frame = spark.createDataFrame([(i, t) for i, t in enumerate(TEXTS)], "id long, text string")
-    udf = mlflow.pyfunc.spark_udf(spark, model_uri=uri, env_manager="local",
-                                  result_type="prediction double, probability double")
+    with mlflow_pointed_at(registered.tracking_uri):
+        udf = mlflow.pyfunc.spark_udf(spark, model_uri=uri, env_manager="local",
+                                      result_type="prediction double, probability double")
     scored = frame.withColumn("scored", udf(struct("text"))).orderBy("id").collect()
     assert [r.scored.prediction for r in scored] == expected["prediction"].astype(float).tolist()
     assert [r.scored.probability for r in scored] == pytest.approx(

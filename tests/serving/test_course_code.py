@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from sklearn.datasets import load_diabetes
 
-from tests.conftest import ROOT, checkout_env, run_in_process
+from tests.conftest import ROOT, checkout_env, mlflow_pointed_at, run_in_process
 from tests.serving.conftest import FEATURES, NAME
 
 URI = f"models:/{NAME}/1"
@@ -34,14 +34,8 @@ def pyfunc_model(registered):
     process has it; MLflow's global URIs and the environment are restored afterwards
     (``mlflow.set_registry_uri`` would leave MLFLOW_REGISTRY_URI set for later tests)."""
     import mlflow
-    from mlflow.tracking._model_registry import utils as registry_utils
-    from mlflow.tracking._tracking_service import utils as tracking_utils
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", registered.tracking_uri)
-        patch.delenv("MLFLOW_REGISTRY_URI", raising=False)
-        patch.setattr(tracking_utils, "_tracking_uri", None)
-        patch.setattr(registry_utils, "_registry_uri", None)
+    with mlflow_pointed_at(registered.tracking_uri):
         yield mlflow.pyfunc.load_model(URI)
 
 
@@ -57,8 +51,7 @@ def rejecting_model(tmp_path_factory):
                             env={"MLFLOW_TRACKING_URI": ""}, timeout=600)
     assert result.returncode == 0, result.stderr
     store = f"sqlite:///{workdir / '.dbspec' / 'mlflow.db'}"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", store)
+    with mlflow_pointed_at(store):
         yield mlflow.pyfunc.load_model(URI), store
 
 
@@ -103,8 +96,7 @@ def test_pyfunc_warns_about_rows_scaled_twice(pyfunc_model, caplog):
     assert "scaled twice" in record.getMessage()
 
 
-def test_the_specs_reject_holds_through_pyfunc_and_spark_udf(rejecting_model, spark,
-                                                             monkeypatch):
+def test_the_specs_reject_holds_through_pyfunc_and_spark_udf(rejecting_model, spark):
     import mlflow
     from pyspark.sql.functions import struct
 
@@ -113,22 +105,22 @@ def test_the_specs_reject_holds_through_pyfunc_and_spark_udf(rejecting_model, sp
     refused = r"20 of 20 row\(s\) lie far outside .*\(serving.out_of_range: reject\)"
     with pytest.raises(ValueError, match=refused):
         model.predict(pd.DataFrame(scaled_twice()))
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
     frame = spark.createDataFrame(pd.DataFrame(scaled_twice(), columns=FEATURES))
-    udf = mlflow.pyfunc.spark_udf(spark, model_uri=URI, result_type="double")
+    with mlflow_pointed_at(store):
+        udf = mlflow.pyfunc.spark_udf(spark, model_uri=URI, result_type="double")
     with pytest.raises(Exception, match=r"serving.out_of_range: reject"):
         frame.withColumn("prediction", udf(struct(*frame.columns))).collect()
 
 
 def test_spark_udf_on_a_struct_of_the_courses_integer_named_columns(registered, pyfunc_model,
-                                                                    spark, monkeypatch):
+                                                                    spark):
     import mlflow
     from pyspark.sql.functions import struct
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", registered.tracking_uri)
     x = raw_features()
     spark_df = spark.createDataFrame(pd.DataFrame(x))  # columns "0".."9"
-    predict_udf = mlflow.pyfunc.spark_udf(spark, model_uri=URI, result_type="double")
+    with mlflow_pointed_at(registered.tracking_uri):
+        predict_udf = mlflow.pyfunc.spark_udf(spark, model_uri=URI, result_type="double")
     scored = spark_df.withColumn("prediction", predict_udf(struct(*spark_df.columns)))
     got = np.array([row.prediction for row in scored.collect()])
     want = pyfunc_model.predict(x)["prediction"].to_numpy()

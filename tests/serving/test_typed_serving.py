@@ -22,7 +22,7 @@ import pytest
 from deltalake import DeltaTable
 
 from dbspec.data.sources import DataError
-from tests.conftest import run_in_process
+from tests.conftest import mlflow_pointed_at, run_in_process
 from tests.serving.conftest import start_server
 from tests.serving.typed_models import (COLUMNS, IMAGE_NAME, IMAGE_URI, NAME, SIGNATURE, URI,
                                         b64, load_typed_model, png, scoring_rows,
@@ -269,14 +269,7 @@ def test_ping_answers_while_another_request_decodes_its_images(typed_server):
 def typed_store(typed_registered):
     """MLflow pointed at the typed model's store through the environment, as a user's process
     is; MLflow's process-wide URIs are put back afterwards."""
-    from mlflow.tracking._model_registry import utils as registry_utils
-    from mlflow.tracking._tracking_service import utils as tracking_utils
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", typed_registered.tracking_uri)
-        patch.delenv("MLFLOW_REGISTRY_URI", raising=False)
-        patch.setattr(tracking_utils, "_tracking_uri", None)
-        patch.setattr(registry_utils, "_registry_uri", None)
+    with mlflow_pointed_at(typed_registered.tracking_uri):
         yield typed_registered
 
 
