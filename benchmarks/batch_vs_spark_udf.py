@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Callable
 
 import _serving_setup as setup
+from _results import write_section
 
 MASTER = "local[2]"
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
@@ -71,9 +72,6 @@ SAMPLE = 2_000  # ids whose predictions are compared
 NOISE = 0.05  # Gaussian noise, as a fraction of each feature's standard deviation
 ROW_GROUP = 65_536  # several row groups, so that Spark splits the file between its cores
 SIDES = ("floor", "dbspec", "mlflow")
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
-BEGIN = "<!-- begin: written by batch_vs_spark_udf.py --results -->"
-END = "<!-- end: batch_vs_spark_udf.py -->"
 
 
 def load_text() -> str:
@@ -344,7 +342,6 @@ def write_results(args: argparse.Namespace, rates: dict, cpu: dict, start: str,
     ratio = ours[0] / copy[0]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
-        BEGIN,
         "## Spark batch scoring: `dbspec predict --engine spark` against a plain Parquet copy",
         "",
         f"**Conditions.** {when}, load average {start} at the start, {end} at the end. "
@@ -368,14 +365,8 @@ def write_results(args: argparse.Namespace, rates: dict, cpu: dict, start: str,
         f"{cpu[('dbspec', 'score_udf')] / cpu[('floor', 'copy')]:.2f}x) | - |",
         f"| against `spark_udf`, rows/s, best of {args.repeats} | {theirs[0]:,.0f} (spark_udf) "
         f"| {ours[0]:,.0f} | {ours[0] / theirs[0]:.2f}x spark_udf's | - |",
-        END,
     ]
-    text = RESULTS.read_text()
-    head, found, rest = text.partition(BEGIN)
-    if not found or END not in rest:
-        raise SystemExit(f"{RESULTS} lacks this script's markers {BEGIN!r} ... {END!r}")
-    RESULTS.write_text(head + "\n".join(lines) + rest.split(END, 1)[1])
-    print(f"wrote this run's figures into {RESULTS}")
+    write_section("batch_vs_spark_udf.py", lines)
 
 
 def main() -> None:
@@ -386,7 +377,7 @@ def main() -> None:
                         help="timed runs per side, after one untimed warm-up run (default 3)")
     parser.add_argument("--spec", default=str(setup.DIABETES_SPEC))
     parser.add_argument("--results", action="store_true",
-                        help=f"replace this script's section of {RESULTS.name} with the figures")
+                        help="replace this script's section of RESULTS.md with the figures")
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (store, input, outputs, Spark logs)")
     for internal in ("--side", "--input", "--output", "--reply-fd", "--tracking-uri", "--name",

@@ -59,6 +59,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _results import conditions, load, write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "specs" / "data" / "tiny_bert"
@@ -275,7 +276,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore", FutureWarning)  # transformers' deprecation notices
     device = torch.device(args.device)
-    start_load = _load()
+    start_load = load()
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp)
         checkpoint = make_checkpoint(project / "bert", args.hidden, args.layers) \
@@ -325,28 +326,22 @@ def main() -> None:
           "(target >= 0.95)")
 
 
-BEGIN = "<!-- begin: written by finetune_vs_hf.py --results -->"
-END = "<!-- end: finetune_vs_hf.py -->"
-
-
 def write_results(args, model: str, results: dict, ratios: tuple[float, float],
                   start_load: str) -> None:
-    """This run's figures as a marked section of benchmarks/RESULTS.md (replaced on rerun;
-    tests/test_benchmark_results.py holds the goal in it)."""
+    """This run's figures as finetune_vs_hf.py's section of benchmarks/RESULTS.md
+    (tests/test_benchmark_results.py holds the goal in it)."""
     rows = []
     for name, runs in results.items():
         walls, cpus = [r.speed.wall for r in runs], [r.speed.cpu for r in runs]
         rows.append(f"| {name} | {statistics.median(walls):,.1f} | {statistics.median(cpus):,.1f}"
                     f" | {runs[-1].test_loss:.4f} / {runs[-1].test_accuracy:.3f} |")
     wall, cpu = ratios
-    text = "\n".join([
-        BEGIN,
+    write_section("finetune_vs_hf.py", [
         "## Fine-tuning: dbspec's LoRA against the same fine-tuning written with Transformers"
         " and peft (issue 36)",
         "",
-        f"**Conditions.** {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average "
-        f"{start_load} at the start, {_load()} at the end, {os.cpu_count()} cores. "
-        f"`finetune_vs_hf.py --repeats {args.repeats} --results`: {model}, {args.rows:,} rows of"
+        conditions(f"finetune_vs_hf.py --repeats {args.repeats} --results", start_load)
+        + f" {model}, {args.rows:,} rows of"
         f" `generator: {args.generator}`, LoRA r={args.rank} on {args.targets}, batch "
         f"{args.batch}, {args.epochs} epochs, {args.device} {args.precision}, {args.threads} "
         "thread(s); both arms interleaved, order rotating. Timed: the training loops only.",
@@ -357,19 +352,7 @@ def write_results(args, model: str, results: dict, ratios: tuple[float, float],
         "",
         f"Ratio dbspec / hand-written, medians: **wall {wall:.3f}x**, per CPU-second "
         f"{cpu:.3f}x (goal >= 0.95).",
-        END])
-    path = Path(__file__).with_name("RESULTS.md")
-    current = path.read_text()
-    if BEGIN in current and END in current:
-        head, rest = current.split(BEGIN, 1)
-        current = head + text + rest.split(END, 1)[1]
-    else:
-        current = current.rstrip("\n") + "\n\n" + text + "\n"
-    path.write_text(current)
-
-
-def _load() -> str:
-    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    ])
 
 
 if __name__ == "__main__":

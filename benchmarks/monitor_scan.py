@@ -29,7 +29,9 @@ and peak memory of each side at both table sizes, then the ratio of rows/s. Targ
 and 35): dbspec's peak memory does not grow with the table, and its rows/s is at least
 pandas'. A missed target is a measurement: the exit status stays 0; an error
 exits non-zero. Other work on the machine skews the figures; the load average is printed.
-Run: ``python benchmarks/monitor_scan.py [--rows 2000000] [--repeats 2] [--keep]``.
+``--results`` writes the figures into benchmarks/RESULTS.md (its own section), where
+tests/test_benchmark_results.py holds the rows/s goal.
+Run: ``python benchmarks/monitor_scan.py [--rows 2000000] [--repeats 2] [--keep] [--results]``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _results import conditions, load, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "monitor_bench"
@@ -175,6 +179,8 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--results", action="store_true",
+                        help="write the figures into benchmarks/RESULTS.md")
     parser.add_argument("--pandas-peer", nargs=2, metavar=("TABLE", "PROFILE"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -192,6 +198,7 @@ def main() -> int:
 
 
 def _bench(work: Path, args) -> int:
+    start_load = load()
     print(f"load average at the start: {_load()}")
     (work / "spec.yaml").write_text(SPEC)
     trained = subprocess.run([sys.executable, "-m", "dbspec", "run", "spec.yaml", "--quiet"],
@@ -254,7 +261,45 @@ def _bench(work: Path, args) -> int:
           f"{median['dbspec'] / median['pandas']:.2f}x")
     print(f"dbspec / pandas rows/s on {args.rows:,} rows (best of {args.repeats}): "
           f"{best['dbspec'] / best['pandas']:.2f}x (target: >= 1)")
+    if args.results:
+        write_results(args, sizes, results, scans, start_load)
     return 0
+
+
+def write_results(args, sizes: dict, results: dict, scans: dict, start_load: str) -> None:
+    """monitor_scan.py's section of RESULTS.md: rows/s, CPU and peak memory of both sides."""
+    def rates(side: str) -> list[float]:
+        return [args.rows / seconds for seconds, _, _ in results[side, "full"]]
+
+    def peak(side: str, label: str) -> float:
+        return max(p for _, p, _ in results[side, label])
+
+    best = max(rates("dbspec")) / max(rates("pandas"))
+    median = statistics.median(rates("dbspec")) / statistics.median(rates("pandas"))
+    rows = [f"| {side} | {max(rates(side)):,.0f} | {statistics.median(rates(side)):,.0f} | "
+            f"{statistics.median(c for _, _, c in results[side, 'full']):.2f} | "
+            f"{peak(side, 'small'):,.0f} → {peak(side, 'full'):,.0f} "
+            f"({peak(side, 'full') / peak(side, 'small'):.2f}x) |" for side in ("pandas", "dbspec")]
+    write_section("monitor_scan.py", [
+        "## Monitoring: `dbspec monitor` against pandas computing the same statistics "
+        "(issue 35)",
+        "",
+        conditions(f"monitor_scan.py --rows {args.rows} --repeats {args.repeats} --results",
+                   start_load)
+        + f" A {args.rows:,}-row Delta inference table (and a {sizes['small']:,}-row one for "
+        "memory growth); `dbspec monitor` end to end (imports, registry, scan, statistics, "
+        "MLflow run) against `to_pandas` and the same statistics (no MLflow), each in a process "
+        "of its own, alternating. The scan alone, as dbspec reports it, ran at "
+        f"{args.rows / min(scans['full']):,.0f} rows/s at best.",
+        "",
+        f"| side | rows/s, best of {args.repeats} | median | CPU s, median | peak RSS MiB, "
+        f"{sizes['small']:,} → {args.rows:,} rows |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+        f"Ratio dbspec / pandas rows/s: **best {best:.2f}x**, medians {median:.2f}x "
+        f"(goal >= 1x: {'met' if best >= 1 else '**not met**'}).",
+    ])
 
 
 if __name__ == "__main__":

@@ -36,8 +36,11 @@ a measurement: the exit status stays 0; an error exits non-zero. Other work on t
 the figures; the load average is printed. The tables and projects are deleted at the end
 unless ``--keep``; free disk space is checked first, and available memory for the in-memory
 runs (which peaked at about ten times the feature matrix here).
+Issue 35's goal is tighter: peak RSS at most 1.5 GiB on 6,000,000 rows (2.4 GB);
+``--results`` writes the figures into benchmarks/RESULTS.md (its own section), where
+tests/test_benchmark_results.py holds it.
 Run: ``python benchmarks/streaming_scale.py [--rows 20000000] [--fit-rows 2000000]
-[--repeats 2] [--keep]`` (``--rows 200000 --fit-rows 200000`` for a quick try).
+[--repeats 2] [--keep] [--results]`` (``--rows 200000 --fit-rows 200000`` for a quick try).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _results import conditions, load, write_section
 
 FEATURES = 100
 CHUNK = 1_000_000
@@ -232,6 +237,8 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=None,
                         help="where the temporary directory goes (default: the system's)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--results", action="store_true",
+                        help="write the figures into benchmarks/RESULTS.md")
     args = parser.parse_args()
     if args.rows < 1000 or args.fit_rows < 1000 or args.repeats < 1:
         parser.error("--rows and --fit-rows need at least 1,000 rows, --repeats at least 1")
@@ -265,6 +272,7 @@ def main() -> int:
 
 
 def _bench(work: Path, args) -> int:
+    start_load = load()
     print(f"load average at the start: {_load()}")
     tables = {"big": (work / "table_big", args.rows, 1),
               "fits": (work / "table_fits", args.fit_rows, 2)}
@@ -301,7 +309,38 @@ def _bench(work: Path, args) -> int:
                 shutil.rmtree(work / name, ignore_errors=True)
     print(f"load average at the end: {_load()}")
     _report(args, big, runs, writes)
+    if args.results:
+        write_results(args, big, runs, start_load)
     return 0
+
+
+def write_results(args, big: dict, runs: dict[str, list[dict]], start_load: str) -> None:
+    """streaming_scale.py's section of RESULTS.md: the big table's peak RSS (issue 35's goal)
+    and the fits table's training rates."""
+    def rate(run: dict) -> float:
+        return run["training"]["train_samples_per_second"]
+
+    best = {mode: max(rate(r) for r in mode_runs) for mode, mode_runs in runs.items()}
+    write_section("streaming_scale.py", [
+        "## Streaming training: peak memory on a Delta table larger than the memory a run "
+        "may hold (issue 35)",
+        "",
+        conditions(f"streaming_scale.py --rows {args.rows} --fit-rows {args.fit_rows} "
+                   f"--repeats {args.repeats} --results", start_load)
+        + f" {args.rows:,} rows x 100 float32 features ({_gib(args.rows * ROW_BYTES)}), one "
+        "epoch of the MLP streamed from shards, each run in a process of its own (peak RSS "
+        "from `wait4`).",
+        "",
+        "| measure | figure | goal (issue 35) |",
+        "| --- | --- | --- |",
+        f"| peak RSS, streaming {args.rows:,} rows | **peak {big['peak_mib']:,.0f} MiB** "
+        f"(anonymous {big['anon_mib']:,.0f}, file-backed {big['file_mib']:,.0f}) | <= 1,536 "
+        f"MiB on 6,000,000 rows: {'met' if big['peak_mib'] <= 1536 else '**not met**'} |",
+        f"| train samples/s, streaming {args.rows:,} rows | {rate(big):,.0f} | - |",
+        f"| train samples/s on {args.fit_rows:,} rows, streaming / in memory, best of "
+        f"{args.repeats} | {best['stream']:,.0f} / {best['memory']:,.0f} = "
+        f"{best['stream'] / best['memory']:.2f} | >= {RATIO_TARGET} (the streaming issue) |",
+    ])
 
 
 def _print_run(mode: str, label: str, rows: int, run: dict) -> None:

@@ -100,12 +100,18 @@ class TrainingObserver:
         if self.tensorboard is not None:
             self.tensorboard(epoch=epoch, metrics=metrics)
 
-    def finish(self, *, device: str, threads: int, batch_size: int) -> list[Finding]:
-        """Stop sampling, close TensorBoard, and diagnose the run."""
-        self.__exit__()
+    def count_flops(self) -> None:
+        """Count the attached network's arithmetic a row now (:func:`training_flops_per_row`)
+        rather than in :meth:`finish`: a forward pass that, under ZeRO-3, every rank must run
+        at the same time."""
         if self._counted is not None:
             self.flops_per_row = training_flops_per_row(*self._counted)
             self._counted = None
+
+    def finish(self, *, device: str, threads: int, batch_size: int) -> list[Finding]:
+        """Stop sampling, close TensorBoard, and diagnose the run."""
+        self.__exit__()
+        self.count_flops()
         samples = self.monitor.samples if self.monitor is not None else []
         facts = RunFacts(device=device, threads=threads, cpu_count=os.cpu_count() or 1,
                          batch_size=batch_size, oom_batch_sizes=tuple(self.oom_batch_sizes),

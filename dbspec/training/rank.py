@@ -91,6 +91,8 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
         outcome = train(model, tensors, training, loss=job.card.loss, device=device,
                         options=options)
     seconds = time.perf_counter() - started
+    if engine is not None and spec.compute.zero_stage == 3:
+        _count_flops_together(observer, network, tensors)
     weights = _full_state(network, engine, spec)
     rows = tensors.train.rows(0) if is_streamed(tensors) else len(tensors.x_train)
     RankReport(rank, rows, outcome.samples_per_second, seconds,
@@ -130,6 +132,19 @@ def _flushed(logger) -> Iterator[None]:
         raise
     if logger is not None:
         logger.flush()  # every epoch is in MLflow before the result says the training ended
+
+
+def _count_flops_together(observer, network, tensors) -> None:
+    """The diagnosis's FLOP count under ZeRO-3: its forward pass gathers the partitioned
+    parameters, which takes every rank, so the others run it beside rank 0's observer (seen:
+    rank 0 counting alone waited forever on ranks already at the closing barrier)."""
+    if observer is not None:
+        observer.count_flops()
+        return
+    from dbspec.observability.observer import training_flops_per_row
+    from dbspec.training.loop import example_rows
+
+    training_flops_per_row(network, example_rows(tensors).to(next(network.parameters()).device))
 
 
 def _diagnosis(observer, device, batch_size: int) -> tuple[str, ...]:
