@@ -306,6 +306,8 @@ LINE_BUDGET = {
     "counted by the diagnosis, one Optuna storage per tune stage": 38,
     "issue 36: model.pretrained on vision checkpoints (image features, the image processor's "
     "scaling, checks at validate)": 80,
+    "issue 36: ZeRO-3 on a pretrained checkpoint (partitioned loading, the FLOP count on every "
+    "rank, held parameters), a local checkpoint's contents in the plan": 85,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 

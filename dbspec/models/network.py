@@ -163,7 +163,8 @@ def _build_layers(layers: list, shapes: list, where: Callable[[int], str], *, ma
 
 
 def build_network(model: ModelSpec, in_features: int, out_features: int,
-                  inputs: Optional[list[dict]] = None, load_weights: bool = False) -> nn.Module:
+                  inputs: Optional[list[dict]] = None, load_weights: bool = False,
+                  check: bool = True) -> nn.Module:
     """The network for ``in_features`` matrix columns; its output width must be
     ``out_features``.
 
@@ -172,6 +173,8 @@ def build_network(model: ModelSpec, in_features: int, out_features: int,
             :class:`~dbspec.models.typed.TypedNetwork` (a custom class gets the matrix as is).
         load_weights: Read the weights files the spec names (resnet ``weights``): when a run
             trains; a served model is rebuilt without them and loads its own state dict.
+        check: The output check, a forward pass on two rows; off where it cannot run (a ZeRO-3
+            rank's partitioned parameters, outside the engine) and ran already (the launcher).
 
     Raises:
         ModelError: the layers do not fit the data, the custom class cannot be imported or
@@ -192,7 +195,8 @@ def build_network(model: ModelSpec, in_features: int, out_features: int,
         network = _typed(model, inputs, load_weights)
     else:
         network = _head(model, in_features, "the data has {} features", load_weights)
-    _check_output(network, in_features, out_features, finite=model.layers is not None)
+    if check:
+        _check_output(network, in_features, out_features, finite=model.layers is not None)
     return network
 
 

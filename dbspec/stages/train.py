@@ -162,6 +162,9 @@ def _fit_distributed(job: _TrainingJob, tracker, run_id: str):
                         "dbspec.backend": extra["backend"]})
     tracker.log_metrics({f"rank_{r['rank']}_samples_per_second": r["samples_per_second"]
                          for r in extra["ranks"]})
+    # a ZeRO-3 rank's partition of the network (else the whole), as it was built
+    tracker.log_metrics({f"rank_{r['rank']}_held_parameters": r["held_parameters"]
+                         for r in extra["ranks"] if r.get("held_parameters") is not None})
     return result
 
 

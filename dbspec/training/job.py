@@ -96,14 +96,16 @@ class RankJob:
 
 @dataclass(frozen=True)
 class RankReport:
-    """What one rank did: rows, speed, time, and a checksum of its final weights (equal on
-    every rank when DDP kept them in step)."""
+    """What one rank did: rows, speed, time, a checksum of its final weights (equal on every
+    rank when DDP kept them in step), and how many of the network's parameters it held once
+    built (under ZeRO-3, its partition; else all of them)."""
 
     rank: int
     rows: int
     samples_per_second: float
     seconds: float
     checksum: float
+    held_parameters: Optional[int] = None
 
     def write(self, work_dir: Path) -> None:
         """Write ``work_dir/rank-N.json``."""

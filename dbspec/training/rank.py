@@ -49,6 +49,8 @@ def rank_main(work_dir: str) -> None:
             dist.init_process_group(job.backend)
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         device = torch.device("cuda", local_rank) if job.use_gpu else torch.device("cpu")
+        if job.use_gpu:  # where zero.Init places a ZeRO-3 partition as the model is built
+            torch.cuda.set_device(device)
         train_rank(Path(work_dir), rank, device)
         dist.destroy_process_group()
     except BaseException as exc:
@@ -73,6 +75,7 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     spec = job.spec
     torch.manual_seed(spec.training.seed)  # identical initial weights on every rank
     served = ServedModel(job.card, _rank_network(job))
+    held = sum(p.numel() for p in served.network.parameters())  # a ZeRO-3 partition: its share
     network = served.network.to(device)
     tensors = _rank_tensors(job, served, work_dir, rank, device)
     model, engine = _parallel_model(network, job, device)
@@ -96,7 +99,7 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     weights = _full_state(network, engine, spec)
     rows = tensors.train.rows(0) if is_streamed(tensors) else len(tensors.x_train)
     RankReport(rank, rows, outcome.samples_per_second, seconds,
-               float(sum(v.double().sum() for v in weights.values()))).write(work_dir)
+               float(sum(v.double().sum() for v in weights.values())), held).write(work_dir)
     if rank == 0:
         torch.save(weights, work_dir / "weights.pt")
         diagnosis = _diagnosis(observer, device, training.batch_size)
@@ -115,9 +118,25 @@ def _rank_network(job: RankJob):
         return None
     from dbspec.models.network import build_network
 
-    card = job.card
+    zero3 = (job.deepspeed or {}).get("zero_optimization", {}).get("stage") == 3
+    if zero3:
+        _load_partitioned(job.deepspeed)
+    card = job.card  # the launcher built this network and checked its output already
     return build_network(job.spec.model, len(card.feature_names), card.out_features,
-                         inputs=card.inputs, load_weights=True)
+                         inputs=card.inputs, load_weights=True, check=not zero3)
+
+
+#: Transformers' ZeRO-3 switch, kept for the life of the rank (it holds a weak reference)
+_ZERO3_LOADING: list = []
+
+
+def _load_partitioned(config: dict) -> None:
+    """Under ZeRO-3, ``from_pretrained`` builds the model inside ``deepspeed.zero.Init`` and
+    loads the checkpoint into the partitions, so no rank holds (or moves to its GPU) the whole
+    model: Transformers' documented switch outside its Trainer, ``HfDeepSpeedConfig``."""
+    from transformers.integrations import HfDeepSpeedConfig
+
+    _ZERO3_LOADING.append(HfDeepSpeedConfig(config))
 
 
 @contextlib.contextmanager
