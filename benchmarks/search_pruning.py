@@ -8,7 +8,8 @@ tune stage's wall time (from ``--summary-json``), the process's CPU time, the be
 
 Targets: at least 2x fewer epochs with pruning and the best value within 5%; the study's wall
 time falling with the epochs: at least 1.8x faster with pruning (issue 16).
-Run: ``python benchmarks/search_pruning.py [--trials 30] [--repeats 3]``.
+``--results`` writes the figures into benchmarks/RESULTS.md (its own section).
+Run: ``python benchmarks/search_pruning.py [--trials 30] [--repeats 3] [--results]``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _results import conditions, load, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "specs" / "breast_cancer_search.yaml"
@@ -61,7 +64,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--results", action="store_true",
+                        help="write the figures into benchmarks/RESULTS.md")
     args = parser.parse_args()
+    start_load = load()
     results: dict[str, list[dict]] = {p: [] for p in PRUNERS}
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -95,6 +101,27 @@ def main() -> None:
     print(f"ratio (without / with pruning): epochs {epochs:.2f}x (target >= 2x); process CPU "
           f"{cpu_med:.2f}x (median); tune wall {wall_min:.2f}x (min), {wall_med:.2f}x (median) "
           "(target >= 1.8x)")
+    if args.results:
+        rows = [f"| {pruner} | {statistics.median(r['epochs'] for r in results[pruner]):,.0f} | "
+                f"{stat(pruner, 'tune')[1]:.1f} | {stat(pruner, 'cpu')[1]:.1f} | "
+                f"{results[pruner][0]['best']:.5f} |" for pruner in PRUNERS]
+        write_section("search_pruning.py", [
+            "## Search: the median pruner against the same study without pruning (issue 35)",
+            "",
+            conditions(f"search_pruning.py --trials {args.trials} --repeats {args.repeats} "
+                       "--results", start_load)
+            + f" `specs/{SPEC.name}`'s TPE study, each study one `dbspec run --only tune` in a "
+            "fresh process, alternating.",
+            "",
+            "| pruner | epochs, median | tune stage wall s, median | process CPU s, median "
+            "| best value (first repeat) |",
+            "| --- | --- | --- | --- | --- |",
+            *rows,
+            "",
+            f"Without / with pruning: epochs {epochs:.2f}x, process CPU {cpu_med:.2f}x, "
+            f"**tune wall {wall_med:.2f}x** median ({wall_min:.2f}x of the fastest runs); goal "
+            f">= 1.8x: {'met' if wall_med >= 1.8 else '**not met**'}.",
+        ])
 
 
 if __name__ == "__main__":
