@@ -75,7 +75,7 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     spec = job.spec
     torch.manual_seed(spec.training.seed)  # identical initial weights on every rank
     served = ServedModel(job.card, _rank_network(job))
-    held = sum(p.numel() for p in served.network.parameters())  # a ZeRO-3 partition: its share
+    held = _held_parameters(served.network)
     network = served.network.to(device)
     tensors = _rank_tensors(job, served, work_dir, rank, device)
     model, engine = _parallel_model(network, job, device)
@@ -151,6 +151,13 @@ def _flushed(logger) -> Iterator[None]:
         raise
     if logger is not None:
         logger.flush()  # every epoch is in MLflow before the result says the training ended
+
+
+def _held_parameters(network) -> int:
+    """Parameters this rank holds: under ZeRO-3 a partitioned one is an empty placeholder and
+    the rank's part of it is its ``ds_tensor``."""
+    return sum(p.ds_tensor.numel() if hasattr(p, "ds_tensor") else p.numel()
+               for p in network.parameters())
 
 
 def _count_flops_together(observer, network, tensors) -> None:

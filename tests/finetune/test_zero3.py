@@ -37,10 +37,14 @@ def test_zero3_fine_tunes_the_checkpoint_on_two_ranks_and_registers_a_scoring_mo
     assert "by torchrun" in training["placement"]
     # the adapters, the pooler and the head: as on one process (test_run.py)
     assert 0 < training["trained_parameters"] < 0.2 * training["parameters"]
-    # each rank built the checkpoint into its own partition (zero.Init), never the whole model
+    # each rank built the checkpoint into its own partition (zero.Init), never the whole
+    # model: half the checkpoint's weights (each tensor padded by at most one element), and
+    # the adapters and head that peft adds after loading, whole until the engine partitions
     metrics = mlflow.MlflowClient(store).get_run(summary["run_id"]).data.metrics
     held = [metrics[f"rank_{rank}_held_parameters"] for rank in (0, 1)]
-    assert all(0 < count < 0.6 * training["parameters"] for count in held), held
+    trained, total = training["trained_parameters"], training["parameters"]
+    assert all(trained < count <= trained + (total - trained) / 2 + 200 for count in held), \
+        (held, trained, total)
     # rank 0 gathered the partitioned weights and merged the adapters into the logged model
     with mlflow_pointed_at(store):
         model = mlflow.pyfunc.load_model(
