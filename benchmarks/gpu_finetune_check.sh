@@ -3,7 +3,13 @@
 # repository root, one command (a few minutes). Needs a CUDA torch, transformers and peft there,
 # and dbspec's other dependencies (mlflow-skinny with sqlalchemy and alembic, pydantic, optuna);
 # nothing is downloaded: the checkpoint is specs/data/tiny_bert. Where the machine lacks
-# packages, wheels in ./.whl are installed to /tmp/site first (no index, no dependencies).
+# packages, wheels in ./.whl are installed to /tmp/site first (no index, no dependencies);
+# made on a machine with an index, for the GPU machine's Python (3.12 on the H200 here):
+#   pip download --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform any \
+#     -d .whl mlflow-skinny==3.17.2 pydantic sqlalchemy alembic databricks-sdk optuna
+# then delete the wheels of packages the machine has (numpy, pyyaml, protobuf, requests,
+# click...): 20 MB remained here, cryptography included (MLflow's SQLite store imports it).
 # What it checks, each step with its own time limit, all output also in $OUT/log when set:
 #  1. LoRA on single_gpu with bf16 autocast and gradient checkpointing: the run ends, reports
 #     the trained share and the device, and the logged model scores raw text through
