@@ -41,7 +41,7 @@ work=$(mktemp -d)
 ln -s "$PWD/specs" "$work/specs"
 show() {  # name: the run's summary, in one line
   python3 -c "import json; d=json.load(open('$work/$1.json')); \
-print('$1:', d.get('status'), '| training', d.get('training'), '| test_accuracy', \
+print('$1: promotion', d.get('promotion'), '| training', d.get('training'), '| test_accuracy', \
 d.get('metrics', {}).get('test_accuracy'))" || echo "$1: no summary"
 }
 run() {  # name, spec, then dbspec run options
