@@ -286,6 +286,7 @@ LINE_BUDGET = {
     "issue 34: monitoring fails closed on tables it cannot trust (monitoring/layout.py)": 155,
     "issue 34: serving.out_of_range holds on the logged MLflow model's own paths": 32,
     "issue 37: one CLI voice (--format json, init --label, run --tracking-uri, descriptions)": 100,
+    "issue 36: run --tracking-uri's help says which registry wins": 1,
     "issue 34: one-pass validation, a local CSV's header at validate, 100,000 columns": 97,
     "issue 34: verified approvers and four eyes; serving's repeated columns, encodings, "
     "image caps, decoding off the event loop": 157,

@@ -32,8 +32,9 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where stage state, the default MLflow store and artifacts live "
                              "(default: .dbspec)")
     parser.add_argument("--tracking-uri", metavar="URI",
-                        help="MLflow tracking/registry URI (default: MLFLOW_TRACKING_URI, else "
-                             "tracking.tracking_uri, else mlflow.db in the state dir)")
+                        help="MLflow tracking URI, the registry's too unless MLFLOW_REGISTRY_URI "
+                             "or tracking.registry_uri names another (default: "
+                             "MLFLOW_TRACKING_URI, tracking.tracking_uri, mlflow.db in the state dir)")
     _placement_arguments(parser)
     parser.add_argument("--fail-on-reject", action="store_true",
                         help=f"exit {EXIT_REJECTED} when the promotion gates reject the new "

@@ -39,6 +39,10 @@ def rank_main(work_dir: str) -> None:
         import torch.distributed as dist
 
         job = RankJob.read(Path(work_dir))
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local_rank) if job.use_gpu else torch.device("cpu")
+        if job.use_gpu:  # before nccl's communicators, and where zero.Init puts a partition
+            torch.cuda.set_device(device)
         if job.deepspeed:
             import deepspeed
 
@@ -47,10 +51,6 @@ def rank_main(work_dir: str) -> None:
             deepspeed.init_distributed(dist_backend=job.backend)
         else:
             dist.init_process_group(job.backend)
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        device = torch.device("cuda", local_rank) if job.use_gpu else torch.device("cpu")
-        if job.use_gpu:  # where zero.Init places a ZeRO-3 partition as the model is built
-            torch.cuda.set_device(device)
         train_rank(Path(work_dir), rank, device)
         dist.destroy_process_group()
     except BaseException as exc:
