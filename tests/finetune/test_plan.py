@@ -67,3 +67,34 @@ def test_a_checkpoint_rewritten_in_place_reruns_preprocess(tmp_path, monkeypatch
     for elsewhere in ("someone/another-model", "/Volumes/main/models/ckpt"):
         assert checkpoint_version(apply_values(
             loaded, {"model.pretrained.checkpoint": elsewhere}).spec) is None
+
+
+def test_run_and_plan_see_a_checkpoint_rewritten_in_place(tmp_path):
+    """The executor and ``dbspec plan`` both hash the checkpoint: right after a run, plan finds
+    the fingerprint the run recorded (cached); once the tokenizer changes under the same path,
+    preprocess is stale and the split is not."""
+    import json
+    import shutil
+
+    from tests.conftest import run_in_process
+
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(ROOT / "specs" / "data" / "tiny_bert", checkpoint)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((ROOT / "specs" / "text_finetune.yaml").read_text()
+                    .replace("specs/data/tiny_bert", str(checkpoint))
+                    .replace("rows: 3000", "rows: 300"))
+    result = run_in_process("run", str(spec), "--only", "load_data,split,preprocess", "-q",
+                            cwd=tmp_path, env={"HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def statuses() -> dict[str, str]:
+        result = run_in_process("plan", str(spec), "--format", "json", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        return {s["name"]: s["status"] for s in json.loads(result.stdout)["stages"]}
+
+    assert statuses()["preprocess"] == "cached"
+    tokenizer = checkpoint / "tokenizer_config.json"
+    tokenizer.write_text(tokenizer.read_text().replace("}", ', "model_max_length": 64}', 1))
+    after = statuses()
+    assert after["preprocess"] == "stale" and after["split"] == "cached"
