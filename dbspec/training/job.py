@@ -67,6 +67,11 @@ class RankJob:
     checkpoint_dir: Optional[Path] = None
     shards: Optional[Path] = None
 
+    @property
+    def zero3(self) -> bool:
+        """DeepSpeed ZeRO-3: the parameters are partitioned between the ranks."""
+        return (self.deepspeed or {}).get("zero_optimization", {}).get("stage") == 3
+
     def write(self, work_dir: Path) -> Path:
         """Write the job to ``work_dir/job.json``; returns the file."""
         path = Path(work_dir) / JOB_FILE

@@ -82,7 +82,7 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
     checkpoints = _checkpoints(job, engine, rank)
     logger = _rank_zero_logger(job, rank)
     observer = _rank_zero_observer(job, rank, work_dir, network, tensors)
-    training = _training_for(job, engine)
+    training = _training_for(job)
     options = TrainOptions(
         epochs=job.epochs, score_validation=validation_scorer(spec, served),
         checkpoints=checkpoints, resume=job.resume,
@@ -94,9 +94,9 @@ def train_rank(work_dir: Path, rank: int, device) -> None:
         outcome = train(model, tensors, training, loss=job.card.loss, device=device,
                         options=options)
     seconds = time.perf_counter() - started
-    if engine is not None and spec.compute.zero_stage == 3:
+    if job.zero3:
         _count_flops_together(observer, network, tensors)
-    weights = _full_state(network, engine, spec)
+    weights = _full_state(network, job.zero3)
     rows = tensors.train.rows(0) if is_streamed(tensors) else len(tensors.x_train)
     RankReport(rank, rows, outcome.samples_per_second, seconds,
                float(sum(v.double().sum() for v in weights.values())), held).write(work_dir)
@@ -118,12 +118,11 @@ def _rank_network(job: RankJob):
         return None
     from dbspec.models.network import build_network
 
-    zero3 = (job.deepspeed or {}).get("zero_optimization", {}).get("stage") == 3
-    if zero3:
+    if job.zero3:
         _load_partitioned(job.deepspeed)
     card = job.card  # the launcher built this network and checked its output already
     return build_network(job.spec.model, len(card.feature_names), card.out_features,
-                         inputs=card.inputs, load_weights=True, check=not zero3)
+                         inputs=card.inputs, load_weights=True, check=not job.zero3)
 
 
 #: Transformers' ZeRO-3 switch, kept for the life of the rank (it holds a weak reference)
@@ -262,11 +261,11 @@ def _rank_zero_observer(job: RankJob, rank: int, work_dir: Path, network, tensor
     return observer
 
 
-def _training_for(job: RankJob, engine):
+def _training_for(job: RankJob):
     """The training section as this rank runs it: under ZeRO-3 the parameters are
     partitioned, so a copied state dict is not the whole model and restore-best is off."""
     training = job.spec.training
-    if engine is None or job.spec.compute.zero_stage != 3 or not training.early_stopping:
+    if not job.zero3 or not training.early_stopping:
         return training
     stopping = training.early_stopping.model_copy(update={"restore_best": False})
     return training.model_copy(update={"early_stopping": stopping})
@@ -303,10 +302,10 @@ def _epoch_logger(logger, checkpoints, rank: int):
     return log_epoch
 
 
-def _full_state(network, engine, spec) -> dict:
+def _full_state(network, zero3: bool) -> dict:
     """The complete float32 weights (gathered from every rank under ZeRO-3)."""
     gather = contextlib.nullcontext()
-    if engine is not None and spec.compute.zero_stage == 3:
+    if zero3:
         import deepspeed
 
         gather = deepspeed.zero.GatheredParameters(list(network.parameters()), modifier_rank=None)
