@@ -90,37 +90,36 @@ def run_in_process(*args: str, cwd: Path = ROOT, env: dict | None = None,
 
     from dbspec.cli import main
 
-    saved_uris = _mlflow_globals(None)  # a fresh process has none set
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     out, err = io.StringIO(), io.StringIO()
 
     def still_running(signum, frame):
         raise _StillRunning()
 
-    previous_handler = signal.signal(signal.SIGALRM, still_running)
-    try:
-        os.environ.update(env or {})
-        os.chdir(cwd)
-        signal.alarm(timeout)
+    with mlflow_uris_kept(cleared=True):  # a fresh process has none set
+        previous_handler = signal.signal(signal.SIGALRM, still_running)
         try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                try:
-                    code = main(list(args))
-                except SystemExit as exc:  # argparse: 2 for a usage error, 0 for --help
-                    code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) \
-                        else 1
-        except _StillRunning:
-            raise AssertionError(f"dbspec {' '.join(args)} still ran after {timeout} s:\n"
-                                 f"{err.getvalue()[-3000:]}") from None
+            os.environ.update(env or {})
+            os.chdir(cwd)
+            signal.alarm(timeout)
+            try:
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    try:
+                        code = main(list(args))
+                    except SystemExit as exc:  # argparse: 2 for a usage error, 0 for --help
+                        code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) \
+                            else 1
+            except _StillRunning:
+                raise AssertionError(f"dbspec {' '.join(args)} still ran after {timeout} s:\n"
+                                     f"{err.getvalue()[-3000:]}") from None
+            finally:
+                signal.alarm(0)
         finally:
-            signal.alarm(0)
-    finally:
-        signal.signal(signal.SIGALRM, previous_handler)
-        os.chdir(saved_cwd)
-        _mlflow_globals(saved_uris)
-        for name in set(os.environ) - set(saved_env):
-            del os.environ[name]
-        os.environ.update(saved_env)
+            signal.signal(signal.SIGALRM, previous_handler)
+            os.chdir(saved_cwd)
+            for name in set(os.environ) - set(saved_env):
+                del os.environ[name]
+            os.environ.update(saved_env)
     return subprocess.CompletedProcess(["dbspec", *args], code, out.getvalue(), err.getvalue())
 
 
@@ -129,36 +128,47 @@ _MLFLOW_ENV = ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")
 # over the environment
 _MLFLOW_GLOBALS = {"mlflow.tracking._tracking_service.utils": "_tracking_uri",
                    "mlflow.tracking._model_registry.utils": "_registry_uri"}
-_UNCHANGED = object()
 
 
-def _mlflow_globals(new=_UNCHANGED) -> dict:
-    """MLflow's process-wide URIs by module (None where the module is not imported yet); with
-    ``new`` (one value for all, or such a dict), set to it where imported."""
-    old = {module: getattr(sys.modules.get(module), attribute, None)
-           for module, attribute in _MLFLOW_GLOBALS.items()}
-    if new is not _UNCHANGED:
-        for module, attribute in _MLFLOW_GLOBALS.items():
-            if module in sys.modules:
-                setattr(sys.modules[module], attribute,
-                        new.get(module) if isinstance(new, dict) else new)
-    return old
+@contextlib.contextmanager
+def mlflow_uris_kept(*, cleared: bool = False):
+    """MLflow's tracking and registry URIs, in the environment and in MLflow's process-wide
+    globals, as they were on entering once the block ends; ``cleared``: the globals unset
+    meanwhile, as a fresh process has them."""
+    env = {name: os.environ.get(name) for name in _MLFLOW_ENV}
+    uris = {module: getattr(sys.modules.get(module), name, None)
+            for module, name in _MLFLOW_GLOBALS.items()}
+    if cleared:
+        _set_mlflow_globals(dict.fromkeys(uris))
+    try:
+        yield
+    finally:
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        _set_mlflow_globals(uris)
+
+
+def _set_mlflow_globals(values: dict) -> None:
+    for module, value in values.items():
+        if module in sys.modules:  # one imported later was unset before: None is its state
+            setattr(sys.modules[module], _MLFLOW_GLOBALS[module], value)
 
 
 @contextlib.contextmanager
 def mlflow_pointed_at(uri: str):
     """MLflow pointed at the store ``uri`` through the environment alone, as a user's process
-    is, whatever an earlier test in this worker set: the process-wide URIs that
-    ``mlflow.set_tracking_uri`` / ``set_registry_uri`` keep win over the environment, so they
-    are cleared, and all of it is put back on leaving."""
-    from mlflow.tracking._model_registry import utils as registry_utils
-    from mlflow.tracking._tracking_service import utils as tracking_utils
+    is, whatever an earlier test in this worker set (the globals win over the environment, so
+    they are cleared); all of it put back on leaving."""
+    import importlib
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLFLOW_TRACKING_URI", uri)
-        patch.delenv("MLFLOW_REGISTRY_URI", raising=False)
-        patch.setattr(tracking_utils, "_tracking_uri", None)
-        patch.setattr(registry_utils, "_registry_uri", None)
+    for module in _MLFLOW_GLOBALS:
+        importlib.import_module(module)
+    with mlflow_uris_kept(cleared=True):
+        os.environ["MLFLOW_TRACKING_URI"] = uri
+        os.environ.pop("MLFLOW_REGISTRY_URI", None)
         yield
 
 
@@ -169,7 +179,8 @@ def _mlflow_uris_restored():
     every later test's registrations to one store, and a leaked ``set_tracking_uri`` made a
     later ``load_model`` read another store than its environment named, in whatever order
     pytest-xdist ran them."""
-    yield from _uris_kept()
+    with mlflow_uris_kept():
+        yield
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -177,19 +188,8 @@ def _mlflow_uris_restored_per_module():
     """The same for each test module: a module-scoped fixture that runs dbspec in this process
     (which sets the URIs, as a run's process does) leaves them set for its module's tests
     only, not for whatever module this worker runs next."""
-    yield from _uris_kept()
-
-
-def _uris_kept():
-    saved = {name: os.environ.get(name) for name in _MLFLOW_ENV}
-    saved_uris = _mlflow_globals()
-    yield
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    _mlflow_globals(saved_uris)
+    with mlflow_uris_kept():
+        yield
 
 
 @pytest.fixture
