@@ -11,13 +11,14 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT, run_cli, run_in_process
+from tests.conftest import ROOT, mlflow_pointed_at, run_cli, run_in_process
 
 SPEC = ROOT / "specs" / "image_finetune.yaml"
 
 
 @pytest.fixture(scope="module")
-def finetuned(tmp_path_factory):
+def vit_finetuned(tmp_path_factory):
+    """The full run of specs/image_finetune.yaml in a project of its own."""
     project = tmp_path_factory.mktemp("image_finetune")
     (project / "specs").symlink_to(ROOT / "specs")
     result = run_in_process("run", "specs/image_finetune.yaml", "--summary-json", "s.json",
@@ -28,14 +29,14 @@ def finetuned(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_lora_on_a_vit_learns_the_digits_and_serves_png(finetuned):
+def test_lora_on_a_vit_learns_the_digits_and_serves_png(vit_finetuned):
     import mlflow
     import numpy as np
     import pandas as pd
     from PIL import Image
     from sklearn.datasets import load_digits
 
-    project, printed = finetuned
+    project, printed = vit_finetuned
     trained, total = re.search(r"trained ([\d,]+) of ([\d,]+) parameters", printed).groups()
     assert 0 < int(trained.replace(",", "")) < int(total.replace(",", "")) / 4
     summary = json.loads((project / "s.json").read_text())
@@ -46,13 +47,10 @@ def test_lora_on_a_vit_learns_the_digits_and_serves_png(finetuned):
         buffer = io.BytesIO()
         Image.fromarray(np.round(pixels * 255 / 16).astype(np.uint8)).save(buffer, "PNG")
         pngs.append(base64.b64encode(buffer.getvalue()).decode("ascii"))
-    mlflow.set_tracking_uri(f"sqlite:///{project}/.dbspec/mlflow.db")
-    try:
-        uri = f"models:/{summary['model_name']}/{summary['model_version']}"
+    uri = f"models:/{summary['model_name']}/{summary['model_version']}"
+    with mlflow_pointed_at(f"sqlite:///{project}/.dbspec/mlflow.db"):
         scored = mlflow.pyfunc.load_model(uri).predict(pd.DataFrame({"image": pngs}))
         pins = open(mlflow.artifacts.download_artifacts(f"{uri}/requirements.txt")).read()
-    finally:
-        mlflow.set_tracking_uri(None)
     predicted = pd.DataFrame(scored)["prediction"].astype(int).to_numpy()
     assert (predicted == digits.target[:20]).mean() >= 0.5
     assert "transformers==" in pins and "pillow==" in pins and "peft" not in pins

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.conftest import ROOT, run_in_process
+from tests.conftest import ROOT, mlflow_pointed_at, run_in_process
 
 pytestmark = pytest.mark.slow  # a training run (about a minute on a loaded 2-core machine)
 
@@ -38,15 +38,13 @@ def test_pyfunc_scores_raw_text_with_the_adapters_merged(finetuned):
 
     project, _ = finetuned
     summary = json.loads((project / "s.json").read_text())
-    mlflow.set_tracking_uri(f"sqlite:///{project}/.dbspec/mlflow.db")
-    try:  # by version: a smoke run's one epoch may not pass the accuracy gate
-        uri = f"models:/{summary['model_name']}/{summary['model_version']}"
+    # by version: a smoke run's one epoch may not pass the accuracy gate
+    uri = f"models:/{summary['model_name']}/{summary['model_version']}"
+    with mlflow_pointed_at(f"sqlite:///{project}/.dbspec/mlflow.db"):
         model = mlflow.pyfunc.load_model(uri)
         texts = ["The mopa kilded the zuto near a tree.", "", "Who did what to whom?"]
         scored = pd.DataFrame(model.predict(pd.DataFrame({"text": texts})))
         requirements = (mlflow.artifacts.download_artifacts(f"{uri}/requirements.txt"))
-    finally:
-        mlflow.set_tracking_uri(None)
     assert list(scored.columns) == ["prediction", "probability"] and len(scored) == 3
     assert scored["probability"].between(0, 1).all()
     pins = open(requirements).read()
