@@ -64,7 +64,8 @@ def test_a_checkpoint_rewritten_in_place_reruns_preprocess(tmp_path, monkeypatch
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert fingerprints()["preprocess"] != second["preprocess"]
     # a hub id (the id and revision stand for it) and a Volume off Databricks hash nothing
-    for elsewhere in ("someone/another-model", "/Volumes/main/models/ckpt"):
+    # and a path that is no directory (the run fails on it, located)
+    for elsewhere in ("someone/another-model", "/Volumes/main/models/ckpt", str(tmp_path / "no")):
         assert checkpoint_version(apply_values(
             loaded, {"model.pretrained.checkpoint": elsewhere}).spec) is None
 
