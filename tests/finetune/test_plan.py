@@ -64,10 +64,11 @@ def test_a_checkpoint_rewritten_in_place_reruns_preprocess(tmp_path, monkeypatch
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert fingerprints()["preprocess"] != second["preprocess"]
     # a hub id (the id and revision stand for it) and a Volume off Databricks hash nothing
-    # and a path that is no directory (the run fails on it, located)
-    for elsewhere in ("someone/another-model", "/Volumes/main/models/ckpt", str(tmp_path / "no")):
+    for elsewhere in ("someone/another-model", "/Volumes/main/models/ckpt"):
         assert checkpoint_version(apply_values(
             loaded, {"model.pretrained.checkpoint": elsewhere}).spec) is None
+    shutil.rmtree(checkpoint)  # gone since validation: the run fails on it, located
+    assert checkpoint_version(loaded.spec) is None
 
 
 def test_run_and_plan_see_a_checkpoint_rewritten_in_place(tmp_path):
