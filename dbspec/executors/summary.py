@@ -44,6 +44,7 @@ class RunSummary:
     aliases_set: dict[str, str] = field(default_factory=dict)
     previous_alias_holder: Optional[str] = None
     promotion: Optional[str] = None
+    deployment_job: Optional[str] = None  # the job a ``deferred`` promotion was left to
     gates: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     search: dict[str, Any] = field(default_factory=dict)
@@ -75,6 +76,7 @@ class RunSummary:
             aliases_set=promote.aliases_set() if promote else {},
             previous_alias_holder=promote.previous if promote else None,
             promotion=promote.decision if promote else None,
+            deployment_job=promote.deployment_job if promote else None,
             gates=list(promote.gates) if promote else [],
             metrics=dict(evaluate.metrics) if evaluate else {}, search=search,
             training={k: v for k, v in trained.items() if k in _TRAINING},
@@ -103,7 +105,8 @@ class RunSummary:
             rows.append(("model version", f"{self.model_name} v{self.model_version}"))
         if self.promotion:
             moved = ", ".join(f"@{a} -> v{v}" for a, v in self.aliases_set.items())
-            rows.append(("promotion", self.promotion + (f" ({moved})" if moved else "")))
+            job = f" to deployment job {self.deployment_job}" if self.deployment_job else ""
+            rows.append(("promotion", self.promotion + job + (f" ({moved})" if moved else "")))
             rows += [("  gate", gate) for gate in self.gates]
         rows += self._outcome_rows()
         if self.training:

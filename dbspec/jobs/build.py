@@ -113,6 +113,7 @@ def build_job(spec, where: JobTarget):
     settings = spec.jobs
     groups = task_groups(compile_plan(spec))
     clusters: dict[str, Any] = {}
+    link = None
     if serverless(spec):
         tasks = [ai_runtime_task(spec, str(where.script),
                                  [s for _, group, _ in groups for s in group])]
@@ -125,7 +126,9 @@ def build_job(spec, where: JobTarget):
             registers.depends_on = [*(registers.depends_on or []),
                                     j.TaskDependency(task_key=link.task_key)]
             tasks.insert(0, link)
-    update = endpoint_task(spec, where)  # the endpoint follows the alias (realtime serving)
+    # the endpoint follows the alias (realtime serving); with a linked deployment job, the run's
+    # promote stage leaves the version to that job, which moves the alias and the endpoint
+    update = endpoint_task(spec, where) if link is None else None
     if update is not None:
         tasks.append(update)
     return j.JobSettings(

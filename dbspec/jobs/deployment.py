@@ -5,7 +5,9 @@ per promotion stage a task re-checking the stage's gates and moving its alias (`
 promote``); a stage that requires approval first passes an approval task (``approval_<alias>``,
 which succeeds once the version carries a tag of that name with the value ``approved``, the tag
 the UI's Approve button sets), then ``dbspec approve``; last the ``update_endpoint`` task moves
-the serving endpoint. One run at a time, queued, so promotions of one model never overlap.
+the serving endpoint. One run at a time, queued, so promotions of one model never overlap: the
+promote stage of a run on a linked model leaves the version to it, and the main job has no
+``update_endpoint`` task of its own.
 
 With ``monitoring.on_alert: rollback`` the monitor job runs it to go back: ``rollback_from``
 names the alerting version, ``model_version`` the one to restore, and a condition sends the run

@@ -15,6 +15,8 @@ from dbspec.seams.gates import (CHAMPION, DIAGNOSIS, GATES, INPUTS, METRICS, Cha
                                 ChampionLookup, GateInputs, GateKind, GateResult)
 
 PROMOTED, REJECTED, AWAITING_APPROVAL = "promoted", "rejected", "awaiting_approval"
+#: A run's promotion left to the model's MLflow deployment job.
+DEFERRED = "deferred"
 ROLLED_BACK, UNCHANGED = "rolled_back", "unchanged"
 
 
@@ -25,7 +27,7 @@ class Decision:
     Attributes:
         version: The candidate; for a rollback the version returned to (None: nothing done).
         outcome: ``promoted`` (the alias is the version's), ``rejected``, ``awaiting_approval``,
-            ``rolled_back`` or ``unchanged``.
+            ``deferred`` (to the model's deployment job), ``rolled_back`` or ``unchanged``.
         results: Every gate's result, in the order of the spec's gates.
         previous: The holder it moved from (None when it did not move, or was unset).
         by: Who approved it; ``forced``: gates skipped (``promote --force``).

@@ -18,7 +18,7 @@ from dbspec.registry.candidate import (Candidate, StageRecord, promotion_tags,
                                        recorded_candidate)
 from dbspec.registry.client import DECIDED, AliasDecision, Registry
 from dbspec.registry.errors import RegistryError, first_line, unavailable
-from dbspec.registry.gating import (AWAITING_APPROVAL, PROMOTED, REJECTED, ROLLED_BACK,
+from dbspec.registry.gating import (AWAITING_APPROVAL, DEFERRED, PROMOTED, REJECTED, ROLLED_BACK,
                                     UNCHANGED, Decision, GatesFailed, alias_argument,
                                     check_stage)
 from dbspec.registry.history import RegistrySnapshot
@@ -230,6 +230,8 @@ class StagedPromotion:
     """A run's walk through its promotion stages: one decision per stage entered, in order."""
 
     decisions: tuple[Decision, ...]
+    #: The id of the deployment job the promotion was left to (outcome ``deferred``).
+    deployment_job: Optional[str] = None
 
     @property
     def results(self) -> tuple[GateResult, ...]:
@@ -241,7 +243,8 @@ class StagedPromotion:
 
     @property
     def outcome(self) -> str:
-        """``rejected``, else the last stage's outcome (``promoted``, ``awaiting_approval``)."""
+        """``rejected``, else the last stage's outcome (``promoted``, ``awaiting_approval``,
+        ``deferred``)."""
         return REJECTED if not self.passed else self.decisions[-1].outcome
 
 
@@ -250,6 +253,8 @@ def promote_stages(registry: Registry, candidate: Candidate, *,
     """A run's promotion: walk ``candidate.stages`` in order, checking each stage's gates as
     the version enters it; a stage that passes moves its alias, one with approval records the
     version as awaiting it and stops, a failing one stops. Results and decision are recorded.
+    A model linked to an MLflow deployment job (``dbspec link-job``; Unity Catalog keeps the
+    link) is left to that job, which MLflow runs on each new version: nothing moves here.
 
     Args:
         staged: Whether the spec lists stages (each result then names its stage).
@@ -265,8 +270,12 @@ def promote_stages(registry: Registry, candidate: Candidate, *,
             registry.client.set_model_version_tag(name, version, key, value)
         registry.client.set_registered_model_tag(
             name, MODEL_STAGES_TAG, json.dumps([s.alias for s in candidate.stages]))
+        job = registry.client.get_registered_model(name).deployment_job_id
     except MlflowException as exc:
         raise unavailable(exc, f"the promotion records of {name} v{version}") from None
+    if job:  # MLflow runs the model's deployment job on the new version: it decides, one at a time
+        final = candidate.stages[-1].alias
+        return StagedPromotion((Decision(name, final, version, DEFERRED),), deployment_job=job)
     decisions: list[Decision] = []
     for index, stage in enumerate(candidate.stages):
         decision = _enter(registry, candidate, stage, last=index == len(candidate.stages) - 1,

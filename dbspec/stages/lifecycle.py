@@ -249,6 +249,10 @@ class PromoteStage:
                               stages=tuple(_stages(spec)),
                               run_id=ctx.output(TrainOutput).run_id)
         walked = promote_stages(registry, candidate, staged=spec.registry.staged())
+        if walked.deployment_job:
+            ctx.reporter.line(f"  v{version} is left to {name}'s deployment job (job "
+                              f"{walked.deployment_job}), which MLflow runs on each new version: "
+                              "gates, approval, aliases and endpoint are decided there")
         for decision in walked.decisions:
             if decision.warning:
                 ctx.reporter.line(f"  warning: {decision.warning}")
@@ -261,7 +265,8 @@ class PromoteStage:
                              decision=walked.outcome, previous=last.previous,
                              gates=[r.describe() for r in walked.results],
                              passed=walked.passed,
-                             stages=[d.stage_report() for d in walked.decisions])
+                             stages=[d.stage_report() for d in walked.decisions],
+                             deployment_job=walked.deployment_job)
 
 
 def _said(decision) -> str:
@@ -272,6 +277,8 @@ def _said(decision) -> str:
                 f"--alias {decision.alias}")
     if decision.outcome == "rejected":
         return f"v{version} rejected by the gates; the alias stays"
+    if decision.outcome == "deferred":
+        return f"v{version} goes through the deployment job; nothing moved here"
     was = f" (was v{decision.previous})" if decision.previous else ""
     return f"-> v{version}{was}" if decision.moved else f"v{version} holds it already"
 

@@ -191,8 +191,8 @@ class PromoteOutput(StageOutput):
 
     Attributes:
         alias: The promotion alias (with stages: the last stage entered).
-        decision: ``promoted``, ``rejected``, or ``awaiting_approval`` (stopped at a stage that
-            requires approval).
+        decision: ``promoted``, ``rejected``, ``awaiting_approval`` (stopped at a stage that
+            requires approval), or ``deferred`` (left to the model's deployment job).
         previous: The holder the alias moved from, when it moved.
         gates: Each gate's result in words (every stage entered).
         passed: Whether every gate passed.
@@ -210,6 +210,7 @@ class PromoteOutput(StageOutput):
     gates: list[str]
     passed: bool
     stages: Optional[list[dict[str, Any]]] = _omitted_when_none()
+    deployment_job: Optional[str] = _omitted_when_none()  # the job id, when ``deferred``
 
     def aliases_set(self) -> dict[str, str]:
         """``{alias: version}`` of every alias this promotion gave the version."""

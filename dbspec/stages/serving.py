@@ -33,6 +33,8 @@ def _served_version(ctx: StageContext):
         if decision == "rejected" and target.alias:
             hint = " (this run's model did not pass the gates, and no earlier version holds " \
                    "the alias)"
+        elif decision == "deferred" and target.alias:
+            hint = " (this run's model goes through its deployment job, which moves the alias)"
         elif decision == "awaiting_approval" and target.alias:
             promote = ctx.output(PromoteOutput)
             hint = f" (this run's model awaits approval for @{promote.alias}: dbspec approve " \

@@ -71,6 +71,16 @@ def resources(files, target: str) -> dict:
     return yaml.safe_load(files[name])["targets"][target]["resources"]
 
 
+def endpoint_task(files, target: str) -> dict:
+    """The ``update_endpoint`` task of ``target``: in the deployment job where a Unity Catalog
+    model has one (prod; the main job's promote stage leaves new versions to it), else in the
+    main job (dev registers a workspace model)."""
+    jobs = resources(files, target)["jobs"]
+    (found,) = [t for key in ("rbac_deployment", "rbac") if key in jobs
+                for t in jobs[key]["tasks"] if t["task_key"] == "update_endpoint"]
+    return found
+
+
 def principal(entry: dict) -> tuple[str, str]:
     (field,) = [k for k in entry if k in ("user_name", "group_name", "service_principal_name")]
     return field, entry[field]
@@ -212,9 +222,10 @@ def test_the_jobs_json_format_carries_the_job_acl_and_says_what_it_leaves_out(tm
 
 def test_the_endpoint_task_names_the_endpoint_and_the_bundle_declares_none(bundle, tmp_path):
     files, _ = bundle
-    tasks = {t["task_key"]: t for t in resources(files, "prod")["jobs"]["rbac"]["tasks"]}
-    update = tasks["update_endpoint"]
-    assert [d["task_key"] for d in update["depends_on"]] == ["promote", "serve"]
+    main = [t["task_key"] for t in resources(files, "prod")["jobs"]["rbac"]["tasks"]]
+    assert "update_endpoint" not in main and "link_deployment_job" in main
+    update = endpoint_task(files, "prod")
+    assert [d["task_key"] for d in update["depends_on"]] == ["promote_champion"]
     assert update["job_cluster_key"] == "main"
     assert update["python_wheel_task"]["parameters"] == [
         "endpoint", "${workspace.file_path}/specs/spec.yaml", "--target", "prod",
@@ -222,8 +233,8 @@ def test_the_endpoint_task_names_the_endpoint_and_the_bundle_declares_none(bundl
         "--set=tracking.experiment=${resources.experiments.rbac.name}", "--endpoint",
         "rbac-prod", "--wait"]
     # development mode names the endpoint per user, as the bundle names its own resources
-    (dev,) = [t for t in resources(files, "dev")["jobs"]["rbac"]["tasks"]
-              if t["task_key"] == "update_endpoint"]
+    dev = endpoint_task(files, "dev")
+    assert [d["task_key"] for d in dev["depends_on"]] == ["promote", "serve"]  # the main job's
     assert dev["python_wheel_task"]["parameters"][-3:] == [
         "--endpoint", "dev_${workspace.current_user.short_name}_rbac-dev", "--wait"]
     for target in ("prod", "dev"):
@@ -231,8 +242,9 @@ def test_the_endpoint_task_names_the_endpoint_and_the_bundle_declares_none(bundl
     assert "served_model_version" not in files["databricks.yml"]
     assert list(yaml.safe_load(files["databricks.yml"])["variables"]) == ["shared_dir"]
     payload, _ = generate(tmp_path, ROLES, fmt="jobs-json")
-    for target in ("prod", "dev"):  # Jobs API bodies: literal names, no deployment modes
-        (literal,) = [t for t in json.loads(payload[f"rbac.{target}.json"])["tasks"]
+    for job in ("rbac_deployment.prod", "rbac.dev"):  # Jobs API bodies: literal names
+        target = job.rsplit(".", 1)[1]
+        (literal,) = [t for t in json.loads(payload[f"{job}.json"])["tasks"]
                       if t["task_key"] == "update_endpoint"]
         assert literal["python_wheel_task"]["parameters"][-3:] == [
             "--endpoint", f"rbac-{target}", "--wait"]
@@ -244,8 +256,9 @@ def test_the_endpoint_task_installs_the_wheel_and_mlflow_only(bundle):
     files, _ = bundle
     tasks = {t["task_key"]: t for t in resources(files, "prod")["jobs"]["rbac"]["tasks"]}
     (mlflow,) = [pin for pin in extra_requirements("train") if pin.startswith("mlflow")]
-    assert [lib.get("whl", "").rsplit("/", 1)[0] or lib["pypi"]["package"]
-            for lib in tasks["update_endpoint"]["libraries"]] == ["../dist", mlflow]
+    for target in ("prod", "dev"):
+        assert [lib.get("whl", "").rsplit("/", 1)[0] or lib["pypi"]["package"]
+                for lib in endpoint_task(files, target)["libraries"]] == ["../dist", mlflow]
     assert len(tasks["promote"]["libraries"]) > 2  # the stage tasks get their extras
 
 
@@ -254,9 +267,10 @@ def test_jobs_tasks_set_the_endpoint_task_s_timeout_and_retries(tmp_path, bundle
                "min_retry_interval_ms: 60000}}}\n")
     files, _ = generate(tmp_path, ROLES.replace("targets:", section + "targets:"))
     tasks = {t["task_key"]: t for t in resources(files, "prod")["jobs"]["rbac"]["tasks"]}
-    update = tasks["update_endpoint"]
-    assert (update["timeout_seconds"], update["max_retries"],
-            update["min_retry_interval_millis"]) == (3600, 2, 60000)
+    for target in ("prod", "dev"):  # in the deployment job, and in dev's main job
+        update = endpoint_task(files, target)
+        assert (update["timeout_seconds"], update["max_retries"],
+                update["min_retry_interval_millis"]) == (3600, 2, 60000)
     assert "timeout_seconds" not in tasks["train"]
     for path, content in files.items():
         if path.endswith(".yml"):
