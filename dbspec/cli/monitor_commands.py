@@ -71,8 +71,8 @@ def _run(args: argparse.Namespace) -> int:
                                if name != "assignments"},
                             "assignments": tuple(args.assignments)})
     result = monitor_served(flags, say=say, defer_rollback=args.defer_rollback,
-                            task_values=args.task_values)
-    _print(result, as_json=args.format == "json")
+                            task_values=args.task_values,
+                            show=lambda shown: _print(shown, as_json=args.format == "json"))
     code = _exit_code(result.outcome, 0 if args.task_values else ALERT_EXIT)
     if result.task_values is None:  # no --task-values, or an error: the task fails as it is
         return code

@@ -138,10 +138,12 @@ def _labels(flags: MonitorFlags, resolved: _Resolved, say: Callable[[str], None]
 
 
 def monitor_served(flags: MonitorFlags, *, say: Callable[[str], None] = print,
-                   defer_rollback: bool = False, task_values: bool = False) -> MonitorResult:
+                   defer_rollback: bool = False, task_values: bool = False,
+                   show: Optional[Callable[[MonitorResult], None]] = None) -> MonitorResult:
     """One monitoring pass over the served model's inference table; ``defer_rollback``: an
     ``on_alert: rollback`` tags and finds the version to go back to, moving nothing;
-    ``task_values``: a pass that did not fail sets the job task's values (:func:`set_values`).
+    ``task_values``: a pass that did not fail sets the job task's values (:func:`set_values`),
+    after ``show`` got the pass's result (so a task whose values are refused still shows it).
 
     Raises:
         UsageError: flags that mean nothing, or no inference table named.
@@ -180,6 +182,8 @@ def monitor_served(flags: MonitorFlags, *, say: Callable[[str], None] = print,
         raise DbspecError(f"the tracking store at {registry.client.tracking_uri} failed: "
                           f"{str(exc).splitlines()[0]}") from None
     result = MonitorResult(outcome, resolved.table, window, back)
+    if show is not None:
+        show(result)
     return result._replace(task_values=set_values(result)) if task_values and \
         not outcome.failed else result
 

@@ -155,6 +155,10 @@ def test_a_large_gateway_delta_path_goes_to_a_session_that_reads_delta(spark, tm
     monkeypatch.setattr(gateway_spark, "SPARK_ROWS", 1)
     assert [r["a"] for r in _rows(path)] == [1.0]  # this session reads no Delta: read locally
     monkeypatch.setattr("dbspec.data.spark_sources.has_delta_format", lambda spark: True)
+    assert not gateway_spark.spreads_work(spark)  # local mode: its work stays on this machine
+    assert [r["a"] for r in _rows(path)] == [1.0]  # so the Python path reads it
+    # a stand-in for a multi-node cluster's session (none runs here): it goes to Spark
+    monkeypatch.setattr(gateway_spark, "spreads_work", lambda spark: True)
     with pytest.raises(DbspecError, match=rf"^inference table {path}: Spark cannot read it: "
                        r".*(?i:delta)"):
         open_inference_table(path, "m")

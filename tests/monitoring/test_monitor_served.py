@@ -329,3 +329,5 @@ class UserNamespaceInitializer:
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "cannot set the task values alert, rollback_to, rollback_from" in failed.stderr
     assert "Traceback" not in failed.stderr
+    # the pass's report is shown before the refusal (its MLflow run and rates differ)
+    assert failed.stdout.splitlines()[:3] == done.stdout.splitlines()[:3] != []
