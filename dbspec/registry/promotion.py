@@ -270,10 +270,14 @@ def promote_stages(registry: Registry, candidate: Candidate, *,
             registry.client.set_model_version_tag(name, version, key, value)
         registry.client.set_registered_model_tag(
             name, MODEL_STAGES_TAG, json.dumps([s.alias for s in candidate.stages]))
+        # MLflow runs a linked model's deployment job on the new version: it decides there, one
+        # version at a time; recorded as no longer pending (a later run would abandon it)
         job = registry.client.get_registered_model(name).deployment_job_id
+        if job:
+            registry.record_gates(name, version, [], DEFERRED)
     except MlflowException as exc:
         raise unavailable(exc, f"the promotion records of {name} v{version}") from None
-    if job:  # MLflow runs the model's deployment job on the new version: it decides, one at a time
+    if job:
         final = candidate.stages[-1].alias
         return StagedPromotion((Decision(name, final, version, DEFERRED),), deployment_job=job)
     decisions: list[Decision] = []

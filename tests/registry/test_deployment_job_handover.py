@@ -44,9 +44,12 @@ def test_a_linked_model_s_versions_go_through_the_deployment_job(linked, tmp_pat
     assert "its deployment job, which moves the alias" in summary["serve"]["problem"]
     client = mlflow.MlflowClient(uri)
     assert client.get_registered_model(name).aliases == {}
+    # handed over, not pending: a later run must not take it for one whose process died
+    assert client.get_model_version(name, "1").tags["dbspec.decision"] == "deferred"
     # the deployment job's tasks, in order, on the version's recorded gates and metrics
     staged = dbspec("promote", name, "1", "--alias", "staging")
     assert staged.returncode == 0, staged.stderr
+    assert client.get_model_version(name, "1").tags["dbspec.decision"] == "promoted"
     waiting = dbspec("approval", name, "1", "--alias", "production", "--tag",
                      "approval_production")
     assert waiting.returncode == 1, waiting.stdout + waiting.stderr
