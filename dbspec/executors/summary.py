@@ -44,7 +44,6 @@ class RunSummary:
     aliases_set: dict[str, str] = field(default_factory=dict)
     previous_alias_holder: Optional[str] = None
     promotion: Optional[str] = None
-    deployment_job: Optional[str] = None  # the job a ``deferred`` promotion was left to
     gates: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     search: dict[str, Any] = field(default_factory=dict)
@@ -55,6 +54,7 @@ class RunSummary:
     serve: dict[str, Any] = field(default_factory=dict)
     stages: tuple[StageSummary, ...] = ()
     state_dir: str = ""
+    deployment_job: Optional[str] = None  # the job a ``deferred`` promotion was left to
 
     @classmethod
     def of(cls, record: RunRecord) -> "RunSummary":

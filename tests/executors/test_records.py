@@ -87,7 +87,7 @@ def test_the_summary_keeps_its_json_shape(previous, tmp_path):
                           "model_uri", "model_name", "model_version", "aliases_set",
                           "previous_alias_holder", "promotion", "gates", "metrics", "search",
                           "training", "diagnosis", "learning_curve", "batch_predict", "serve",
-                          "stages", "state_dir"]
+                          "stages", "state_dir", "deployment_job"]  # new keys go last
     train, promote = previous["stages"]["train"]["output"], previous["stages"]["promote"]["output"]
     assert data["run_id"] == train["run_id"] and data["promotion"] == "promoted"
     assert data["aliases_set"] == {promote["alias"]: promote["version"]}
