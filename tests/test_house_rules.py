@@ -312,6 +312,7 @@ LINE_BUDGET = {
     "issue 33: a linked model's new versions left to its deployment job (promotion deferred, no "
     "update_endpoint in the main job), gateway tables to Spark only where it spreads work, the "
     "monitor's report before its task values": 51,
+    "issue 32 follow-up: deploy.sh sets the spec's access list on every update, owner kept": 8,
 }
 MAX_PACKAGE_LINES = sum(LINE_BUDGET.values())
 

@@ -151,9 +151,17 @@ if len(found) > 1:
 if found:
     job_id = found[0]["job_id"]
     cli("jobs", "reset", "--json", json.dumps({"job_id": job_id, "new_settings": body}))
-    if acl:
-        cli("jobs", "set-permissions", str(job_id), "--json",
-            json.dumps({"access_control_list": acl}))
+    # the spec's list replaces the job's own (a principal dropped from the spec loses access);
+    # the owner stays unless the spec names one: a job has one
+    acl = acl or []
+    if not any(a.get("permission_level") == "IS_OWNER" for a in acl):
+        held = cli("jobs", "get-permissions", str(job_id)) or {}
+        acl = acl + [{**{k: e[k] for k in ("user_name", "group_name", "service_principal_name")
+                         if e.get(k)}, "permission_level": "IS_OWNER"}
+                     for e in held.get("access_control_list") or []
+                     if any(p.get("permission_level") == "IS_OWNER" and not p.get("inherited")
+                            for p in e.get("all_permissions") or [])]
+    cli("jobs", "set-permissions", str(job_id), "--json", json.dumps({"access_control_list": acl}))
     print(f"updated job {job_id}: {name}")
 else:
     if acl:

@@ -106,6 +106,17 @@ elif args[:2] == ["jobs", "create"]:
     jobs.append({{"job_id": 100 + len(jobs), "settings": body}})
     json.dump(jobs, open({str(jobs_file)!r}, "w"))
     print(json.dumps({{"job_id": jobs[-1]["job_id"]}}))
+elif args[:2] == ["jobs", "get-permissions"]:  # the creator owns it, beside the direct grants
+    (job,) = [j for j in jobs if j["job_id"] == int(args[2])]
+    granted = job["settings"].get("access_control_list") or []
+    print(json.dumps({{"object_id": f"/jobs/{{args[2]}}", "access_control_list": [
+        {{"user_name": "deployer@example.com",
+         "all_permissions": [{{"permission_level": "IS_OWNER", "inherited": False}}]}},
+        {{"group_name": "admins",
+         "all_permissions": [{{"permission_level": "CAN_MANAGE", "inherited": True}}]}}] + [
+        {{**{{k: v for k, v in g.items() if k != "permission_level"}},
+         "all_permissions": [{{"permission_level": g["permission_level"], "inherited": False}}]}}
+        for g in granted]}}))
 else:
     print("{{}}")
 """)
@@ -141,13 +152,30 @@ def test_deploy_sh_uploads_the_wheel_and_spec_then_creates_or_resets_each_job(cl
     assert imports == {f"/Shared/team/dbspec/dist/{WHEEL}": f"dist/{WHEEL}",
                        "/Shared/team/dbspec/specs/spec.yaml": "specs/spec.yaml"}
     verbs = [c[1] for c in calls if c[0] == "jobs"]
-    assert verbs == ["list", "create"] * 2 + ["list", "reset", "set-permissions"] * 2, verbs
+    assert verbs == ["list", "create"] * 2 + ["list", "reset", "get-permissions",
+                                              "set-permissions"] * 2, verbs
     resets = [json.loads(c[c.index("--json") + 1]) for c in calls if c[:2] == ["jobs", "reset"]]
     assert [r["job_id"] for r in resets] == [100, 101]  # each target's own job, both kept
     assert [r["new_settings"]["tags"]["dbspec_target"] for r in resets] == ["dev", "prod"]
     assert "access_control_list" not in resets[1]["new_settings"]  # set-permissions sets it
     assert json.loads(store.read_text())[1]["settings"]["access_control_list"] == \
         body["access_control_list"]
+    sets = [json.loads(c[c.index("--json") + 1])["access_control_list"] for c in calls
+            if c[:2] == ["jobs", "set-permissions"]]
+    owner = {"user_name": "deployer@example.com", "permission_level": "IS_OWNER"}
+    assert sets[1] == body["access_control_list"] + [owner]  # the owner is kept
+
+    # the roles leave the spec: the next deploy takes their grants back, the owner stays
+    spec.write_text(SPEC + "jobs: {workspace_root: /Workspace/Shared/team/dbspec}\n"
+                    "targets: {dev: {}, prod: {mode: production}}\n")
+    jobs(clone, spec, out, "--format", "jobs-json")
+    done = subprocess.run(["bash", str(out / "deploy.sh")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    sets = [json.loads(c[c.index("--json") + 1])["access_control_list"] for c in calls
+            if c[:2] == ["jobs", "set-permissions"]]
+    assert sets[-2:] == [[owner], [owner]]
 
 
 LOOP = MINIMAL + """\
