@@ -4,9 +4,9 @@ The gateway logs one row per request with the request and response as JSON text.
 request's body (``dataframe_split``, ``dataframe_records``, ``inputs``, ``instances``) becomes
 feature rows and its ``predictions`` the prediction columns (a list of plain values is the
 ``prediction`` column); JSON numbers become float32, as dbspec serve scores and logs them, so a
-discrete feature matches its reference profile. The version is the trailing ``-<version>`` of ``served_entity_id``:
-Databricks names a served entity ``<model>-<version>`` by default and dbspec keeps that name
-when it moves an endpoint to another version. Rows the pass cannot use (a status other than
+discrete feature matches its reference profile. The version is ``served_entity_id``'s
+(:mod:`dbspec.monitoring.served_entities`: an ID looked up in Databricks' system table, or a
+``<model>-<version>`` name). Rows the pass cannot use (a status other than
 200, a logging error code, JSON it cannot read) are kept with the reason in :data:`LEFT_OUT`,
 so the pass counts and reports them. The unpacking runs locally (pyarrow); the table's feature
 rows are held in memory.
@@ -15,14 +15,15 @@ rows are held in memory.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from typing import Any, Optional
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dbspec.monitoring.layout import GATEWAY_COLUMNS, InferenceRows, read_batches
+from dbspec.monitoring.served_entities import entity_versions
 
 #: The unpacked table's column holding why a row is left out (null: it is used).
 LEFT_OUT = "gateway_left_out"
@@ -30,7 +31,6 @@ NOT_ANSWERED = "request(s) answered with a status other than 200"
 LOGGING_ERROR = "request(s) with a logging error code (payload not logged whole)"
 UNPARSABLE = "request(s) whose request or response JSON cannot be unpacked"
 MIXED = "row(s) with a value of another type than the rest of its column"
-_VERSION = re.compile(r"-(\d+)$")
 
 
 def is_gateway_table(table: InferenceRows) -> bool:
@@ -52,17 +52,20 @@ def unpack_gateway_table(table: InferenceRows, model_name: str,
         kind = table.dataset.schema.field("request_time").type
         condition = (ds.field("request_time") >= pa.scalar(int(since * 1e6), pa.int64()).cast(
             pa.timestamp("us")).cast(kind)) | ds.field("request_time").is_null()
+    entities = entity_versions(pc.unique(table.dataset.to_table(
+        columns=["served_entity_id"], filter=condition).column(0)).to_pylist(), model_name)
     for batch in read_batches(table, list(GATEWAY_COLUMNS), condition, 4096):
         stamps = batch.column("request_time").cast(pa.timestamp("us")).cast(pa.int64())
         for record, stamp in zip(batch.to_pylist(), stamps.to_pylist()):
-            version = _VERSION.search(record["served_entity_id"] or "")
+            entity = record["served_entity_id"]
+            version = entities.versions.get(entity or "")
             if version is None or stamp is None:
-                why = "no request_time" if stamp is None else \
-                    f"served entity {record['served_entity_id']!r} (not <model>-<version>)"
+                why = "no request_time" if stamp is None else entities.left_out.get(
+                    entity, f"served entity {entity!r}: none named")
                 unplaced[why] = unplaced.get(why, 0) + 1
                 continue
             base = {"request_id": record["databricks_request_id"] or "", "timestamp": stamp,
-                    "model_name": model_name, "model_version": version.group(1),
+                    "model_name": model_name, "model_version": version,
                     "latency_ms": record["execution_duration_ms"]}
             rows.extend({**base, **row} for row in _unpack(record))
     for why, count in unplaced.items():

@@ -26,7 +26,8 @@ from dbspec.errors import DbspecError
 from dbspec.monitoring.gateway import (LEFT_OUT, LOGGING_ERROR, MIXED, NOT_ANSWERED, UNPARSABLE,
                                        is_gateway_table)
 from dbspec.monitoring.layout import BASE_COLUMNS, GATEWAY_COLUMNS, InferenceRows, \
-    check_base_columns
+    check_base_columns, spark_error
+from dbspec.monitoring.served_entities import EntityVersions, entity_versions
 
 #: A gateway Delta path of at least this many rows is unpacked in Spark when a session that
 #: spreads work over executors is at hand (on one machine the Python path measured ~3x faster).
@@ -110,16 +111,8 @@ def _read(read: Callable[[], Any], where: str) -> Any:
     try:
         return read()
     except Exception as exc:  # AnalysisException: no such table, no access, no Delta reader
-        raise DbspecError(f"inference table {where}: Spark cannot read it: {_why(exc)}") \
+        raise DbspecError(f"inference table {where}: Spark cannot read it: {spark_error(exc)}") \
             from None
-
-
-def _why(exc: Exception) -> str:
-    """The line of a Spark or Py4J error that says what went wrong (its error class)."""
-    lines = [line.strip(" :") for line in str(exc).splitlines() if line.strip(" :")]
-    found = next((line for line in lines if re.search(r"\[[A-Z][A-Z_]+\]", line)),
-                 lines[0] if lines else type(exc).__name__)
-    return re.sub(r"^[\w.$]+(Exception|Error): ", "", found)[:500]
 
 
 def unpack_in_spark(frame: Any, where: str, model_name: str, since: Optional[float],
@@ -143,7 +136,10 @@ def unpack_in_spark(frame: Any, where: str, model_name: str, since: Optional[flo
         return InferenceRows(where, ds.dataset(_to_arrow(frame.where(kept), where)))
     _check_gateway_types(frame, where)
     spark = frame.sparkSession
-    with _last_key_wins(spark), _cached(_rows(_requests(frame, since, version))) as rows:
+    ids = [r[0] for r in frame.select("served_entity_id").distinct().collect()]
+    entities = entity_versions(ids, model_name, spark)  # a few IDs: looked up once
+    with _last_key_wins(spark), \
+            _cached(_rows(_requests(frame, since, version, entities))) as rows:
         typed = _typed(rows, _kinds(rows, where), model_name)
         return InferenceRows(where, ds.dataset(_finish(_to_arrow(typed, where), where)))
 
@@ -201,7 +197,8 @@ def _columns_shape(parsed: str) -> str:
             f"{parsed}), transform(map_values({parsed}), a -> a[i]))) END")
 
 
-def _requests(frame: Any, since: Optional[float], version: Optional[str]) -> Any:
+def _requests(frame: Any, since: Optional[float], version: Optional[str],
+              entities: EntityVersions) -> Any:
     """One row per request: its base columns, feature rows ``f`` and prediction rows ``p``
     (arrays of maps of JSON text), and why it is left out (null: it is used). Each JSON text is
     parsed once, in a projection of its own (Spark does not inline a costly expression twice)."""
@@ -212,7 +209,8 @@ def _requests(frame: Any, since: Optional[float], version: Optional[str]) -> Any
                                 "request_time)")
     g = frame.select(F.coalesce("databricks_request_id", F.lit("")).alias("request_id"),
                      micros.alias("timestamp"),
-                     F.regexp_extract("served_entity_id", r"-(\d+)$", 1).alias("model_version"),
+                     F.coalesce(_lookup(entities.versions, "served_entity_id"), F.lit(""))
+                     .alias("model_version"),
                      F.col("execution_duration_ms").cast("double").alias("latency_ms"),
                      "served_entity_id", "status_code", "logging_error_codes",
                      "request", "response")
@@ -241,17 +239,29 @@ def _requests(frame: Any, since: Optional[float], version: Optional[str]) -> Any
         f"CASE WHEN a_columns IS NOT NULL THEN {_columns_shape('a_columns')} ELSE transform("
         "a_values, e -> CASE WHEN startswith(ltrim(e), '{') THEN from_json(e, "
         "'map<string,string>') ELSE map('prediction', e) END) END")
-    g = g.select("request_id", "timestamp", "model_version", "latency_ms", "served_entity_id",
-                 "status_code", "logging_error_codes", features.alias("f"),
+    g = g.select("request_id", "timestamp", "model_version", "latency_ms",
+                 _lookup(entities.left_out, "served_entity_id").alias("unplaced"),
+                 "served_entity_id", "status_code", "logging_error_codes", features.alias("f"),
                  predictions.alias("p"))
     why = F.expr(
         f"CASE WHEN timestamp IS NULL THEN '{_UNPLACED}no request_time' "
-        f"WHEN model_version = '' THEN '{_UNPLACED}' || coalesce(served_entity_id, '') "
+        f"WHEN model_version = '' THEN '{_UNPLACED}' || coalesce(unplaced, 'served entity ' || "
+        "coalesce(served_entity_id, 'null') || ': none named') "
         f"WHEN coalesce(status_code, -1) != 200 THEN '{NOT_ANSWERED}' "
         f"WHEN coalesce(size(logging_error_codes), 0) > 0 THEN '{LOGGING_ERROR}' "
         "WHEN f IS NULL OR p IS NULL OR size(f) = 0 OR size(f) != size(p) "
         f"OR exists(f, r -> r IS NULL) OR exists(p, r -> r IS NULL) THEN '{UNPARSABLE}' END")
     return g.withColumn(LEFT_OUT, why)
+
+
+def _lookup(mapping: dict[str, str], column: str) -> Any:
+    """``mapping[column]`` as a Spark column (null where it has no entry)."""
+    from pyspark.sql import functions as F
+
+    if not mapping:
+        return F.lit(None).cast("string")
+    return F.create_map(*(F.lit(x) for pair in sorted(mapping.items()) for x in pair))[
+        F.col(column)]
 
 
 def _rows(requests: Any) -> Any:
@@ -285,7 +295,7 @@ def _kinds(rows: Any, where: str) -> list[tuple[str, str]]:
     try:
         collected = sorted(found.collect(), key=lambda r: tuple(r["first"]))
     except Exception as exc:  # the JSON of a row Spark cannot take apart
-        raise DbspecError(f"inference table {where}: Spark cannot unpack it: {_why(exc)}") \
+        raise DbspecError(f"inference table {where}: Spark cannot unpack it: {spark_error(exc)}") \
             from None
     return [(r["key"], "string" if (r["numbers"] or 0) * 2 < r["values"] else
              "float" if r["floats"] else "bigint") for r in collected]
@@ -324,7 +334,7 @@ def _to_arrow(frame: Any, where: str) -> Any:
         frame.sparkSession.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
         return pa.Table.from_pandas(frame.toPandas(), preserve_index=False)
     except Exception as exc:  # the JSON of a row Spark cannot take apart, a lost executor
-        raise DbspecError(f"inference table {where}: Spark cannot unpack it: {_why(exc)}") \
+        raise DbspecError(f"inference table {where}: Spark cannot unpack it: {spark_error(exc)}") \
             from None
 
 
@@ -342,8 +352,7 @@ def _finish(table: Any, where: str) -> Any:
     for reason in reasons.filter(unplaced).to_pylist():
         counts[reason] = counts.get(reason, 0) + 1
     for reason, count in counts.items():
-        why = "no request_time" if reason == f"{_UNPLACED}no request_time" else \
-            f"served entity {reason[1:] or None!r} (not <model>-<version>)"
+        why = reason[len(_UNPLACED):]
         print(f"warning: {where}: {count:,} request(s) left out: {why}", file=sys.stderr)
     table = table.filter(pc.invert(unplaced))  # rows of a request stay together, in order
     return table.sort_by([("timestamp", "ascending"), ("request_id", "ascending"),

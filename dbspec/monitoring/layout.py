@@ -174,3 +174,11 @@ def left_out_text(counts: dict[str, int]) -> str:
     """``1,000 row(s) left out: 900 with ...; 100 dated ...``."""
     return f"{sum(counts.values()):,} row(s) left out: " + \
         "; ".join(f"{count:,} {why}" for why, count in counts.items())
+
+
+def spark_error(exc: Exception) -> str:
+    """The line of a Spark or Py4J error that says what went wrong (its error class)."""
+    lines = [line.strip(" :") for line in str(exc).splitlines() if line.strip(" :")]
+    found = next((line for line in lines if re.search(r"\[[A-Z][A-Z_]+\]", line)),
+                 lines[0] if lines else type(exc).__name__)
+    return re.sub(r"^[\w.$]+(Exception|Error): ", "", found)[:500]

@@ -159,7 +159,10 @@ def test_every_body_shape_unpacks_and_what_cannot_be_placed_is_warned(tmp_path, 
         == {"1"}
     assert [r["request_id"] for r in table if r[LEFT_OUT] == UNPARSABLE] == ["r3", "r4"]
     warned = capsys.readouterr().err
-    assert "1 request(s) left out: served entity 'custom' (not <model>-<version>)" in warned
+    # an ID that is no <name>-<version> is looked up in Databricks' system table, which this
+    # machine has not (the reason says why, with or without a Spark session; see
+    # tests/monitoring/test_monitor_gateway_spark.py for the lookup)
+    assert "1 request(s) left out: served entity 'custom': " in warned
     assert "1 request(s) left out: no request_time" in warned
 
 

@@ -162,3 +162,42 @@ def test_a_large_gateway_delta_path_goes_to_a_session_that_reads_delta(spark, tm
     with pytest.raises(DbspecError, match=rf"^inference table {path}: Spark cannot read it: "
                        r".*(?i:delta)"):
         open_inference_table(path, "m")
+
+
+def test_served_entity_ids_are_looked_up_in_the_system_table(spark, tmp_path, monkeypatch,
+                                                              capfd):
+    """Databricks logs the served entity's ID (32 hex digits), and
+    system.serving.served_entities maps it to the model and its version, one row per endpoint
+    configuration. No Unity Catalog runs here: a temporary view of the system table's columns
+    stands in for it (the module constant names the table)."""
+    import datetime
+
+    from dbspec.monitoring import served_entities
+    from dbspec.monitoring.gateway import LEFT_OUT
+
+    ours, other, unknown = "2c5e22cf20044862812dfb724749c87c", "9" * 32, "a" * 32
+    at = datetime.datetime(2026, 12, 1)
+    spark.createDataFrame(
+        [(ours, "main.ml.m", "2", at), (ours, "main.ml.m", "3", at + datetime.timedelta(1)),
+         (other, "main.ml.other", "1", at)],
+        "served_entity_id string, entity_name string, entity_version string, "
+        "change_time timestamp").createOrReplaceTempView("served_entities_stand_in")
+    monkeypatch.setattr(served_entities, "SERVED_ENTITIES", "served_entities_stand_in")
+    good = _gateway_row("r", 1_700_000_000.0, json.dumps({"inputs": [{"a": 1.0}]}),
+                        json.dumps({"predictions": [2.0]}))
+    _write_gateway_table(str(tmp_path / "t"), [
+        {**good, "databricks_request_id": name, "served_entity_id": entity}
+        for name, entity in (("r0", ours), ("r1", other), ("r2", unknown), ("r3", "m-1"))])
+    table = _as_spark_table(spark, str(tmp_path / "t"), "gateway_ids")
+    for where in (str(tmp_path / "t"), table):  # this process, then Spark
+        rows = _rows(where, "main.ml.m")
+        assert [(r["request_id"], r["model_version"]) for r in rows if r.get(LEFT_OUT) is None] \
+            == [("r0", "3"), ("r3", "1")]  # the latest configuration's; a name as it is
+        warned = capfd.readouterr().err
+        assert f"served entity '{other}' serves main.ml.other, not main.ml.m" in warned
+        assert f"served entity '{unknown}': not in served_entities_stand_in" in warned
+
+    monkeypatch.setattr(served_entities, "SERVED_ENTITIES", "no_such_system_table")
+    assert [r["request_id"] for r in _rows(table, "main.ml.m")] == ["r3"]
+    assert f"1 request(s) left out: served entity '{ours}': no_such_system_table cannot be " \
+           "read: " in capfd.readouterr().err
