@@ -103,6 +103,38 @@ def test_a_shifted_feature_is_named_through_spark(spark, gateway):
     assert "2 request(s) answered with a status other than 200" in result.stdout
 
 
+def test_a_shifted_feature_is_named_on_a_table_of_served_entity_ids(spark, gateway, tmp_path,
+                                                                    monkeypatch):
+    """The served traffic as Databricks logs it: served entity IDs, mapped to versions by the
+    system table (a temporary view stands in for it, as in the test below); calm passes and the
+    shift is named, whether the table is unpacked in this process or in Spark."""
+    import datetime
+
+    from dbspec.monitoring import served_entities
+
+    ids = {f"{NAME}-1": "4f" * 16, f"{NAME}-2": "7a" * 16}
+    at = datetime.datetime(2026, 12, 1)
+    spark.createDataFrame([(entity, NAME, name.rsplit("-", 1)[1], at)
+                           for name, entity in ids.items()],
+                          "served_entity_id string, entity_name string, entity_version string, "
+                          "change_time timestamp").createOrReplaceTempView("entities_of_traffic")
+    monkeypatch.setattr(served_entities, "SERVED_ENTITIES", "entities_of_traffic")
+    for name in ("calm", "drifted"):
+        rows = [{**r, "served_entity_id": ids[r["served_entity_id"]]} for r in gateway.rows
+                if name == "drifted" or r["request_time"] < gateway.rows[30]["request_time"]
+                or not r["databricks_request_id"].startswith("r")]
+        _write_gateway_table(str(tmp_path / name), rows)
+    for table in (str(tmp_path / "calm"), _as_spark_table(spark, str(tmp_path / "calm"),
+                                                           "gateway_calm_ids")):
+        calm = _monitor(gateway, table)
+        assert calm.returncode == 0, calm.stdout + calm.stderr
+    for table in (str(tmp_path / "drifted"), _as_spark_table(spark, str(tmp_path / "drifted"),
+                                                              "gateway_drifted_ids")):
+        drifted = _monitor(gateway, table)
+        assert drifted.returncode == 3, drifted.stdout + drifted.stderr
+        assert "bmi" in drifted.stderr.strip().splitlines()[-1]
+
+
 def test_a_catalog_table_of_another_layout_or_types_or_none_is_a_located_error(spark):
     import pyspark.sql.functions as F
 
