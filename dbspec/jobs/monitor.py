@@ -29,6 +29,7 @@ from dbspec.jobs.tasks import (cluster, cron, dbspec_arguments, dbspec_task, in_
                                job_reference, job_tags, mlflow_env, notifications,
                                task_libraries)
 from dbspec.spec.clusters import resolve_cluster
+from dbspec.spec.sections.monitoring import CATALOG_TABLE
 
 MONITOR = "monitor"
 #: What a Databricks monitor aggregates by ("n weeks" aside): a window of the spec maps to one.
@@ -147,11 +148,11 @@ def monitor_warnings(spec, mode: Optional[str] = None) -> list[str]:
     found = []
     table = spec.monitoring.table or (spec.serving.realtime.inference_table.path
                                       if spec.serving.realtime.inference_table else None)
-    if table and not table.startswith(("/Volumes/", "/dbfs/", "dbfs:/", "s3://", "abfss://",
-                                       "gs://")):
+    if table and not CATALOG_TABLE.match(table) and not table.startswith(
+            ("/Volumes/", "/dbfs/", "dbfs:/", "s3://", "abfss://", "gs://")):
         found.append(f"monitoring: the monitor job reads the inference table at '{table}', a "
-                     "local path; point monitoring.table at the Volume (or cloud path) the "
-                     "serving process writes it to")
+                     "local path; point monitoring.table at the catalog table, or the Volume "
+                     "(or cloud path) the serving process writes it to")
     if spec.monitoring.lookback is None:
         found.append("monitoring.lookback is unset: each scheduled pass of the monitor job "
                      "reads the whole inference table and alerts again on windows that drifted "

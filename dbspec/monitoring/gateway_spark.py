@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -28,11 +27,11 @@ from dbspec.monitoring.gateway import (LEFT_OUT, LOGGING_ERROR, MIXED, NOT_ANSWE
 from dbspec.monitoring.layout import BASE_COLUMNS, GATEWAY_COLUMNS, InferenceRows, \
     check_base_columns, spark_error
 from dbspec.monitoring.served_entities import EntityVersions, entity_versions
+from dbspec.spec.sections.monitoring import CATALOG_TABLE
 
 #: A gateway Delta path of at least this many rows is unpacked in Spark when a session that
 #: spreads work over executors is at hand (on one machine the Python path measured ~3x faster).
 SPARK_ROWS = 200_000
-_TABLE_NAME = re.compile(r"^[A-Za-z_`][\w`-]*(\.[A-Za-z_`][\w`-]*){1,2}$")
 _NUMBER = r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$|^-?Infinity$|^NaN$"
 _INTEGER = r"^-?[0-9]+$"
 _REQUEST = ("struct<dataframe_split:struct<columns:array<string>,data:array<array<string>>>,"
@@ -44,7 +43,7 @@ _UNPLACED = "~"  # marks the rows that cannot be placed (warned about, then drop
 def is_table_name(path: str) -> bool:
     """Whether ``path`` names a catalog table (``schema.table`` or ``catalog.schema.table``)
     rather than a path."""
-    return bool(_TABLE_NAME.match(path)) and not Path(path).exists()
+    return bool(CATALOG_TABLE.match(path)) and not Path(path).exists()
 
 
 def open_catalog_table(name: str, model_name: str, since: Optional[float],

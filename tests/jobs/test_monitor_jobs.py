@@ -121,7 +121,7 @@ def test_jobs_json_has_the_monitor_job_with_the_same_access(tmp_path):
 
 @pytest.mark.parametrize("old, new, warning", [
     ("/Volumes/main/ml_models/serving/inference", ".dbspec/inference_table",
-     "a local path; point monitoring.table at the Volume"),
+     "a local path; point monitoring.table at the catalog table, or the Volume"),
     ("  lookback: 2h\n", "", "monitoring.lookback is unset: each scheduled pass"),
     ("window: 1h", "window: 2h", "monitoring.window 2h: a Databricks quality monitor "
                                  "aggregates by 5 minutes, 30 minutes, 1 hour, 1 day or 1 week; "
@@ -131,6 +131,16 @@ def test_what_the_monitor_cannot_do_is_a_warning(tmp_path, old, new, warning):
     assert old in MONITORED
     _, warnings = generate(tmp_path, MONITORED.replace(old, new))
     assert any(warning in w for w in warnings), warnings
+
+
+def test_a_catalog_table_is_no_local_path(tmp_path):
+    """The endpoint's AI Gateway payload table named in the catalog: the monitor job reads it
+    through the cluster's Spark session, so there is nothing to warn about."""
+    text = MONITORED.replace("/Volumes/main/ml_models/serving/inference",
+                             "main.ml_models.watched_payload")
+    assert text != MONITORED
+    _, warnings = generate(tmp_path, text)
+    assert not any("a local path" in w for w in warnings), warnings
 
 
 def test_without_monitoring_there_is_no_monitor_job(tmp_path):

@@ -11,6 +11,8 @@ from dbspec.spec.sections.base import SpecModel, d, section
 CHECKS = ("features", "predictions", "missing", "out_of_range", "quality")
 _DURATION = re.compile(r"^(\d+)(s|m|h|d)$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: A catalog table's name (``schema.table``, ``catalog.schema.table``) rather than a path.
+CATALOG_TABLE = re.compile(r"^[A-Za-z_`][\w`-]*(\.[A-Za-z_`][\w`-]*){1,2}$")
 
 
 def duration_seconds(text: str) -> int:
