@@ -34,6 +34,7 @@ def entity_versions(ids: Iterable[Any], model_name: str, spark: Any = None) -> E
     """The versions of ``model_name`` that the served entity ``ids`` stand for, looked up in
     :data:`SERVED_ENTITIES` through ``spark`` (else the running session, or Databricks') where an
     ID is no ``<name>-<version>``."""
+    ids = list(ids)  # walked twice
     named = {i: m.group(1) for i in ids if i and (m := _NAMED.search(i))}
     rest = sorted({str(i) for i in ids if i and i not in named})
     if not rest:

@@ -199,3 +199,19 @@ def test_since_is_pushed_down_and_a_naive_request_time_is_utc(tmp_path, zone):
     assert read.column("request_id").to_pylist() == ["r1", "r2"]
     assert read.column("timestamp").cast(pa.int64()).to_pylist() == \
         [(at + 60) * 1_000_000, (at + 120) * 1_000_000]
+
+
+def test_served_entity_ids_may_come_as_any_iterable():
+    """A ``<name>-<version>`` is read as it is; an ID is looked up in the system table, which
+    this stand-in session cannot read (see test_monitor_gateway_spark.py for a lookup)."""
+    from dbspec.monitoring.served_entities import entity_versions
+
+    class NoSystemTables:
+        def table(self, name):
+            raise RuntimeError(f"[TABLE_OR_VIEW_NOT_FOUND] {name}")
+
+    found = entity_versions((i for i in ["m-1", "4f" * 16, None]), "m", NoSystemTables())
+    assert found.versions == {"m-1": "1"}
+    assert found.left_out == {"4f" * 16: f"served entity '{'4f' * 16}': system.serving."
+                              "served_entities cannot be read: [TABLE_OR_VIEW_NOT_FOUND] "
+                              "system.serving.served_entities"}
