@@ -15,7 +15,6 @@ number here, and a JSON boolean as text.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -50,30 +49,30 @@ def open_catalog_table(name: str, model_name: str, since: Optional[float],
                        version: Optional[str]) -> InferenceRows:
     """The catalog table ``name`` read through Spark (the cluster's session, or one started
     here): a gateway table unpacked, a table in dbspec serve's layout as is."""
-    from dbspec.spark.session import spark_session
+    from dbspec.spark.session import session_at_hand
 
-    if importlib.util.find_spec("pyspark") is None or not _session_at_hand():
+    session = session_at_hand()
+    if session is None:
         raise DbspecError(f"inference table {name} does not exist as a path; to read it as a "
                           "catalog table, run on a Databricks cluster (or with a Spark session "
                           "running, pip install 'dbspec[spark]'), else give a Delta path")
-    session: Any
-    with spark_session(None) as session:
-        return unpack_in_spark(_read(lambda: session.table(name), name), name, model_name,
-                               since, version)
+    return unpack_in_spark(_read(lambda: session.table(name), name), name, model_name, since,
+                           version)
 
 
 def cluster_session(table: InferenceRows) -> Any:
     """The Spark session to unpack the gateway Delta table ``table`` in (one already running
     that reads Delta, or the cluster's), or None: too small, no session at hand, or one whose
     work stays on this machine (a local master, a single-node cluster)."""
-    if not is_gateway_table(table) or table.dataset.count_rows() < SPARK_ROWS or \
-            importlib.util.find_spec("pyspark") is None or not _session_at_hand():
-        return None
-    from pyspark.sql import SparkSession
+    from dbspec.spark.session import session_at_hand
 
+    if not is_gateway_table(table) or table.dataset.count_rows() < SPARK_ROWS:
+        return None
+    spark = session_at_hand()
+    if spark is None:
+        return None
     from dbspec.data.spark_sources import has_delta_format
 
-    spark = SparkSession.builder.getOrCreate()
     on_databricks = bool(os.environ.get("DATABRICKS_RUNTIME_VERSION"))
     reads = on_databricks or has_delta_format(spark)
     return spark if reads and spreads_work(spark) else None
@@ -83,19 +82,13 @@ def spreads_work(spark: Any) -> bool:
     """Whether ``spark`` runs its tasks on executors beyond this process: a master that is not
     ``local`` (Databricks' single-node clusters run ``local[*, 4]``); a session that cannot say
     (Spark Connect, as on shared clusters) is taken as a cluster's."""
+    from dbspec.spec.locations import is_local_master
+
     try:
         master = str(spark.conf.get("spark.master", ""))
     except Exception:  # noqa: BLE001 (a Connect session may refuse to read it)
         return True
-    return not master.startswith("local")
-
-
-def _session_at_hand() -> bool:
-    """Whether a Spark session is running here or this is a Databricks cluster."""
-    from pyspark.sql import SparkSession
-
-    return SparkSession.getActiveSession() is not None or \
-        bool(os.environ.get("DATABRICKS_RUNTIME_VERSION"))
+    return not is_local_master(master)
 
 
 def open_delta_in_spark(spark: Any, path: str, model_name: str, since: Optional[float],

@@ -12,8 +12,6 @@ out with the reason, which the pass reports.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 from typing import Any, Iterable, NamedTuple
 
@@ -63,18 +61,12 @@ def _unquoted(name: Any) -> str:
 
 def _lookup(ids: list[str], spark: Any) -> tuple[list[Any], str]:
     """The rows of :data:`SERVED_ENTITIES` for ``ids``, or why none could be read."""
-    if spark is None:
-        if importlib.util.find_spec("pyspark") is None:
-            return [], f"IDs are mapped to versions through {SERVED_ENTITIES} on Databricks " \
-                       "(no pyspark here)"
-        from pyspark.sql import SparkSession
+    from dbspec.spark.session import session_at_hand
 
-        spark = SparkSession.getActiveSession()
-        if spark is None and os.environ.get("DATABRICKS_RUNTIME_VERSION"):
-            spark = SparkSession.builder.getOrCreate()
-        if spark is None:
-            return [], f"IDs are mapped to versions through {SERVED_ENTITIES}: run on " \
-                       "Databricks (or with a Spark session that reads it)"
+    spark = spark or session_at_hand()
+    if spark is None:
+        return [], f"IDs are mapped to versions through {SERVED_ENTITIES}: run on Databricks " \
+                   "(or with a Spark session that reads it)"
     from pyspark.sql import functions as F
 
     from dbspec.monitoring.layout import spark_error

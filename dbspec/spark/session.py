@@ -17,7 +17,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from dbspec.atomic import write_atomic
 from dbspec.errors import DbspecError
@@ -88,6 +88,21 @@ def executor_python(spec, master: str) -> Optional[str]:
     return sys.executable
 
 
+def session_at_hand() -> Optional[Any]:
+    """The Spark session running in this process, else a Databricks cluster's own (neither
+    configured nor stopped by dbspec); None without either, or without pyspark."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        return None
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is None and os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        active = SparkSession.builder.getOrCreate()
+    return active
+
+
 @contextlib.contextmanager
 def spark_session(spec, master: Optional[str] = None,
                   say: Callable[[str], None] = lambda text: None) -> Iterator[object]:
@@ -98,10 +113,7 @@ def spark_session(spec, master: Optional[str] = None,
         from pyspark.sql import SparkSession
     except ImportError:
         raise DbspecError("this spec needs Spark: pip install 'dbspec[spark]'") from None
-    active = SparkSession.getActiveSession()
-    if active is None and os.environ.get("DATABRICKS_RUNTIME_VERSION"):
-        # a Databricks cluster's own session: neither configured nor stopped here
-        active = SparkSession.builder.getOrCreate()
+    active = session_at_hand()
     if active is not None:
         yield active
         return

@@ -249,10 +249,6 @@ class PromoteStage:
                               stages=tuple(_stages(spec)),
                               run_id=ctx.output(TrainOutput).run_id)
         walked = promote_stages(registry, candidate, staged=spec.registry.staged())
-        if walked.deployment_job:
-            ctx.reporter.line(f"  v{version} is left to {name}'s deployment job (job "
-                              f"{walked.deployment_job}), which MLflow runs on each new version: "
-                              "gates, approval, aliases and endpoint are decided there")
         for decision in walked.decisions:
             if decision.warning:
                 ctx.reporter.line(f"  warning: {decision.warning}")
@@ -278,7 +274,8 @@ def _said(decision) -> str:
     if decision.outcome == "rejected":
         return f"v{version} rejected by the gates; the alias stays"
     if decision.outcome == "deferred":
-        return f"v{version} goes through the deployment job; nothing moved here"
+        return (f"v{version} is left to the model's deployment job, which MLflow runs on each "
+                "new version (gates, approval, aliases, endpoint); nothing moved here")
     was = f" (was v{decision.previous})" if decision.previous else ""
     return f"-> v{version}{was}" if decision.moved else f"v{version} holds it already"
 

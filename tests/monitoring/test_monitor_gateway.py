@@ -215,3 +215,16 @@ def test_served_entity_ids_may_come_as_any_iterable():
     assert found.left_out == {"4f" * 16: f"served entity '{'4f' * 16}': system.serving."
                               "served_entities cannot be read: [TABLE_OR_VIEW_NOT_FOUND] "
                               "system.serving.served_entities"}
+
+
+def test_without_a_spark_session_an_id_names_where_it_would_be_looked_up(monkeypatch):
+    """Off Databricks with no Spark session running (whatever another test in this worker
+    started), an ID cannot be looked up: the reason says where it would be."""
+    from dbspec.monitoring.served_entities import entity_versions
+    from dbspec.spark import session
+
+    monkeypatch.setattr(session, "session_at_hand", lambda: None)
+    found = entity_versions(["4f" * 16], "m")
+    assert found == ({}, {"4f" * 16: f"served entity '{'4f' * 16}': IDs are mapped to versions "
+                          "through system.serving.served_entities: run on Databricks (or with "
+                          "a Spark session that reads it)"})

@@ -40,7 +40,7 @@ def test_a_linked_model_s_versions_go_through_the_deployment_job(linked, tmp_pat
     assert summary["aliases_set"] == {} and summary["gates"] == []
     said = run.stdout + run.stderr
     assert "promotion        deferred to deployment job 4242" in said
-    assert "v1 is left to handover's deployment job (job 4242)" in said
+    assert "@production: v1 is left to the model's deployment job" in said
     assert "its deployment job, which moves the alias" in summary["serve"]["problem"]
     client = mlflow.MlflowClient(uri)
     assert client.get_registered_model(name).aliases == {}
